@@ -1,0 +1,118 @@
+"""The flowclip command line (a click group; one sub-command per stage)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .errors import FlowclipError
+
+
+class _Group(click.Group):
+    """Prints FlowclipError messages without a traceback; exit code 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except FlowclipError as e:
+            click.secho(f"error: {e}", fg="red", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="flowclip")
+def main():
+    """flowclip: cached CLIP features, Flow-CLIP heads, compositional benchmarks."""
+
+
+def _device(name: str) -> str:
+    import torch
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise FlowclipError(f"--device {name}: CUDA is not available on this machine")
+    return name
+
+
+@main.command()
+@click.option("--store", required=True, type=click.Path(file_okay=False), help="Store folder (created if absent).")
+@click.option("--model", required=True, help="open_clip model config name, e.g. ViT-B-32.")
+@click.option("--pretrained", default="none", show_default=True,
+              help="open_clip pretrained tag, a local checkpoint file, or 'none' for random weights.")
+@click.option("--init-seed", default=0, show_default=True, help="Seed of random weights (--pretrained none).")
+@click.option("--manifest", "manifests", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="A manifest (Parquet); repeat for several.")
+@click.option("--image-root", type=click.Path(), help="Folder the manifests' image paths are relative to.")
+@click.option("--backend", type=click.Choice(["zarr", "hdf5"]), default="zarr", show_default=True,
+              help="Backend of a new store (an existing store keeps its own).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@click.option("--batch-size", default=64, show_default=True, help="Images per forward pass.")
+@click.option("--text-batch-size", default=256, show_default=True, help="Captions per forward pass.")
+@click.option("--workers", default=min(4, os.cpu_count() or 1), show_default=True,
+              help="Image decoding processes (0 = in the main process).")
+@click.option("--token-mask", type=click.Choice(["nonpad", "content"]), default="nonpad", show_default=True)
+@click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip", show_default=True)
+@click.option("--allow-outside-root", is_flag=True, help="Allow image paths outside --image-root.")
+@click.option("--rank", type=int, default=lambda: int(os.environ.get("RANK", 0)), help="This worker's share (default $RANK).")
+@click.option("--world-size", type=int, default=lambda: int(os.environ.get("WORLD_SIZE", 1)), help="Number of workers (default $WORLD_SIZE).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def extract(store, model, pretrained, init_seed, manifests, image_root, backend, device, batch_size,
+            text_batch_size, workers, token_mask, on_error, allow_outside_root, rank, world_size, quiet):
+    """Encode every image and caption the manifests name, once, into a feature store."""
+    from .encoders import EncoderSpec, resolve
+    from .extract import run_extract
+    from .store import FeatureStore
+
+    if not 0 <= rank < world_size:
+        raise FlowclipError(f"--rank {rank} must lie in [0, --world-size {world_size})")
+    enc = resolve(EncoderSpec(model, pretrained, init_seed, token_mask))
+    fs = FeatureStore.open_or_create(store, enc.config, backend)
+    summary = run_extract(fs, enc, list(manifests), image_root, device=_device(device), batch_size=batch_size,
+                          text_batch_size=text_batch_size, workers=workers, on_error=on_error,
+                          allow_outside_root=allow_outside_root, rank=rank, world_size=world_size,
+                          progress=not quiet)
+    for line in summary.lines():
+        click.echo(line)
+    if summary.failures and on_error == "fail":
+        sys.exit(1)
+
+
+@main.group()
+def store():
+    """Inspect and check feature stores."""
+
+
+@store.command("info")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def store_info(path, as_json):
+    """Fingerprint, counts and size on disk."""
+    from .store import FeatureStore
+    info = FeatureStore(path).info()
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    for k, v in info.items():
+        if k == "bytes_on_disk":
+            v = f"{v} ({v / 2**20:.1f} MiB)"
+        click.echo(f"{k:15s} {v}")
+
+
+@store.command("verify")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+def store_verify(path):
+    """Read every committed segment: readable, keys unique, shapes and dtypes, no NaN."""
+    from .store import FeatureStore
+    fs = FeatureStore(path)
+    problems = fs.verify()
+    for p in problems:
+        click.echo(p)
+    if problems:
+        raise FlowclipError(f"{len(problems)} problems in {path}")
+    click.echo(f"ok: {len(fs.segments)} segments, {fs.count('img')} images, {fs.count('cap')} captions")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Encoders: open_clip models named by config, resolved to one exact configuration
+whose hash (the *fingerprint*) a feature store records.
+
+The fingerprint covers everything that changes the features: the model config with
+QuickGELU resolved, preprocessing (size, mean, std, interpolation, resize mode), the
+tokenizer and context length, the weights' sha256, the token-mask and dtype policies,
+and the open_clip / torch versions. It is computed from configs and file hashes
+alone, so a run with nothing new to encode never builds the model.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import FlowclipError, WeightsUnavailable
+from .hashing import file_sha256
+
+FEATURE_DEFINITION_VERSION = 1   # bump when features.py changes what is computed
+TOKEN_MASK_POLICIES = ("nonpad", "content")
+OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+_CONFIG_DIR = Path(__file__).parent / "model_configs"
+_registered = False
+
+
+def register_package_configs() -> None:
+    """Register the model configs that ship with flowclip (e.g. the tiny CLIP)."""
+    global _registered
+    if not _registered:
+        import open_clip
+        open_clip.add_model_config(_CONFIG_DIR)
+        _registered = True
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What the user asked for. ``pretrained`` is an open_clip tag, a local file, or
+    'none' (random weights drawn with ``init_seed``: tests and benchmarks)."""
+    model: str
+    pretrained: str = "none"
+    init_seed: int = 0
+    token_mask: str = "nonpad"
+    force_quick_gelu: bool | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedEncoder:
+    spec: EncoderSpec
+    checkpoint: str | None      # local weights file, or None for random init
+    config: dict                # the fingerprinted configuration
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.config)
+
+    @property
+    def dim(self) -> int:
+        return int(self.config["model_cfg"]["embed_dim"])
+
+    @property
+    def num_patches(self) -> int:
+        return int(self.config["num_patches"])
+
+
+def fingerprint_of(config: dict) -> str:
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def diff_configs(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields that differ between two fingerprinted configs."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        name = f"{prefix}{k}"
+        va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += diff_configs(va, vb, name + ".")
+        elif va != vb:
+            out.append(f"{name}: {va!r} != {vb!r}")
+    return out
+
+
+def resolve(spec: EncoderSpec) -> ResolvedEncoder:
+    import open_clip
+    import torch
+
+    register_package_configs()
+    if spec.token_mask not in TOKEN_MASK_POLICIES:
+        raise FlowclipError(f"unknown token-mask policy {spec.token_mask!r}; use one of {TOKEN_MASK_POLICIES}")
+    model_cfg = open_clip.get_model_config(spec.model)
+    if model_cfg is None:
+        raise FlowclipError(
+            f"unknown model config {spec.model!r}; known: open_clip.list_models() "
+            f"(e.g. ViT-B-32) or flowclip's own ({', '.join(p.stem for p in _CONFIG_DIR.glob('*.json'))})")
+    model_cfg = copy.deepcopy(model_cfg)
+    vision = model_cfg.get("vision_cfg", {})
+    if "patch_size" not in vision or vision.get("timm_model_name") or "hf_model_name" in model_cfg.get("text_cfg", {}):
+        raise FlowclipError(f"{spec.model}: flowclip extracts patch and token features from open_clip's own "
+                            f"ViT and text transformer; this config uses another tower")
+
+    tag_cfg: dict = {}
+    checkpoint: str | None = None
+    weights: dict
+    if spec.pretrained.lower() in ("none", "random", ""):
+        weights = {"source": "random-init", "init_seed": spec.init_seed}
+    elif os.path.isfile(spec.pretrained):
+        checkpoint = os.path.abspath(spec.pretrained)
+        weights = {"source": "file", "sha256": file_sha256(checkpoint)}
+    else:
+        tag_cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
+        if not tag_cfg:
+            tags = [t for m, t in open_clip.list_pretrained() if m == spec.model]
+            raise FlowclipError(f"{spec.model}: no pretrained tag {spec.pretrained!r} and no such file; "
+                                f"known tags: {', '.join(tags) or 'none'}; or pass a local checkpoint path")
+        checkpoint = locate_pretrained(spec.model, spec.pretrained, tag_cfg)
+        weights = {"source": f"open_clip:{spec.pretrained}", "sha256": file_sha256(checkpoint)}
+
+    quick_gelu = spec.force_quick_gelu
+    if quick_gelu is None:
+        quick_gelu = bool(tag_cfg.get("quick_gelu", model_cfg.get("quick_gelu", False)))
+    model_cfg["quick_gelu"] = quick_gelu
+    image_size = vision["image_size"]
+    grid = (image_size // vision["patch_size"]) ** 2 if isinstance(image_size, int) else \
+        (image_size[0] // vision["patch_size"]) * (image_size[1] // vision["patch_size"])
+    config = {
+        "feature_definition": FEATURE_DEFINITION_VERSION,
+        "model": spec.model,
+        "model_cfg": model_cfg,
+        "num_patches": grid,
+        "preprocess": {
+            "image_size": image_size,
+            "mean": list(tag_cfg.get("mean", OPENAI_MEAN)),
+            "std": list(tag_cfg.get("std", OPENAI_STD)),
+            "interpolation": tag_cfg.get("interpolation", "bicubic"),
+            "resize_mode": tag_cfg.get("resize_mode", "shortest"),
+        },
+        "tokenizer": {
+            "name": model_cfg.get("text_cfg", {}).get("hf_tokenizer_name", "open_clip.SimpleTokenizer"),
+            "context_length": model_cfg.get("text_cfg", {}).get("context_length", 77),
+        },
+        "weights": weights,
+        "token_mask": spec.token_mask,
+        "dtype": {"compute": "float32", "tf32": False, "storage": "float16", "l2_normalised": True},
+        "versions": {"open_clip": open_clip.__version__, "torch": torch.__version__.split("+")[0]},
+    }
+    return ResolvedEncoder(spec, checkpoint, config)
+
+
+def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:
+    """Find open_clip weights on disk; download only when a network is there.
+
+    open_clip's own download retries for ~46 s before failing on a machine without a
+    network. We look in the local caches first, and fail at once when offline."""
+    import open_clip
+    from open_clip import pretrained as ocp
+
+    hf = tag_cfg.get("hf_hub", "")
+    if hf:
+        repo, filename = os.path.split(hf)
+        filenames = [filename] if filename else ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
+        try:
+            from huggingface_hub import hf_hub_download
+            for fn in filenames:
+                try:
+                    return hf_hub_download(repo_id=repo, filename=fn, local_files_only=True)
+                except Exception:
+                    pass
+        except ImportError:
+            pass
+    url = tag_cfg.get("url", "")
+    if url:
+        cached = os.path.join(os.path.expanduser("~/.cache/clip"), os.path.basename(url))
+        if os.path.isfile(cached):
+            return cached
+    where = f"Hugging Face hub {hf}" if hf else url
+    if _offline() or not _network_reachable():
+        raise WeightsUnavailable(
+            f"{model} weights {tag!r} are not on this machine and cannot be downloaded "
+            f"({'HF_HUB_OFFLINE is set' if _offline() else 'no network'}). Download them where "
+            f"there is a network (from {where}) into the Hugging Face cache, or pass the file "
+            f"itself: --pretrained /path/to/weights.safetensors. For a run without weights use "
+            f"--pretrained none (random weights).")
+    path = ocp.download_pretrained(tag_cfg)
+    if not path:
+        raise WeightsUnavailable(f"open_clip could not download {model}:{tag} from {where}")
+    return path
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def _network_reachable(host: str = "huggingface.co", port: int = 443, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def load_model(enc: ResolvedEncoder, device: str = "cpu"):
+    """Build the model in FP32 eval mode; returns (model, preprocess, tokenizer)."""
+    import open_clip
+    import torch
+
+    register_package_configs()
+    cfg = enc.config
+    if enc.checkpoint is None:
+        torch.manual_seed(cfg["weights"]["init_seed"])
+    pre = cfg["preprocess"]
+    model, _, preprocess = open_clip.create_model_and_transforms(
+        enc.spec.model, pretrained=enc.checkpoint, precision="fp32", device=device,
+        force_quick_gelu=cfg["model_cfg"]["quick_gelu"],
+        image_mean=tuple(pre["mean"]), image_std=tuple(pre["std"]),
+        image_interpolation=pre["interpolation"], image_resize_mode=pre["resize_mode"])
+    model.eval()
+    tokenizer = open_clip.get_tokenizer(enc.spec.model)
+    return model, preprocess, tokenizer

@@ -1,0 +1,64 @@
+"""Reading images from manifests that strangers may hand us.
+
+Paths must stay under the image root (no absolute paths, no '..', no symlink out)
+unless the user allows it; PIL's decompression-bomb guard stays on (its warning is
+treated as an error); EXIF orientation is applied; CMYK, palette and 16-bit images
+are converted to 8-bit RGB.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+
+class BadImage(Exception):
+    """An item that cannot be encoded; the message is the reason in the failures table."""
+
+
+def resolve_image_path(image_root: str, rel: str, allow_outside_root: bool = False) -> str:
+    root_real = os.path.realpath(image_root)
+    if os.path.isabs(rel) and not allow_outside_root:
+        raise BadImage("absolute path refused (pass --allow-outside-root to allow)")
+    path = os.path.join(image_root, rel)
+    real = os.path.realpath(path)
+    if not allow_outside_root and os.path.commonpath([real, root_real]) != root_real:
+        raise BadImage("path escapes the image root ('..' or a symlink; pass --allow-outside-root to allow)")
+    return real
+
+
+def to_rgb(im: Image.Image) -> Image.Image:
+    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        arr = np.asarray(im, dtype=np.float64)
+        hi = 65535.0 if im.mode.startswith("I;16") or arr.max() > 255 else 255.0
+        arr = np.clip(arr / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        im = Image.fromarray(arr, mode="L")
+    return im.convert("RGB")
+
+
+def load_image(path: str, crop=None) -> Image.Image:
+    """Decode fully (so a truncated file fails here, not later) and return 8-bit RGB."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                im.load()
+                im = ImageOps.exif_transpose(im)
+                im = to_rgb(im)
+    except FileNotFoundError:
+        raise BadImage("missing file")
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise BadImage(f"decompression bomb refused ({e})")
+    except UnidentifiedImageError:
+        size = os.path.getsize(path) if os.path.exists(path) else -1
+        raise BadImage("zero-byte file" if size == 0 else "not an image PIL can read")
+    except (OSError, ValueError, SyntaxError) as e:
+        raise BadImage(f"unreadable image ({e})")
+    if crop is not None:
+        x, y, w, h = crop
+        if x >= im.width or y >= im.height or x + w <= 0 or y + h <= 0:
+            raise BadImage(f"crop {list(crop)} lies outside the {im.width}x{im.height} image")
+        im = im.crop((int(round(x)), int(round(y)), int(round(x + w)), int(round(y + h))))
+    return im

@@ -1,0 +1,183 @@
+"""Manifests: Parquet tables whose rows name an image (a path relative to an image
+root given at extract time) and the captions scored or trained against it.
+
+Schema version 1 (full description in docs/manifests.md). The file's schema metadata
+carries ``flowclip.kind`` and ``flowclip.schema_version``; a table without them is
+recognised by its columns. Every kind names its image column and the columns that
+hold caption text, so ``extract`` can collect keys from any manifest without knowing
+what benchmark it came from.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import ManifestError
+
+SCHEMA_VERSION = 1
+META_KIND = b"flowclip.kind"
+META_VERSION = b"flowclip.schema_version"
+META_EXTRA = b"flowclip.meta"  # JSON: benchmark name, class names, prompt templates, ...
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str
+    required: tuple[str, ...]          # columns that must exist
+    text_columns: tuple[str, ...]      # string or list<string> columns holding captions
+    optional: tuple[str, ...] = ()
+
+
+KINDS: dict[str, KindSpec] = {
+    # gold among candidate captions (pairwise = two candidates)
+    "candidates": KindSpec("candidates", ("record_id", "image", "captions", "gold"), ("captions",), ("crop",)),
+    # (image, positive, negatives, split) for train-head
+    "training": KindSpec("training", ("record_id", "image", "positive", "negatives", "split"),
+                         ("positive", "negatives"), ("crop",)),
+    # a gallery: each row one image and its captions (the links)
+    "retrieval": KindSpec("retrieval", ("image", "captions"), ("captions",)),
+    # image + label; the class prompts live in the file metadata ("prompts": [..])
+    "classification": KindSpec("classification", ("image", "label"), ()),
+}
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    row: int
+    path: str
+    crop: tuple[float, float, float, float] | None
+
+
+@dataclass(frozen=True)
+class CaptionRef:
+    row: int
+    column: str
+    text: str
+
+
+@dataclass
+class Manifest:
+    path: str
+    kind: str
+    table: pa.Table
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def spec(self) -> KindSpec:
+        return KINDS[self.kind]
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "Manifest":
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise ManifestError(f"{path}: manifest not found")
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises several kinds for a non-Parquet file
+            raise ManifestError(f"{path}: not a readable Parquet file ({e})") from e
+        md = table.schema.metadata or {}
+        if META_VERSION in md and int(md[META_VERSION]) > SCHEMA_VERSION:
+            raise ManifestError(
+                f"{path}: manifest schema version {int(md[META_VERSION])} is newer than this "
+                f"flowclip reads ({SCHEMA_VERSION}); upgrade flowclip")
+        kind = md.get(META_KIND, b"").decode() or _infer_kind(path, table)
+        if kind not in KINDS:
+            raise ManifestError(f"{path}: unknown manifest kind {kind!r}; known: {sorted(KINDS)}")
+        meta = json.loads(md[META_EXTRA]) if META_EXTRA in md else {}
+        m = cls(path, kind, table, meta)
+        m._validate()
+        return m
+
+    def _validate(self) -> None:
+        cols = set(self.table.column_names)
+        for c in self.spec.required:
+            if c not in cols:
+                raise ManifestError(
+                    f"{self.path}: missing column {c!r} (a {self.kind!r} manifest needs "
+                    f"{', '.join(self.spec.required)}; found {', '.join(sorted(cols))})")
+        if self.table.num_rows == 0:
+            raise ManifestError(f"{self.path}: the manifest is empty (0 rows)")
+        if self.kind == "classification" and not self.meta.get("prompts"):
+            raise ManifestError(f"{self.path}: a classification manifest needs 'prompts' in its "
+                                f"flowclip.meta (one list of prompts per class)")
+
+    # -- what extract needs ----------------------------------------------------------
+    def image_refs(self) -> Iterator[ImageRef]:
+        images = self.table.column("image").to_pylist()
+        crops = self.table.column("crop").to_pylist() if "crop" in self.table.column_names else None
+        for row, p in enumerate(images):
+            if p is None or (isinstance(p, str) and not p.strip()):
+                raise ManifestError(f"{self.path}: row {row}: empty image path in column 'image'")
+            if isinstance(p, bytes):
+                p = _decode(self.path, row, "image", p)
+            crop = None
+            if crops is not None and crops[row] is not None:
+                crop = tuple(float(c) for c in crops[row])
+                if len(crop) != 4 or crop[2] <= 0 or crop[3] <= 0:
+                    raise ManifestError(f"{self.path}: row {row}: crop must be [x, y, width, height] "
+                                        f"with positive size, got {crops[row]}")
+            yield ImageRef(row, p, crop)
+
+    def caption_refs(self) -> Iterator[CaptionRef]:
+        for col in self.spec.text_columns:
+            values = self.table.column(col).to_pylist()
+            for row, v in enumerate(values):
+                items = v if isinstance(v, list) else [v]
+                for t in items:
+                    if t is None:
+                        raise ManifestError(f"{self.path}: row {row}: null caption in column {col!r}")
+                    if isinstance(t, bytes):
+                        t = _decode(self.path, row, col, t)
+                    yield CaptionRef(row, col, t)
+        if self.kind == "classification":
+            for prompts in self.meta["prompts"]:
+                for t in prompts:
+                    yield CaptionRef(-1, "meta.prompts", t)
+
+
+def _decode(path: str, row: int, col: str, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path}: row {row}: column {col!r} is not valid UTF-8 ({e}); "
+                            f"re-encode the manifest's text as UTF-8") from e
+
+
+def _infer_kind(path: str, table: pa.Table) -> str:
+    cols = set(table.column_names)
+    if {"positive", "negatives"} & cols:
+        return "training"
+    if "gold" in cols:
+        return "candidates"
+    if "label" in cols:
+        return "classification"
+    if "captions" in cols:
+        return "retrieval"
+    raise ManifestError(f"{path}: cannot tell the manifest kind: no flowclip.kind metadata and "
+                        f"none of the columns 'captions', 'gold', 'positive', 'label' "
+                        f"(found {', '.join(sorted(cols))})")
+
+
+def write_manifest(path: str | os.PathLike, table: pa.Table, kind: str, meta: dict | None = None) -> None:
+    """Write a manifest with its kind and schema version in the file metadata (atomically)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
+    md = dict(table.schema.metadata or {})
+    md[META_KIND] = kind.encode()
+    md[META_VERSION] = str(SCHEMA_VERSION).encode()
+    if meta:
+        md[META_EXTRA] = json.dumps(meta, sort_keys=True).encode()
+    table = table.replace_schema_metadata(md)
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)

@@ -1,0 +1,324 @@
+"""The feature store: content-addressed, append-only, one encoder per store.
+
+Layout (docs/store-format.md is the specification):
+
+    <root>/store.json                 format version, backend, encoder config + fingerprint
+    <root>/segments/img-<id>.<ext>    image segments: keys, global, patches
+    <root>/segments/cap-<id>.<ext>    caption segments: keys, global, tokens, offsets, truncated
+    <root>/failures/<run>.parquet     items an extract run could not encode
+
+Segments are immutable and named by the hash of their keys; a writer writes a
+temporary and renames it into place, so writers never share a file. Rows are found
+through keys stored inside each segment, never by position across files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..encoders import diff_configs, fingerprint_of
+from ..errors import FingerprintMismatch, StoreError
+from ..hashing import KEY_BYTES, as_fixed, bytes_to_keys, hex_to_fixed, keys_to_bytes
+from .backends import BACKENDS
+
+FORMAT_NAME = "flowclip-feature-store"
+FORMAT_VERSION = 1
+IMAGE, CAPTION = "img", "cap"
+ARRAYS = {
+    IMAGE: ("keys", "global", "patches"),
+    CAPTION: ("keys", "global", "tokens", "offsets", "truncated"),
+}
+
+
+class MissingFeatures(StoreError):
+    def __init__(self, kind: str, missing: list[str]):
+        self.kind, self.missing = kind, missing
+        what = "images" if kind == IMAGE else "captions"
+        super().__init__(f"{len(missing)} {what} are not in the store (first: {', '.join(missing[:3])})")
+
+
+@dataclass
+class Segment:
+    kind: str
+    name: str
+    path: str
+    rows: int
+
+
+@dataclass
+class ImageFeatures:
+    global_: np.ndarray     # [n, d] float16
+    patches: np.ndarray     # [n, P, d] float16
+
+
+@dataclass
+class CaptionFeatures:
+    global_: np.ndarray     # [m, d] float16
+    tokens: np.ndarray      # [T, d] float16, valid tokens only
+    offsets: np.ndarray     # [m+1] int64; caption i owns tokens[offsets[i]:offsets[i+1]]
+    truncated: np.ndarray   # [m] bool
+
+
+class _Index:
+    """Sorted keys -> (segment, row), searchable in bulk with numpy."""
+
+    def __init__(self):
+        self.keys = np.zeros(0, dtype=f"V{KEY_BYTES}")
+        self.seg = np.zeros(0, dtype=np.int32)
+        self.row = np.zeros(0, dtype=np.int64)
+
+    def build(self, parts: list[tuple[int, np.ndarray]]) -> None:
+        if not parts:
+            return self.__init__()
+        keys = np.concatenate([as_fixed(k) for _, k in parts])
+        seg = np.concatenate([np.full(len(k), s, np.int32) for s, k in parts])
+        row = np.concatenate([np.arange(len(k), dtype=np.int64) for _, k in parts])
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.seg, self.row = keys[order], seg[order], row[order]
+
+    def find(self, fixed: np.ndarray) -> np.ndarray:
+        """Positions into the sorted arrays, -1 where absent."""
+        if len(self.keys) == 0:
+            return np.full(len(fixed), -1, np.int64)
+        pos = np.searchsorted(self.keys, fixed)
+        pos_c = np.minimum(pos, len(self.keys) - 1)
+        hit = self.keys[pos_c] == fixed
+        return np.where(hit, pos_c, -1)
+
+
+class FeatureStore:
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        meta_path = os.path.join(self.root, "store.json")
+        if not os.path.isfile(meta_path):
+            raise StoreError(f"{self.root}: not a flowclip store (no store.json); create one with "
+                             f"`flowclip extract --store {root} ...`")
+        with open(meta_path) as f:
+            self.meta = json.load(f)
+        if self.meta.get("format") != FORMAT_NAME:
+            raise StoreError(f"{meta_path}: not a flowclip store file")
+        if self.meta["version"] > FORMAT_VERSION:
+            raise StoreError(f"{self.root}: store format {self.meta['version']} is newer than this "
+                             f"flowclip reads ({FORMAT_VERSION}); upgrade flowclip")
+        self.backend = BACKENDS[self.meta["backend"]]
+        self.segments: list[Segment] = []
+        self._index = {IMAGE: _Index(), CAPTION: _Index()}
+        self.refresh()
+
+    # -- creation and identity ---------------------------------------------------------
+    @classmethod
+    def open_or_create(cls, root: str, config: dict, backend: str = "zarr") -> "FeatureStore":
+        """Open the store at root, creating it for this encoder config if absent.
+        A store of another encoder is refused, naming the fields that differ."""
+        if backend not in BACKENDS:
+            raise StoreError(f"unknown backend {backend!r}; use one of {sorted(BACKENDS)}")
+        root = os.path.abspath(root)
+        meta_path = os.path.join(root, "store.json")
+        if not os.path.exists(meta_path):
+            os.makedirs(os.path.join(root, "segments"), exist_ok=True)
+            os.makedirs(os.path.join(root, "failures"), exist_ok=True)
+            meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "backend": backend,
+                    "fingerprint": fingerprint_of(config), "encoder": config,
+                    "dim": config["model_cfg"]["embed_dim"], "num_patches": config["num_patches"]}
+            tmp = os.path.join(root, f".store.json.{uuid.uuid4().hex}")
+            with open(tmp, "w") as f:
+                json.dump(meta, f, indent=1, sort_keys=True)
+            try:
+                os.link(tmp, meta_path)     # fails if another process created it first
+            except FileExistsError:
+                pass
+            finally:
+                os.remove(tmp)
+        store = cls(root)
+        store.check_fingerprint(config)
+        return store
+
+    @property
+    def fingerprint(self) -> str:
+        return self.meta["fingerprint"]
+
+    @property
+    def encoder_config(self) -> dict:
+        return self.meta["encoder"]
+
+    def check_fingerprint(self, config: dict) -> None:
+        if fingerprint_of(config) != self.fingerprint:
+            diffs = diff_configs(self.encoder_config, config)
+            raise FingerprintMismatch(
+                f"{self.root} holds features of another encoder configuration; differing fields:\n  "
+                + "\n  ".join(diffs) + "\nUse another --store for this encoder.")
+
+    # -- segments ----------------------------------------------------------------------
+    @property
+    def segment_dir(self) -> str:
+        return os.path.join(self.root, "segments")
+
+    def refresh(self) -> None:
+        """Rescan committed segments and rebuild the key index."""
+        segs = []
+        for name in sorted(os.listdir(self.segment_dir)):
+            if name.startswith(".") or not name.endswith(self.backend.suffix):
+                continue
+            kind = name[:3]
+            if kind not in ARRAYS:
+                continue
+            path = os.path.join(self.segment_dir, name)
+            keys = self.backend.read(path, ["keys"])["keys"]
+            segs.append((Segment(kind, name, path, len(keys)), keys))
+        self.segments = [s for s, _ in segs]
+        for kind in (IMAGE, CAPTION):
+            self._index[kind].build([(i, k) for i, (s, k) in enumerate(segs) if s.kind == kind])
+
+    def count(self, kind: str) -> int:
+        return len(self._index[kind].keys)
+
+    def has(self, kind: str, keys: list[str]) -> np.ndarray:
+        return self._index[kind].find(hex_to_fixed(keys)) >= 0
+
+    def write_segment(self, kind: str, keys: list[str], arrays: dict[str, np.ndarray]) -> Segment | None:
+        """Commit one immutable segment; returns None for an empty one."""
+        if not keys:
+            return None
+        kb = keys_to_bytes(keys)
+        data = {"keys": kb, **arrays}
+        if set(data) != set(ARRAYS[kind]):
+            raise ValueError(f"a {kind} segment holds {ARRAYS[kind]}, got {sorted(data)}")
+        import hashlib
+        seg_id = hashlib.sha256(kb.tobytes()).hexdigest()[:24]
+        name = f"{kind}-{seg_id}{self.backend.suffix}"
+        final = os.path.join(self.segment_dir, name)
+        tmp = os.path.join(self.segment_dir, f".tmp-{os.getpid()}-{uuid.uuid4().hex}{self.backend.suffix}")
+        self.backend.write(tmp, data, {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION})
+        try:
+            if os.path.exists(final):
+                raise FileExistsError(final)
+            os.rename(tmp, final)
+        except (FileExistsError, OSError) as e:
+            # Another writer committed the same keys; its segment stands, ours is dropped.
+            self.backend.remove(tmp)
+            if not os.path.exists(final):
+                raise StoreError(f"could not commit segment {final}: {e}") from e
+        return Segment(kind, name, final, len(keys))
+
+    # -- reading -----------------------------------------------------------------------
+    def _locate(self, kind: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        idx = self._index[kind]
+        pos = idx.find(hex_to_fixed(keys))
+        if (pos < 0).any():
+            raise MissingFeatures(kind, [k for k, p in zip(keys, pos) if p < 0])
+        return idx.seg[pos], idx.row[pos]
+
+    def load_images(self, keys: list[str]) -> ImageFeatures:
+        """Every requested image row, in the order asked, as two contiguous arrays."""
+        seg, row = self._locate(IMAGE, keys)
+        d, P = self.meta["dim"], self.meta["num_patches"]
+        g = np.empty((len(keys), d), np.float16)
+        p = np.empty((len(keys), P, d), np.float16)
+        for s in np.unique(seg):
+            want = np.nonzero(seg == s)[0]
+            arrs = self.backend.read(self.segments[s].path, ["global", "patches"])
+            g[want] = arrs["global"][row[want]]
+            p[want] = arrs["patches"][row[want]]
+        return ImageFeatures(g, p)
+
+    def load_captions(self, keys: list[str]) -> CaptionFeatures:
+        """Requested captions in order; tokens flat with offsets (no padding)."""
+        seg, row = self._locate(CAPTION, keys)
+        d = self.meta["dim"]
+        per_seg = {}
+        lengths = np.empty(len(keys), np.int64)
+        for s in np.unique(seg):
+            want = np.nonzero(seg == s)[0]
+            arrs = self.backend.read(self.segments[s].path, ["global", "tokens", "offsets", "truncated"])
+            per_seg[s] = (want, arrs)
+            off = arrs["offsets"]
+            lengths[want] = off[row[want] + 1] - off[row[want]]
+        offsets = np.zeros(len(keys) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        g = np.empty((len(keys), d), np.float16)
+        tokens = np.empty((int(offsets[-1]), d), np.float16)
+        trunc = np.empty(len(keys), bool)
+        for s, (want, arrs) in per_seg.items():
+            r = row[want]
+            g[want] = arrs["global"][r]
+            trunc[want] = arrs["truncated"][r].astype(bool)
+            src_off = arrs["offsets"]
+            # one gather for all of this segment's token rows
+            src = _ranges(src_off[r], src_off[r + 1])
+            dst = _ranges(offsets[want], offsets[want + 1])
+            tokens[dst] = arrs["tokens"][src]
+        return CaptionFeatures(g, tokens, offsets, trunc)
+
+    # -- inspection --------------------------------------------------------------------
+    def size_on_disk(self) -> int:
+        total = 0
+        for dirpath, _, files in os.walk(self.root):
+            for f in files:
+                total += os.path.getsize(os.path.join(dirpath, f))
+        return total
+
+    def info(self) -> dict:
+        n_tok = 0
+        for s in self.segments:
+            if s.kind == CAPTION:
+                n_tok += self.backend.shapes(s.path)["tokens"][0][0]
+        return {"root": self.root, "format_version": self.meta["version"], "backend": self.meta["backend"],
+                "fingerprint": self.fingerprint, "model": self.encoder_config["model"],
+                "weights": self.encoder_config["weights"], "dim": self.meta["dim"],
+                "num_patches": self.meta["num_patches"], "token_mask": self.encoder_config["token_mask"],
+                "images": self.count(IMAGE), "captions": self.count(CAPTION), "caption_tokens": n_tok,
+                "segments": len(self.segments), "bytes_on_disk": self.size_on_disk(),
+                "temporaries": len([n for n in os.listdir(self.segment_dir) if n.startswith(".tmp-")])}
+
+    def verify(self) -> list[str]:
+        """Read every committed segment in full; return the problems found (empty = good)."""
+        problems = []
+        d, P = self.meta["dim"], self.meta["num_patches"]
+        seen: dict[str, dict[bytes, str]] = {IMAGE: {}, CAPTION: {}}
+        for s in self.segments:
+            where = f"segment {s.name}"
+            try:
+                a = self.backend.read(s.path)
+            except Exception as e:
+                problems.append(f"{where}: unreadable ({e})")
+                continue
+            if set(a) != set(ARRAYS[s.kind]):
+                problems.append(f"{where}: arrays {sorted(a)}, expected {sorted(ARRAYS[s.kind])}")
+                continue
+            n = len(a["keys"])
+            expect = {"keys": ((n, KEY_BYTES), np.uint8), "global": ((n, d), np.float16)}
+            if s.kind == IMAGE:
+                expect["patches"] = ((n, P, d), np.float16)
+            else:
+                off = a["offsets"]
+                expect["offsets"] = ((n + 1,), np.int64)
+                expect["truncated"] = ((n,), np.uint8)
+                expect["tokens"] = ((int(off[-1]) if len(off) else 0, d), np.float16)
+                if len(off) != n + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
+                    problems.append(f"{where}: offsets are not increasing from 0")
+            for name, (shape, dtype) in expect.items():
+                if a[name].shape != shape or a[name].dtype != dtype:
+                    problems.append(f"{where}: {name} is {a[name].dtype}{list(a[name].shape)}, "
+                                    f"expected {np.dtype(dtype)}{list(shape)}")
+            for name in ("global", "patches", "tokens"):
+                if name in a and not np.isfinite(a[name]).all():
+                    problems.append(f"{where}: {name} holds NaN or inf")
+            for k in bytes_to_keys(a["keys"]):
+                if k in seen[s.kind]:
+                    problems.append(f"{where}: key {k} also in {seen[s.kind][k]}")
+                seen[s.kind][k] = s.name
+        return problems
+
+
+def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(start, stop) for each pair, vectorised."""
+    lengths = (stops - starts).astype(np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    first_out = np.cumsum(lengths) - lengths          # where each range begins in the output
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - first_out, lengths)
