@@ -1,8 +1,9 @@
 """flowclip extract: encode every image and caption that the manifests name, once.
 
     collect  manifests -> unique image keys (file sha256 [+ crop]) and caption keys
-    plan     keys not yet stored, in a fixed order, cut into units (one segment each)
+    plan     all keys in a fixed order, cut into units; each unit keeps its unstored keys
     run      this rank's units: decode in worker processes, encode in batches, commit
+             one segment per unit
 
 The plan depends only on the keys, so a rerun after a crash computes the remaining
 units exactly as the first run would have, and N ranks can split it (unit i goes to
@@ -106,36 +107,48 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
 
 @dataclass
 class Plan:
-    image_units: list[list[str]]
-    caption_units: list[list[str]]
+    """Units of work: (unit number, keys of that unit still missing from the store)."""
+    image_units: list[tuple[int, list[str]]]
+    caption_units: list[tuple[int, list[str]]]
     stored_images: int
     stored_captions: int
 
     def for_rank(self, rank: int, world: int) -> "Plan":
-        return Plan(self.image_units[rank::world], self.caption_units[rank::world],
+        return Plan([u for u in self.image_units if u[0] % world == rank],
+                    [u for u in self.caption_units if u[0] % world == rank],
                     self.stored_images, self.stored_captions)
 
     @property
     def n_images(self):
-        return sum(map(len, self.image_units))
+        return sum(len(k) for _, k in self.image_units)
 
     @property
     def n_captions(self):
-        return sum(map(len, self.caption_units))
+        return sum(len(k) for _, k in self.caption_units)
 
 
-def make_plan(store: FeatureStore, col: Collected, caption_lengths: dict[str, int] | None,
+def make_plan(store: FeatureStore, col: Collected, caption_lengths: dict[str, int],
               image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT) -> Plan:
+    """Cut *all* keys into units in a fixed order, then keep each unit's missing keys.
+
+    Units are drawn over every key, stored or not, so that a unit's number and content
+    do not depend on what is already stored: a resumed run redoes exactly the units
+    that did not commit, and ranks started at different times still agree."""
     ikeys = sorted(col.images)
-    ckeys = sorted(col.captions)
+    ckeys = sorted(col.captions, key=lambda k: (caption_lengths.get(k, 0), k))  # batches of similar length
     ihave = store.has(IMAGE, ikeys) if ikeys else np.zeros(0, bool)
     chave = store.has(CAPTION, ckeys) if ckeys else np.zeros(0, bool)
-    new_i = [k for k, h in zip(ikeys, ihave) if not h]
-    new_c = [k for k, h in zip(ckeys, chave) if not h]
-    if new_c:   # by length, so each batch is cut to a similar length
-        new_c.sort(key=lambda k: (caption_lengths[k], k))
-    cut = lambda ks, n: [ks[i:i + n] for i in range(0, len(ks), n)]
-    return Plan(cut(new_i, image_unit), cut(new_c, caption_unit), int(ihave.sum()), int(chave.sum()))
+
+    def units(keys, have, size):
+        out = []
+        for u, start in enumerate(range(0, len(keys), size)):
+            new = [k for k, h in zip(keys[start:start + size], have[start:start + size]) if not h]
+            if new:
+                out.append((u, new))
+        return out
+
+    return Plan(units(ikeys, ihave, image_unit), units(ckeys, chave, caption_unit),
+                int(ihave.sum()), int(chave.sum()))
 
 
 @dataclass
@@ -197,17 +210,16 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
         raise FlowclipError(f"{f.kind} {f.item!r} ({f.source}): {f.reason} (--on-error fail)")
 
     # Caption lengths are needed only for captions the store lacks: tokenise those alone.
+    # Caption order needs token lengths; tokenise only when some caption is missing.
     ckeys = sorted(col.captions)
-    missing_c = [k for k, h in zip(ckeys, store.has(CAPTION, ckeys) if ckeys else []) if not h]
     lengths, token_ids, truncated = {}, {}, {}
-    tokenizer = None
-    if missing_c:
+    if ckeys and not store.has(CAPTION, ckeys).all():
         import open_clip
         tokenizer = open_clip.get_tokenizer(enc.spec.model)
         ctx = enc.config["tokenizer"]["context_length"]
-        ids = tokenizer([col.captions[k] for k in missing_c], context_length=ctx)
+        ids = tokenizer([col.captions[k] for k in ckeys], context_length=ctx)
         lens = (ids != 0).sum(1).tolist()
-        for k, row, n in zip(missing_c, ids, lens):
+        for k, row, n in zip(ckeys, ids, lens):
             lengths[k], token_ids[k] = n, row
             truncated[k] = n == ctx and len(tokenizer.encode(col.captions[k])) + 2 > ctx
     plan = make_plan(store, col, lengths, image_unit, caption_unit)
@@ -241,10 +253,10 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
 
     from .features import encode_images
 
-    items = [col.images[k] for u in units for k in u]
+    items = [col.images[k] for _, u in units for k in u]
     batches, unit_end = [], []   # batches never straddle a unit
     start = 0
-    for u in units:
+    for _, u in units:
         for b in range(start, start + len(u), batch_size):
             batches.append(list(range(b, min(b + batch_size, start + len(u)))))
         start += len(u)
@@ -286,8 +298,9 @@ def _extract_captions(store, model, col, units, token_ids, truncated, summary, d
 
     from .features import encode_texts
 
-    bar = tqdm(total=sum(map(len, units)), desc="captions", unit="cap", disable=not progress, file=sys.stderr)
-    for unit in units:
+    bar = tqdm(total=sum(len(u) for _, u in units), desc="captions", unit="cap", disable=not progress,
+               file=sys.stderr)
+    for _, unit in units:
         gs, toks, lens = [], [], []
         for b in range(0, len(unit), text_batch_size):
             keys = unit[b:b + text_batch_size]

@@ -1,0 +1,184 @@
+"""flowclip extract end to end on the tiny CLIP: once per key, bad input, safety."""
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from flowclip_cache import extract as extract_mod
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError, ManifestError
+from flowclip_cache.features import encode_images, encode_texts
+from flowclip_cache.hashing import caption_key, file_sha256
+from flowclip_cache.images import load_image
+from flowclip_cache.manifest import Manifest, write_manifest
+from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+
+
+def run(store_dir, enc, manifests, root, backend="zarr", **kw):
+    fs = FeatureStore.open_or_create(str(store_dir), enc.config, backend)
+    kw.setdefault("workers", 0)
+    kw.setdefault("progress", False)
+    return fs, extract_mod.run_extract(fs, enc, manifests, root, **kw)
+
+
+def candidates(path, rows):
+    write_manifest(path, pa.Table.from_pylist(
+        [{"record_id": f"r{i}", "image": img, "captions": caps, "gold": 0} for i, (img, caps) in enumerate(rows)]),
+        "candidates")
+    return str(path)
+
+
+@pytest.mark.parametrize("backend", ["zarr", "hdf5"])
+def test_extract_once_and_equal_to_direct_encoding(tmp_path, sample, tiny_encoder, tiny_model, backend):
+    fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"],
+                backend)
+    m = Manifest.read(sample["candidates"])
+    texts = {c.text for c in m.caption_refs()}
+    assert s.images_new == 12 and s.captions_new == len(texts) and not s.failures
+    fs.refresh()
+    assert fs.verify() == []
+    model, preprocess, tok = tiny_model
+    # every stored row equals a direct encoding of the file / caption, rounded to FP16
+    names = sorted(os.listdir(sample["image_root"]))[:3]
+    x = torch.stack([preprocess(Image.open(os.path.join(sample["image_root"], n)).convert("RGB")) for n in names])
+    g, p = encode_images(model, x)
+    got = fs.load_images([file_sha256(os.path.join(sample["image_root"], n)) for n in names])
+    np.testing.assert_allclose(got.global_.astype(np.float32), g.half().float().numpy(), atol=1e-3)
+    np.testing.assert_allclose(got.patches.astype(np.float32), p.half().float().numpy(), atol=1e-3)
+    cap = sorted(texts)[0]
+    f = encode_texts(model, tok([cap]))
+    c = fs.load_captions([caption_key(cap)])
+    np.testing.assert_allclose(c.tokens.astype(np.float32), f.tokens[0].half().float().numpy(), atol=1e-3)
+    assert c.offsets.tolist() == [0, int(f.mask.sum())]
+
+
+def test_second_run_loads_no_model_and_new_manifest_adds_only_new(tmp_path, sample, tiny_encoder, monkeypatch):
+    run(tmp_path / "st", tiny_encoder, [sample["candidates"]], sample["image_root"])
+    import flowclip_cache.encoders as encoders
+
+    def no_model(*a, **k):
+        raise AssertionError("a run with nothing new must not load the model")
+
+    monkeypatch.setattr(encoders, "load_model", no_model)
+    fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"]], sample["image_root"])
+    assert (s.images_new, s.captions_new, s.images_stored) == (0, 0, 12)
+    monkeypatch.undo()
+    # the training manifest shares every image and adds nothing either (same captions)
+    extra = candidates(tmp_path / "extra.parquet", [("scene_00000.png", ["a brand new caption", "another"])])
+    fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"], extra], sample["image_root"])
+    assert (s.images_new, s.captions_new, s.images_stored) == (0, 2, 12)
+
+
+def test_ranks_split_the_plan(tmp_path, sample, tiny_encoder):
+    kw = dict(image_unit=4, caption_unit=8)
+    fs_a, _ = run(tmp_path / "a", tiny_encoder, [sample["candidates"]], sample["image_root"], rank=0,
+                  world_size=2, **kw)
+    fs_b, _ = run(tmp_path / "a", tiny_encoder, [sample["candidates"]], sample["image_root"], rank=1,
+                  world_size=2, **kw)
+    fs_a.refresh()
+    fs_one, _ = run(tmp_path / "one", tiny_encoder, [sample["candidates"]], sample["image_root"], **kw)
+    fs_one.refresh()
+    assert sorted(s.name for s in fs_a.segments) == sorted(s.name for s in fs_one.segments)
+
+
+def _bad_images(root):
+    os.makedirs(root, exist_ok=True)
+    ok = Image.new("RGB", (40, 20), (200, 10, 10))
+    ok.save(f"{root}/ok.png")
+    open(f"{root}/zero.png", "wb").close()
+    data = open(f"{root}/ok.png", "rb").read()
+    big = Image.effect_noise((64, 64), 50).convert("RGB")
+    big.save(f"{root}/noise.jpg", quality=90)
+    open(f"{root}/truncated.jpg", "wb").write(open(f"{root}/noise.jpg", "rb").read()[:600])
+    open(f"{root}/text.jpg", "w").write("not an image")
+    ok.convert("CMYK").save(f"{root}/cmyk.jpg")
+    ok.convert("P").save(f"{root}/palette.png")
+    Image.fromarray((np.arange(40 * 20).reshape(20, 40) * 70).astype(np.uint16)).save(f"{root}/sixteen.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6                         # rotate 90° on display
+    ok.save(f"{root}/rotated.jpg", exif=exif.tobytes())
+    return data
+
+
+def test_bad_items_are_reported_and_never_stored(tmp_path, tiny_encoder):
+    root = str(tmp_path / "imgs")
+    _bad_images(root)
+    outside = tmp_path / "outside.png"
+    Image.new("RGB", (8, 8)).save(outside)
+    os.symlink(outside, f"{root}/link.png")
+    rows = [(n, [f"caption {n}"]) for n in ["ok.png", "zero.png", "truncated.jpg", "text.jpg", "cmyk.jpg",
+                                             "palette.png", "sixteen.png", "rotated.jpg", "missing.png",
+                                             "../outside.png", str(outside), "link.png"]]
+    rows.append(("ok.png", ["", "word " * 100]))
+    man = candidates(tmp_path / "m.parquet", rows)
+    fs, s = run(tmp_path / "st", tiny_encoder, [man], root)
+    reasons = {f.item: f.reason for f in s.failures}
+    assert reasons["zero.png"] == "zero-byte file"
+    assert reasons["text.jpg"] == "not an image PIL can read"
+    assert reasons["truncated.jpg"].startswith("unreadable image")
+    assert reasons["missing.png"] == "missing file"
+    assert "escapes the image root" in reasons["../outside.png"]
+    assert "escapes the image root" in reasons["link.png"]
+    assert "absolute path refused" in reasons[str(outside)]
+    assert reasons[""] == "empty caption"
+    assert s.images_new == 5                 # ok, cmyk, palette, sixteen, rotated
+    assert s.captions_truncated == 1
+    fs.refresh()
+    assert fs.count(IMAGE) == 5 and fs.verify() == []
+    assert not fs.has(IMAGE, [file_sha256(f"{root}/zero.png")])[0]
+    import pyarrow.parquet as pq
+    table = pq.read_table(s.failures_file)
+    assert table.num_rows == len(s.failures) and set(table.column_names) >= {"key", "path_or_text", "reason"}
+    assert load_image(f"{root}/rotated.jpg").size == (20, 40)
+    # allowed outside the root when asked
+    fs2, s2 = run(tmp_path / "st2", tiny_encoder, [man], root, allow_outside_root=True)
+    assert "link.png" not in {f.item for f in s2.failures}
+
+
+def test_decompression_bomb_is_reported(tmp_path, tiny_encoder, monkeypatch):
+    root = tmp_path / "imgs"
+    root.mkdir()
+    Image.new("RGB", (300, 300)).save(root / "bomb.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
+    man = candidates(tmp_path / "m.parquet", [("bomb.png", ["x"])])
+    _, s = run(tmp_path / "st", tiny_encoder, [man], str(root))
+    assert s.failures[0].reason.startswith("decompression bomb refused")
+
+
+def test_on_error_fail_exits_non_zero(tmp_path, tiny_encoder):
+    root = tmp_path / "imgs"
+    root.mkdir()
+    man = candidates(tmp_path / "m.parquet", [("missing.png", ["x"])])
+    r = CliRunner().invoke(main, ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-vit",
+                                  "--manifest", man, "--image-root", str(root), "--on-error", "fail", "--quiet"])
+    assert r.exit_code != 0 and "missing file" in r.output
+
+
+def test_manifest_errors_name_file_column_row(tmp_path, tiny_encoder):
+    import pyarrow.parquet as pq
+    empty = tmp_path / "empty.parquet"
+    write_manifest(empty, pa.table({"record_id": pa.array([], pa.string()), "image": pa.array([], pa.string()),
+                                    "captions": pa.array([], pa.list_(pa.string())),
+                                    "gold": pa.array([], pa.int32())}), "candidates")
+    with pytest.raises(ManifestError, match="empty.parquet: the manifest is empty"):
+        Manifest.read(empty)
+    nocol = tmp_path / "nocol.parquet"
+    write_manifest(nocol, pa.table({"record_id": ["a"], "image": ["x.png"], "captions": [["c"]]}), "candidates")
+    with pytest.raises(ManifestError, match="nocol.parquet: missing column 'gold'"):
+        Manifest.read(nocol)
+    bad = tmp_path / "bad.parquet"
+    write_manifest(bad, pa.table({"record_id": ["a", "b"], "image": ["x.png", "y.png"],
+                                  "captions": pa.array([[b"ok"], [b"\xff\xfe"]], pa.list_(pa.binary())),
+                                  "gold": [0, 0]}), "candidates")
+    with pytest.raises(ManifestError, match="bad.parquet: row 1: column 'captions' is not valid UTF-8"):
+        list(Manifest.read(bad).caption_refs())
+    with pytest.raises(FlowclipError, match="image root .*nowhere does not exist"):
+        extract_mod.collect([str(nocol).replace("nocol", "bad")], str(tmp_path / "nowhere"))
+    pq.write_table(pa.table({"foo": [1]}), tmp_path / "unknown.parquet")
+    with pytest.raises(ManifestError, match="cannot tell the manifest kind"):
+        Manifest.read(tmp_path / "unknown.parquet")
