@@ -53,6 +53,7 @@ class Collected:
     images: dict[str, ImageItem] = field(default_factory=dict)
     captions: dict[str, str] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    paths: dict[tuple, str] = field(default_factory=dict)   # (path, crop) -> key
 
 
 def collect(manifest_paths: list[str], image_root: str | None, allow_outside_root: bool = False,
@@ -101,6 +102,7 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
             out.failures.append(Failure("image", "", r.path, source, str(d)))
             continue
         key = image_key(d, r.crop)
+        out.paths[(r.path, r.crop)] = key
         out.images.setdefault(key, ImageItem(key, r.path, target, r.crop, source))
     return out
 
@@ -239,6 +241,10 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
             if mine.n_captions:
                 _extract_captions(store, model, col, mine.caption_units, token_ids, truncated, summary,
                                   device, text_batch_size, enc.spec.token_mask, progress)
+    store.refresh()
+    stored = store.has(IMAGE, list(col.paths.values())) if col.paths else []
+    root = os.path.realpath(image_root) if image_root else ""
+    store.add_paths([(root, p, c, k) for ((p, c), k), ok in zip(col.paths.items(), stored) if ok])
     summary.seconds = time.perf_counter() - t0
     if summary.failures:
         summary.failures_file = write_failures(store, summary.failures)

@@ -253,6 +253,41 @@ class FeatureStore:
             tokens[dst] = arrs["tokens"][src]
         return CaptionFeatures(g, tokens, offsets, trunc)
 
+    # -- manifest paths -> image keys ----------------------------------------------------
+    # Training and scoring never open images, yet manifests name images by path. Extract
+    # records which key each (image root, path, crop) had, in small Parquet files.
+    def path_index(self) -> dict[tuple[str, tuple | None], dict[str, str]]:
+        """(path, crop) -> {image_root: key}."""
+        import pyarrow.parquet as pq
+        out: dict = {}
+        pdir = os.path.join(self.root, "paths")
+        if not os.path.isdir(pdir):
+            return out
+        for name in sorted(os.listdir(pdir)):
+            if not name.endswith(".parquet"):
+                continue
+            t = pq.read_table(os.path.join(pdir, name)).to_pydict()
+            for root, path, crop, key in zip(t["image_root"], t["path"], t["crop"], t["key"]):
+                out.setdefault((path, tuple(crop) if crop else None), {})[root] = key
+        return out
+
+    def add_paths(self, rows: list[tuple[str, str, tuple | None, str]]) -> None:
+        """Record (image_root, path, crop, key) rows not yet indexed."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        known = self.path_index()
+        new = [r for r in rows if known.get((r[1], r[2]), {}).get(r[0]) != r[3]]
+        if not new:
+            return
+        pdir = os.path.join(self.root, "paths")
+        os.makedirs(pdir, exist_ok=True)
+        table = pa.table({"image_root": [r[0] for r in new], "path": [r[1] for r in new],
+                          "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
+                          "key": [r[3] for r in new]})
+        final = os.path.join(pdir, f"{uuid.uuid4().hex}.parquet")
+        pq.write_table(table, final + ".tmp")
+        os.replace(final + ".tmp", final)
+
     # -- inspection --------------------------------------------------------------------
     def size_on_disk(self) -> int:
         total = 0

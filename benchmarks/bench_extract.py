@@ -1,0 +1,141 @@
+"""Extraction speed and storage, side by side in one run (issue: stage one).
+
+    python benchmarks/bench_extract.py [--images 300] [--captions 3000] [--model ViT-B-32]
+
+Prints ratios; the absolute figures depend on the machine and its load.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pyarrow as pa
+import torch
+from PIL import Image
+
+from flowclip_cache.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.extract import run_extract
+from flowclip_cache.manifest import write_manifest
+from flowclip_cache.sample import WORDS, draw_scene
+from flowclip_cache.store import FeatureStore
+
+
+def make_data(root, n_images, n_captions, size=256):
+    rng = random.Random(0)
+    os.makedirs(f"{root}/images", exist_ok=True)
+    names = []
+    for i in range(n_images):
+        im, _ = draw_scene(rng, size)
+        im = Image.blend(im, Image.effect_noise((size, size), 40).convert("RGB"), 0.3)
+        names.append(f"im{i:05d}.jpg")
+        im.save(f"{root}/images/{names[-1]}", quality=90)
+    caps = [" ".join(rng.choice(WORDS) for _ in range(12)) + f" {i}" for i in range(n_captions)]
+    per = max(1, n_captions // n_images)
+    rows = [{"record_id": str(i), "image": names[i], "captions": caps[i * per:(i + 1) * per] or [caps[0]], "gold": 0}
+            for i in range(n_images)]
+    write_manifest(f"{root}/images.parquet",
+                   pa.Table.from_pylist([{**r, "captions": [caps[0]]} for r in rows]), "candidates")
+    write_manifest(f"{root}/captions.parquet",
+                   pa.Table.from_pylist([{**r, "image": names[0]} for r in rows]), "candidates")
+    return names, [c for r in rows for c in r["captions"]]
+
+
+def bare_images(model, preprocess, paths, batch):
+    t = time.perf_counter()
+    with torch.no_grad():
+        for i in range(0, len(paths), batch):
+            x = torch.stack([preprocess(Image.open(p).convert("RGB")) for p in paths[i:i + batch]])
+            model.encode_image(x)
+    return time.perf_counter() - t
+
+
+def bare_captions(model, tok, caps, batch):
+    t = time.perf_counter()
+    with torch.no_grad():
+        for i in range(0, len(caps), batch):
+            model.encode_text(tok(caps[i:i + batch]))      # context 77, padded
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images", type=int, default=300)
+    ap.add_argument("--captions", type=int, default=3000)
+    ap.add_argument("--model", default="ViT-B-32")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=64)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    enc = resolve(EncoderSpec(args.model))
+    model, preprocess, tok = load_model(enc)
+    with tempfile.TemporaryDirectory() as root:
+        names, caps = make_data(root, args.images, args.captions)
+        paths = [f"{root}/images/{n}" for n in names]
+        print(f"# {args.model}, random weights, {len(paths)} JPEG images 256 px, {len(caps)} captions, "
+              f"torch threads {torch.get_num_threads()}, extract workers {args.workers}")
+        # warm both paths once
+        bare_images(model, preprocess, paths[:4], 4)
+        # images: flowclip vs a bare decode + encode_image loop, interleaved halves to share noise
+        fs = FeatureStore.open_or_create(f"{root}/st", enc.config)
+        t_bare = bare_images(model, preprocess, paths, args.batch_size)
+        s = run_extract(fs, enc, [f"{root}/images.parquet"], f"{root}/images", batch_size=args.batch_size,
+                        workers=args.workers, progress=False)
+        t_ours_img = s.seconds
+        t_bare += bare_images(model, preprocess, paths, args.batch_size)
+        t_bare /= 2
+        print(f"images   : flowclip {len(paths) / t_ours_img:7.1f} img/s | bare loop {len(paths) / t_bare:7.1f} img/s"
+              f" | ratio {t_bare / t_ours_img:.2f} (target >= 0.95)")
+        # captions
+        t_bare_c = bare_captions(model, tok, caps, 256)
+        fs.refresh()
+        s = run_extract(fs, enc, [f"{root}/captions.parquet"], f"{root}/images", workers=0, progress=False)
+        t_ours_c = s.seconds
+        print(f"captions : flowclip {len(caps) / t_ours_c:7.1f} cap/s | bare encode_text@77 "
+              f"{len(caps) / t_bare_c:7.1f} cap/s | ratio {t_bare_c / t_ours_c:.2f} (target >= 2)")
+        # second run: nothing new
+        fs.refresh()
+        s2 = run_extract(fs, enc, [f"{root}/images.parquet", f"{root}/captions.parquet"], f"{root}/images",
+                         progress=False)
+        assert s2.images_new == 0 and s2.captions_new == 0
+        print(f"rerun    : {s2.seconds:.3f} s vs first run {t_ours_img + t_ours_c:.1f} s | ratio "
+              f"{s2.seconds / (t_ours_img + t_ours_c):.4f} (target <= 0.02)")
+        # bytes per caption
+        fs.refresh()
+        info = fs.info()
+        cap_bytes = sum(os.path.getsize(os.path.join(dp, f)) for seg in fs.segments if seg.kind == "cap"
+                        for dp, _, fl in os.walk(seg.path) for f in fl)
+        d = info["dim"]
+        padded = (77 * d + d) * 2 + 32            # tokens at 77 + sentence, FP16, + key
+        per_cap = cap_bytes / info["captions"]
+        print(f"storage  : {per_cap:.0f} B/caption ({info['caption_tokens'] / info['captions']:.1f} tokens) vs "
+              f"padded-77 {padded} B | ratio {per_cap / padded:.3f} (target <= 0.25)")
+        # load everything vs numpy memmap of the same arrays
+        ik = [k.tobytes().hex() for k in fs._index["img"].keys]
+        ck = [k.tobytes().hex() for k in fs._index["cap"].keys]
+        t = time.perf_counter()
+        im = fs.load_images(ik)
+        cp = fs.load_captions(ck)
+        t_load = time.perf_counter() - t
+        arrays = {"ig": im.global_, "ip": im.patches, "cg": cp.global_, "ct": cp.tokens}
+        mm = {}
+        for k, a in arrays.items():
+            np.save(f"{root}/{k}.npy", a)
+        os.sync()
+        t = time.perf_counter()
+        for k in arrays:
+            mm[k] = np.array(np.load(f"{root}/{k}.npy", mmap_mode="r"))
+        t_mm = time.perf_counter() - t
+        mb = sum(a.nbytes for a in arrays.values()) / 2**20
+        print(f"load     : store {mb / t_load:7.0f} MiB/s | numpy memmap {mb / t_mm:7.0f} MiB/s | ratio "
+              f"{t_mm / t_load:.2f} (target >= 0.5; {mb:.0f} MiB, both from the page cache)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

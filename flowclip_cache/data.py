@@ -1,0 +1,63 @@
+"""From a manifest to the cached features it needs: keys per row, and a clear error
+(with the extract command to run) when some are missing."""
+from __future__ import annotations
+
+import os
+import shlex
+
+from .errors import FlowclipError
+from .hashing import caption_key
+from .manifest import Manifest
+from .store import CAPTION, IMAGE, FeatureStore
+
+
+def image_keys(store: FeatureStore, manifest: Manifest, image_root: str | None = None) -> list[str | None]:
+    """Image key of every row (None where extract never saw the image)."""
+    if "image_key" in manifest.table.column_names:
+        return manifest.table.column("image_key").to_pylist()
+    index = store.path_index()
+    root = os.path.realpath(image_root) if image_root else None
+    out = []
+    for ref in manifest.image_refs():
+        by_root = index.get((ref.path, ref.crop), {})
+        if root is not None:
+            out.append(by_root.get(root))
+        elif len(set(by_root.values())) <= 1:
+            out.append(next(iter(by_root.values()), None))
+        else:
+            raise FlowclipError(
+                f"{manifest.path}: row {ref.row}: image {ref.path!r} was extracted from several image roots "
+                f"with different content ({', '.join(sorted(by_root))}); pass --image-root to choose")
+    return out
+
+
+def require_features(store: FeatureStore, manifest: Manifest, img_keys: list[str | None],
+                     caption_texts: list[str]) -> None:
+    """Raise, naming how many rows lack features, a few of them, and the fix."""
+    refs = list(manifest.image_refs())
+    known = [k for k in img_keys if k is not None]
+    have = dict(zip(known, store.has(IMAGE, known))) if known else {}
+    bad_img = [(r, k) for r, k in zip(refs, img_keys) if k is None or not have.get(k, False)]
+    ckeys = [caption_key(t) for t in caption_texts]
+    chave = store.has(CAPTION, ckeys) if ckeys else []
+    bad_cap = [t for t, h in zip(caption_texts, chave) if not h]
+    if not bad_img and not bad_cap:
+        return
+    lines = [f"{manifest.path}: features missing from the store {store.root}:"]
+    if bad_img:
+        lines.append(f"  {len(bad_img)} image rows, e.g. " + "; ".join(
+            f"row {r.row} {r.path!r} (key {k[:12] + '...' if k else 'never extracted'})" for r, k in bad_img[:3]))
+    if bad_cap:
+        lines.append(f"  {len(set(bad_cap))} captions, e.g. " + "; ".join(repr(t) for t in bad_cap[:3]))
+    enc = store.encoder_config
+    lines.append("Run: " + " ".join(shlex.quote(x) for x in [
+        "flowclip", "extract", "--store", store.root, "--model", enc["model"],
+        "--pretrained", _pretrained_arg(enc), "--manifest", manifest.path, "--image-root", "<image folder>"]))
+    raise FlowclipError("\n".join(lines))
+
+
+def _pretrained_arg(enc: dict) -> str:
+    src = enc["weights"]["source"]
+    if src.startswith("open_clip:"):
+        return src.split(":", 1)[1]
+    return "none" if src == "random-init" else "<checkpoint file>"

@@ -1,0 +1,147 @@
+"""The Flow-CLIP heads and their score (docs/method.md; METHOD.md in the design notes).
+
+    GCC:   z = norm(M t)                       s_global = v . z
+    ICER:  q_l = norm(M_tok h_l)
+           a_lj = softmax_j(q_l . p_j / tau_p)
+           c_l = sum_j a_lj (p_j - pbar)       r_l = c_l - (q_l . c_l) q_l
+           qres_l = norm(q_l + W r_l)
+           E(q, P) = tau_p log( (1/N) sum_j exp(q . p_j / tau_p) )
+           s_token = sum_l m_l [E(qres_l, P) - E(q_l, P)] / sum_l m_l
+    s = s_global + alpha s_token
+
+Two implementations of s_token over all B_I x B_T pairs:
+  token_scores_direct  follows the equations line by line (builds [B_I, B_T, L, d]);
+  token_scores         the factorised form: W is applied once per image (Y = P~ W^T)
+                       and once per token (W q), so every pair costs only L x N x d
+                       products, which run as one GEMM. Both agree to FP32 round-off.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HEAD_KINDS = ("clip", "global", "flow")
+
+
+def global_scores(v: torch.Tensor, t: torch.Tensor, M: torch.Tensor | None) -> torch.Tensor:
+    """v [I,d], t [T,d] -> [I,T]. M None is the frozen encoder (v . t)."""
+    z = t if M is None else F.normalize(t @ M.T, dim=-1)
+    return v @ z.T
+
+
+def _pooled_evidence(logits: torch.Tensor, tau_p: float) -> torch.Tensor:
+    """tau_p * log mean_j exp(logits_j / tau_p) over the last axis."""
+    return tau_p * (torch.logsumexp(logits / tau_p, dim=-1) - math.log(logits.shape[-1]))
+
+
+def _masked_token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x [I,T,L], mask [T,L] -> [I,T]: mean over valid tokens."""
+    m = mask.to(x.dtype)
+    return (x * m).sum(-1) / m.sum(-1).clamp_min(1)
+
+
+def token_scores_direct(P, H, mask, M_tok, W, tau_p):
+    """Reference: the ICER equations as written. P [I,N,d], H [T,L,d], mask [T,L] -> [I,T]."""
+    q = F.normalize(H @ M_tok.T, dim=-1)                                  # [T,L,d]
+    logits = torch.einsum("tld,ind->itln", q, P)                          # q_l . p_j
+    a = torch.softmax(logits / tau_p, dim=-1)                             # patch support
+    pbar = P.mean(dim=1)                                                  # [I,d]
+    c = torch.einsum("itln,ind->itld", a, P - pbar[:, None, :])           # visual context
+    qc = (q[None] * c).sum(-1, keepdim=True)
+    r = c - qc * q[None]                                                  # tangent projection
+    q_tilde = q[None] + r @ W.T
+    q_res = F.normalize(q_tilde, dim=-1)
+    e_res = _pooled_evidence(torch.einsum("itld,ind->itln", q_res, P), tau_p)
+    e_q = _pooled_evidence(logits, tau_p)
+    return _masked_token_mean(e_res - e_q, mask)
+
+
+def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
+    """Factorised ICER, exact. P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] for all pairs;
+    with paired=True, P [T,N,d] holds caption t's own image and the result is [T].
+
+    With Y = (P - pbar) W^T (per image) and w = W q (per token):
+      W c_l    = sum_k a_lk Y_k
+      q~ . p_j = q.p_j + sum_k a_lk (Y_k . p_j) - (q.c) (w . p_j)
+      |q~|^2   = q.q + |Wc|^2 + (q.c)^2 |w|^2 + 2 q.Wc - 2 (q.c) q.w - 2 (q.c) Wc.w
+    where q.c = sum_j a_lj q.p_j - mean_j q.p_j. The four pair products
+    {q, w} x {p, Y} are one matrix product."""
+    I, N, d = P.shape
+    T, L, _ = H.shape
+    q = F.normalize(H @ M_tok.T, dim=-1)                                  # [T,L,d]
+    w = q @ W.T                                                           # [T,L,d]
+    Y = (P - P.mean(dim=1, keepdim=True)) @ W.T                           # [I,N,d]
+    lhs = torch.stack([q, w], dim=2)                                      # [T,L,2,d]
+    rhs = torch.stack([P, Y], dim=1)                                      # [I,2,N,d]
+    if paired:   # image axis = caption axis; one "caption" per image
+        prod = torch.einsum("tlad,tbnd->tlabn", lhs, rhs)[:, None]        # [T,1,L,2,2,N]
+        per_token = lambda x: x[:, None]                                   # [T,L] -> [T,1,L]
+        T_ = 1
+    else:
+        prod = (lhs.reshape(T * L * 2, d) @ rhs.reshape(I * 2 * N, d).T)
+        prod = prod.reshape(T, L, 2, I, 2, N).permute(3, 0, 1, 2, 4, 5)   # [I,T,L,2,2,N]
+        per_token = lambda x: x[None]                                      # [T,L] -> [1,T,L]
+        T_ = T
+    s_qp, s_qy = prod[..., 0, 0, :], prod[..., 0, 1, :]
+    s_wp, s_wy = prod[..., 1, 0, :], prod[..., 1, 1, :]
+    a = torch.softmax(s_qp / tau_p, dim=-1)                               # [I,T,L,N]
+    qc = (a * s_qp).sum(-1) - s_qp.mean(-1)                               # q . c
+    a_flat = a.reshape(I, T_ * L, N)
+    wc_p = torch.bmm(a_flat, Y @ P.transpose(1, 2)).reshape(I, T_, L, N)  # (W c) . p_j
+    wc_sq = (torch.bmm(a_flat, Y @ Y.transpose(1, 2)) * a_flat).sum(-1).reshape(I, T_, L)
+    q_wc = (a * s_qy).sum(-1)
+    wc_w = (a * s_wy).sum(-1)
+    qq = per_token((q * q).sum(-1))                                       # = 1 up to round-off
+    qw = per_token((q * w).sum(-1))
+    ww = per_token((w * w).sum(-1))
+    norm_sq = qq + wc_sq + qc ** 2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
+    res_logits = (s_qp + wc_p - qc[..., None] * s_wp) / norm_sq.clamp_min(1e-12).sqrt()[..., None]
+    e_diff = _pooled_evidence(res_logits, tau_p) - _pooled_evidence(s_qp, tau_p)
+    m = per_token(mask).to(e_diff.dtype)
+    out = (e_diff * m).sum(-1) / m.sum(-1).clamp_min(1)                   # mean over valid tokens
+    return out[:, 0] if paired else out
+
+
+class FlowHead(nn.Module):
+    """kind 'clip': no parameters (v . t); 'global': M; 'flow': M, M_tok, W.
+    Initialised as identity maps and W = 0: an untrained head scores like the encoder."""
+
+    def __init__(self, dim: int, kind: str = "flow", alpha: float = 1.0, tau_p: float = 0.05):
+        super().__init__()
+        if kind not in HEAD_KINDS:
+            raise ValueError(f"head kind must be one of {HEAD_KINDS}, got {kind!r}")
+        self.kind, self.dim, self.alpha, self.tau_p = kind, dim, alpha, tau_p
+        if kind in ("global", "flow"):
+            self.M = nn.Parameter(torch.eye(dim))
+        if kind == "flow":
+            self.M_tok = nn.Parameter(torch.eye(dim))
+            self.W = nn.Parameter(torch.zeros(dim, dim))
+
+    @property
+    def uses_tokens(self) -> bool:
+        return self.kind == "flow"
+
+    def score_parts(self, v, P, t, H, mask, direct: bool = False):
+        """All pairs of I images x T captions -> (s_global [I,T], s_token [I,T] or None)."""
+        s_global = global_scores(v, t, getattr(self, "M", None))
+        if self.kind != "flow":
+            return s_global, None
+        fn = token_scores_direct if direct else token_scores
+        return s_global, fn(P, H, mask, self.M_tok, self.W, self.tau_p)
+
+    def score_matched(self, v, P, t, H, mask) -> torch.Tensor:
+        """Scores of n matched pairs (row i of each input belongs together) -> [n]."""
+        s = (v * (t if self.kind == "clip" else F.normalize(t @ self.M.T, dim=-1))).sum(-1)
+        if self.kind == "flow":
+            s = s + self.alpha * token_scores(P, H, mask, self.M_tok, self.W, self.tau_p, paired=True)
+        return s
+
+    def forward(self, v, P, t, H, mask, direct: bool = False):
+        s_global, s_token = self.score_parts(v, P, t, H, mask, direct)
+        return s_global if s_token is None else s_global + self.alpha * s_token
+
+    def hparams(self) -> dict:
+        return {"kind": self.kind, "dim": self.dim, "alpha": self.alpha, "tau_p": self.tau_p}
