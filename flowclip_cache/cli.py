@@ -117,5 +117,53 @@ def store_verify(path):
     click.echo(f"ok: {len(fs.segments)} segments, {fs.count('img')} images, {fs.count('cap')} captions")
 
 
+def _train_option(name, typ, help):
+    return click.option(f"--{name.replace('_', '-')}", name, type=typ, default=None, help=help)
+
+
+@main.command("train-head")
+@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--train", "train_manifest", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="A training manifest (record_id, image, positive, negatives, split).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+              help="YAML file of TrainConfig keys; flags override it.")
+@_train_option("head", click.Choice(["clip", "global", "flow"]), "Head: clip (frozen), global (Global-M), flow.")
+@_train_option("cimr", float, "lambda_CIMR (0 = HNB alone). Default 0.1.")
+@_train_option("alpha", float, "Weight of s_token. Default 1.")
+@_train_option("tau_p", float, "Patch pooling temperature. Default 0.05.")
+@_train_option("tau_c", float, "Contrastive temperature. Default 0.01.")
+@_train_option("epochs", int, "Default 5.")
+@_train_option("batch_size", int, "Records per batch. Default 32.")
+@_train_option("lr", float, "AdamW learning rate. Default 8e-5.")
+@_train_option("weight_decay", float, "Default 1e-4.")
+@_train_option("grad_clip", float, "Gradient norm clip. Default 1.0.")
+@_train_option("seed", int, "Default 0.")
+@_train_option("checkpoint_every", int, "Steps between checkpoints. Default 500.")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--image-root", type=click.Path(), help="Only where the store saw the same paths under several roots.")
+@click.option("--resume", is_flag=True, help="Continue an unfinished run in --out.")
+@click.option("--overwrite", is_flag=True, help="Replace a run in --out.")
+@click.option("--quiet", is_flag=True)
+def train_head_cmd(store, train_manifest, out, config_file, device, image_root, resume, overwrite, quiet, **flags):
+    """Train a Flow-CLIP (or Global-M) head from cached features."""
+    import yaml
+
+    from .store import FeatureStore
+    from .train import TrainConfig, train_head
+
+    values = {}
+    if config_file:
+        values = yaml.safe_load(open(config_file)) or {}
+        if not isinstance(values, dict):
+            raise FlowclipError(f"{config_file}: expected a mapping of TrainConfig keys")
+        TrainConfig.from_dict(values, config_file)
+    values.update({k: v for k, v in flags.items() if v is not None})
+    cfg = TrainConfig.from_dict(values, config_file or "flags")
+    state = train_head(FeatureStore(store), train_manifest, out, cfg, device=_device(device), resume=resume,
+                       overwrite=overwrite, image_root=image_root, progress=not quiet, log=click.echo)
+    click.echo(f"done: {out} ({state['global_step']} steps)")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,352 @@
+"""flowclip train-head: train GCC / ICER heads from cached features.
+
+Reads top to bottom: config -> data gathered into memory once -> model and optimiser
+-> (resume) -> epochs of batches made by indexing -> evaluation -> checkpoint.
+The run folder holds everything needed to resume and to score:
+
+    config.json        the resolved TrainConfig, store fingerprint, manifest sha256, git revision
+    head.safetensors   the head's weights (latest checkpoint)
+    state.safetensors  optimiser moments, for --resume
+    state.json         epoch/step reached, metrics per epoch
+    log.jsonl          one JSON line per step and per evaluation
+    DONE               written last; a finished run
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .data import image_keys, require_features
+from .errors import FlowclipError
+from .hashing import caption_key, file_sha256
+from .heads import HEAD_KINDS, FlowHead
+from .losses import cimr_loss, donor_map, hnb_loss
+from .manifest import Manifest
+from .store import FeatureStore
+
+
+@dataclass
+class TrainConfig:
+    head: str = "flow"            # clip | global | flow
+    epochs: int = 5
+    batch_size: int = 32          # records per batch (each brings one negative)
+    lr: float = 8e-5
+    weight_decay: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0
+    tau_c: float = 0.01
+    tau_p: float = 0.05
+    alpha: float = 1.0
+    cimr: float = 0.1             # lambda_CIMR; 0 = HNB alone
+    seed: int = 0
+    checkpoint_every: int = 500   # steps between resumable checkpoints (and at every epoch end)
+    train_eval_records: int = 2000  # fixed sample of training records scored after each epoch
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "TrainConfig":
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise FlowclipError(f"{source}: unknown keys {unknown}; known: {sorted(fields)}")
+        out = {}
+        for k, v in d.items():
+            typ = type(getattr(cls, k))
+            if typ is float and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            if not isinstance(v, typ) or isinstance(v, bool) != (typ is bool):
+                raise FlowclipError(f"{source}: key {k!r} must be {typ.__name__}, got {v!r}")
+            out[k] = v
+        cfg = cls(**out)
+        if cfg.head not in HEAD_KINDS:
+            raise FlowclipError(f"{source}: head must be one of {HEAD_KINDS}, got {cfg.head!r}")
+        return cfg
+
+
+# -- data: everything the manifest needs, in memory once ------------------------------------
+@dataclass
+class TrainingData:
+    img_global: torch.Tensor      # [n_img, d] fp16
+    img_patches: torch.Tensor     # [n_img, N, d] fp16 (empty unless a flow head)
+    cap_global: torch.Tensor      # [n_cap, d] fp16
+    cap_tokens: torch.Tensor      # [n_tok, d] fp16, flat
+    cap_offsets: torch.Tensor     # [n_cap+1] int64
+    rec_image: torch.Tensor       # [R] index into images
+    rec_pos: torch.Tensor         # [R] index into captions
+    rec_neg: torch.Tensor         # [R, K] index into captions, -1 = none
+    rec_neg_kind: list            # [R][K] negative kind names ("" when unknown)
+    split: np.ndarray             # [R] str
+
+    def tokens(self, caps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ragged token rows -> padded [n, Lmax, d] FP32 and mask, Lmax = longest in this batch."""
+        starts = self.cap_offsets[caps]
+        lengths = self.cap_offsets[caps + 1] - starts
+        ar = torch.arange(int(lengths.max()), device=caps.device)
+        mask = ar[None, :] < lengths[:, None]
+        idx = torch.where(mask, starts[:, None] + ar[None, :], torch.zeros_like(starts)[:, None])
+        return self.cap_tokens[idx].float() * mask[..., None], mask
+
+    def features(self, imgs, caps, need_tokens: bool):
+        """FP32 features of a batch, re-normalised: FP16 storage moves norms by up to ~1e-3."""
+        v = F.normalize(self.img_global[imgs].float(), dim=-1)
+        t = F.normalize(self.cap_global[caps].float(), dim=-1)
+        if not need_tokens:
+            return v, None, t, None, None
+        H, mask = self.tokens(caps)
+        return v, F.normalize(self.img_patches[imgs].float(), dim=-1), t, F.normalize(H, dim=-1), mask
+
+
+def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bool, device: str,
+                       image_root: str | None = None) -> TrainingData:
+    if manifest.kind != "training":
+        raise FlowclipError(f"{manifest.path}: train-head needs a 'training' manifest "
+                            f"(record_id, image, positive, negatives, split), got {manifest.kind!r}")
+    t = manifest.table.to_pydict()
+    negs = t["negatives"]
+    if any(not n for n in negs):
+        bad = [i for i, n in enumerate(negs) if not n][:5]
+        raise FlowclipError(f"{manifest.path}: rows {bad} have no negatives")
+    ikeys = image_keys(store, manifest, image_root)
+    texts = sorted(set(t["positive"]) | {n for ns in negs for n in ns})
+    require_features(store, manifest, ikeys, texts)
+
+    uimg = sorted(set(ikeys))
+    img_index = {k: i for i, k in enumerate(uimg)}
+    cap_index = {c: i for i, c in enumerate(texts)}
+    im = store.load_images(uimg)
+    cp = store.load_captions([caption_key(c) for c in texts])
+    K = max(map(len, negs))
+    rec_neg = torch.full((len(negs), K), -1, dtype=torch.long)
+    for r, ns in enumerate(negs):
+        rec_neg[r, :len(ns)] = torch.tensor([cap_index[n] for n in ns])
+    kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in negs]
+    to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
+    return TrainingData(
+        img_global=to(im.global_),
+        img_patches=to(im.patches) if need_patches else torch.empty(0, device=device),
+        cap_global=to(cp.global_), cap_tokens=to(cp.tokens), cap_offsets=to(cp.offsets),
+        rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
+        rec_pos=torch.tensor([cap_index[c] for c in t["positive"]], device=device),
+        rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]))
+
+
+# -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------
+@torch.no_grad()
+def pairwise_accuracy(head: FlowHead, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
+    """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
+    correct: dict[str, list[int]] = {}
+    margins_tok = []
+    for s in range(0, len(records), chunk):
+        r = torch.as_tensor(records[s:s + chunk], device=data.rec_image.device)
+        for k in range(data.rec_neg.shape[1]):
+            rk = r[data.rec_neg[r, k] >= 0]
+            if len(rk) == 0:
+                continue
+            img = data.rec_image[rk]
+            pos, neg = data.rec_pos[rk], data.rec_neg[rk, k]
+            sp = head.score_matched(*data.features(img, pos, head.uses_tokens))
+            sn = head.score_matched(*data.features(img, neg, head.uses_tokens))
+            ok = (sp > sn).cpu().numpy()
+            for rec, o in zip(rk.cpu().numpy(), ok):
+                kind = data.rec_neg_kind[rec][k] or "all"
+                correct.setdefault(kind, []).append(int(o))
+    out = {kind: float(np.mean(v)) for kind, v in sorted(correct.items())}
+    allv = [x for v in correct.values() for x in v]
+    out["all"] = float(np.mean(allv)) if allv else float("nan")
+    out["pairs"] = len(allv)
+    return out
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+def _git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def _atomic_write(path: str, write) -> None:
+    tmp = f"{path}.tmp"
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(out: str, head: FlowHead, opt, state: dict) -> None:
+    from safetensors.torch import save_file
+    weights = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    _atomic_write(os.path.join(out, "head.safetensors"), lambda p: save_file(weights, p))
+    moments = {}
+    for i, p in enumerate(head.parameters() if opt is not None else []):
+        st = opt.state.get(p, {})
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            if name in st:
+                moments[f"{i}.{name}"] = torch.as_tensor(st[name]).detach().cpu().contiguous()
+    if moments:
+        _atomic_write(os.path.join(out, "state.safetensors"), lambda p: save_file(moments, p))
+    _atomic_write(os.path.join(out, "state.json"), lambda p: json.dump(state, open(p, "w"), indent=1))
+
+
+def load_checkpoint(out: str, head: FlowHead, opt, device: str) -> dict:
+    from safetensors.torch import load_file
+    head.load_state_dict(load_file(os.path.join(out, "head.safetensors"), device=device))
+    spath = os.path.join(out, "state.safetensors")
+    if opt is not None and os.path.exists(spath):
+        moments = load_file(spath, device=device)
+        for i, p in enumerate(head.parameters()):
+            if f"{i}.exp_avg" in moments:
+                opt.state[p] = {"step": moments[f"{i}.step"].cpu(), "exp_avg": moments[f"{i}.exp_avg"],
+                                "exp_avg_sq": moments[f"{i}.exp_avg_sq"]}
+    return json.load(open(os.path.join(out, "state.json")))
+
+
+def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
+    """A trained head and its run config (for flowclip score)."""
+    from safetensors.torch import load_file
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    hp = cfg["head"]
+    head = FlowHead(hp["dim"], hp["kind"], hp["alpha"], hp["tau_p"])
+    head.load_state_dict(load_file(os.path.join(run_dir, "head.safetensors"), device=device))
+    return head.to(device).eval(), cfg
+
+
+# -- the run ------------------------------------------------------------------------------------
+def train_head(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, *, device: str = "cpu",
+               resume: bool = False, overwrite: bool = False, image_root: str | None = None,
+               progress: bool = True, max_steps: int | None = None, log=print) -> dict:
+    # 1. the run folder: never mix two runs
+    if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
+        raise FlowclipError(f"{out} holds a finished run; pass --overwrite to replace it")
+    if overwrite and os.path.exists(out):
+        shutil.rmtree(out)
+    started = os.path.exists(os.path.join(out, "state.json"))
+    if started and not resume:
+        raise FlowclipError(f"{out} holds an unfinished run; pass --resume to continue it or --overwrite")
+    os.makedirs(out, exist_ok=True)
+
+    manifest = Manifest.read(manifest_path)
+    run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
+                  "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
+                  "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
+                  "head": {"kind": cfg.head, "dim": store.meta["dim"], "alpha": cfg.alpha, "tau_p": cfg.tau_p},
+                  "torch": torch.__version__, "device": device}
+    if started:
+        old = json.load(open(os.path.join(out, "config.json")))
+        if old["store_fingerprint"] != store.fingerprint:
+            raise FlowclipError(f"{out} was trained on another encoder (store fingerprint "
+                                f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused")
+        if old["train"] != run_config["train"] or old["manifest_sha256"] != run_config["manifest_sha256"]:
+            raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
+    else:
+        _atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
+
+    # 2. data, once, on the device
+    torch.manual_seed(cfg.seed)
+    if device == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    data = load_training_data(store, manifest, cfg.head == "flow", device, image_root)
+    train_rec = np.nonzero(data.split == "train")[0]
+    val_rec = np.nonzero(data.split == "val")[0]
+    if len(train_rec) < 2:
+        raise FlowclipError(f"{manifest_path}: fewer than 2 records with split == 'train'")
+    sample_rng = np.random.default_rng(cfg.seed)
+    train_eval = np.sort(sample_rng.choice(train_rec, min(cfg.train_eval_records, len(train_rec)), replace=False))
+
+    # 3. head and optimiser
+    head = FlowHead(store.meta["dim"], cfg.head, cfg.alpha, cfg.tau_p).to(device)
+    params = list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay) \
+        if params else None
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}
+    if started:
+        state = load_checkpoint(out, head, opt, device)
+        log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
+    logf = open(os.path.join(out, "log.jsonl"), "a")
+
+    def evaluate(epoch):
+        head.eval()
+        m = {"epoch": epoch, "train_sample": pairwise_accuracy(head, data, train_eval)}
+        if len(val_rec):
+            m["val"] = pairwise_accuracy(head, data, val_rec)
+        head.train()
+        logf.write(json.dumps({"eval": m}) + "\n")
+        logf.flush()
+        log(f"epoch {epoch}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
+            + (f", val {m['val']['all']:.4f}" if "val" in m else ""))
+        return m
+
+    if not state["metrics"]:
+        state["metrics"].append(evaluate(0))      # the untrained head = the frozen encoder
+    B = cfg.batch_size
+    steps_per_epoch = len(train_rec) // B if len(train_rec) >= B else 1
+    from tqdm import tqdm
+    bar = tqdm(total=steps_per_epoch * cfg.epochs, initial=state["global_step"], desc="train", unit="step",
+               disable=not progress, file=sys.stderr)
+    t_last = time.perf_counter()
+    steps_run = 0
+    # 4. epochs: the order and the negative drawn depend only on (seed, epoch)
+    while params and state["epoch"] < cfg.epochs:
+        epoch = state["epoch"]
+        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
+        order = torch.as_tensor(train_rec)[torch.randperm(len(train_rec), generator=g)].to(device)
+        n_neg = (data.rec_neg >= 0).sum(1)
+        neg_pick = (torch.rand(len(data.split), generator=g).to(device) * n_neg).long()
+        for step in range(state["step_in_epoch"], steps_per_epoch):
+            rec = order[step * B:(step + 1) * B]
+            img = data.rec_image[rec]
+            pos, neg = data.rec_pos[rec], data.rec_neg[rec, neg_pick[rec]]
+            caps = torch.cat([pos, neg])
+            s_global, s_token = head.score_parts(*data.features(img, caps, head.uses_tokens))
+            S = s_global if s_token is None else s_global + cfg.alpha * s_token
+            l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
+            l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
+            loss = l_hnb + cfg.cimr * l_cimr
+            if not torch.isfinite(loss):
+                raise FlowclipError(f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
+                                    f"the last good checkpoint in {out} is kept (try a lower --lr)")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            state["step_in_epoch"], state["global_step"] = step + 1, state["global_step"] + 1
+            now = time.perf_counter()
+            rec_log = {"step": state["global_step"], "epoch": epoch, "loss": loss.item(), "hnb": l_hnb.item(),
+                       "cimr": l_cimr.item(), "lr": opt.param_groups[0]["lr"], "grad_norm": grad_norm.item(),
+                       "steps_per_s": 1.0 / max(now - t_last, 1e-9)}
+            t_last = now
+            if s_token is not None:
+                b = torch.arange(len(rec), device=device)
+                rec_log["mean_abs_s_token"] = s_token.detach().abs().mean().item()
+                rec_log["token_margin"] = (s_token[b, b] - s_token[b, len(rec) + b]).detach().mean().item()
+            logf.write(json.dumps(rec_log) + "\n")
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec_log['loss']:.4f}")
+            steps_run += 1
+            if state["global_step"] % cfg.checkpoint_every == 0:
+                logf.flush()
+                save_checkpoint(out, head, opt, state)
+            if max_steps is not None and steps_run >= max_steps:    # for tests of resume
+                logf.flush()
+                save_checkpoint(out, head, opt, state)
+                return state
+        state["epoch"], state["step_in_epoch"] = epoch + 1, 0
+        state["metrics"].append(evaluate(epoch + 1))
+        save_checkpoint(out, head, opt, state)
+    bar.close()
+    if not params:
+        save_checkpoint(out, head, opt, state)
+    logf.close()
+    # 5. finished: the marker last
+    _atomic_write(os.path.join(out, "DONE"), lambda p: open(p, "w").write(json.dumps(state["metrics"][-1])))
+    return state
