@@ -1,0 +1,113 @@
+"""The Flow-CLIP score: factorised == direct (scores and gradients), masks, init."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from flowclip_cache.heads import FlowHead, global_scores, token_scores, token_scores_direct
+
+
+def case(I=3, T=4, L=6, N=7, d=16, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    P = F.normalize(torch.randn(I, N, d, generator=g, dtype=dtype), dim=-1)
+    H = F.normalize(torch.randn(T, L, d, generator=g, dtype=dtype), dim=-1)
+    mask = torch.ones(T, L, dtype=torch.bool)
+    mask[0, min(4, L):] = False
+    mask[min(1, T - 1), 1:] = False          # a caption of one valid token
+    M_tok = torch.eye(d, dtype=dtype) + 0.3 * torch.randn(d, d, generator=g, dtype=dtype)
+    W = 0.5 * torch.randn(d, d, generator=g, dtype=dtype)
+    return P, H, mask, M_tok, W
+
+
+def test_parameter_count_vit_b32():
+    assert sum(p.numel() for p in FlowHead(512, "flow").parameters()) == 786_432
+    assert sum(p.numel() for p in FlowHead(512, "global").parameters()) == 512 * 512
+    assert sum(p.numel() for p in FlowHead(512, "clip").parameters()) == 0
+
+
+@pytest.mark.parametrize("tau_p", [0.05, 0.5])
+def test_factorised_equals_direct(tau_p):
+    P, H, mask, M_tok, W = case()
+    fast = token_scores(P, H, mask, M_tok, W, tau_p)
+    ref = token_scores_direct(P, H, mask, M_tok, W, tau_p)
+    assert fast.shape == (3, 4)
+    torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
+    assert ref.abs().max() > 1e-3            # the case is not trivially zero
+
+
+def test_gradients_agree_fp32():
+    P, H, mask, M_tok, W = case()
+    grads = []
+    for fn in (token_scores, token_scores_direct):
+        Mt, Wp = M_tok.clone().requires_grad_(), W.clone().requires_grad_()
+        weights = torch.linspace(-1, 1, 12).reshape(3, 4)
+        (fn(P, H, mask, Mt, Wp, 0.05) * weights).sum().backward()
+        grads.append((Mt.grad, Wp.grad))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_gradcheck_float64():
+    P, H, mask, M_tok, W = case(I=2, T=2, L=3, N=4, d=5, dtype=torch.float64)
+    P.requires_grad_()
+    H.requires_grad_()
+    M_tok.requires_grad_()
+    W.requires_grad_()
+    assert torch.autograd.gradcheck(lambda p, h, m, w: token_scores(p, h, mask, m, w, 0.1), (P, H, M_tok, W))
+
+
+def test_masked_tokens_change_nothing():
+    P, H, mask, M_tok, W = case()
+    H2 = H.clone()
+    H2[~mask] = torch.randn(int((~mask).sum()), H.shape[-1])
+    torch.testing.assert_close(token_scores(P, H2, mask, M_tok, W, 0.05), token_scores(P, H, mask, M_tok, W, 0.05))
+    # padding to a longer L changes nothing either
+    Hp = torch.cat([H, torch.randn(4, 3, H.shape[-1])], dim=1)
+    mp = torch.cat([mask, torch.zeros(4, 3, dtype=torch.bool)], dim=1)
+    torch.testing.assert_close(token_scores(P, Hp, mp, M_tok, W, 0.05), token_scores(P, H, mask, M_tok, W, 0.05))
+
+
+def test_one_token_caption_by_hand():
+    """One valid token, written out without any of the library's helpers."""
+    P, H, mask, M_tok, W = case(I=1, T=1, L=1, N=3, d=4)
+    tau = 0.1
+    q = M_tok @ H[0, 0]
+    q = q / q.norm()
+    p = P[0]
+    a = torch.softmax(p @ q / tau, 0)
+    c = (a[:, None] * (p - p.mean(0))).sum(0)
+    r = c - (q @ c) * q
+    qr = q + W @ r
+    qr = qr / qr.norm()
+    E = lambda x: tau * math.log(sum(math.exp(float(x @ pj) / tau) for pj in p) / 3)
+    want = E(qr) - E(q)
+    assert abs(token_scores(P, H, mask, M_tok, W, tau).item() - want) < 1e-5
+
+
+def test_paired_equals_diagonal():
+    P, H, mask, M_tok, W = case(I=4, T=4)
+    full = token_scores(P, H, mask, M_tok, W, 0.05)
+    torch.testing.assert_close(token_scores(P, H, mask, M_tok, W, 0.05, paired=True), full.diagonal())
+
+
+def test_untrained_head_scores_like_the_encoder():
+    P, H, mask, _, _ = case()
+    g = torch.Generator().manual_seed(1)
+    v = F.normalize(torch.randn(3, 16, generator=g), dim=-1)
+    t = F.normalize(torch.randn(4, 16, generator=g), dim=-1)
+    clip = FlowHead(16, "clip")(v, P, t, H, mask)
+    torch.testing.assert_close(clip, v @ t.T)
+    for kind in ("global", "flow"):
+        s = FlowHead(16, kind)(v, P, t, H, mask)
+        torch.testing.assert_close(s, clip, rtol=0, atol=1e-6)
+    s_glob, s_tok = FlowHead(16, "flow").score_parts(v, P, t, H, mask)
+    assert s_tok.abs().max() < 1e-6
+
+
+def test_global_scores_by_hand():
+    v = torch.tensor([[1.0, 0.0]])
+    t = torch.tensor([[0.6, 0.8]])
+    M = torch.tensor([[0.0, 1.0], [1.0, 0.0]])      # swaps the axes: M t = (0.8, 0.6)
+    assert global_scores(v, t, M).item() == pytest.approx(0.8)
+    assert global_scores(v, t, None).item() == pytest.approx(0.6)

@@ -1,0 +1,169 @@
+"""train-head: determinism, resume after SIGKILL, refusals, logs."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from flowclip_cache import train as train_mod
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError
+from flowclip_cache.extract import run_extract
+from flowclip_cache.manifest import write_manifest
+from flowclip_cache.sample import make_sample
+from flowclip_cache.store import FeatureStore
+from flowclip_cache.train import TrainConfig, train_head
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_encoder):
+    root = tmp_path_factory.mktemp("train")
+    s = make_sample(str(root / "sample"), n_images=40)
+    fs = FeatureStore.open_or_create(str(root / "store"), tiny_encoder.config)
+    run_extract(fs, tiny_encoder, [s["training"]], s["image_root"], workers=0, progress=False)
+    fs.refresh()
+    return {"store": fs, "manifest": s["training"], "root": root, "sample": s}
+
+
+def cfg(**kw):
+    base = dict(head="flow", epochs=2, batch_size=8, lr=1e-3, train_eval_records=16, checkpoint_every=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def weights(run):
+    return load_file(os.path.join(run, "head.safetensors"))
+
+
+def test_same_seed_bit_identical_and_logs(world, tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    train_head(world["store"], world["manifest"], a, cfg(), progress=False, log=lambda *_: None)
+    train_head(world["store"], world["manifest"], b, cfg(), progress=False, log=lambda *_: None)
+    wa, wb = weights(a), weights(b)
+    assert set(wa) == {"M", "M_tok", "W"}
+    for k in wa:
+        assert torch.equal(wa[k], wb[k])
+    assert not torch.equal(wa["W"], torch.zeros_like(wa["W"]))      # it trained
+    lines = [json.loads(x) for x in open(os.path.join(a, "log.jsonl"))]
+    steps = [x for x in lines if "step" in x]
+    assert {"loss", "hnb", "cimr", "lr", "grad_norm", "steps_per_s", "mean_abs_s_token",
+            "token_margin"} <= set(steps[0])
+    evals = [x["eval"] for x in lines if "eval" in x]
+    assert [e["epoch"] for e in evals] == [0, 1, 2] and "val" in evals[0]
+    conf = json.load(open(os.path.join(a, "config.json")))
+    assert conf["store_fingerprint"] == world["store"].fingerprint and len(conf["manifest_sha256"]) == 64
+    assert conf["train"]["lr"] == 1e-3 and os.path.exists(os.path.join(a, "DONE"))
+
+
+def test_resume_in_process_equals_uninterrupted(world, tmp_path):
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    train_head(world["store"], world["manifest"], full, cfg(), progress=False, log=lambda *_: None)
+    train_head(world["store"], world["manifest"], part, cfg(), progress=False, log=lambda *_: None, max_steps=5)
+    assert not os.path.exists(os.path.join(part, "DONE"))
+    with pytest.raises(FlowclipError, match="unfinished run; pass --resume"):
+        train_head(world["store"], world["manifest"], part, cfg(), progress=False, log=lambda *_: None)
+    train_head(world["store"], world["manifest"], part, cfg(), progress=False, log=lambda *_: None, resume=True)
+    for k, v in weights(full).items():
+        assert torch.equal(v, weights(part)[k]), k
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_equals_uninterrupted(world, tmp_path):
+    full, victim = str(tmp_path / "full"), str(tmp_path / "victim")
+    c = cfg(epochs=3, checkpoint_every=1)
+    train_head(world["store"], world["manifest"], full, c, progress=False, log=lambda *_: None)
+    cmd = [sys.executable, "-m", "flowclip_cache.cli", "train-head", "--store", world["store"].root, "--train",
+           world["manifest"], "--out", victim, "--head", "flow", "--epochs", "3", "--batch-size", "8",
+           "--lr", "1e-3", "--checkpoint-every", "1", "--device", "cpu", "--quiet"]
+    (tmp_path / "c.yaml").write_text("train_eval_records: 16\n")
+    cmd += ["--config", str(tmp_path / "c.yaml")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        st = os.path.join(victim, "state.json")
+        if os.path.exists(st) and json.load(open(st)).get("global_step", 0) >= 4:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    r = subprocess.run(cmd + ["--resume"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for k, v in weights(full).items():
+        assert torch.equal(v, weights(victim)[k]), k
+
+
+def test_refusals(world, tmp_path, monkeypatch):
+    out = str(tmp_path / "r")
+    train_head(world["store"], world["manifest"], out, cfg(epochs=1), progress=False, log=lambda *_: None)
+    with pytest.raises(FlowclipError, match="finished run; pass --overwrite"):
+        train_head(world["store"], world["manifest"], out, cfg(epochs=1), progress=False, log=lambda *_: None)
+    train_head(world["store"], world["manifest"], out, cfg(epochs=1), overwrite=True, progress=False,
+               log=lambda *_: None)
+    # NaN: stop, keep the last good checkpoint
+    nan_out = str(tmp_path / "nan")
+    real = train_mod.hnb_loss
+    calls = {"n": 0}
+
+    def poisoned(*a, **k):
+        calls["n"] += 1
+        loss = real(*a, **k)
+        return loss * float("nan") if calls["n"] == 5 else loss
+
+    monkeypatch.setattr(train_mod, "hnb_loss", poisoned)
+    with pytest.raises(FlowclipError, match="non-finite loss"):
+        train_head(world["store"], world["manifest"], nan_out, cfg(), progress=False, log=lambda *_: None)
+    state = json.load(open(os.path.join(nan_out, "state.json")))
+    # the epoch-end checkpoint before the poisoned step 5 is kept
+    assert state["global_step"] == 4 and not os.path.exists(os.path.join(nan_out, "DONE"))
+    assert all(torch.isfinite(v).all() for v in weights(nan_out).values())
+
+
+def test_resume_on_another_encoder_is_refused(world, tmp_path):
+    out = str(tmp_path / "x")
+    train_head(world["store"], world["manifest"], out, cfg(), progress=False, log=lambda *_: None, max_steps=1)
+    from flowclip_cache.encoders import EncoderSpec, resolve
+    other = FeatureStore.open_or_create(str(tmp_path / "other"), resolve(EncoderSpec("flowclip-tiny-vit",
+                                                                                     init_seed=1)).config)
+    with pytest.raises(FlowclipError, match="trained on another encoder"):
+        train_head(other, world["manifest"], out, cfg(), resume=True, progress=False, log=lambda *_: None)
+
+
+def test_missing_features_error(world, tmp_path):
+    m = tmp_path / "m.parquet"
+    write_manifest(m, pa.Table.from_pylist([
+        {"record_id": "1", "image": "scene_00000.png", "positive": "never extracted", "negatives": ["x"],
+         "split": "train"},
+        {"record_id": "2", "image": "nowhere.png", "positive": "a", "negatives": ["b"], "split": "train"}]),
+        "training")
+    with pytest.raises(FlowclipError) as e:
+        train_head(world["store"], str(m), str(tmp_path / "o"), cfg(), progress=False, log=lambda *_: None)
+    msg = str(e.value)
+    assert "1 image rows" in msg and "'nowhere.png'" in msg and "4 captions" in msg
+    assert "flowclip extract --store" in msg
+
+
+def test_config_keys_and_types_are_checked(world, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lr: 1e-3\nlearning_rate: 2\n")
+    r = CliRunner().invoke(main, ["train-head", "--store", world["store"].root, "--train", world["manifest"],
+                                  "--out", str(tmp_path / "o"), "--config", str(bad)])
+    assert r.exit_code == 2 and "unknown keys ['learning_rate']" in r.output
+    with pytest.raises(FlowclipError, match="'epochs' must be int"):
+        TrainConfig.from_dict({"epochs": "five"})
+    assert TrainConfig.from_dict({"lr": 1}).lr == 1.0
+
+
+def test_global_and_clip_heads(world, tmp_path):
+    for head in ("global", "clip"):
+        out = str(tmp_path / head)
+        state = train_head(world["store"], world["manifest"], out, cfg(head=head, epochs=1), progress=False,
+                           log=lambda *_: None)
+        assert os.path.exists(os.path.join(out, "DONE"))
+        assert set(weights(out)) == ({"M"} if head == "global" else set())
