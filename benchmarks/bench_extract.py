@@ -87,25 +87,31 @@ def main():
         t_bare = bare_images(model, preprocess, paths, args.batch_size)
         s = run_extract(fs, enc, [f"{root}/images.parquet"], f"{root}/images", batch_size=args.batch_size,
                         workers=args.workers, progress=False)
-        t_ours_img = s.seconds
+        t_ours_img, t_ours_img_all = s.image_seconds, s.seconds
         t_bare += bare_images(model, preprocess, paths, args.batch_size)
         t_bare /= 2
         print(f"images   : flowclip {len(paths) / t_ours_img:7.1f} img/s | bare loop {len(paths) / t_bare:7.1f} img/s"
-              f" | ratio {t_bare / t_ours_img:.2f} (target >= 0.95)")
+              f" | ratio {t_bare / t_ours_img:.2f} (target >= 0.95; image phase: decode, encode, write)")
+        print(f"           whole run incl. hashing, planning and model load: {t_ours_img_all:.1f} s, "
+              f"ratio {t_bare / t_ours_img_all:.2f}")
         # captions
         t_bare_c = bare_captions(model, tok, caps, 256)
         fs.refresh()
         s = run_extract(fs, enc, [f"{root}/captions.parquet"], f"{root}/images", workers=0, progress=False)
-        t_ours_c = s.seconds
+        t_ours_c = s.caption_seconds
         print(f"captions : flowclip {len(caps) / t_ours_c:7.1f} cap/s | bare encode_text@77 "
               f"{len(caps) / t_bare_c:7.1f} cap/s | ratio {t_bare_c / t_ours_c:.2f} (target >= 2)")
+        print(f"           whole run incl. tokenising, planning and model load: {s.seconds:.1f} s, "
+              f"ratio {t_bare_c / s.seconds:.2f}")
+        t_ours_c = s.seconds
         # second run: nothing new
         fs.refresh()
         s2 = run_extract(fs, enc, [f"{root}/images.parquet", f"{root}/captions.parquet"], f"{root}/images",
                          progress=False)
         assert s2.images_new == 0 and s2.captions_new == 0
-        print(f"rerun    : {s2.seconds:.3f} s vs first run {t_ours_img + t_ours_c:.1f} s | ratio "
-              f"{s2.seconds / (t_ours_img + t_ours_c):.4f} (target <= 0.02)")
+        first = t_ours_img_all + t_ours_c
+        print(f"rerun    : {s2.seconds:.3f} s vs first run {first:.1f} s | ratio "
+              f"{s2.seconds / first:.4f} (target <= 0.02; process start-up excluded from both)")
         # bytes per caption
         fs.refresh()
         info = fs.info()

@@ -161,7 +161,9 @@ class Summary:
     captions_stored: int = 0
     captions_truncated: int = 0
     failures: list[Failure] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0                  # the whole run
+    image_seconds: float = 0.0            # decoding + encoding + writing images
+    caption_seconds: float = 0.0          # encoding + writing captions
     failures_file: str | None = None
 
     def lines(self) -> list[str]:
@@ -236,11 +238,15 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
         model, preprocess, _ = load_model(enc, device)
         with torch.no_grad():
             if mine.n_images:
+                t = time.perf_counter()
                 _extract_images(store, model, preprocess, col, mine.image_units, summary, device,
                                 batch_size, workers, on_error, progress)
+                summary.image_seconds = time.perf_counter() - t
             if mine.n_captions:
+                t = time.perf_counter()
                 _extract_captions(store, model, col, mine.caption_units, token_ids, truncated, summary,
                                   device, text_batch_size, enc.spec.token_mask, progress)
+                summary.caption_seconds = time.perf_counter() - t
     store.refresh()
     stored = store.has(IMAGE, list(col.paths.values())) if col.paths else []
     root = os.path.realpath(image_root) if image_root else ""

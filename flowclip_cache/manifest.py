@@ -181,3 +181,28 @@ def write_manifest(path: str | os.PathLike, table: pa.Table, kind: str, meta: di
     tmp = f"{path}.tmp-{os.getpid()}"
     pq.write_table(table, tmp)
     os.replace(tmp, path)
+
+
+def check_manifest(m: Manifest, image_root: str | None = None) -> list[str]:
+    """Missing images under the root, duplicate record ids, duplicate captions in a set."""
+    problems = []
+    if image_root:
+        seen = {}
+        for ref in m.image_refs():
+            if ref.path not in seen:
+                seen[ref.path] = os.path.isfile(os.path.join(image_root, ref.path))
+            if not seen[ref.path]:
+                problems.append(f"{m.path}: row {ref.row}: image {ref.path!r} not found under {image_root}")
+    if "record_id" in m.table.column_names:
+        ids = m.table.column("record_id").to_pylist()
+        counts: dict = {}
+        for i in ids:
+            counts[i] = counts.get(i, 0) + 1
+        for i, n in counts.items():
+            if n > 1:
+                problems.append(f"{m.path}: record_id {i!r} appears {n} times")
+    if m.kind == "candidates":
+        for row, caps in enumerate(m.table.column("captions").to_pylist()):
+            if len(set(caps)) < len(caps):
+                problems.append(f"{m.path}: row {row}: duplicate captions in the candidate set")
+    return problems

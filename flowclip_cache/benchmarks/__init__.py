@@ -1,0 +1,46 @@
+"""The benchmark registry: one line per benchmark file. Adding a benchmark is adding
+its file here and, if it ships a catalogue entry, one YAML in manifests/."""
+from __future__ import annotations
+
+import importlib
+
+from ..errors import FlowclipError
+from .base import Benchmark
+
+REGISTRY = [
+    "sugarcrepe",
+    "abc6k",
+    "aro_vg_relation",
+    "aro_vg_attribution",
+    "aro_coco_order",
+    "aro_flickr_order",
+    "whatsup_coco_spatial",
+    "whatsup_gqa_spatial",
+    "whatsup_controlled_a",
+    "whatsup_controlled_b",
+    "crepe_productivity",
+    "pug_spar",
+    "clevr_binding",
+    "coco_retrieval",
+    "flickr_retrieval",
+    "cifar10",
+    "cifar100",
+    "imagenetv2",
+    "coco_train",
+    "cc3m_train",
+]
+
+
+def all_benchmarks() -> dict[str, Benchmark]:
+    out = {}
+    for mod in REGISTRY:
+        b = importlib.import_module(f"{__name__}.{mod}").BENCHMARK
+        out[b.name] = b
+    return out
+
+
+def get(name: str) -> Benchmark:
+    benches = all_benchmarks()
+    if name not in benches:
+        raise FlowclipError(f"unknown benchmark {name!r}; known: {', '.join(sorted(benches))}")
+    return benches[name]

@@ -1,0 +1,34 @@
+"""Karpathy-split files in either common form: Karpathy's dataset_*.json
+({"images": [{filepath?, filename, split, sentences: [{raw}]}]}) or the BLIP/ARO test
+lists ([{image, caption: [...]}])."""
+from __future__ import annotations
+
+from .base import RowErrors, load_json
+
+
+def karpathy_images(path: str, splits: set[str], errors: RowErrors) -> list[tuple[str, list[str], str]]:
+    """(image path, captions, split) for the images of the given splits."""
+    data = load_json(path)
+    out = []
+    if isinstance(data, dict) and "images" in data:
+        for i, im in enumerate(data["images"]):
+            split = im.get("split", "")
+            if split not in splits:
+                continue
+            image = "/".join(p for p in (im.get("filepath", ""), im.get("filename", "")) if p)
+            caps = [s.get("raw", "").strip() for s in im.get("sentences", [])]
+            if not image or not caps or not all(caps):
+                errors(path, f"image {i}", "missing filename or an empty sentence")
+                continue
+            out.append((image, caps, split))
+    elif isinstance(data, list):
+        for i, ann in enumerate(data):
+            caps = ann.get("caption") if isinstance(ann, dict) else None
+            if not isinstance(ann, dict) or not isinstance(ann.get("image"), str) or not isinstance(caps, list) \
+                    or not caps or not all(isinstance(c, str) and c.strip() for c in caps):
+                errors(path, f"item {i}", "expected {image, caption: [non-empty captions]}")
+                continue
+            out.append((ann["image"], [c.strip() for c in caps], "test"))
+    else:
+        errors(path, "-", "neither Karpathy's {images: [...]} nor a list of {image, caption}")
+    return out

@@ -1,0 +1,128 @@
+"""What a benchmark file declares, and helpers for reading official files.
+
+A benchmark file (one per benchmark, listed in ``__init__.REGISTRY``) holds everything
+particular to it: ``build`` turns the official files into a manifest; ``scoring``
+tells ``flowclip score`` its task kind, aggregation and tie rule. Nothing else in
+flowclip knows a benchmark by name.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+
+from ..errors import ManifestError
+from ..manifest import write_manifest
+
+
+@dataclass(frozen=True)
+class Scoring:
+    task: str                              # pairwise | candidates | retrieval | classification
+    tie_rule: str = "wrong"                # what the official script does when gold ties a foil
+    aggregate: str = "mean"                # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
+    group_by: str | None = None            # the manifest column the aggregation groups by
+    min_group: int = 0                     # groups with fewer records are dropped (ARO VG-Attribution: 25)
+    exclude_column: str | None = None      # boolean column: records outside the official score
+    report_by: tuple[str, ...] = ()        # further columns to break results down by
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # named means of group_by values (SugarCrepe Add/...)
+    recall_at: tuple[int, ...] = (1,)
+    joins: tuple[str, ...] = ()            # cross-task means this benchmark is part of
+
+
+@dataclass
+class BuildReport:
+    records: int
+    images: int
+    counts: dict = field(default_factory=dict)        # per subset
+    skipped: list = field(default_factory=list)       # (file, line/row, reason)
+    notes: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    title: str
+    kind: str                              # manifest kind
+    build: Callable[..., BuildReport]      # build(source, out, errors, **options)
+    scoring: Scoring | None
+    options: dict = field(default_factory=dict)       # option name -> help
+
+
+class RowErrors:
+    """Bad rows: raise at once (on_error='fail') or collect for the report ('skip')."""
+
+    def __init__(self, on_error: str = "fail"):
+        if on_error not in ("fail", "skip"):
+            raise ValueError(on_error)
+        self.on_error, self.skipped = on_error, []
+
+    def __call__(self, path: str, where, reason: str) -> None:
+        msg = f"{path}: {where}: {reason}"
+        if self.on_error == "fail":
+            raise ManifestError(msg + " (use --on-error skip to skip such rows)")
+        self.skipped.append((path, str(where), reason))
+
+
+def read_text(path: str) -> str:
+    if not os.path.isfile(path):
+        raise ManifestError(f"{path}: file not found (check --source)")
+    raw = open(path, "rb").read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ManifestError(f"{path}: line {line}: not valid UTF-8 ({e.reason})") from e
+
+
+def load_json(path: str):
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{path}: line {e.lineno}, column {e.colno}: malformed JSON ({e.msg})") from e
+
+
+def read_csv(path: str, header: bool = True) -> list[tuple[int, dict | list]]:
+    """Rows with their 1-based line numbers."""
+    reader = csv.reader(io.StringIO(read_text(path)))
+    rows = list(reader)
+    if header:
+        if not rows:
+            raise ManifestError(f"{path}: empty CSV")
+        head = rows[0]
+        return [(i + 2, dict(zip(head, r)) if len(r) == len(head) else r) for i, r in enumerate(rows[1:]) if r]
+    return [(i + 1, r) for i, r in enumerate(rows) if r]
+
+
+def text_field(row: dict, key: str, path: str, where, errors: RowErrors) -> str | None:
+    if not isinstance(row, dict) or key not in row:
+        errors(path, where, f"missing key {key!r}")
+        return None
+    v = row[key]
+    if not isinstance(v, str) or not v.strip():
+        errors(path, where, f"empty or non-text {key!r}")
+        return None
+    return v
+
+
+def write_records(out: str, rows: list[dict], kind: str, benchmark: str, report: BuildReport,
+                  extra_meta: dict | None = None) -> BuildReport:
+    if not rows:
+        raise ManifestError(f"{benchmark}: no records could be built (see the skipped rows)")
+    meta = {"benchmark": benchmark, "counts": report.counts, "records": report.records, **(extra_meta or {})}
+    write_manifest(out, pa.Table.from_pylist(rows), kind, meta)
+    return report
+
+
+def pairwise_rows(prefix: str, items: list[tuple], **common) -> list[dict]:
+    """(id, image, gold caption, foil caption, extra columns) -> candidate rows with gold 0."""
+    rows = []
+    for rid, image, gold, foil, extra in items:
+        rows.append({"record_id": f"{prefix}{rid}", "image": image, "captions": [gold, foil], "gold": 0,
+                     **common, **extra})
+    return rows

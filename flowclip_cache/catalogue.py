@@ -1,0 +1,43 @@
+"""The benchmark catalogue: manifests/<name>.yaml, one per benchmark (official source,
+files the converter expects, expected record counts, licence). How a benchmark is
+scored lives in its benchmark file, not here."""
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from .errors import FlowclipError
+
+CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "manifests")
+KEYS = {"name", "title", "source", "files", "records", "counts", "images", "licence", "notes"}
+
+
+def load_catalogue(folder: str = CATALOGUE_DIR) -> dict[str, dict]:
+    out = {}
+    if not os.path.isdir(folder):
+        return out
+    for f in sorted(os.listdir(folder)):
+        if not f.endswith(".yaml"):
+            continue
+        entry = yaml.safe_load(open(os.path.join(folder, f)))
+        unknown = set(entry) - KEYS
+        if unknown:
+            raise FlowclipError(f"{folder}/{f}: unknown keys {sorted(unknown)}")
+        out[entry["name"]] = entry
+    return out
+
+
+def check_counts(name: str, report) -> list[str]:
+    """Compare a converter's counts with the catalogue's; lines to print."""
+    entry = load_catalogue().get(name)
+    if not entry:
+        return []
+    lines = []
+    if entry.get("records") is not None:
+        ok = entry["records"] == report.records
+        lines.append(f"records {report.records} {'==' if ok else '!='} expected {entry['records']}")
+    for k, v in (entry.get("counts") or {}).items():
+        got = report.counts.get(k)
+        lines.append(f"{k} {got} {'==' if got == v else '!='} expected {v}")
+    return lines
