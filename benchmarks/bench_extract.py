@@ -36,7 +36,7 @@ def make_data(root, n_images, n_captions, size=256):
         im = Image.blend(im, Image.effect_noise((size, size), 40).convert("RGB"), 0.3)
         names.append(f"im{i:05d}.jpg")
         im.save(f"{root}/images/{names[-1]}", quality=90)
-    caps = [" ".join(rng.choice(WORDS) for _ in range(12)) + f" {i}" for i in range(n_captions)]
+    caps = [" ".join(rng.choice(WORDS) for _ in range(11)) + f" {i}" for i in range(n_captions)]
     per = max(1, n_captions // n_images)
     rows = [{"record_id": str(i), "image": names[i], "captions": caps[i * per:(i + 1) * per] or [caps[0]], "gold": 0}
             for i in range(n_images)]
@@ -67,7 +67,7 @@ def bare_captions(model, tok, caps, batch):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=300)
-    ap.add_argument("--captions", type=int, default=3000)
+    ap.add_argument("--captions", type=int, default=2000)
     ap.add_argument("--model", default="ViT-B-32")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=64)
@@ -123,8 +123,7 @@ def main():
         print(f"storage  : {per_cap:.0f} B/caption ({info['caption_tokens'] / info['captions']:.1f} tokens) vs "
               f"padded-77 {padded} B | ratio {per_cap / padded:.3f} (target <= 0.25)")
         # load everything vs numpy memmap of the same arrays
-        ik = [k.tobytes().hex() for k in fs._index["img"].keys]
-        ck = [k.tobytes().hex() for k in fs._index["cap"].keys]
+        ik, ck = fs.keys("img"), fs.keys("cap")
         t = time.perf_counter()
         im = fs.load_images(ik)
         cp = fs.load_captions(ck)

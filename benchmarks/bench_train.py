@@ -113,13 +113,15 @@ def main():
     # the cached side as train-head runs it: FP16 tensors in memory, batches by indexing
     import numpy as np
 
+    from flowclip_cache.data import FeatureBank
     from flowclip_cache.train import TrainingData
     R = 1024
     lengths = torch.randint(10, L + 1, (2 * R,), generator=g)
     offsets = torch.zeros(2 * R + 1, dtype=torch.long)
     offsets[1:] = lengths.cumsum(0)
     half = lambda *shape: F.normalize(torch.randn(*shape, generator=g), dim=-1).half().to(dev)
-    data = TrainingData(half(R, D), half(R, N, D), half(2 * R, D), half(int(offsets[-1]), D), offsets.to(dev),
+    data = TrainingData(FeatureBank(half(R, D), half(R, N, D), half(2 * R, D), half(int(offsets[-1]), D),
+                                    offsets.to(dev)),
                         torch.arange(R, device=dev), torch.arange(R, device=dev),
                         torch.arange(R, 2 * R, device=dev)[:, None], [[""]] * R, np.array(["train"] * R))
     order = torch.randperm(R, generator=g).to(dev)

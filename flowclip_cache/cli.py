@@ -165,6 +165,36 @@ def train_head_cmd(store, train_manifest, out, config_file, device, image_root, 
     click.echo(f"done: {out} ({state['global_step']} steps)")
 
 
+@main.command()
+@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--manifests", "manifests", multiple=True, required=True, type=click.Path(exists=True),
+              help="A manifest or a folder of them; repeatable.")
+@click.option("--scorer", "scorers", multiple=True, required=True,
+              help="'clip', a train-head run folder, or NAME=folder (same NAME = seeds of one method).")
+@click.option("--controls", default="real", show_default=True, help="Comma-separated: real,shuffle,fixed.")
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--device", default="auto", show_default=True)
+@click.option("--seed", default=0, show_default=True, help="Seed of the controls and the bootstrap.")
+@click.option("--bootstrap", "draws", default=10000, show_default=True, help="Bootstrap draws (0 = none).")
+@click.option("--max-memory", default=2048, show_default=True, help="MiB bound for retrieval blocks.")
+@click.option("--shortlist", type=int, help="Re-rank the global top K in retrieval (approximate; labelled).")
+@click.option("--image-root", type=click.Path())
+@click.option("--overwrite", is_flag=True)
+def score(store, manifests, scorers, controls, out, device, seed, draws, max_memory, shortlist, image_root,
+          overwrite):
+    """Score every benchmark manifest with every scorer, from one store."""
+    from .score import CONTROLS, run_score
+    from .store import FeatureStore
+    ctl = tuple(c.strip() for c in controls.split(",") if c.strip())
+    bad = [c for c in ctl if c not in CONTROLS]
+    if bad:
+        raise FlowclipError(f"--controls: unknown {bad}; use {', '.join(CONTROLS)}")
+    summary = run_score(FeatureStore(store), list(manifests), list(scorers), out, controls=ctl,
+                        device=_device(device), seed=seed, bootstrap_draws=draws, max_memory_mb=max_memory,
+                        shortlist=shortlist, overwrite=overwrite, image_root=image_root, log=click.echo)
+    click.echo(open(os.path.join(out, "results.md")).read())
+
+
 @main.group()
 def manifest():
     """Build, check and list benchmark manifests."""

@@ -25,11 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from .data import image_keys, require_features
+from .data import FeatureBank, image_keys, require_features
 from .errors import FlowclipError
-from .hashing import caption_key, file_sha256
+from .hashing import file_sha256
 from .heads import HEAD_KINDS, FlowHead
 from .losses import cimr_loss, donor_map, hnb_loss
 from .manifest import Manifest
@@ -77,34 +76,15 @@ class TrainConfig:
 # -- data: everything the manifest needs, in memory once ------------------------------------
 @dataclass
 class TrainingData:
-    img_global: torch.Tensor      # [n_img, d] fp16
-    img_patches: torch.Tensor     # [n_img, N, d] fp16 (empty unless a flow head)
-    cap_global: torch.Tensor      # [n_cap, d] fp16
-    cap_tokens: torch.Tensor      # [n_tok, d] fp16, flat
-    cap_offsets: torch.Tensor     # [n_cap+1] int64
-    rec_image: torch.Tensor       # [R] index into images
-    rec_pos: torch.Tensor         # [R] index into captions
-    rec_neg: torch.Tensor         # [R, K] index into captions, -1 = none
+    bank: FeatureBank
+    rec_image: torch.Tensor       # [R] index into the bank's images
+    rec_pos: torch.Tensor         # [R] index into the bank's captions
+    rec_neg: torch.Tensor         # [R, K] index into the bank's captions, -1 = none
     rec_neg_kind: list            # [R][K] negative kind names ("" when unknown)
     split: np.ndarray             # [R] str
 
-    def tokens(self, caps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Ragged token rows -> padded [n, Lmax, d] FP32 and mask, Lmax = longest in this batch."""
-        starts = self.cap_offsets[caps]
-        lengths = self.cap_offsets[caps + 1] - starts
-        ar = torch.arange(int(lengths.max()), device=caps.device)
-        mask = ar[None, :] < lengths[:, None]
-        idx = torch.where(mask, starts[:, None] + ar[None, :], torch.zeros_like(starts)[:, None])
-        return self.cap_tokens[idx].float() * mask[..., None], mask
-
     def features(self, imgs, caps, need_tokens: bool):
-        """FP32 features of a batch, re-normalised: FP16 storage moves norms by up to ~1e-3."""
-        v = F.normalize(self.img_global[imgs].float(), dim=-1)
-        t = F.normalize(self.cap_global[caps].float(), dim=-1)
-        if not need_tokens:
-            return v, None, t, None, None
-        H, mask = self.tokens(caps)
-        return v, F.normalize(self.img_patches[imgs].float(), dim=-1), t, F.normalize(H, dim=-1), mask
+        return self.bank.features(imgs, caps, need_tokens)
 
 
 def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bool, device: str,
@@ -124,19 +104,14 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
     cap_index = {c: i for i, c in enumerate(texts)}
-    im = store.load_images(uimg)
-    cp = store.load_captions([caption_key(c) for c in texts])
+    bank = FeatureBank.load(store, uimg, texts, need_patches, device)
     K = max(map(len, negs))
     rec_neg = torch.full((len(negs), K), -1, dtype=torch.long)
     for r, ns in enumerate(negs):
         rec_neg[r, :len(ns)] = torch.tensor([cap_index[n] for n in ns])
     kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in negs]
-    to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
     return TrainingData(
-        img_global=to(im.global_),
-        img_patches=to(im.patches) if need_patches else torch.empty(0, device=device),
-        cap_global=to(cp.global_), cap_tokens=to(cp.tokens), cap_offsets=to(cp.offsets),
-        rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
+        bank=bank, rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
         rec_pos=torch.tensor([cap_index[c] for c in t["positive"]], device=device),
         rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]))
 

@@ -123,3 +123,22 @@ def test_ranges_against_a_loop():
     stops = starts + rng.integers(0, 5, 20)
     want = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)])
     np.testing.assert_array_equal(_ranges(starts, stops), want)
+
+
+def test_load_in_storage_order_and_partial_segments(store):
+    rng = np.random.default_rng(5)
+    ka, kb = keys("p", 10), keys("q", 6)
+    ga, pa = rand(rng, 10, D), rand(rng, 10, P, D)
+    gb, pb = rand(rng, 6, D), rand(rng, 6, P, D)
+    store.write_segment(IMAGE, ka, {"global": ga, "patches": pa})
+    store.write_segment(IMAGE, kb, {"global": gb, "patches": pb})
+    store.refresh()
+    allk = store.keys(IMAGE)
+    got = store.load_images(allk)
+    want = {k: (g, p) for k, g, p in zip(ka + kb, np.concatenate([ga, gb]), np.concatenate([pa, pb]))}
+    np.testing.assert_array_equal(got.patches, np.stack([want[k][1] for k in allk]))
+    # 2 of 10 rows: read row by row; 5 of 6: the whole segment
+    ask = [ka[7], kb[0], kb[1], kb[2], kb[3], ka[2], kb[4]]
+    got = store.load_images(ask)
+    np.testing.assert_array_equal(got.global_, np.stack([want[k][0] for k in ask]))
+    np.testing.assert_array_equal(got.patches, np.stack([want[k][1] for k in ask]))

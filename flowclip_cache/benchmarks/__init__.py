@@ -28,6 +28,7 @@ REGISTRY = [
     "imagenetv2",
     "coco_train",
     "cc3m_train",
+    "sample",
 ]
 
 

@@ -66,5 +66,6 @@ def build(source: str, out: str, errors: RowErrors, coco_captions: str = "") -> 
 
 BENCHMARK = Benchmark(
     name="abc6k", title="ABC-6K colour swaps", kind="candidates", build=build,
-    scoring=Scoring(task="pairwise", tie_rule="wrong", report_by=("identical",)),
+    scoring=Scoring(task="pairwise", tie_rule="wrong", report_by=("identical",),
+                    joins=(("binding7", ""), ("all11", ""), ("controls6", ""))),
     options={"coco_captions": "comma-separated COCO caption JSONs (captions_train2014.json,captions_val2014.json)"})

@@ -13,5 +13,5 @@ def build(source: str, out: str, errors: RowErrors, seed: str = "0", tagger=None
 
 BENCHMARK = Benchmark(
     name="aro-coco-order", title="ARO COCO-Order", kind="candidates", build=build,
-    scoring=Scoring(task="candidates", tie_rule="correct", joins=("aro", "all11")),
+    scoring=Scoring(task="candidates", tie_rule="correct", joins=(("aro", ""), ("all11", ""))),
     options={"seed": "seed of the shuffles (default 0)"})

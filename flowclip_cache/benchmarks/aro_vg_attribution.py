@@ -25,4 +25,4 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
 BENCHMARK = Benchmark(
     name="aro-vg-attribution", title="ARO VG-Attribution", kind="candidates", build=build,
     scoring=Scoring(task="pairwise", tie_rule="wrong", aggregate="macro", group_by="attribute_pair",
-                    min_group=25, joins=("aro", "all11")))
+                    min_group=25, joins=(("aro", ""), ("all11", ""))))

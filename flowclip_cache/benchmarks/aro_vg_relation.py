@@ -26,5 +26,5 @@ def build(source: str, out: str, errors: RowErrors, excluded_relations: str = ""
 BENCHMARK = Benchmark(
     name="aro-vg-relation", title="ARO VG-Relation", kind="candidates", build=build,
     scoring=Scoring(task="pairwise", tie_rule="wrong", aggregate="macro", group_by="relation",
-                    exclude_column="excluded", joins=("aro", "all11")),
+                    exclude_column="excluded", joins=(("aro", ""), ("all11", ""))),
     options={"excluded_relations": "the relation list the official notebook drops (vgr_excluded_relations.json)"})

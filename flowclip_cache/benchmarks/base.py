@@ -31,7 +31,10 @@ class Scoring:
     report_by: tuple[str, ...] = ()        # further columns to break results down by
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # named means of group_by values (SugarCrepe Add/...)
     recall_at: tuple[int, ...] = (1,)
-    joins: tuple[str, ...] = ()            # cross-task means this benchmark is part of
+    # cross-task means this benchmark feeds: (mean name, group name or "" for the official score);
+    # binding7 = the paper's 7-task binding mean, all11 = its 11-task mean, aro = the ARO mean,
+    # controls6 = Tab. 4's 6-task average
+    joins: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

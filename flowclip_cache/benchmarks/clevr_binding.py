@@ -27,5 +27,5 @@ def build(source: str, out: str, errors: RowErrors, csv_name: str = "") -> Build
 BENCHMARK = Benchmark(
     name="clevr-binding", title="CLEVR two-object binding", kind="candidates", build=build,
     scoring=Scoring(task="pairwise", tie_rule="correct", exclude_column="equivalent",
-                    joins=("binding7", "all11")),
+                    joins=(("binding7", ""), ("all11", ""))),
     options={"csv_name": "file name inside --source when it is a folder"})

@@ -34,5 +34,5 @@ def build(source: str, out: str, errors: RowErrors, default_texture: str = "Defa
 
 BENCHMARK = Benchmark(
     name="pug-spar", title="PUG:SPAR attribute assignment", kind="candidates", build=build,
-    scoring=Scoring(task="pairwise", tie_rule="wrong", joins=("binding7", "all11")),
+    scoring=Scoring(task="pairwise", tie_rule="wrong", joins=(("binding7", ""), ("all11", ""))),
     options={"default_texture": "the texture name that means 'no texture' (default: Default)"})

@@ -35,4 +35,6 @@ BENCHMARK = Benchmark(
                             ("Replace", ("replace_att", "replace_obj", "replace_rel")),
                             ("Swap", ("swap_att", "swap_obj")),
                             ("Swap-A", ("swap_att",)), ("Swap-O", ("swap_obj",))),
-                    joins=("all11",)))
+                    joins=(("binding7", "Swap-A"), ("binding7", "Swap-O"), ("all11", "Swap-A"),
+                           ("all11", "Swap-O"), ("controls6", "Add"), ("controls6", "Replace"),
+                           ("controls6", "Swap"))))

@@ -17,4 +17,4 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
 BENCHMARK = Benchmark(
     name="whatsup-coco-spatial", title="What's Up COCO-Spatial", kind="candidates", build=build,
     scoring=Scoring(task="pairwise", tie_rule="correct", aggregate="subset_mean", group_by="subset",
-                    joins=("binding7", "all11")))
+                    joins=(("binding7", ""), ("all11", ""), ("controls6", ""))))

@@ -16,4 +16,4 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
 BENCHMARK = Benchmark(
     name="whatsup-gqa-spatial", title="What's Up GQA-Spatial", kind="candidates", build=build,
     scoring=Scoring(task="pairwise", tie_rule="correct", aggregate="subset_mean", group_by="subset",
-                    joins=("binding7", "all11")))
+                    joins=(("binding7", ""), ("all11", ""), ("controls6", ""))))

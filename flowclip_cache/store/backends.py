@@ -16,8 +16,12 @@ ROW_CHUNK_BYTES = 16 << 20   # target size of one chunk along the row axis
 
 
 def _row_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Equal chunks of at most ~ROW_CHUNK_BYTES: Zarr stores an edge chunk at full
+    size, so chunks that divide the rows evenly waste at most a few rows."""
+    n = shape[0] or 1
     row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
-    rows = max(1, min(shape[0] or 1, ROW_CHUNK_BYTES // row_bytes))
+    n_chunks = -(-n * row_bytes // ROW_CHUNK_BYTES)
+    rows = -(-n // max(1, n_chunks))
     return (rows,) + tuple(shape[1:])
 
 
@@ -41,6 +45,42 @@ class ZarrBackend:
         g = zarr.open_group(path, mode="r")
         names = names or list(g.array_keys())
         return {n: g[n][...] for n in names}
+
+    def read_into(self, path: str, name: str, out: np.ndarray) -> None:
+        """Fill out (the whole array) from the file. Our arrays are uncompressed with
+        the default chunk key encoding, so each chunk file is the chunk's raw bytes:
+        read them straight into place (zarr's own path is ~10x slower here)."""
+        import json
+        meta_path = os.path.join(path, name, "zarr.json")
+        meta = json.load(open(meta_path))
+        codecs = meta.get("codecs", [])
+        simple = (len(codecs) == 1 and codecs[0]["name"] == "bytes"
+                  and codecs[0].get("configuration", {}).get("endian", "little") == "little"
+                  and meta.get("chunk_key_encoding", {}).get("name") == "default"
+                  and meta.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/") == "/"
+                  and all(c == s for c, s in zip(meta["chunk_grid"]["configuration"]["chunk_shape"][1:],
+                                                 meta["shape"][1:]))
+                  and out.dtype.byteorder in ("<", "=", "|") and out.flags.c_contiguous)
+        if not simple:
+            import zarr
+            out[...] = zarr.open_array(os.path.join(path, name), mode="r")[...]
+            return
+        rows = meta["chunk_grid"]["configuration"]["chunk_shape"][0]
+        n = out.shape[0]
+        tail = (0,) * (out.ndim - 1)
+        flat = out.reshape(n, -1) if out.ndim > 1 else out.reshape(n, 1)
+        for c, start in enumerate(range(0, n, rows)):
+            stop = min(n, start + rows)
+            key = os.path.join(path, name, "c", *map(str, (c,) + tail))
+            try:
+                with open(key, "rb") as f:
+                    f.readinto(memoryview(flat[start:stop]).cast("B"))
+            except FileNotFoundError:       # an absent chunk holds the fill value
+                flat[start:stop] = 0
+
+    def read_rows(self, path: str, name: str, rows: np.ndarray) -> np.ndarray:
+        import zarr
+        return zarr.open_array(os.path.join(path, name), mode="r").oindex[rows]
 
     def attrs(self, path: str) -> dict:
         import zarr
@@ -83,6 +123,17 @@ class HDF5Backend:
                     ds.read_direct(a)
                 out[n] = a
             return out
+
+    def read_into(self, path: str, name: str, out: np.ndarray) -> None:
+        import h5py
+        with h5py.File(path, "r") as f:
+            if out.size:
+                f[name].read_direct(out)
+
+    def read_rows(self, path: str, name: str, rows: np.ndarray) -> np.ndarray:
+        import h5py
+        with h5py.File(path, "r") as f:
+            return f[name][np.asarray(rows)]      # h5py needs increasing indices
 
     def attrs(self, path: str) -> dict:
         import h5py

@@ -212,46 +212,92 @@ class FeatureStore:
             raise MissingFeatures(kind, [k for k, p in zip(keys, pos) if p < 0])
         return idx.seg[pos], idx.row[pos]
 
+    def keys(self, kind: str) -> list[str]:
+        """Every key of a kind, in storage order (segment by segment): loading these is
+        one sequential read with no reordering."""
+        out = []
+        for s in self.segments:
+            if s.kind == kind:
+                out += bytes_to_keys(self.backend.read(s.path, ["keys"])["keys"])
+        return out
+
+    def _plan_read(self, kind: str, keys: list[str]):
+        """Which rows of which segments to read, and where each requested key lands.
+
+        Returns (parts, pos): parts = [(segment, rows or None for all, start in buffer)],
+        pos[i] = buffer row of keys[i]. A segment more than half needed is read whole
+        (one sequential read); otherwise only its needed rows."""
+        seg, row = self._locate(kind, keys)
+        pos = np.empty(len(keys), np.int64)
+        parts, start = [], 0
+        order = np.argsort(seg, kind="stable")
+        bounds = np.flatnonzero(np.diff(seg[order])) + 1
+        for group in np.split(order, bounds) if len(order) else []:
+            s = int(seg[group[0]])
+            need = np.unique(row[group])
+            if 2 * len(need) >= self.segments[s].rows:
+                parts.append((s, None, start))
+                pos[group] = start + row[group]
+                start += self.segments[s].rows
+            else:
+                parts.append((s, need, start))
+                pos[group] = start + np.searchsorted(need, row[group])
+                start += len(need)
+        return parts, pos, start
+
+    def _read_rows(self, seg: int, name: str, rows, out: np.ndarray) -> None:
+        path = self.segments[seg].path
+        if rows is None:
+            self.backend.read_into(path, name, out)
+        else:
+            out[...] = self.backend.read_rows(path, name, rows)
+
     def load_images(self, keys: list[str]) -> ImageFeatures:
         """Every requested image row, in the order asked, as two contiguous arrays."""
-        seg, row = self._locate(IMAGE, keys)
         d, P = self.meta["dim"], self.meta["num_patches"]
-        g = np.empty((len(keys), d), np.float16)
-        p = np.empty((len(keys), P, d), np.float16)
-        for s in np.unique(seg):
-            want = np.nonzero(seg == s)[0]
-            arrs = self.backend.read(self.segments[s].path, ["global", "patches"])
-            g[want] = arrs["global"][row[want]]
-            p[want] = arrs["patches"][row[want]]
-        return ImageFeatures(g, p)
+        parts, pos, total = self._plan_read(IMAGE, keys)
+        g = np.empty((total, d), np.float16)
+        p = np.empty((total, P, d), np.float16)
+        for s, rows, start in parts:
+            n = self.segments[s].rows if rows is None else len(rows)
+            self._read_rows(s, "global", rows, g[start:start + n])
+            self._read_rows(s, "patches", rows, p[start:start + n])
+        if len(pos) == total and (pos == np.arange(total)).all():
+            return ImageFeatures(g, p)          # asked in storage order: no reordering copy
+        return ImageFeatures(g[pos], np.take(p, pos, axis=0))
 
     def load_captions(self, keys: list[str]) -> CaptionFeatures:
         """Requested captions in order; tokens flat with offsets (no padding)."""
-        seg, row = self._locate(CAPTION, keys)
         d = self.meta["dim"]
-        per_seg = {}
-        lengths = np.empty(len(keys), np.int64)
-        for s in np.unique(seg):
-            want = np.nonzero(seg == s)[0]
-            arrs = self.backend.read(self.segments[s].path, ["global", "tokens", "offsets", "truncated"])
-            per_seg[s] = (want, arrs)
-            off = arrs["offsets"]
-            lengths[want] = off[row[want] + 1] - off[row[want]]
-        offsets = np.zeros(len(keys) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        g = np.empty((len(keys), d), np.float16)
-        tokens = np.empty((int(offsets[-1]), d), np.float16)
-        trunc = np.empty(len(keys), bool)
-        for s, (want, arrs) in per_seg.items():
-            r = row[want]
-            g[want] = arrs["global"][r]
-            trunc[want] = arrs["truncated"][r].astype(bool)
-            src_off = arrs["offsets"]
-            # one gather for all of this segment's token rows
-            src = _ranges(src_off[r], src_off[r + 1])
-            dst = _ranges(offsets[want], offsets[want + 1])
-            tokens[dst] = arrs["tokens"][src]
-        return CaptionFeatures(g, tokens, offsets, trunc)
+        parts, pos, total = self._plan_read(CAPTION, keys)
+        g = np.empty((total, d), np.float16)
+        trunc = np.empty(total, np.uint8)
+        lengths = np.empty(total, np.int64)
+        tok_parts = []
+        for s, rows, start in parts:
+            path = self.segments[s].path
+            off = self.backend.read(path, ["offsets"])["offsets"]
+            n = self.segments[s].rows if rows is None else len(rows)
+            self._read_rows(s, "global", rows, g[start:start + n])
+            self._read_rows(s, "truncated", rows, trunc[start:start + n])
+            r = np.arange(n) if rows is None else rows
+            lengths[start:start + n] = off[r + 1] - off[r]
+            tok_parts.append((s, rows, off, r))
+        buf_off = np.zeros(total + 1, np.int64)
+        np.cumsum(lengths, out=buf_off[1:])
+        tokens = np.empty((int(buf_off[-1]), d), np.float16)
+        for (s, rows, off, r), (_, _, start) in zip(tok_parts, parts):
+            dst = tokens[buf_off[start]:buf_off[start + len(r)]]
+            if rows is None:
+                self.backend.read_into(self.segments[s].path, "tokens", dst)
+            else:
+                dst[...] = self.backend.read_rows(self.segments[s].path, "tokens", _ranges(off[r], off[r + 1]))
+        if len(pos) == total and (pos == np.arange(total)).all():
+            return CaptionFeatures(g, tokens, buf_off, trunc.astype(bool))
+        offsets = np.zeros(len(pos) + 1, np.int64)
+        np.cumsum(lengths[pos], out=offsets[1:])
+        return CaptionFeatures(g[pos], tokens[_ranges(buf_off[pos], buf_off[pos + 1])], offsets,
+                               trunc[pos].astype(bool))
 
     # -- manifest paths -> image keys ----------------------------------------------------
     # Training and scoring never open images, yet manifests name images by path. Extract

@@ -1,0 +1,93 @@
+"""Official metrics as small pure functions over score arrays (numpy in, numbers out).
+
+Candidate scores are [n, k] with NaN where a record has fewer than k candidates.
+A tie is the gold scoring exactly as high as the best foil; each benchmark's tie rule
+says whether that counts as correct (ARO Order, What's Up, CLEVR) or wrong (VG-R/A,
+SugarCrepe, ...). Ties are always counted and reported.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def decisions(scores: np.ndarray, gold: np.ndarray, tie_rule: str = "wrong"):
+    """-> (correct [n] bool, tie [n] bool)."""
+    if tie_rule not in ("wrong", "correct"):
+        raise ValueError(f"tie_rule must be 'wrong' or 'correct', got {tie_rule!r}")
+    n = len(scores)
+    g = scores[np.arange(n), gold]
+    foils = scores.copy()
+    foils[np.arange(n), gold] = np.nan
+    best_foil = np.nanmax(np.where(np.isnan(foils), -np.inf, foils), axis=1)
+    strict = g > best_foil
+    tie = g == best_foil
+    return (strict | tie) if tie_rule == "correct" else strict, tie
+
+
+def gold_rank(scores: np.ndarray, gold: np.ndarray, tie_rule: str = "wrong") -> np.ndarray:
+    """0-based rank of the gold among its candidates; tied foils rank above it when
+    ties count as wrong, below it when they count as correct."""
+    n = len(scores)
+    g = scores[np.arange(n), gold][:, None]
+    valid = ~np.isnan(scores)
+    higher = ((scores > g) & valid).sum(1)
+    ties = ((scores == g) & valid).sum(1) - 1
+    return higher + (ties if tie_rule == "wrong" else 0)
+
+
+def recall_at(ranks: np.ndarray, k: int) -> float:
+    return float(np.mean(ranks < k))
+
+
+def mean_accuracy(correct: np.ndarray, weights: np.ndarray | None = None) -> float:
+    if weights is None:
+        return float(np.mean(correct))
+    return float((correct * weights).sum() / weights.sum())
+
+
+def group_accuracies(correct: np.ndarray, groups: np.ndarray, min_count: int = 0) -> dict:
+    """Accuracy of each group with at least min_count records."""
+    out = {}
+    for gname in np.unique(groups):
+        m = groups == gname
+        if m.sum() >= min_count:
+            out[str(gname)] = float(correct[m].mean())
+    return out
+
+
+def macro_accuracy(correct: np.ndarray, groups: np.ndarray, min_count: int = 0) -> float:
+    """Unweighted mean over groups of each group's accuracy (ARO VG-R, VG-A;
+    What's Up one/two-object subsets)."""
+    acc = group_accuracies(correct, groups, min_count)
+    return float(np.mean(list(acc.values()))) if acc else float("nan")
+
+
+def retrieval_recall(sim: np.ndarray, caption_image: np.ndarray, ks=(1, 5, 10)) -> dict:
+    """sim [n_images, n_captions]; caption_image[t] = index of caption t's image.
+    image->text: an image counts if any of its captions is in its top k;
+    text->image: a caption counts if its image is in its top k."""
+    n_img = sim.shape[0]
+    out = {}
+    # rank of the best positive caption for each image
+    order = np.argsort(-sim, axis=1, kind="stable")
+    is_pos = caption_image[order] == np.arange(n_img)[:, None]
+    first_pos = is_pos.argmax(1)
+    # rank of the caption's image
+    s_true = sim[caption_image, np.arange(sim.shape[1])]
+    t_rank = (sim > s_true[None, :]).sum(0)
+    for k in ks:
+        out[f"i2t_R@{k}"] = float(np.mean(first_pos < k))
+        out[f"t2i_R@{k}"] = float(np.mean(t_rank < k))
+    return out
+
+
+def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:
+    true = logits[np.arange(len(labels)), labels][:, None]
+    rank = (logits > true).sum(1)
+    return {f"top{k}": float(np.mean(rank < k)) for k in ks}
+
+
+def decision_changes(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
+    """Paired changes from scorer A to scorer B on identical records."""
+    return {"repairs": int((~correct_a & correct_b).sum()), "regressions": int((correct_a & ~correct_b).sum()),
+            "both_right": int((correct_a & correct_b).sum()), "both_wrong": int((~correct_a & ~correct_b).sum())}

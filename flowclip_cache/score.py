@@ -1,0 +1,445 @@
+"""flowclip score: every benchmark manifest, every scorer, from one store.
+
+    manifests -> their benchmark's Scoring (from the registry) -> scores per record
+    and candidate, per scorer and image control -> official aggregation -> tables,
+    paired decision changes, paired image-cluster bootstrap, figures.
+
+The engine knows task kinds, not benchmarks: everything particular to a benchmark
+comes from its Scoring declaration.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import metrics
+from .benchmarks import get as get_benchmark
+from .benchmarks.base import Scoring
+from .data import FeatureBank, image_keys, require_features
+from .errors import FlowclipError
+from .heads import FlowHead
+from .manifest import Manifest
+from .store import FeatureStore
+
+CONTROLS = ("real", "shuffle", "fixed")
+
+
+@dataclass
+class Scorer:
+    method: str          # runs of one method (seeds) share this name
+    run: str             # unique label
+    head: FlowHead
+    head_sha256: str     # of the weights file; "frozen" for clip
+
+
+def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Scorer]:
+    """'clip', a run folder, or 'name=run folder' (runs sharing a name are seeds of one method)."""
+    from .train import load_head
+    out, seen = [], set()
+    for spec in specs:
+        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        if path == "clip":
+            scorer = Scorer(name or "clip", "clip", FlowHead(store.meta["dim"], "clip").to(device), "frozen")
+        else:
+            if not os.path.exists(os.path.join(path, "head.safetensors")):
+                raise FlowclipError(f"--scorer {spec}: {path} holds no head.safetensors (a train-head run folder?)")
+            if not os.path.exists(os.path.join(path, "DONE")):
+                raise FlowclipError(f"--scorer {spec}: {path} is an unfinished run")
+            head, cfg = load_head(path, device)
+            if cfg["store_fingerprint"] != store.fingerprint:
+                raise FlowclipError(f"--scorer {spec}: trained on encoder {cfg['store_fingerprint'][:12]}, this store "
+                                    f"holds {store.fingerprint[:12]}; refused")
+            sha = hashlib.sha256(open(os.path.join(path, "head.safetensors"), "rb").read()).hexdigest()
+            label = os.path.basename(os.path.normpath(path))
+            scorer = Scorer(name or label, label, head, sha)
+        if scorer.run in seen:
+            raise FlowclipError(f"--scorer {spec}: two scorers named {scorer.run!r}")
+        seen.add(scorer.run)
+        out.append(scorer)
+    return out
+
+
+def find_manifests(paths: list[str]) -> list[str]:
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".parquet"))
+        else:
+            out.append(p)
+    if not out:
+        raise FlowclipError(f"no manifests (*.parquet) in {', '.join(paths)}")
+    return out
+
+
+def scoring_of(m: Manifest) -> tuple[str, Scoring]:
+    name = m.meta.get("benchmark")
+    if not name:
+        raise FlowclipError(f"{m.path}: no 'benchmark' in the manifest's flowclip.meta; build it with "
+                            f"`flowclip manifest build` or write_manifest(..., meta={{'benchmark': NAME}})")
+    bench = get_benchmark(name)
+    if bench.scoring is None:
+        raise FlowclipError(f"{m.path}: {name} is a training set; score takes evaluation manifests")
+    sc = bench.scoring
+    needed = {"candidates": ("captions", "gold"), "pairwise": ("captions", "gold"),
+              "retrieval": ("captions",), "classification": ("label",)}[sc.task]
+    for col in needed + tuple(c for c in (sc.group_by, sc.exclude_column, *sc.report_by) if c):
+        if col not in m.table.column_names:
+            raise FlowclipError(f"{m.path}: the {name} benchmark needs column {col!r}, which is missing")
+    return name, sc
+
+
+def _chunked_matched(head: FlowHead, bank: FeatureBank, imgs: torch.Tensor, caps: torch.Tensor,
+                     chunk: int = 4096) -> np.ndarray:
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(imgs), chunk):
+            out.append(head.score_matched(*bank.features(imgs[s:s + chunk], caps[s:s + chunk], head.uses_tokens)))
+    return torch.cat(out).cpu().numpy() if out else np.zeros(0, np.float32)
+
+
+def control_images(rec_img: np.ndarray, control: str, seed: int, task: str) -> np.ndarray:
+    """Real: the record's image; Shuffle: one seeded permutation of the records' images;
+    Fixed: one seeded anchor image for every record."""
+    rng = np.random.default_rng([seed, int(hashlib.sha256(task.encode()).hexdigest()[:8], 16)])
+    if control == "real":
+        return rec_img
+    if control == "shuffle":
+        return rec_img[rng.permutation(len(rec_img))]
+    if control == "fixed":
+        return np.full_like(rec_img, rec_img[rng.integers(len(rec_img))])
+    raise FlowclipError(f"unknown control {control!r}; use {', '.join(CONTROLS)}")
+
+
+def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> dict:
+    """The official score of a candidate task, with ties, groups and breakdowns."""
+    keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
+    correct, tie = metrics.decisions(scores, gold, sc.tie_rule)
+    c, t = correct[keep], tie[keep]
+    res = {"n": int(keep.sum()), "excluded": int((~keep).sum()), "ties": int(t.sum()), "tie_rule": sc.tie_rule}
+    if sc.aggregate == "mean":
+        res["score"] = metrics.mean_accuracy(c)
+    else:   # macro / subset_mean: unweighted over groups
+        g = np.asarray(cols[sc.group_by])[keep]
+        res["score"] = metrics.macro_accuracy(c, g, sc.min_group)
+        res["groups_used"] = len(metrics.group_accuracies(c, g, sc.min_group))
+    if sc.group_by:
+        g = np.asarray(cols[sc.group_by])[keep]
+        res["by_" + sc.group_by] = metrics.group_accuracies(c, g)
+        for name, members in sc.groups:
+            vals = [res["by_" + sc.group_by][m] for m in members if m in res["by_" + sc.group_by]]
+            res.setdefault("named_groups", {})[name] = float(np.mean(vals)) if vals else float("nan")
+    for col in sc.report_by:
+        res["by_" + col] = metrics.group_accuracies(c, np.asarray(cols[col])[keep].astype(str))
+    if sc.task == "candidates":
+        ranks = metrics.gold_rank(scores[keep], gold[keep], sc.tie_rule)
+        res["recall"] = {f"R@{k}": metrics.recall_at(ranks, k) for k in sc.recall_at}
+        for col in sc.report_by:
+            vals = np.asarray(cols[col])[keep].astype(str)
+            res.setdefault("recall_by_" + col, {})
+            for v in np.unique(vals):
+                res["recall_by_" + col][v] = metrics.recall_at(ranks[vals == v], 1)
+    return res
+
+
+def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_root=None):
+    t = m.table.to_pydict()
+    ikeys = image_keys(store, m, image_root)
+    captions = t["captions"]
+    texts = sorted({c for cs in captions for c in cs})
+    require_features(store, m, ikeys, texts)
+    uimg = sorted(set(ikeys))
+    img_index = {k: i for i, k in enumerate(uimg)}
+    cap_index = {c: i for i, c in enumerate(texts)}
+    need_tokens = any(s.head.uses_tokens for s in scorers)
+    bank = FeatureBank.load(store, uimg, texts, need_tokens, device)
+    rec_img = np.array([img_index[k] for k in ikeys])
+    kmax = max(map(len, captions))
+    rec_of = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
+    slot = np.concatenate([np.arange(len(c)) for c in captions])
+    cap_ids = torch.tensor([cap_index[c] for cs in captions for c in cs], device=device)
+    out = {}
+    for control in controls:
+        imgs_rec = control_images(rec_img, control, seed, m.meta["benchmark"])
+        imgs = torch.as_tensor(imgs_rec[rec_of], device=device)
+        for s in scorers:
+            flat = _chunked_matched(s.head, bank, imgs, cap_ids)
+            mat = np.full((len(captions), kmax), np.nan, np.float32)
+            mat[rec_of, slot] = flat
+            out[(control, s.run)] = mat
+    return out, np.array(t["gold"]), t, np.array(ikeys)
+
+
+def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: int, shortlist: int | None,
+                    image_root=None) -> dict:
+    t = m.table.to_pydict()
+    ikeys = image_keys(store, m, image_root)
+    caps = [c for cs in t["captions"] for c in cs]
+    require_features(store, m, ikeys, sorted(set(caps)))
+    cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
+    texts = sorted(set(caps))
+    cap_index = {c: i for i, c in enumerate(texts)}
+    bank = FeatureBank.load(store, list(ikeys), texts, scorer.head.uses_tokens, device)
+    cid = torch.tensor([cap_index[c] for c in caps], device=device)
+    n_i, n_t = len(ikeys), len(caps)
+    head = scorer.head
+    with torch.no_grad():
+        if shortlist and head.uses_tokens:
+            from .heads import global_scores
+            v, _, tt, _, _ = bank.features(torch.arange(n_i, device=device), cid, False)
+            coarse = global_scores(v, tt, head.M).cpu().numpy()
+            sim = np.full((n_i, n_t), -np.inf, np.float32)
+            k = min(shortlist, n_t)
+            top_t = np.argsort(-coarse, 1)[:, :k]                     # i2t shortlist
+            top_i = np.argsort(-coarse, 0)[:min(shortlist, n_i), :]   # t2i shortlist
+            pairs = np.unique(np.concatenate([
+                np.stack([np.repeat(np.arange(n_i), k), top_t.ravel()], 1),
+                np.stack([top_i.ravel(), np.tile(np.arange(n_t), top_i.shape[0])], 1)]), axis=0)
+            vals = _chunked_matched(head, bank, torch.as_tensor(pairs[:, 0], device=device), cid[pairs[:, 1]])
+            sim[pairs[:, 0], pairs[:, 1]] = vals
+        else:
+            sim = np.empty((n_i, n_t), np.float32)
+            L = int((bank.cap_offsets[1:] - bank.cap_offsets[:-1]).max()) if head.uses_tokens else 1
+            P = bank.img_patches.shape[1] if head.uses_tokens else 1
+            per_pair = 4 * 12 * L * P if head.uses_tokens else 8       # bytes of intermediates per pair
+            block = max(1, int(max_memory_mb * 2**20 / per_pair))
+            bi = max(1, min(n_i, int(block ** 0.5)))
+            bt = max(1, min(n_t, block // bi))
+            for i0 in range(0, n_i, bi):
+                ii = torch.arange(i0, min(n_i, i0 + bi), device=device)
+                for t0 in range(0, n_t, bt):
+                    tc = cid[t0:t0 + bt]
+                    v, Pp, tt, H, mask = bank.features(ii, tc, head.uses_tokens)
+                    sim[i0:i0 + len(ii), t0:t0 + len(tc)] = head(v, Pp, tt, H, mask).cpu().numpy()
+    res = metrics.retrieval_recall(sim, cap_image)
+    res["approximate"] = bool(shortlist and head.uses_tokens)
+    if res["approximate"]:
+        res["shortlist"] = shortlist
+    return res
+
+
+def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None) -> dict:
+    ikeys = image_keys(store, m, image_root)
+    prompts = m.meta["prompts"]
+    flat = [p for ps in prompts for p in ps]
+    require_features(store, m, ikeys, sorted(set(flat)))
+    uimg = sorted(set(ikeys))
+    texts = sorted(set(flat))
+    bank = FeatureBank.load(store, uimg, texts, scorer.head.uses_tokens, device)
+    cap_index = {c: i for i, c in enumerate(texts)}
+    cid = torch.tensor([cap_index[p] for p in flat], device=device)
+    logits = np.empty((len(uimg), len(flat)), np.float32)
+    with torch.no_grad():
+        for i0 in range(0, len(uimg), 64):
+            ii = torch.arange(i0, min(len(uimg), i0 + 64), device=device)
+            logits[i0:i0 + len(ii)] = scorer.head(*bank.features(ii, cid, scorer.head.uses_tokens)).cpu().numpy()
+    owner = np.repeat(np.arange(len(prompts)), [len(p) for p in prompts])
+    per_class = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)   # mean over templates
+    img_row = {k: i for i, k in enumerate(uimg)}
+    labels = np.array(m.table.column("label").to_pylist())
+    return metrics.topk_accuracy(per_class[[img_row[k] for k in ikeys]], labels, (1, 5))
+
+
+def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]) -> dict:
+    """binding7 / all11 / aro / controls6 from each benchmark's joins declaration."""
+    out = {}
+    for (control, run), per_task in results.items():
+        members: dict[str, list] = {}
+        for bench, sc in benches.items():
+            r = per_task.get(bench)
+            if r is None:
+                continue
+            for mean_name, group in sc.joins:
+                val = r["score"] if not group else r.get("named_groups", {}).get(group)
+                members.setdefault(mean_name, []).append((f"{bench}/{group}" if group else bench, val))
+        out[f"{control}|{run}"] = {k: {"mean": float(np.mean([v for _, v in vs])), "members": [n for n, _ in vs]}
+                                   for k, vs in members.items()}
+    return out
+
+
+def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list[str], out: str, *,
+              controls=("real",), device: str = "cpu", seed: int = 0, bootstrap_draws: int = 10_000,
+              max_memory_mb: int = 2048, shortlist: int | None = None, overwrite: bool = False,
+              image_root: str | None = None, log=print) -> dict:
+    if os.path.exists(out) and not overwrite:
+        raise FlowclipError(f"{out} exists; pass --overwrite to replace it (results are never overwritten silently)")
+    scorers = load_scorers(scorer_specs, store, device)
+    manifests = [Manifest.read(p) for p in find_manifests(manifest_paths)]
+    checked = [(m, *scoring_of(m)) for m in manifests]          # fail before any work
+    tmp = f"{out}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    t0 = time.perf_counter()
+    results: dict = {}            # (control, run) -> benchmark -> result
+    record_rows, boot_tasks, changes = [], [], {}
+    all_images: dict[str, int] = {}
+    benches: dict[str, Scoring] = {}
+    for m, name, sc in checked:
+        benches[name] = sc
+        log(f"scoring {name} ({len(m)} records, {sc.task})")
+        if sc.task in ("pairwise", "candidates"):
+            mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root)
+            correct_real = {}
+            for (control, run), mat in mats.items():
+                res = aggregate(sc, mat, gold, cols)
+                results.setdefault((control, run), {})[name] = res
+                correct = metrics.decisions(mat, gold, sc.tie_rule)[0]
+                if control == "real":
+                    correct_real[run] = correct
+                for i in range(len(gold)):
+                    record_rows.append({"benchmark": name, "record_id": str(cols.get("record_id", range(len(gold)))[i]),
+                                        "control": control, "scorer": run,
+                                        "scores": [float(x) for x in mat[i] if not np.isnan(x)],
+                                        "gold": int(gold[i]), "correct": bool(correct[i])})
+            runs = [s.run for s in scorers]
+            changes[name] = {f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
+                             for i, a in enumerate(runs) for b in runs[i + 1:]} if "real" in controls else {}
+            keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
+            if "real" in controls:
+                idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep]])
+                groups = np.asarray(cols[sc.group_by])[keep] if sc.aggregate != "mean" else None
+                if groups is not None and sc.min_group:
+                    big = set(metrics.group_accuracies(correct_real[runs[0]][keep], groups, sc.min_group))
+                    sel = np.array([g in big for g in groups])
+                    idx, groups = idx[sel], groups[sel]
+                    keep_idx = np.flatnonzero(keep)[sel]
+                else:
+                    keep_idx = np.flatnonzero(keep)
+                boot_tasks.append({"name": name, "image_index": idx, "groups": groups,
+                                   "correct": {r: c[keep_idx] for r, c in correct_real.items()}})
+        elif sc.task == "retrieval":
+            for s in scorers:
+                results.setdefault(("real", s.run), {})[name] = score_retrieval(store, m, s, device, max_memory_mb,
+                                                                                shortlist, image_root)
+        else:
+            for s in scorers:
+                results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)
+
+    methods: dict[str, list[str]] = {}
+    for s in scorers:
+        methods.setdefault(s.method, []).append(s.run)
+    names = list(methods)
+    pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
+    bootstrap = paired_bootstrap_all(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed) \
+        if pairs and boot_tasks and bootstrap_draws else {}
+    summary = {
+        "store": store.root, "store_fingerprint": store.fingerprint,
+        "scorers": [{"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind}
+                    for s in scorers],
+        "git_revision": _git(), "controls": list(controls), "seed": seed,
+        "results": {f"{c}|{r}": v for (c, r), v in results.items()},
+        "cross_task_means": cross_task_means(results, benches, [s.run for s in scorers]),
+        "decision_changes": changes, "bootstrap": bootstrap, "seconds": time.perf_counter() - t0,
+    }
+    write_outputs(tmp, summary, record_rows, scorers, controls, benches)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    log(f"wrote {out}")
+    return summary
+
+
+def paired_bootstrap_all(tasks, methods, pairs, n_images, draws, seed):
+    from .stats import paired_bootstrap
+    return paired_bootstrap(tasks, methods, pairs, n_images, draws, seed)
+
+
+def _git() -> str:
+    from .train import _git_revision
+    return _git_revision()
+
+
+def headline(res: dict) -> float:
+    """The one number a task reports: its official score, or R@1 / top-1."""
+    if "score" in res:
+        return res["score"]
+    return res.get("i2t_R@1", res.get("top1", float("nan")))
+
+
+def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    with open(os.path.join(folder, "results.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if record_rows:
+        pq.write_table(pa.Table.from_pylist(record_rows), os.path.join(folder, "records.parquet"))
+    tasks = list(benches)
+    means = sorted({k for v in summary["cross_task_means"].values() for k in v})
+    lines = ["| control | scorer | " + " | ".join(tasks + means) + " |",
+             "|---|---|" + "---|" * (len(tasks) + len(means))]
+    csv_rows = ["control,scorer," + ",".join(tasks + means)]
+    for control in controls:
+        for s in scorers:
+            per = summary["results"].get(f"{control}|{s.run}", {})
+            cm = summary["cross_task_means"].get(f"{control}|{s.run}", {})
+            vals = [headline(per[t]) * 100 if t in per else float("nan") for t in tasks] + \
+                   [cm[k]["mean"] * 100 if k in cm else float("nan") for k in means]
+            lines.append(f"| {control} | {s.run} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+            csv_rows.append(f"{control},{s.run}," + ",".join(f"{v:.4f}" for v in vals))
+    md = ["# flowclip score", "", f"store fingerprint `{summary['store_fingerprint'][:16]}`, "
+          f"git {summary['git_revision'][:10]}", "", "Accuracy (%), each benchmark's official aggregation:", "",
+          *lines, ""]
+    if summary["bootstrap"]:
+        md += ["## Paired image-cluster bootstrap (95% interval, points)", "", "| task | difference | mean | 95% CI | draws missing a group |",
+               "|---|---|---|---|---|"]
+        for task, d in summary["bootstrap"].items():
+            for key, v in d.items():
+                md.append(f"| {task} | {key} | {v['mean_pts']:.2f} | [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}] "
+                          f"| {v['draws_missing_a_group']} |")
+        md.append("")
+    if any(summary["decision_changes"].values()):
+        md += ["## Paired decision changes (Real)", "", "| task | comparison | repairs | regressions |", "|---|---|---|---|"]
+        for task, d in summary["decision_changes"].items():
+            for key, v in d.items():
+                md.append(f"| {task} | {key} | {v['repairs']} | {v['regressions']} |")
+    approx = [f"{k}: {t}" for k, per in summary["results"].items() for t, r in per.items() if r.get("approximate")]
+    if approx:
+        md += ["", "Approximate (shortlist re-ranking): " + ", ".join(approx)]
+    open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
+    open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
+    write_figures(folder, summary, record_rows)
+
+
+def write_figures(folder: str, summary: dict, record_rows: list) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    # gold-foil margins of pairwise tasks, Real control, one panel per benchmark
+    by_task: dict = {}
+    for r in record_rows:
+        if r["control"] == "real" and len(r["scores"]) == 2:
+            by_task.setdefault(r["benchmark"], {}).setdefault(r["scorer"], []).append(
+                r["scores"][r["gold"]] - r["scores"][1 - r["gold"]])
+    for task, per in by_task.items():
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for run, margins in per.items():
+            ax.hist(margins, bins=40, alpha=0.5, label=run)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_xlabel("gold - foil score")
+        ax.set_ylabel("records")
+        ax.set_title(f"{task}: margins (Real)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, f"margins_{task}.png"), dpi=100)
+        plt.close(fig)
+    # Recall@1 against complexity (CREPE), per scorer and foil type
+    for key, per in summary["results"].items():
+        control, run = key.split("|")
+        for task, r in per.items():
+            if "recall_by_complexity" in r and control == "real":
+                fig, ax = plt.subplots(figsize=(5, 3.5))
+                xs = sorted(r["recall_by_complexity"], key=int)
+                ax.plot([int(x) for x in xs], [r["recall_by_complexity"][x] for x in xs], marker="o", label=run)
+                ax.set_xlabel("complexity")
+                ax.set_ylabel("Recall@1")
+                ax.set_title(task)
+                ax.legend()
+                fig.tight_layout()
+                fig.savefig(os.path.join(folder, f"recall_vs_complexity_{task}_{run}.png"), dpi=100)
+                plt.close(fig)

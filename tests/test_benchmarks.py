@@ -1,0 +1,264 @@
+"""Converters against the real files where we have them, hand-written fixtures in the
+official formats elsewhere; the catalogue against the registry."""
+import json
+import os
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from conftest import SHARED_BENCHMARKS, needs_shared
+from flowclip_cache.benchmarks import all_benchmarks, get
+from flowclip_cache.benchmarks.base import RowErrors
+from flowclip_cache.catalogue import check_counts, load_catalogue
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError, ManifestError
+from flowclip_cache.manifest import Manifest, check_manifest, write_manifest
+from flowclip_cache.negatives import build_training
+
+
+def build(name, source, out, on_error="fail", **opt):
+    report = get(name).build(str(source), str(out), RowErrors(on_error), **opt)
+    return report, Manifest.read(out)
+
+
+@needs_shared("sugarcrepe")
+def test_sugarcrepe_real_files(tmp_path):
+    report, m = build("sugarcrepe", os.path.join(SHARED_BENCHMARKS, "sugarcrepe"), tmp_path / "sc.parquet")
+    assert report.counts == {"add_att": 692, "add_obj": 2062, "replace_att": 788, "replace_obj": 1652,
+                             "replace_rel": 1406, "swap_att": 666, "swap_obj": 245}
+    assert report.records == 7511 == len(m) and report.images == 1560
+    ids = set(m.table.column("record_id").to_pylist())
+    assert "swap_obj/107" in ids and "swap_obj/108" not in ids and "swap_obj/109" in ids
+    assert all("!=" not in line for line in check_counts("sugarcrepe", report))
+
+
+@needs_shared("abc6k")
+def test_abc6k_real_file(tmp_path):
+    lines = open(os.path.join(SHARED_BENCHMARKS, "abc6k", "ABC-6K.txt"), encoding="utf-8").read().split("\n")
+    # a COCO caption file, written by hand in COCO's format, that knows the first 10 originals
+    coco = {"images": [{"id": 100 + i, "file_name": f"COCO_val2014_{100 + i:012d}.jpg"} for i in range(10)],
+            "annotations": [{"image_id": 100 + i, "id": i, "caption": lines[2 * i].lower() + "  "}
+                            for i in range(10)]}
+    (tmp_path / "captions_val2014.json").write_text(json.dumps(coco))
+    report, m = build("abc6k", os.path.join(SHARED_BENCHMARKS, "abc6k"), tmp_path / "abc.parquet",
+                      coco_captions=str(tmp_path / "captions_val2014.json"))
+    assert report.counts["pairs_in_file"] == 3217 and report.counts["identical_in_file"] == 100
+    assert report.records == 10 and report.counts["image_not_found"] == 3207
+    assert len(report.skipped) == 3207 and "no COCO image has the caption" in report.skipped[0][2]
+    row = m.table.to_pylist()[0]
+    assert row["image"] == "val2014/COCO_val2014_000000000100.jpg" and row["captions"][0] == lines[0].strip()
+    with pytest.raises(ManifestError, match="coco_captions"):
+        build("abc6k", os.path.join(SHARED_BENCHMARKS, "abc6k"), tmp_path / "x.parquet")
+
+
+def vg_item(i, **kw):
+    item = {"image_path": f"{i}.jpg", "bbox_x": 1, "bbox_y": 2, "bbox_w": 30, "bbox_h": 40,
+            "true_caption": f"the cat is on the mat {i}", "false_caption": f"the mat is on the cat {i}"}
+    item.update(kw)
+    return item
+
+
+@needs_shared("aro")
+def test_aro_vg_relation_excludes_the_official_list(tmp_path):
+    excluded = json.load(open(os.path.join(SHARED_BENCHMARKS, "aro", "vgr_excluded_relations.json")))
+    assert len(excluded) == 157
+    items = [vg_item(0, relation_name="on"), vg_item(1, relation_name=excluded[0]), vg_item(2, relation_name="on")]
+    (tmp_path / "visual_genome_relation.json").write_text(json.dumps(items))
+    report, m = build("aro-vg-relation", tmp_path, tmp_path / "vgr.parquet",
+                      excluded_relations=os.path.join(SHARED_BENCHMARKS, "aro", "vgr_excluded_relations.json"))
+    rows = m.table.to_pylist()
+    assert [r["excluded"] for r in rows] == [False, True, False]
+    assert rows[0]["crop"] == [1, 2, 30, 40] and rows[0]["captions"][0].startswith("the cat")
+
+
+def test_aro_vg_attribution_and_bad_items(tmp_path):
+    items = [vg_item(0, attributes=["red", "blue"]), vg_item(1, attributes=["red", "blue"]),
+             {"image_path": "2.jpg", "true_caption": "a", "false_caption": "b", "attributes": ["x", "y"]}]
+    (tmp_path / "visual_genome_attribution.json").write_text(json.dumps(items))
+    with pytest.raises(ManifestError, match=r"visual_genome_attribution.json: item 2: missing or non-numeric bbox"):
+        build("aro-vg-attribution", tmp_path, tmp_path / "vga.parquet")
+    report, m = build("aro-vg-attribution", tmp_path, tmp_path / "vga.parquet", on_error="skip")
+    assert report.records == 2 and len(report.skipped) == 1
+    assert set(m.table.column("attribute_pair").to_pylist()) == {"red_blue"}
+
+
+def fake_tagger(text):
+    nouns = {"dog", "frisbee", "park", "man", "horse", "beach"}
+    adjs = {"brown", "red", "white", "sandy"}
+    return [(w, "NN" if w.strip(".").lower() in nouns else "JJ" if w.lower() in adjs else "DT")
+            for w in text.split()]
+
+
+def test_aro_coco_order_with_injected_tags(tmp_path):
+    data = [{"image": "val2014/COCO_val2014_000000000001.jpg",
+             "caption": ["A brown dog catches a red frisbee in the park.", "A man rides a white horse on a sandy beach."]}]
+    (tmp_path / "coco_karpathy_test.json").write_text(json.dumps(data))
+    report, m = build("aro-coco-order", tmp_path, tmp_path / "o.parquet", tagger=fake_tagger)
+    rows = m.table.to_pylist()
+    assert report.records == 2 and all(len(r["captions"]) == 5 for r in rows)
+    gold = rows[0]["captions"][0]
+    assert gold == "a brown dog catches a red frisbee in the park"     # ARO's clean-up
+    for foil in rows[0]["captions"][1:]:
+        assert sorted(foil.split()) == sorted(gold.split())           # shuffles keep the words
+    report2, m2 = build("aro-coco-order", tmp_path, tmp_path / "o2.parquet", tagger=fake_tagger)
+    assert m2.table.to_pylist() == rows                               # deterministic
+    from flowclip_cache.benchmarks import _aro
+    try:
+        import spacy  # noqa: F401
+    except ImportError:
+        with pytest.raises(FlowclipError, match="python -m spacy download en_core_web_sm"):
+            _aro.spacy_tagger()
+
+
+def test_whatsup(tmp_path):
+    (tmp_path / "coco_qa_one_obj.json").write_text(json.dumps([[42, "A dog on the left", "A dog on the right"]]))
+    (tmp_path / "coco_qa_two_obj.json").write_text(json.dumps([[7, "a cup left of a plate", "a cup right of a plate"],
+                                                                [8, "x"]]))
+    report, m = build("whatsup-coco-spatial", tmp_path, tmp_path / "w.parquet", on_error="skip")
+    assert report.counts == {"one": 1, "two": 1} and len(report.skipped) == 1
+    assert m.table.column("image").to_pylist() == ["val2017/000000000042.jpg", "val2017/000000000007.jpg"]
+    (tmp_path / "controlled_images_dataset.json").write_text(json.dumps([
+        {"image_path": "data/controlled_images/mug_left_of_plate.jpeg",
+         "caption_options": ["A mug to the left of a plate", "A mug to the right of a plate",
+                             "A mug on a plate", "A mug under a plate"]}]))
+    report, m = build("whatsup-controlled-a", tmp_path, tmp_path / "a.parquet")
+    assert m.table.to_pylist()[0]["preposition"] == "left" and len(m.table.to_pylist()[0]["captions"]) == 4
+
+
+def test_crepe_literal_lists_only(tmp_path):
+    d = tmp_path / "swap"
+    d.mkdir()
+    (d / "prod_vg_hard_negs_swap_complexity_4.csv").write_text(
+        "image_id,caption,x,y,width,height,hard_negs\n"
+        "2317,a red car near a tree,1,2,30,40,\"['a tree near a red car', 'a red tree near a car']\"\n"
+        "2318,a dog,1,2,30,40,\"__import__('os').system('echo pwned')\"\n")
+    with pytest.raises(ManifestError, match="complexity_4.csv: line 3: unreadable row"):
+        build("crepe-productivity", tmp_path, tmp_path / "c.parquet")
+    report, m = build("crepe-productivity", tmp_path, tmp_path / "c.parquet", on_error="skip")
+    row = m.table.to_pylist()[0]
+    assert report.counts == {"swap/4": 1} and row["captions"][1] == "a tree near a red car"
+    assert row["image"] == "2317.jpg" and row["complexity"] == 4 and row["foil_type"] == "swap"
+
+
+def test_pug_and_clevr(tmp_path):
+    (tmp_path / "labels.csv").write_text(
+        "filename,world_name,character_name,character2_name,character_texture,character2_texture,"
+        "character1_pos,character2_pos\n"
+        "a.png,Desert,Goldfish,Elephant,Grass,Asphalt,left,right\n"
+        "b.png,Desert,Goldfish,Goldfish,Grass,Asphalt,left,right\n"
+        "c.png,Desert,Goldfish,Elephant,Default,Asphalt,left,right\n")
+    report, m = build("pug-spar", tmp_path, tmp_path / "p.parquet")
+    assert report.records == 1 and report.counts["not_assignment_pairs"] == 2
+    assert m.table.to_pylist()[0]["captions"] == [
+        "This is a photo of a Goldfish textured with Grass and a Elephant textured with Asphalt",
+        "This is a photo of a Elephant textured with Grass and a Goldfish textured with Asphalt"]
+    (tmp_path / "clevr.csv").write_text("img1.png,cube,red,sphere,blue\nimg2.png,cube,red,sphere,red\n")
+    report, m = build("clevr-binding", tmp_path / "clevr.csv", tmp_path / "cl.parquet")
+    rows = m.table.to_pylist()
+    assert rows[0]["captions"] == ["red cube and blue sphere", "blue cube and red sphere"]
+    assert [r["equivalent"] for r in rows] == [False, True] and report.counts["scored"] == 1
+
+
+def test_retrieval_both_formats(tmp_path):
+    k = {"images": [{"filepath": "val2014", "filename": "a.jpg", "split": "test",
+                     "sentences": [{"raw": "one"}, {"raw": "two"}]},
+                    {"filepath": "train2014", "filename": "b.jpg", "split": "train", "sentences": [{"raw": "x"}]}]}
+    (tmp_path / "dataset_coco.json").write_text(json.dumps(k))
+    report, m = build("coco-retrieval", tmp_path, tmp_path / "r.parquet")
+    assert m.kind == "retrieval" and m.table.to_pylist() == [{"image": "val2014/a.jpg", "captions": ["one", "two"]}]
+    (tmp_path / "f.json").write_text(json.dumps([{"image": "x.jpg", "caption": ["c1", "c2", "c3"]}]))
+    report, m = build("flickr-retrieval", tmp_path / "f.json", tmp_path / "f.parquet")
+    assert report.counts["captions"] == 3
+
+
+def test_cifar_binary_without_pickle(tmp_path):
+    rng = np.random.default_rng(0)
+    recs = [np.concatenate([[lab], rng.integers(0, 256, 3072)]).astype(np.uint8) for lab in (3, 0, 9)]
+    np.concatenate(recs).tofile(tmp_path / "test_batch.bin")
+    (tmp_path / "batches.meta.txt").write_text("\n".join(f"class{i}" for i in range(10)) + "\n\n")
+    report, m = build("cifar10", tmp_path, tmp_path / "c10.parquet")
+    assert m.kind == "classification" and m.table.column("label").to_pylist() == [3, 0, 9]
+    assert m.meta["prompts"][3] == ["a photo of a class3."]
+    img = np.asarray(Image.open(tmp_path / "c10.parquet.images" / "00000.png"))
+    np.testing.assert_array_equal(img[..., 0], recs[0][1:1025].reshape(32, 32))    # red plane first
+    recs100 = [np.concatenate([[1, 57], rng.integers(0, 256, 3072)]).astype(np.uint8)]
+    np.concatenate(recs100).tofile(tmp_path / "test.bin")
+    (tmp_path / "fine_label_names.txt").write_text("\n".join(f"f_{i}" for i in range(100)))
+    report, m = build("cifar100", tmp_path, tmp_path / "c100.parquet", templates="a {}|art of a {}")
+    assert m.table.column("label").to_pylist() == [57] and m.meta["prompts"][57] == ["a f 57", "art of a f 57"]
+
+
+def test_imagenetv2_folders(tmp_path):
+    for c in ("0", "1", "10"):
+        (tmp_path / c).mkdir()
+        Image.new("RGB", (4, 4)).save(tmp_path / c / "x.jpeg")
+    report, m = build("imagenetv2", tmp_path, tmp_path / "in.parquet")
+    assert m.table.to_pylist() == [{"image": "0/x.jpeg", "label": 0}, {"image": "1/x.jpeg", "label": 1},
+                                   {"image": "10/x.jpeg", "label": 10}]
+    assert len(m.meta["classes"]) == 1000
+
+
+def test_coco_train_negclip_tsv(tmp_path):
+    (tmp_path / "train_neg_clip.tsv").write_text(
+        "\ttitle\tfilepath\tneg_caption\tneg_image\n"
+        "0\tA cat on a mat.\tcoco/train2014/a.jpg\t['A mat on a cat .', 'A cat on a mat.']\t[1, 2]\n"
+        "1\tA dog.\tcoco/train2014/b.jpg\t['A dog.']\t[3]\n")
+    (tmp_path / "valid_neg_clip.tsv").write_text(
+        "\ttitle\tfilepath\tneg_caption\tneg_image\n0\tTwo birds.\tcoco/val2014/c.jpg\t['Two words .']\t[1]\n")
+    report, m = build("coco-train", tmp_path, tmp_path / "t.parquet", on_error="skip")
+    rows = m.table.to_pylist()
+    assert [r["split"] for r in rows] == ["train", "val"] and rows[0]["image"] == "train2014/a.jpg"
+    assert rows[0]["negatives"] == ["A mat on a cat ."]                   # the copy of the positive is dropped
+    assert "no negative that differs" in report.skipped[0][2]
+
+
+def test_malformed_files_name_file_and_line(tmp_path):
+    (tmp_path / "add_att.json").write_text('{\n "0": {"filename": "a.jpg",\n "caption": "x" "y"}\n}')
+    with pytest.raises(ManifestError, match=r"add_att.json: line 3, column .*malformed JSON"):
+        build("sugarcrepe", tmp_path, tmp_path / "o.parquet")
+    (tmp_path / "add_att.json").write_bytes(b'{"0": {"filename": "a.jpg",\n"caption": "\xff"}}')
+    with pytest.raises(ManifestError, match="add_att.json: line 2: not valid UTF-8"):
+        build("sugarcrepe", tmp_path, tmp_path / "o.parquet")
+    (tmp_path / "add_att.json").write_text(json.dumps({"0": {"filename": "a.jpg", "caption": "", "negative_caption": "b"}}))
+    with pytest.raises(ManifestError, match="add_att.json: record '0': empty or non-text 'caption'"):
+        build("sugarcrepe", tmp_path, tmp_path / "o.parquet")
+
+
+def test_negatives_differ_and_are_deterministic():
+    rows = [{"image": "a.jpg", "caption": "a red car next to a blue bus on the street"},
+            {"image": "b.jpg", "caption": "sky"}]
+    out, missing = build_training(rows, ["swap-att", "swap-obj", "shuffle-bigram"], seed=3)
+    assert out == build_training(rows, ["swap-att", "swap-obj", "shuffle-bigram"], seed=3)[0]
+    r = out[0]
+    assert r["negative_kinds"] == ["swap-att", "swap-obj", "shuffle-bigram"]
+    assert all(n != r["positive"] for n in r["negatives"])
+    assert r["negatives"][0] == "a blue car next to a red bus on the street"
+    assert r["negatives"][1] == "a red bus next to a blue car on the street"
+    assert (1, "swap-att") in missing and (1, "shuffle-bigram") in missing
+
+
+def test_manifest_check(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    write_manifest(tmp_path / "m.parquet", pa.Table.from_pylist([
+        {"record_id": "1", "image": "a.jpg", "captions": ["x", "x"], "gold": 0},
+        {"record_id": "1", "image": "b.jpg", "captions": ["x", "y"], "gold": 0}]), "candidates")
+    problems = check_manifest(Manifest.read(tmp_path / "m.parquet"), str(tmp_path))
+    assert any("'b.jpg' not found" in p for p in problems)
+    assert any("record_id '1' appears 2 times" in p for p in problems)
+    assert any("row 0: duplicate captions" in p for p in problems)
+    r = CliRunner().invoke(main, ["manifest", "check", str(tmp_path / "m.parquet"), "--image-root", str(tmp_path)])
+    assert r.exit_code == 2
+
+
+def test_catalogue_matches_registry():
+    cat, benches = load_catalogue(), all_benchmarks()
+    assert set(cat) == set(benches)
+    for name, b in benches.items():
+        assert callable(b.build)
+        assert (b.scoring is None) == (b.kind == "training"), name     # every evaluated set is scored
+        entry = cat[name]
+        assert entry["source"] and entry["licence"] and (entry["files"] or name == "sample")
