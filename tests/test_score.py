@@ -1,0 +1,170 @@
+"""Official aggregations on hand-built score tables; ties; controls; bootstrap; the engine."""
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from flowclip_cache import metrics
+from flowclip_cache.benchmarks import get
+from flowclip_cache.benchmarks.base import Scoring
+from flowclip_cache.errors import FlowclipError
+from flowclip_cache.manifest import write_manifest
+from flowclip_cache.score import aggregate, control_images, run_score
+from flowclip_cache.stats import paired_bootstrap, weighted_stat
+
+NAN = np.nan
+
+
+def test_decisions_and_tie_rules():
+    s = np.array([[1.0, 1.0], [2.0, 1.0], [1.0, 2.0], [3.0, 3.0]])
+    gold = np.array([0, 0, 0, 1])
+    c, t = metrics.decisions(s, gold, "wrong")
+    assert c.tolist() == [False, True, False, False] and t.tolist() == [True, False, False, True]
+    assert metrics.decisions(s, gold, "correct")[0].tolist() == [True, True, False, True]
+
+
+def test_candidates_with_padding_and_ranks():
+    s = np.array([[0.9, 0.5, 0.9, NAN], [0.1, 0.2, 0.3, 0.4], [0.5, 0.1, NAN, NAN]])
+    gold = np.array([0, 3, 0])
+    assert metrics.decisions(s, gold, "wrong")[0].tolist() == [False, True, True]
+    assert metrics.gold_rank(s, gold, "wrong").tolist() == [1, 0, 0]
+    assert metrics.gold_rank(s, gold, "correct").tolist() == [0, 0, 0]
+    assert metrics.recall_at(np.array([0, 2, 5, 1]), 3) == 0.75
+
+
+def test_macro_with_min_count_by_hand():
+    correct = np.array([1, 1, 0, 1, 0, 0, 1], bool)
+    groups = np.array(["a", "a", "a", "b", "b", "c", "c"])
+    # a = 2/3, b = 1/2, c = 1/2; min_count 3 keeps only a
+    assert metrics.macro_accuracy(correct, groups) == pytest.approx((2 / 3 + 0.5 + 0.5) / 3)
+    assert metrics.macro_accuracy(correct, groups, min_count=3) == pytest.approx(2 / 3)
+
+
+def test_sugarcrepe_groups_and_cross_check():
+    sc = get("sugarcrepe").scoring
+    rng = np.random.default_rng(0)
+    subsets = np.array(["add_att"] * 4 + ["add_obj"] * 2 + ["swap_att"] * 3 + ["swap_obj"] * 1)
+    scores = rng.random((10, 2))
+    gold = np.zeros(10, int)
+    res = aggregate(sc, scores, gold, {"subset": subsets})
+    # independent computation, one record at a time
+    right = {}
+    for s, (g, f) in zip(subsets, scores):
+        right.setdefault(s, []).append(g > f)
+    per = {k: sum(v) / len(v) for k, v in right.items()}
+    assert res["by_subset"] == pytest.approx(per)
+    assert res["score"] == pytest.approx(np.mean([g > f for g, f in scores]))
+    assert res["named_groups"]["Add"] == pytest.approx((per["add_att"] + per["add_obj"]) / 2)
+    assert res["named_groups"]["Swap-O"] == pytest.approx(per["swap_obj"])
+
+
+def test_whatsup_subset_mean_and_vgr_exclusion():
+    sc = get("whatsup-coco-spatial").scoring
+    scores = np.array([[1, 0], [1, 0], [1, 0], [0, 1], [1, 0], [1, 1]], float)
+    subset = np.array(["one"] * 4 + ["two"] * 2)
+    res = aggregate(sc, scores, np.zeros(6, int), {"subset": subset})
+    # one: 3/4; two: 2/2 (a tie counts as correct for What's Up) -> (0.75 + 1) / 2, not pooled 5/6
+    assert res["score"] == pytest.approx(0.875) and res["ties"] == 1
+    vgr = get("aro-vg-relation").scoring
+    scores = np.array([[1, 0], [0, 1], [1, 0], [1, 1]], float)
+    res = aggregate(vgr, scores, np.zeros(4, int), {"relation": np.array(["on", "on", "eats", "eats"]),
+                                                    "excluded": np.array([False, False, True, False])})
+    # eats keeps only its tie (wrong for VG-R): on = 1/2, eats = 0 -> 0.25
+    assert res["score"] == pytest.approx(0.25) and res["excluded"] == 1 and res["ties"] == 1
+
+
+def test_retrieval_recall_against_a_loop():
+    rng = np.random.default_rng(1)
+    sim = rng.random((4, 9))
+    cap_img = np.array([0, 0, 1, 1, 2, 2, 3, 3, 3])
+    got = metrics.retrieval_recall(sim, cap_img, (1, 2))
+    for k in (1, 2):
+        i2t = np.mean([bool(set(np.argsort(-sim[i])[:k]) & set(np.flatnonzero(cap_img == i))) for i in range(4)])
+        t2i = np.mean([cap_img[t] in np.argsort(-sim[:, t])[:k] for t in range(9)])
+        assert got[f"i2t_R@{k}"] == pytest.approx(i2t) and got[f"t2i_R@{k}"] == pytest.approx(t2i)
+
+
+def test_topk_by_hand():
+    logits = np.array([[0.1, 0.9, 0.5], [0.8, 0.1, 0.3]])
+    assert metrics.topk_accuracy(logits, np.array([2, 0]), (1, 2)) == {"top1": 0.5, "top2": 1.0}
+
+
+def test_controls_keep_candidates_together():
+    rec = np.arange(50)
+    shuffled = control_images(rec, "shuffle", 0, "t")
+    assert sorted(shuffled) == list(rec) and (shuffled != rec).any()
+    assert (control_images(rec, "shuffle", 0, "t") == shuffled).all()
+    fixed = control_images(rec, "fixed", 0, "t")
+    assert len(set(fixed)) == 1
+
+
+def test_bootstrap_by_hand_and_groups():
+    W = np.array([[2, 0, 1], [0, 3, 0]], np.float32)   # two draws over three records
+    c = np.array([1, 0, 1], bool)
+    v, lost = weighted_stat(c, W, None)
+    assert v.tolist() == pytest.approx([1.0, 0.0]) and not lost.any()
+    v, lost = weighted_stat(c, W, np.array(["a", "b", "b"]))
+    # draw 0: a = 1, b = 1/1 -> 1; draw 1: a has no weight -> only b = 0, reported as lost
+    assert v.tolist() == pytest.approx([1.0, 0.0]) and lost.tolist() == [False, True]
+    tasks = [{"name": "t", "image_index": np.array([0, 0, 1, 2]), "groups": None,
+              "correct": {"a": np.array([1, 1, 0, 0], bool), "b": np.array([1, 1, 0, 0], bool),
+                          "c": np.array([1, 1, 1, 1], bool)}}]
+    out = paired_bootstrap(tasks, {"A": ["a"], "B": ["b"], "C": ["c"]}, [("A", "B"), ("A", "C")], 3, 400, 0)
+    assert out["t"]["B - A"]["ci95_pts"] == [0.0, 0.0]               # identical decisions: no difference
+    lo, hi = out["t"]["C - A"]["ci95_pts"]
+    assert 0 <= lo <= 50 <= hi <= 100
+
+
+@pytest.fixture
+def scored_world(tmp_path, tiny_encoder):
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.sample import make_sample
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.train import TrainConfig, train_head
+    s = make_sample(str(tmp_path / "s"), n_images=24)
+    fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
+    run_extract(fs, tiny_encoder, [s["candidates"], s["training"]], s["image_root"], workers=0, progress=False)
+    fs.refresh()
+    run = str(tmp_path / "flow")
+    train_head(fs, s["training"], run, TrainConfig(head="flow", epochs=1, batch_size=8, lr=1e-3),
+               progress=False, log=lambda *_: None)
+    return fs, s, run, tmp_path
+
+
+def test_run_score_end_to_end(scored_world):
+    fs, s, run, tmp = scored_world
+    out = str(tmp / "res")
+    summary = run_score(fs, [s["candidates"]], ["clip", run], out, controls=("real", "shuffle", "fixed"),
+                        bootstrap_draws=200, log=lambda *_: None)
+    for f in ("results.json", "records.parquet", "results.md", "results.csv", "margins_sample.png"):
+        assert os.path.exists(os.path.join(out, f))
+    res = json.load(open(os.path.join(out, "results.json")))
+    assert set(res["results"]) == {f"{c}|{r}" for c in ("real", "shuffle", "fixed") for r in ("clip", "flow")}
+    assert res["store_fingerprint"] == fs.fingerprint and len(res["scorers"][1]["head_sha256"]) == 64
+    assert "flow - clip" in res["bootstrap"]["sample"]
+    import pyarrow.parquet as pq
+    recs = pq.read_table(os.path.join(out, "records.parquet")).to_pylist()
+    assert len(recs) == 24 * 3 * 2
+    # the official number equals a re-aggregation of the per-record table
+    real_clip = [r["correct"] for r in recs if r["control"] == "real" and r["scorer"] == "clip"]
+    assert res["results"]["real|clip"]["sample"]["score"] == pytest.approx(np.mean(real_clip))
+    with pytest.raises(FlowclipError, match="exists; pass --overwrite"):
+        run_score(fs, [s["candidates"]], ["clip"], out, log=lambda *_: None)
+
+
+def test_score_refusals(scored_world, tiny_encoder):
+    fs, s, run, tmp = scored_world
+    from flowclip_cache.encoders import EncoderSpec, resolve
+    from flowclip_cache.store import FeatureStore
+    other = FeatureStore.open_or_create(str(tmp / "other"), resolve(EncoderSpec("flowclip-tiny-vit", init_seed=5)).config)
+    with pytest.raises(FlowclipError, match="trained on encoder .* refused"):
+        run_score(other, [s["candidates"]], [run], str(tmp / "x"), log=lambda *_: None)
+    with pytest.raises(FlowclipError, match="features missing from the store"):
+        run_score(other, [s["candidates"]], ["clip"], str(tmp / "y"), log=lambda *_: None)
+    bad = tmp / "bad.parquet"
+    write_manifest(bad, pa.table({"record_id": ["1"], "image": ["a.png"], "captions": [["a", "b"]], "gold": [0]}),
+                   "candidates", {"benchmark": "whatsup-coco-spatial"})
+    with pytest.raises(FlowclipError, match="needs column 'subset', which is missing"):
+        run_score(fs, [str(bad)], ["clip"], str(tmp / "z"), log=lambda *_: None)
