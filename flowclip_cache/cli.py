@@ -300,10 +300,11 @@ def negatives(inp, out, kinds, seed):
 @click.option("--epochs", default=2, show_default=True)
 @click.option("--quiet", is_flag=True)
 def demo(out, images, epochs, quiet):
-    """Run the whole pipeline offline on a generated sample with the tiny CLIP."""
+    """Run the whole pipeline offline: generated sample, tiny CLIP, three heads, scored with controls."""
     from .demo import run_demo
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     run_demo(out, images, epochs, progress=not quiet, log=click.echo)
+    click.echo(f"report: {os.path.join(out, 'report')}")
 
 
 if __name__ == "__main__":

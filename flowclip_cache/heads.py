@@ -80,9 +80,9 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
         prod = torch.einsum("tlad,tbnd->tlabn", lhs, rhs)[:, None]        # [T,1,L,2,2,N]
         per_token = lambda x: x[:, None]                                   # [T,L] -> [T,1,L]
         T_ = 1
-    else:
-        prod = (lhs.reshape(T * L * 2, d) @ rhs.reshape(I * 2 * N, d).T)
-        prod = prod.reshape(T, L, 2, I, 2, N).permute(3, 0, 1, 2, 4, 5)   # [I,T,L,2,2,N]
+    else:   # one batched GEMM whose output is already laid out [I, T, L, 2, 2, N], N contiguous
+        prod = torch.matmul(lhs.reshape(1, T * L * 2, d), rhs.reshape(I, 2 * N, d).transpose(1, 2))
+        prod = prod.reshape(I, T, L, 2, 2, N)
         per_token = lambda x: x[None]                                      # [T,L] -> [1,T,L]
         T_ = T
     s_qp, s_qy = prod[..., 0, 0, :], prod[..., 0, 1, :]

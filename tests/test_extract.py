@@ -1,4 +1,5 @@
 """flowclip extract end to end on the tiny CLIP: once per key, bad input, safety."""
+import json
 import os
 import shutil
 
@@ -182,3 +183,16 @@ def test_manifest_errors_name_file_column_row(tmp_path, tiny_encoder):
     pq.write_table(pa.table({"foo": [1]}), tmp_path / "unknown.parquet")
     with pytest.raises(ManifestError, match="cannot tell the manifest kind"):
         Manifest.read(tmp_path / "unknown.parquet")
+
+
+def test_store_cli_info_and_verify(tmp_path, sample, tiny_encoder):
+    fs, _ = run(tmp_path / "st", tiny_encoder, [sample["candidates"]], sample["image_root"])
+    r = CliRunner().invoke(main, ["store", "info", fs.root, "--json"])
+    info = json.loads(r.output)
+    assert info["images"] == 12 and info["fingerprint"] == tiny_encoder.fingerprint and info["bytes_on_disk"] > 0
+    r = CliRunner().invoke(main, ["store", "verify", fs.root])
+    assert r.exit_code == 0 and r.output.startswith("ok:")
+    seg = next(s for s in fs.segments if s.kind == "img")
+    shutil.rmtree(os.path.join(seg.path, "patches"))            # damage a committed segment
+    r = CliRunner().invoke(main, ["store", "verify", fs.root])
+    assert r.exit_code == 2 and seg.name in r.output

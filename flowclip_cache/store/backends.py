@@ -41,18 +41,32 @@ class ZarrBackend:
                 arr[...] = a
 
     def read(self, path: str, names=None) -> dict[str, np.ndarray]:
-        import zarr
-        g = zarr.open_group(path, mode="r")
-        names = names or list(g.array_keys())
-        return {n: g[n][...] for n in names}
+        if names is None:
+            names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "zarr.json")))
+        out = {}
+        for n in names:
+            meta = self._meta(path, n)
+            a = np.empty(meta["shape"], np.dtype(meta["data_type"]))
+            self.read_into(path, n, a, meta)
+            out[n] = a
+        return out
 
-    def read_into(self, path: str, name: str, out: np.ndarray) -> None:
+    @staticmethod
+    def _meta(path: str, name: str) -> dict:
+        import json
+        meta_path = os.path.join(path, name, "zarr.json")
+        if not os.path.isfile(meta_path):
+            raise KeyError(f"{path}: no array {name!r}")
+        return json.load(open(meta_path))
+
+    def read_into(self, path: str, name: str, out: np.ndarray, meta: dict | None = None) -> None:
         """Fill out (the whole array) from the file. Our arrays are uncompressed with
         the default chunk key encoding, so each chunk file is the chunk's raw bytes:
         read them straight into place (zarr's own path is ~10x slower here)."""
-        import json
-        meta_path = os.path.join(path, name, "zarr.json")
-        meta = json.load(open(meta_path))
+        meta = meta or self._meta(path, name)
+        if list(meta["shape"]) != list(out.shape) or np.dtype(meta["data_type"]) != out.dtype:
+            raise ValueError(f"{path}/{name}: {meta['data_type']}{meta['shape']} does not fit "
+                             f"{out.dtype}{list(out.shape)}")
         codecs = meta.get("codecs", [])
         simple = (len(codecs) == 1 and codecs[0]["name"] == "bytes"
                   and codecs[0].get("configuration", {}).get("endian", "little") == "little"

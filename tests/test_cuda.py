@@ -1,0 +1,35 @@
+"""The CUDA paths: run where a GPU is present, skipped with a reason elsewhere."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA device on this machine; these run on a GPU machine")
+
+
+def test_factorised_scorer_on_cuda_matches_cpu():
+    import torch.nn.functional as F
+
+    from flowclip_cache.heads import token_scores
+    g = torch.Generator().manual_seed(0)
+    P = F.normalize(torch.randn(4, 49, 64, generator=g), dim=-1)
+    H = F.normalize(torch.randn(6, 10, 64, generator=g), dim=-1)
+    mask = torch.ones(6, 10, dtype=torch.bool)
+    Mt, W = torch.eye(64) + 0.1 * torch.randn(64, 64, generator=g), 0.1 * torch.randn(64, 64, generator=g)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cpu = token_scores(P, H, mask, Mt, W, 0.05)
+    gpu = token_scores(*(x.cuda() for x in (P, H, mask, Mt, W)), 0.05).cpu()
+    torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_train_head_on_cuda(tmp_path, tiny_encoder):
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.sample import make_sample
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.train import TrainConfig, train_head
+    s = make_sample(str(tmp_path / "s"), n_images=24)
+    fs = FeatureStore.open_or_create(str(tmp_path / "st"), tiny_encoder.config)
+    run_extract(fs, tiny_encoder, [s["training"]], s["image_root"], device="cuda", workers=0, progress=False)
+    fs.refresh()
+    state = train_head(fs, s["training"], str(tmp_path / "run"), TrainConfig(epochs=1, batch_size=8),
+                       device="cuda", progress=False, log=lambda *_: None)
+    assert state["global_step"] > 0
