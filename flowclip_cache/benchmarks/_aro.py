@@ -6,7 +6,7 @@ import random
 import re
 
 from ..errors import FlowclipError
-from .base import RowErrors, load_json, text_field
+from .base import Benchmark, BuildReport, RowErrors, Scoring, load_json, text_field, write_records
 
 NOUN_TAGS = {"NN", "NNS", "NNP", "NNPS"}
 ADJ_TAGS = {"JJ", "JJR", "JJS"}
@@ -109,3 +109,16 @@ def order_rows(source: str, errors: RowErrors, tagger, seed: int, prefix: str) -
 
 def karpathy_file(source: str, name: str) -> str:
     return source if os.path.isfile(source) else os.path.join(source, name)
+
+
+def order_benchmark(name: str, title: str, filename: str) -> Benchmark:
+    """COCO-/Flickr30k-Order: five candidates (the caption and ARO's four shuffles),
+    precision@1; ties count as correct (ARO's argmax picks the first, the gold)."""
+    def build(source: str, out: str, errors: RowErrors, seed: str = "0", tagger=None) -> BuildReport:
+        rows = order_rows(karpathy_file(source, filename), errors, tagger, int(seed), name.split("-", 1)[1] + "/")
+        report = BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped)
+        return write_records(out, rows, "candidates", name, report, {"seed": int(seed)})
+
+    return Benchmark(name=name, title=title, kind="candidates", build=build,
+                     scoring=Scoring(task="candidates", tie_rule="correct", joins=(("aro", ""), ("all11", ""))),
+                     options={"seed": "seed of the shuffles (default 0)"})

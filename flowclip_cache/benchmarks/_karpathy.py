@@ -3,7 +3,9 @@
 lists ([{image, caption: [...]}])."""
 from __future__ import annotations
 
-from .base import RowErrors, load_json
+import os
+
+from .base import Benchmark, BuildReport, RowErrors, Scoring, load_json, write_records
 
 
 def karpathy_images(path: str, splits: set[str], errors: RowErrors) -> list[tuple[str, list[str], str]]:
@@ -32,3 +34,16 @@ def karpathy_images(path: str, splits: set[str], errors: RowErrors) -> list[tupl
     else:
         errors(path, "-", "neither Karpathy's {images: [...]} nor a list of {image, caption}")
     return out
+
+
+def retrieval_benchmark(name: str, title: str, filename: str) -> Benchmark:
+    """Karpathy test split as a gallery: image->text and text->image Recall@1/5/10."""
+    def build(source: str, out: str, errors: RowErrors) -> BuildReport:
+        path = source if os.path.isfile(source) else os.path.join(source, filename)
+        rows = [{"image": image, "captions": caps} for image, caps, _ in karpathy_images(path, {"test"}, errors)]
+        report = BuildReport(len(rows), len(rows), {"captions": sum(len(r["captions"]) for r in rows)},
+                             errors.skipped)
+        return write_records(out, rows, "retrieval", name, report)
+
+    return Benchmark(name=name, title=title, kind="retrieval", build=build,
+                     scoring=Scoring(task="retrieval", recall_at=(1, 5, 10)))

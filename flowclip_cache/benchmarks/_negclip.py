@@ -7,7 +7,9 @@ import ast
 import csv
 import io
 
-from .base import RowErrors, read_text
+import os
+
+from .base import Benchmark, BuildReport, RowErrors, read_text, write_records
 
 csv.field_size_limit(1 << 24)
 
@@ -45,3 +47,20 @@ def negclip_rows(path: str, split: str, errors: RowErrors, prefix: str, strip_pr
         rows.append({"record_id": f"{prefix}{split}/{line}", "image": image, "positive": title,
                      "negatives": negs, "split": split})
     return rows
+
+
+def training_benchmark(name: str, title: str, default_prefix: str) -> Benchmark:
+    """<source>/train_neg_clip.tsv (split train) and <source>/valid_neg_clip.tsv (split val)."""
+    def build(source: str, out: str, errors: RowErrors, strip_prefix: str = default_prefix) -> BuildReport:
+        rows = []
+        for fname, split in (("train_neg_clip.tsv", "train"), ("valid_neg_clip.tsv", "val")):
+            path = os.path.join(source, fname)
+            if os.path.exists(path):
+                rows += negclip_rows(path, split, errors, f"{name}/", strip_prefix)
+        counts = {s: sum(r["split"] == s for r in rows) for s in ("train", "val")}
+        return write_records(out, rows, "training", name,
+                             BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped))
+
+    return Benchmark(name=name, title=title, kind="training", build=build, scoring=None,
+                     options={"strip_prefix": f"prefix removed from filepath so paths are relative to "
+                                              f"--image-root (default {default_prefix!r})"})

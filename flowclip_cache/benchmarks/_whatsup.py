@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .base import RowErrors, load_json
+from .base import Benchmark, BuildReport, RowErrors, Scoring, load_json, write_records
 
 
 def qa_rows(source: str, files: dict[str, str], image_path, errors: RowErrors, prefix: str) -> list[dict]:
@@ -36,3 +36,31 @@ def controlled_rows(path: str, errors: RowErrors, prefix: str) -> list[dict]:
         prep = next((w for w in ("left", "right", "on", "under", "front", "behind") if w in words), "other")
         rows.append({"record_id": f"{prefix}{i}", "image": img, "captions": opts, "gold": 0, "preposition": prep})
     return rows
+
+
+def controlled_benchmark(letter: str, filename: str) -> Benchmark:
+    """Controlled-A/B: a candidate set of 4, the gold must rank first (ties count as correct)."""
+    name = f"whatsup-controlled-{letter}"
+
+    def build(source: str, out: str, errors: RowErrors) -> BuildReport:
+        path = source if os.path.isfile(source) else os.path.join(source, filename)
+        rows = controlled_rows(path, errors, f"controlled-{letter}/")
+        return write_records(out, rows, "candidates", name,
+                             BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped))
+
+    return Benchmark(name=name, title=f"What's Up Controlled-{letter.upper()}", kind="candidates", build=build,
+                     scoring=Scoring(task="candidates", tie_rule="correct", report_by=("preposition",)))
+
+
+def spatial_benchmark(name: str, title: str, files: dict[str, str], image_path) -> Benchmark:
+    """COCO-/GQA-Spatial: pairwise; the official score is the unweighted mean of the
+    one- and two-object subsets; ties count as correct."""
+    def build(source: str, out: str, errors: RowErrors) -> BuildReport:
+        rows = qa_rows(source, files, image_path, errors, name.split("-", 1)[1] + "/")
+        counts = {s: sum(r["subset"] == s for r in rows) for s in files}
+        return write_records(out, rows, "candidates", name,
+                             BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped))
+
+    return Benchmark(name=name, title=title, kind="candidates", build=build,
+                     scoring=Scoring(task="pairwise", tie_rule="correct", aggregate="subset_mean", group_by="subset",
+                                     joins=(("binding7", ""), ("all11", ""), ("controls6", ""))))

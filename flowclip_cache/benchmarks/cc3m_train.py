@@ -1,23 +1,5 @@
-"""CC3M-100K training records with full-caption hard negatives, from NegCLIP-style TSVs:
-<source>/train_neg_clip.tsv (split train) and <source>/valid_neg_clip.tsv (split val).
-For your own captions, make such records with `flowclip negatives`."""
-import os
+"""CC3M-100K training records with hard negatives, in NegCLIP's TSV layout (FSC-CLIP's own
+release format could not be checked here)."""
+from ._negclip import training_benchmark
 
-from ._negclip import negclip_rows
-from .base import Benchmark, BuildReport, RowErrors, write_records
-
-
-def build(source: str, out: str, errors: RowErrors, strip_prefix: str = "") -> BuildReport:
-    rows = []
-    for name, split in (("train_neg_clip.tsv", "train"), ("valid_neg_clip.tsv", "val")):
-        path = os.path.join(source, name)
-        if os.path.exists(path):
-            rows += negclip_rows(path, split, errors, "cc3m-train/", strip_prefix)
-    counts = {s: sum(r["split"] == s for r in rows) for s in ("train", "val")}
-    return write_records(out, rows, "training", "cc3m-train",
-                         BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped))
-
-
-BENCHMARK = Benchmark(
-    name="cc3m-train", title="CC3M-100K (training)", kind="training", build=build, scoring=None,
-    options={"strip_prefix": "prefix removed from filepath so paths are relative to --image-root (default '')"})
+BENCHMARK = training_benchmark("cc3m-train", "CC3M-100K (training)", "")

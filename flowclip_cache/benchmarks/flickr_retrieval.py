@@ -1,20 +1,5 @@
-"""Flickr30k 1K retrieval: the Karpathy test split (1,000 images / 5,000 captions) from dataset_flickr30k.json (or the BLIP-style
-test list). Image->text and text->image Recall@1/5/10; a query counts if any of its
-positives is in the top k."""
-import os
+"""Flickr30k 1K retrieval: the Karpathy test split (1,000 images / 5,000 captions) from
+dataset_flickr30k.json (or the BLIP-style test list)."""
+from ._karpathy import retrieval_benchmark
 
-from ._karpathy import karpathy_images
-from .base import Benchmark, BuildReport, RowErrors, Scoring, write_records
-
-
-def build(source: str, out: str, errors: RowErrors) -> BuildReport:
-    path = source if os.path.isfile(source) else os.path.join(source, "dataset_flickr30k.json")
-    items = karpathy_images(path, {"test"}, errors)
-    rows = [{"image": image, "captions": caps} for image, caps, _ in items]
-    report = BuildReport(len(rows), len(rows), {"captions": sum(len(r["captions"]) for r in rows)}, errors.skipped)
-    return write_records(out, rows, "retrieval", "flickr-retrieval", report)
-
-
-BENCHMARK = Benchmark(
-    name="flickr-retrieval", title="Flickr30k 1K retrieval", kind="retrieval", build=build,
-    scoring=Scoring(task="retrieval", recall_at=(1, 5, 10)))
+BENCHMARK = retrieval_benchmark("flickr-retrieval", "Flickr30k 1K retrieval", "dataset_flickr30k.json")

@@ -1,18 +1,4 @@
-"""What's Up Controlled-B: controlled_clevr_dataset.json, a JSON list of {image_path,
-caption_options: [gold, 3 foils]}; candidate set of 4, gold must rank first."""
-import os
+"""What's Up Controlled-B: controlled_clevr_dataset.json (CLEVR renders), same format as A."""
+from ._whatsup import controlled_benchmark
 
-from ._whatsup import controlled_rows
-from .base import Benchmark, BuildReport, RowErrors, Scoring, write_records
-
-
-def build(source: str, out: str, errors: RowErrors) -> BuildReport:
-    path = source if os.path.isfile(source) else os.path.join(source, "controlled_clevr_dataset.json")
-    rows = controlled_rows(path, errors, "controlled-b/")
-    return write_records(out, rows, "candidates", "whatsup-controlled-b",
-                         BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped))
-
-
-BENCHMARK = Benchmark(
-    name="whatsup-controlled-b", title="What's Up Controlled-B", kind="candidates", build=build,
-    scoring=Scoring(task="candidates", tie_rule="correct", report_by=("preposition",)))
+BENCHMARK = controlled_benchmark("b", "controlled_clevr_dataset.json")
