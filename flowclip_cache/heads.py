@@ -85,21 +85,21 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
         prod = prod.reshape(I, T, L, 2, 2, N)
         per_token = lambda x: x[None]                                      # [T,L] -> [1,T,L]
         T_ = T
-    s_qp, s_qy = prod[..., 0, 0, :], prod[..., 0, 1, :]
-    s_wp, s_wy = prod[..., 1, 0, :], prod[..., 1, 1, :]
-    a = torch.softmax(s_qp / tau_p, dim=-1)                               # [I,T,L,N]
+    s_qp, s_wp = prod[..., 0, 0, :], prod[..., 1, 0, :]
+    x = s_qp / tau_p
+    lse = torch.logsumexp(x, dim=-1)                                      # reused for E(q, P)
+    a = torch.exp(x - lse[..., None])                                     # softmax_j, [I,T,L,N]
     qc = (a * s_qp).sum(-1) - s_qp.mean(-1)                               # q . c
     a_flat = a.reshape(I, T_ * L, N)
     wc_p = torch.bmm(a_flat, Y @ P.transpose(1, 2)).reshape(I, T_, L, N)  # (W c) . p_j
     wc_sq = (torch.bmm(a_flat, Y @ Y.transpose(1, 2)) * a_flat).sum(-1).reshape(I, T_, L)
-    q_wc = (a * s_qy).sum(-1)
-    wc_w = (a * s_wy).sum(-1)
+    q_wc, wc_w = (a[..., None, :] * prod[..., :, 1, :]).sum(-1).unbind(-1)   # q . Wc and w . Wc
     qq = per_token((q * q).sum(-1))                                       # = 1 up to round-off
     qw = per_token((q * w).sum(-1))
     ww = per_token((w * w).sum(-1))
     norm_sq = qq + wc_sq + qc ** 2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
     res_logits = (s_qp + wc_p - qc[..., None] * s_wp) / norm_sq.clamp_min(1e-12).sqrt()[..., None]
-    e_diff = _pooled_evidence(res_logits, tau_p) - _pooled_evidence(s_qp, tau_p)
+    e_diff = _pooled_evidence(res_logits, tau_p) - tau_p * (lse - math.log(N))
     m = per_token(mask).to(e_diff.dtype)
     out = (e_diff * m).sum(-1) / m.sum(-1).clamp_min(1)                   # mean over valid tokens
     return out[:, 0] if paired else out
