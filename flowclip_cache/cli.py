@@ -195,6 +195,28 @@ def score(store, manifests, scorers, controls, out, device, seed, draws, max_mem
     click.echo(open(os.path.join(out, "results.md")).read())
 
 
+@main.command("run", context_settings={"ignore_unknown_options": False})
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Print the plan and what is already done.")
+@click.option("--jobs", default=1, show_default=True, help="Runs trained at once (threads sharing the features).")
+def run_pipeline(config, overrides, dry_run, jobs):
+    """Run a whole study from a pipeline YAML, with KEY=VALUE overrides."""
+    import yaml
+
+    from .pipelines import pipeline_module
+    from .pipelines.config import apply_overrides, build, parse_overrides
+    data = yaml.safe_load(open(config)) or {}
+    if not isinstance(data, dict) or "kind" not in data:
+        raise FlowclipError(f"{config}: a pipeline file is a mapping with a 'kind' key")
+    data = apply_overrides(data, parse_overrides(list(overrides)))
+    module = pipeline_module(data["kind"])
+    cfg = build(module.CONFIG, data, config)
+    summary = module.run(cfg, dry_run, jobs, log=click.echo)
+    if summary is not None:
+        click.echo(open(os.path.join(cfg.out, "summary.md")).read())
+
+
 @main.group()
 def manifest():
     """Build, check and list benchmark manifests."""

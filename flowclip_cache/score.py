@@ -44,7 +44,9 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
     from .train import load_head
     out, seen = [], set()
     for spec in specs:
-        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        name, sep, path = spec.partition("=")
+        if not sep or "/" in name or os.path.exists(spec):      # a bare path
+            name, path = "", spec
         if path == "clip":
             scorer = Scorer(name or "clip", "clip", FlowHead(store.meta["dim"], "clip").to(device), "frozen")
         else:
@@ -266,7 +268,8 @@ def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]
 def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list[str], out: str, *,
               controls=("real",), device: str = "cpu", seed: int = 0, bootstrap_draws: int = 10_000,
               max_memory_mb: int = 2048, shortlist: int | None = None, overwrite: bool = False,
-              image_root: str | None = None, log=print) -> dict:
+              image_root: str | None = None, compare: list[tuple[str, str]] | None = None, log=print) -> dict:
+    """compare: (baseline, other) method pairs for the bootstrap; default every pair."""
     if os.path.exists(out) and not overwrite:
         raise FlowclipError(f"{out} exists; pass --overwrite to replace it (results are never overwritten silently)")
     scorers = load_scorers(scorer_specs, store, device)
@@ -325,7 +328,11 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
     for s in scorers:
         methods.setdefault(s.method, []).append(s.run)
     names = list(methods)
-    pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
+    pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))] \
+        if compare is None else list(compare)
+    for a, b in pairs:
+        if a not in methods or b not in methods:
+            raise FlowclipError(f"bootstrap comparison {a} vs {b}: no such scorer (have {', '.join(methods)})")
     bootstrap = paired_bootstrap_all(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed) \
         if pairs and boot_tasks and bootstrap_draws else {}
     summary = {

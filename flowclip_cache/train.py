@@ -199,7 +199,9 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
 # -- the run ------------------------------------------------------------------------------------
 def train_head(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, *, device: str = "cpu",
                resume: bool = False, overwrite: bool = False, image_root: str | None = None,
-               progress: bool = True, max_steps: int | None = None, log=print) -> dict:
+               progress: bool = True, max_steps: int | None = None, data: TrainingData | None = None,
+               log=print) -> dict:
+    """data: features already gathered for this manifest (a study shares one copy)."""
     # 1. the run folder: never mix two runs
     if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
         raise FlowclipError(f"{out} holds a finished run; pass --overwrite to replace it")
@@ -230,7 +232,10 @@ def train_head(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConf
     torch.manual_seed(cfg.seed)
     if device == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
-    data = load_training_data(store, manifest, cfg.head == "flow", device, image_root)
+    if data is None:
+        data = load_training_data(store, manifest, cfg.head == "flow", device, image_root)
+    elif cfg.head == "flow" and data.bank.img_patches.numel() == 0:
+        raise FlowclipError("the shared training data hold no patches, which a flow head needs")
     train_rec = np.nonzero(data.split == "train")[0]
     val_rec = np.nonzero(data.split == "val")[0]
     if len(train_rec) < 2:

@@ -1,0 +1,84 @@
+"""Pipeline configs: YAML plus key=value overrides; unknown keys and wrong types are
+errors that name the key."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import yaml
+
+from ..errors import FlowclipError
+
+
+def parse_overrides(items: list[str]) -> list[tuple[list[str], object]]:
+    """'a=1', 'seeds=[0,1]', 'train_config.epochs=2' -> (key path, value parsed as YAML)."""
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise FlowclipError(f"override {item!r}: expected KEY=VALUE")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise FlowclipError(f"override {item!r}: value is not valid YAML ({e})") from e
+        out.append((key.split("."), value))
+    return out
+
+
+def apply_overrides(data: dict, overrides: list[tuple[list[str], object]]) -> dict:
+    """Set each override's leaf: 'heads={...}' replaces heads, 'train_config.epochs=2' one key."""
+    data = dict(data)
+    for path, value in overrides:
+        node = data
+        for p in path[:-1]:
+            child = node.get(p)
+            node[p] = dict(child) if isinstance(child, dict) else {}
+            node = node[p]
+        node[path[-1]] = value
+    return data
+
+
+def _check(value, typ, where: str):
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if typ is typing.Any:
+        return value
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _check(value, a, where)
+            except FlowclipError:
+                pass
+        raise FlowclipError(f"{where}: expected {typ}, got {value!r}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise FlowclipError(f"{where}: expected a list, got {value!r}")
+        return [_check(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise FlowclipError(f"{where}: expected a mapping, got {value!r}")
+        return {k: _check(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, typ) or (typ is not bool and isinstance(value, bool)):
+        raise FlowclipError(f"{where}: expected {typ.__name__}, got {value!r}")
+    return value
+
+
+def build(cls, data: dict, source: str):
+    """A dataclass from a dict: unknown keys and wrong types are errors naming the key."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise FlowclipError(f"{source}: unknown keys {unknown}; known: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {k: _check(v, hints[k], f"{source}: key {k!r}") for k, v in data.items()}
+    missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise FlowclipError(f"{source}: missing keys {missing} (set them in the file or as KEY=VALUE)")
+    return cls(**kwargs)
