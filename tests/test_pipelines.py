@@ -1,0 +1,77 @@
+"""flowclip run: plan, overrides, refusals, and a reduced synthetic grid killed and rerun."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT
+from flowclip_cache.cli import main
+
+SYNTH = os.path.join(ROOT, "pipelines", "synthetic.yaml")
+REDUCED = ["sample_images=40", "seeds=[0,1]", "heads={global: {head: global}, flow: {head: flow, cimr: 0.1}}",
+           "train_config.epochs=1", "train_config.batch_size=8", "compare=[[global,flow]]", "bootstrap=200",
+           "controls=[real,shuffle]"]
+
+
+def test_every_pipeline_file_names_its_command_and_parses():
+    from flowclip_cache.pipelines import pipeline_module
+    from flowclip_cache.pipelines.config import build
+    import yaml
+    for name in ("ablation.yaml", "sensitivity.yaml", "synthetic.yaml"):
+        path = os.path.join(ROOT, "pipelines", name)
+        first = open(path).readline()
+        assert first.startswith(f"# flowclip run pipelines/{name}"), name
+        data = yaml.safe_load(open(path))
+        build(pipeline_module(data["kind"]).CONFIG, data, path)
+
+
+def test_dry_run_and_errors(tmp_path):
+    r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/s", "--dry-run", *REDUCED])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("[todo   ]") == 4 and not os.path.exists(tmp_path / "s" / "runs")
+    r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seedz=[0]"])
+    assert r.exit_code == 2 and "unknown keys ['seedz']" in r.output
+    r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seeds=zero"])
+    assert r.exit_code == 2 and "key 'seeds': expected a list" in r.output
+    r = CliRunner().invoke(main, ["run", os.path.join(ROOT, "pipelines", "sensitivity.yaml"), "--dry-run",
+                                  f"out={tmp_path}/sens"])
+    assert r.exit_code == 0 and r.output.count("[todo   ]") == 8
+
+
+@pytest.mark.slow
+def test_killed_grid_resumes_without_redoing_finished_runs(tmp_path):
+    cmd = [sys.executable, "-m", "flowclip_cache.cli", "run", SYNTH, *REDUCED]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    ref = subprocess.run(cmd + [f"out={tmp_path}/ref"], env=env, capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+    out = tmp_path / "victim"
+    proc = subprocess.Popen(cmd + [f"out={out}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    done_before = {}
+    while time.time() < deadline and proc.poll() is None:
+        runs = out / "runs"
+        if runs.exists():
+            done_before = {d: os.path.getmtime(runs / d / "DONE") for d in os.listdir(runs)
+                           if (runs / d / "DONE").exists()}
+            if len(done_before) >= 2:
+                break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 1 <= len(done_before) < 4, "the kill should land part-way through the grid"
+    again = subprocess.run(cmd + [f"out={out}"], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    for d, mtime in done_before.items():
+        assert os.path.getmtime(out / "runs" / d / "DONE") == mtime, f"{d} was redone"
+    a = json.load(open(tmp_path / "ref" / "summary.json"))
+    b = json.load(open(out / "summary.json"))
+    assert a["table"] == b["table"] and a["bootstrap"] == b["bootstrap"]
+    assert os.path.exists(out / "summary.png") and os.path.exists(out / "STUDY_DONE")
+    # a third run does nothing
+    third = subprocess.run(cmd + [f"out={out}"], env=env, capture_output=True, text=True)
+    assert "the study is finished" in third.stdout
