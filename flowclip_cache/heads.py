@@ -68,24 +68,24 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
       q~ . p_j = q.p_j + sum_k a_lk (Y_k . p_j) - (q.c) (w . p_j)
       |q~|^2   = q.q + |Wc|^2 + (q.c)^2 |w|^2 + 2 q.Wc - 2 (q.c) q.w - 2 (q.c) Wc.w
     where q.c = sum_j a_lj q.p_j - mean_j q.p_j. The four pair products
-    {q, w} x {p, Y} are one matrix product."""
+    {q, w} x {p, Y} are two matrix products."""
     I, N, d = P.shape
     T, L, _ = H.shape
     q = F.normalize(H @ M_tok.T, dim=-1)                                  # [T,L,d]
     w = q @ W.T                                                           # [T,L,d]
     Y = (P - P.mean(dim=1, keepdim=True)) @ W.T                           # [I,N,d]
-    lhs = torch.stack([q, w], dim=2)                                      # [T,L,2,d]
-    rhs = torch.stack([P, Y], dim=1)                                      # [I,2,N,d]
     if paired:   # image axis = caption axis; one "caption" per image
-        prod = torch.einsum("tlad,tbnd->tlabn", lhs, rhs)[:, None]        # [T,1,L,2,2,N]
+        pair = lambda a, b: torch.einsum("tld,tnd->tln", a, b)[:, None]    # [T,1,L,N]
+        s_qp, s_wp, s_qy, s_wy = pair(q, P), pair(w, P), pair(q, Y), pair(w, Y)
         per_token = lambda x: x[:, None]                                   # [T,L] -> [T,1,L]
         T_ = 1
-    else:   # one batched GEMM whose output is already laid out [I, T, L, 2, 2, N], N contiguous
-        prod = torch.matmul(lhs.reshape(1, T * L * 2, d), rhs.reshape(I, 2 * N, d).transpose(1, 2))
-        prod = prod.reshape(I, T, L, 2, 2, N)
+    else:        # two GEMMs, [q; w] against every patch and every Y row, laid out [I,T,L,N]
+        lhs = torch.cat([q, w], 0).reshape(2 * T * L, d)
+        both = lambda R: (R.reshape(I * N, d) @ lhs.T).reshape(I, N, 2, T, L).permute(2, 0, 3, 4, 1)
+        s_qp, s_wp = both(P).contiguous().unbind(0)
+        s_qy, s_wy = both(Y).contiguous().unbind(0)
         per_token = lambda x: x[None]                                      # [T,L] -> [1,T,L]
         T_ = T
-    s_qp, s_wp = prod[..., 0, 0, :], prod[..., 1, 0, :]
     x = s_qp / tau_p
     lse = torch.logsumexp(x, dim=-1)                                      # reused for E(q, P)
     a = torch.exp(x - lse[..., None])                                     # softmax_j, [I,T,L,N]
@@ -93,7 +93,8 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
     a_flat = a.reshape(I, T_ * L, N)
     wc_p = torch.bmm(a_flat, Y @ P.transpose(1, 2)).reshape(I, T_, L, N)  # (W c) . p_j
     wc_sq = (torch.bmm(a_flat, Y @ Y.transpose(1, 2)) * a_flat).sum(-1).reshape(I, T_, L)
-    q_wc, wc_w = (a[..., None, :] * prod[..., :, 1, :]).sum(-1).unbind(-1)   # q . Wc and w . Wc
+    q_wc = (a * s_qy).sum(-1)                                             # q . Wc
+    wc_w = (a * s_wy).sum(-1)                                             # w . Wc
     qq = per_token((q * q).sum(-1))                                       # = 1 up to round-off
     qw = per_token((q * w).sum(-1))
     ww = per_token((w * w).sum(-1))

@@ -1,0 +1,320 @@
+"""The synthetic binding world: procedural scenes, captions, and controlled hard
+negatives that mirror the paper's benchmark families. Deterministic per seed.
+
+A scene holds 1-3 objects on a 3x3 grid of cells (so left/right/above/below are
+unambiguous), each a shape (16 procedurally drawn glyphs), a colour (6) and a size (2),
+over a lightly cluttered background; drawn at 4x and downsampled (anti-aliased).
+
+Families (one benchmark each; see benchmarks/_synthetic.py):
+  swap-att   two objects trade colours          (CLEVR / ABC / PUG-style binding)
+  swap-obj   two objects trade shapes           (SugarCrepe Swap-O)
+  relation   the spatial relation flips         (What's Up)
+  order      4 word-order shuffles, 5 candidates (ARO Order)
+  add        an absent object is added           (SugarCrepe Add)
+  replace    one object's colour is replaced     (SugarCrepe Replace-att)
+Splits: pretraining scenes (captions only), head-training records with full-caption
+negatives, disjoint evaluation scenes, and a held-out split whose scenes contain
+colour-shape combinations never seen in head training.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from PIL import Image, ImageDraw
+
+from .manifest import write_manifest
+
+COLOURS = {"red": (215, 40, 40), "green": (40, 160, 60), "blue": (45, 80, 220), "yellow": (225, 205, 35),
+           "purple": (135, 55, 175), "orange": (240, 135, 25)}
+SIZES = ("small", "large")
+SHAPES = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "star", "cross", "ring", "heart",
+          "arrow", "crescent", "bar", "trapezoid", "octagon", "cone")
+FAMILIES = ("swap-att", "swap-obj", "relation", "order", "add", "replace")
+GRID = 3
+OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
+
+
+@dataclass(frozen=True)
+class Obj:
+    shape: str
+    colour: str
+    size: str
+    cell: tuple[int, int]      # (column, row) on the grid
+
+    def phrase(self, colour=True, size=False) -> str:
+        words = ([self.size] if size else []) + ([self.colour] if colour else []) + [self.shape]
+        return "a " + " ".join(words)
+
+
+def _polygon(cx, cy, r, n, rot=0.0):
+    return [(cx + r * math.cos(rot + 2 * math.pi * k / n), cy + r * math.sin(rot + 2 * math.pi * k / n))
+            for k in range(n)]
+
+
+def draw_shape(d: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float, fill, bg) -> None:
+    box = (cx - r, cy - r, cx + r, cy + r)
+    if shape == "circle":
+        d.ellipse(box, fill=fill)
+    elif shape == "square":
+        d.rectangle((cx - 0.8 * r, cy - 0.8 * r, cx + 0.8 * r, cy + 0.8 * r), fill=fill)
+    elif shape == "triangle":
+        d.polygon(_polygon(cx, cy + 0.15 * r, r, 3, -math.pi / 2), fill=fill)
+    elif shape == "diamond":
+        d.polygon(_polygon(cx, cy, r, 4), fill=fill)
+    elif shape == "pentagon":
+        d.polygon(_polygon(cx, cy, r, 5, -math.pi / 2), fill=fill)
+    elif shape == "hexagon":
+        d.polygon(_polygon(cx, cy, r, 6), fill=fill)
+    elif shape == "octagon":
+        d.polygon(_polygon(cx, cy, r, 8, math.pi / 8), fill=fill)
+    elif shape == "star":
+        pts = []
+        for k in range(10):
+            rr = r if k % 2 == 0 else 0.45 * r
+            a = -math.pi / 2 + math.pi * k / 5
+            pts.append((cx + rr * math.cos(a), cy + rr * math.sin(a)))
+        d.polygon(pts, fill=fill)
+    elif shape == "cross":
+        w = 0.33 * r
+        d.rectangle((cx - r, cy - w, cx + r, cy + w), fill=fill)
+        d.rectangle((cx - w, cy - r, cx + w, cy + r), fill=fill)
+    elif shape == "ring":
+        d.ellipse(box, fill=fill)
+        d.ellipse((cx - 0.5 * r, cy - 0.5 * r, cx + 0.5 * r, cy + 0.5 * r), fill=bg)
+    elif shape == "heart":
+        d.ellipse((cx - r, cy - 0.8 * r, cx, cy + 0.2 * r), fill=fill)
+        d.ellipse((cx, cy - 0.8 * r, cx + r, cy + 0.2 * r), fill=fill)
+        d.polygon([(cx - 0.97 * r, cy - 0.15 * r), (cx + 0.97 * r, cy - 0.15 * r), (cx, cy + r)], fill=fill)
+    elif shape == "arrow":
+        d.rectangle((cx - r, cy - 0.25 * r, cx + 0.1 * r, cy + 0.25 * r), fill=fill)
+        d.polygon([(cx + 0.1 * r, cy - 0.7 * r), (cx + r, cy), (cx + 0.1 * r, cy + 0.7 * r)], fill=fill)
+    elif shape == "crescent":
+        d.ellipse(box, fill=fill)
+        d.ellipse((cx - 0.4 * r, cy - r, cx + 1.4 * r, cy + r), fill=bg)
+    elif shape == "bar":
+        d.rectangle((cx - r, cy - 0.35 * r, cx + r, cy + 0.35 * r), fill=fill)
+    elif shape == "trapezoid":
+        d.polygon([(cx - 0.5 * r, cy - 0.7 * r), (cx + 0.5 * r, cy - 0.7 * r), (cx + r, cy + 0.7 * r),
+                   (cx - r, cy + 0.7 * r)], fill=fill)
+    elif shape == "cone":
+        d.polygon([(cx, cy - r), (cx + 0.7 * r, cy + 0.6 * r), (cx - 0.7 * r, cy + 0.6 * r)], fill=fill)
+        d.ellipse((cx - 0.7 * r, cy + 0.35 * r, cx + 0.7 * r, cy + 0.85 * r), fill=fill)
+    else:
+        raise ValueError(shape)
+
+
+def render(objs: list[Obj], rng: random.Random, size: int = 64, scale: int = 4) -> Image.Image:
+    S = size * scale
+    bg = tuple(rng.randrange(200, 246) for _ in range(3))
+    im = Image.new("RGB", (S, S), bg)
+    d = ImageDraw.Draw(im)
+    for _ in range(rng.randrange(3, 8)):                  # clutter: faint lines and dots
+        g = tuple(min(255, c + rng.randrange(-30, 10)) for c in bg)
+        x0, y0 = rng.randrange(S), rng.randrange(S)
+        d.line((x0, y0, x0 + rng.randrange(-S // 3, S // 3), y0 + rng.randrange(-S // 3, S // 3)), fill=g,
+               width=scale)
+    cell = S / GRID
+    for o in objs:
+        r = cell * (0.42 if o.size == "large" else 0.26)
+        cx = (o.cell[0] + 0.5) * cell + rng.uniform(-0.06, 0.06) * cell
+        cy = (o.cell[1] + 0.5) * cell + rng.uniform(-0.06, 0.06) * cell
+        draw_shape(d, o.shape, cx, cy, r, COLOURS[o.colour], bg)
+    return im.resize((size, size), Image.LANCZOS)
+
+
+def object_box(o: Obj, size: int = 64) -> tuple[float, float, float, float]:
+    cell = size / GRID
+    return (o.cell[0] * cell, o.cell[1] * cell, (o.cell[0] + 1) * cell, (o.cell[1] + 1) * cell)
+
+
+def relation(a: Obj, b: Obj) -> str | None:
+    """The unambiguous relation of a to b, or None."""
+    dx, dy = a.cell[0] - b.cell[0], a.cell[1] - b.cell[1]
+    if dy == 0 and dx:
+        return "left of" if dx < 0 else "right of"
+    if dx == 0 and dy:
+        return "above" if dy < 0 else "below"
+    return None
+
+
+def sample_scene(rng: random.Random, n_objects: int, combos: list[tuple[str, str]]) -> list[Obj]:
+    cells = rng.sample([(c, r) for c in range(GRID) for r in range(GRID)], n_objects)
+    picks = rng.sample(combos, n_objects)
+    return [Obj(s, c, rng.choice(SIZES), cell) for (c, s), cell in zip(picks, cells)]
+
+
+def describe(objs: list[Obj], rng: random.Random, attribute_rate: float = 1.0) -> str:
+    """A caption of the scene (all objects, in a random order; colours named at attribute_rate)."""
+    order = rng.sample(objs, len(objs))
+    if len(order) == 2 and rng.random() < 0.5 and relation(order[0], order[1]):
+        return f"{order[0].phrase(True)} {relation(order[0], order[1])} {order[1].phrase(True)}"
+    parts = [o.phrase(colour=rng.random() < attribute_rate, size=rng.random() < 0.2) for o in order]
+    return " and ".join(parts)
+
+
+def _pair_caption(a: Obj, b: Obj, rel: str | None = None, colours=None, shapes=None) -> str:
+    ca, cb = colours or (a.colour, b.colour)
+    sa, sb = shapes or (a.shape, b.shape)
+    mid = rel if rel else "and"
+    return f"a {ca} {sa} {mid} a {cb} {sb}"
+
+
+def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: list) -> tuple[list[str], str] | None:
+    """(candidates with the gold first, gold) for one family, or None when the scene cannot host it."""
+    if family in ("swap-att", "swap-obj", "order", "add", "replace") and len(objs) >= 2:
+        a, b = rng.sample(objs, 2)
+    elif family == "relation" and len(objs) >= 2:
+        pairs = [(x, y) for x in objs for y in objs if x is not y and relation(x, y)]
+        if not pairs:
+            return None
+        a, b = rng.choice(pairs)
+    else:
+        return None
+    if family == "swap-att":
+        if a.colour == b.colour:
+            return None
+        gold, foil = _pair_caption(a, b), _pair_caption(a, b, colours=(b.colour, a.colour))
+        return [gold, foil], gold
+    if family == "swap-obj":
+        if a.shape == b.shape:
+            return None
+        gold, foil = _pair_caption(a, b), _pair_caption(a, b, shapes=(b.shape, a.shape))
+        return [gold, foil], gold
+    if family == "relation":
+        rel = relation(a, b)
+        gold, foil = _pair_caption(a, b, rel), _pair_caption(a, b, OPPOSITE[rel])
+        return [gold, foil], gold
+    if family == "add":
+        present = {(o.colour, o.shape) for o in objs}
+        absent = [cs for cs in combos_all if cs not in present and cs[1] not in {o.shape for o in objs}]
+        c, s = rng.choice(absent)
+        gold = _pair_caption(a, b)
+        return [gold, f"{gold} and a {c} {s}"], gold
+    if family == "replace":
+        others = [c for c in COLOURS if c not in {o.colour for o in objs}]
+        if not others:
+            return None
+        gold = _pair_caption(a, b)
+        return [gold, _pair_caption(a, b, colours=(rng.choice(others), b.colour))], gold
+    if family == "order":
+        gold = _pair_caption(a, b)
+        w = gold.split()
+        content = [1, 2, 5, 6]                               # colours and shapes of "a C S and a C S"
+        foils = []
+        for k in range(40):
+            if len(foils) == 4:
+                break
+            v = list(w)
+            if k % 4 == 0:                                   # shuffle colours and shapes among themselves
+                vals = [w[i] for i in content]
+                rng.shuffle(vals)
+                for i, x in zip(content, vals):
+                    v[i] = x
+            elif k % 4 == 1:                                 # shuffle everything else
+                rest = [i for i in range(len(w)) if i not in content]
+                vals = [w[i] for i in rest]
+                rng.shuffle(vals)
+                for i, x in zip(rest, vals):
+                    v[i] = x
+            elif k % 4 == 2:                                 # within trigrams
+                v = [x for t in range(0, len(w), 3) for x in rng.sample(w[t:t + 3], len(w[t:t + 3]))]
+            else:                                            # trigrams
+                tri = [w[t:t + 3] for t in range(0, len(w), 3)]
+                rng.shuffle(tri)
+                v = [x for t in tri for x in t]
+            cand = " ".join(v)
+            if cand != gold and cand not in foils:
+                foils.append(cand)
+        if len(foils) < 4:
+            return None
+        return [gold] + foils, gold
+    raise ValueError(family)
+
+
+def held_out_combos(seed: int, fraction: float = 0.2) -> set[tuple[str, str]]:
+    combos = [(c, s) for c in COLOURS for s in SHAPES]
+    rng = random.Random(f"heldout:{seed}")
+    return set(rng.sample(combos, int(len(combos) * fraction)))
+
+
+def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int = 2000, eval_scenes: int = 300,
+                heldout_scenes: int = 300, pretrain_scenes: int = 0, log=print) -> dict[str, str]:
+    """Write images and manifests under root; returns the manifest paths. Idempotent."""
+    marker = os.path.join(root, "WORLD_DONE")
+    paths = {"image_root": os.path.join(root, "images"), "training": os.path.join(root, "train.parquet"),
+             "pretrain": os.path.join(root, "pretrain.parquet")}
+    for fam in FAMILIES:
+        paths[f"eval-{fam}"] = os.path.join(root, f"eval_{fam}.parquet")
+    paths["eval-heldout-swap-att"] = os.path.join(root, "eval_heldout_swap-att.parquet")
+    if os.path.exists(marker):
+        return paths
+    os.makedirs(paths["image_root"], exist_ok=True)
+    held = held_out_combos(seed)
+    all_combos = [(c, s) for c in COLOURS for s in SHAPES]
+    seen_combos = [cs for cs in all_combos if cs not in held]
+
+    def scenes(split: str, n: int, combos, need_held: bool = False):
+        rng = random.Random(f"{seed}:{split}")
+        out = []
+        while len(out) < n:
+            k = rng.choice((1, 2, 2, 3, 3)) if split != "eval" and split != "heldout" else rng.choice((2, 3))
+            objs = sample_scene(rng, k, combos)
+            if need_held and not any((o.colour, o.shape) in held for o in objs):
+                continue
+            name = f"{split}/{len(out):06d}.png"
+            os.makedirs(os.path.join(paths["image_root"], split), exist_ok=True)
+            render(objs, rng, size).save(os.path.join(paths["image_root"], name))
+            out.append((name, objs, rng))
+        return out
+
+    # head training: every family's negatives, seen combinations only
+    train = scenes("train", train_scenes, seen_combos)
+    rows = []
+    for i, (name, objs, rng) in enumerate(train):
+        # up to two records per scene (as COCO has several captions per image), each with the
+        # full-caption negative of one family
+        for fam in rng.sample(FAMILIES, len(FAMILIES)):
+            rec = make_record(objs, fam, rng, all_combos)
+            if rec is None:
+                continue
+            rows.append({"record_id": f"train/{i}/{fam}", "image": name, "positive": rec[1],
+                         "negatives": [rng.choice(rec[0][1:])], "negative_kinds": [fam],
+                         "split": "val" if i % 10 == 0 else "train"})
+            if sum(r["image"] == name for r in rows[-2:]) == 2:
+                break
+    write_manifest(paths["training"], pa.Table.from_pylist(rows), "training", {"benchmark": "synthetic-train"})
+    # evaluation: disjoint scenes (their own seed stream), one manifest per family
+    ev = scenes("eval", eval_scenes, seen_combos)
+    for fam in FAMILIES:
+        rows = []
+        for i, (name, objs, rng) in enumerate(ev):
+            rec = make_record(objs, fam, random.Random(f"{seed}:{fam}:{i}"), all_combos)
+            if rec:
+                rows.append({"record_id": f"{fam}/{i}", "image": name, "captions": rec[0], "gold": 0,
+                             "family": fam})
+        write_manifest(paths[f"eval-{fam}"], pa.Table.from_pylist(rows), "candidates",
+                       {"benchmark": f"synthetic-{fam}"})
+    # held-out colour-shape combinations, binding family
+    ho = scenes("heldout", heldout_scenes, all_combos, need_held=True)
+    rows = []
+    for i, (name, objs, rng) in enumerate(ho):
+        rec = make_record(objs, "swap-att", random.Random(f"{seed}:heldout:{i}"), all_combos)
+        if rec:
+            rows.append({"record_id": f"heldout/{i}", "image": name, "captions": rec[0], "gold": 0,
+                         "family": "swap-att"})
+    write_manifest(paths["eval-heldout-swap-att"], pa.Table.from_pylist(rows), "candidates",
+                   {"benchmark": "synthetic-heldout-swap-att"})
+    if pretrain_scenes:
+        pre = scenes("pretrain", pretrain_scenes, all_combos)
+        rows = [{"image": name, "captions": [describe(objs, random.Random(f"{seed}:cap:{i}:{j}"), 0.5)
+                                             for j in range(4)]}
+                for i, (name, objs, rng) in enumerate(pre)]
+        write_manifest(paths["pretrain"], pa.Table.from_pylist(rows), "retrieval", {"benchmark": "synthetic-pretrain"})
+    open(marker, "w").write("done\n")
+    log(f"world written to {root}")
+    return paths
