@@ -217,6 +217,25 @@ def run_pipeline(config, overrides, dry_run, jobs):
         click.echo(open(os.path.join(cfg.out, "summary.md")).read())
 
 
+@main.command("pretrain-tiny-clip")
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--out", default="runs/pretrain-tiny-clip", show_default=True, type=click.Path(file_okay=False),
+              help="Checkpoints (resumable).")
+@click.option("--export-to", type=click.Path(file_okay=False), help="Where the FP16 weights go (default: the package).")
+@click.option("--quiet", is_flag=True)
+def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
+    """Pretrain the tiny CLIP on the synthetic world (the recipe in pipelines/)."""
+    import yaml
+
+    from .pipelines.config import apply_overrides, parse_overrides
+    from .pretrain import PretrainConfig, pretrain
+    data = apply_overrides(yaml.safe_load(open(config)) or {}, parse_overrides(list(overrides)))
+    cfg = PretrainConfig.from_dict(data, config)
+    path = pretrain(out, cfg, log=click.echo, progress=not quiet, export_to=export_to)
+    click.echo(f"weights: {path}")
+
+
 @main.group()
 def manifest():
     """Build, check and list benchmark manifests."""

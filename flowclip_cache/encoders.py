@@ -108,6 +108,9 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
     weights: dict
     if spec.pretrained.lower() in ("none", "random", ""):
         weights = {"source": "random-init", "init_seed": spec.init_seed}
+    elif spec.pretrained == "synthetic":
+        checkpoint = shipped_weights(spec.model)
+        weights = {"source": "flowclip:synthetic", "sha256": file_sha256(checkpoint)}
     elif os.path.isfile(spec.pretrained):
         checkpoint = os.path.abspath(spec.pretrained)
         weights = {"source": "file", "sha256": file_sha256(checkpoint)}
@@ -149,6 +152,23 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
         "versions": {"open_clip": open_clip.__version__, "torch": torch.__version__.split("+")[0]},
     }
     return ResolvedEncoder(spec, checkpoint, config)
+
+
+def shipped_weights(model: str) -> str:
+    """Weights flowclip ships (the tiny CLIP pretrained on the synthetic world), checked
+    against the sha256 on their card."""
+    import json
+    folder = os.path.join(os.path.dirname(__file__), "weights")
+    path = os.path.join(folder, f"{model}-synthetic.safetensors")
+    card = path.replace(".safetensors", ".json")
+    if not os.path.isfile(path) or not os.path.isfile(card):
+        raise WeightsUnavailable(f"flowclip ships no synthetic-world weights for {model} (looked for {path}); "
+                                 f"make them with: flowclip pretrain-tiny-clip pipelines/pretrain_tiny_clip.yaml")
+    want = json.load(open(card))["sha256"]
+    got = file_sha256(path)
+    if got != want:
+        raise WeightsUnavailable(f"{path}: sha256 {got[:12]} does not match its card ({want[:12]}); reinstall flowclip")
+    return path
 
 
 def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:

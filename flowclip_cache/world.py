@@ -12,6 +12,7 @@ Families (one benchmark each; see benchmarks/_synthetic.py):
   order      4 word-order shuffles, 5 candidates (ARO Order)
   add        an absent object is added           (SugarCrepe Add)
   replace    one object's colour is replaced     (SugarCrepe Replace-att)
+  object     one of two named shapes is absent   (object recognition, for the CLIP profile)
 Splits: pretraining scenes (captions only), head-training records with full-caption
 negatives, disjoint evaluation scenes, and a held-out split whose scenes contain
 colour-shape combinations never seen in head training.
@@ -34,7 +35,7 @@ COLOURS = {"red": (215, 40, 40), "green": (40, 160, 60), "blue": (45, 80, 220), 
 SIZES = ("small", "large")
 SHAPES = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "star", "cross", "ring", "heart",
           "arrow", "crescent", "bar", "trapezoid", "octagon", "cone")
-FAMILIES = ("swap-att", "swap-obj", "relation", "order", "add", "replace")
+FAMILIES = ("swap-att", "swap-obj", "relation", "order", "add", "replace", "object")
 GRID = 3
 OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
 
@@ -48,7 +49,11 @@ class Obj:
 
     def phrase(self, colour=True, size=False) -> str:
         words = ([self.size] if size else []) + ([self.colour] if colour else []) + [self.shape]
-        return "a " + " ".join(words)
+        return f"{article(words[0])} " + " ".join(words)
+
+
+def article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def _polygon(cx, cy, r, n, rot=0.0):
@@ -161,12 +166,12 @@ def _pair_caption(a: Obj, b: Obj, rel: str | None = None, colours=None, shapes=N
     ca, cb = colours or (a.colour, b.colour)
     sa, sb = shapes or (a.shape, b.shape)
     mid = rel if rel else "and"
-    return f"a {ca} {sa} {mid} a {cb} {sb}"
+    return f"{article(ca)} {ca} {sa} {mid} {article(cb)} {cb} {sb}"
 
 
 def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: list) -> tuple[list[str], str] | None:
     """(candidates with the gold first, gold) for one family, or None when the scene cannot host it."""
-    if family in ("swap-att", "swap-obj", "order", "add", "replace") and len(objs) >= 2:
+    if family in ("swap-att", "swap-obj", "order", "add", "replace", "object") and len(objs) >= 2:
         a, b = rng.sample(objs, 2)
     elif family == "relation" and len(objs) >= 2:
         pairs = [(x, y) for x in objs for y in objs if x is not y and relation(x, y)]
@@ -194,13 +199,18 @@ def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: li
         absent = [cs for cs in combos_all if cs not in present and cs[1] not in {o.shape for o in objs}]
         c, s = rng.choice(absent)
         gold = _pair_caption(a, b)
-        return [gold, f"{gold} and a {c} {s}"], gold
+        return [gold, f"{gold} and {article(c)} {c} {s}"], gold
     if family == "replace":
         others = [c for c in COLOURS if c not in {o.colour for o in objs}]
         if not others:
             return None
         gold = _pair_caption(a, b)
         return [gold, _pair_caption(a, b, colours=(rng.choice(others), b.colour))], gold
+    if family == "object":                               # which objects are present, no attributes
+        absent = [x for x in SHAPES if x not in {o.shape for o in objs}]
+        gold = f"{article(a.shape)} {a.shape} and {article(b.shape)} {b.shape}"
+        other = rng.choice(absent)
+        return [gold, f"{article(a.shape)} {a.shape} and {article(other)} {other}"], gold
     if family == "order":
         gold = _pair_caption(a, b)
         w = gold.split()

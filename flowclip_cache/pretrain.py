@@ -1,0 +1,165 @@
+"""Contrastive pretraining of the tiny CLIP on the synthetic world (CPU, seeded, resumable).
+
+The recipe (pipelines/pretrain_tiny_clip.yaml) is run once; its weights ship in the
+package (flowclip_cache/weights/) as FP16 safetensors with their sha256 and this
+config, and load offline as `--pretrained synthetic`. Reads top to bottom: render a
+pool of scenes -> model -> (resume) -> steps of InfoNCE over fresh captions -> export.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
+from .errors import FlowclipError
+from .world import COLOURS, SHAPES, describe, render, sample_scene
+
+WEIGHTS_DIR = os.path.join(os.path.dirname(__file__), "weights")
+
+
+@dataclass
+class PretrainConfig:
+    model: str = "flowclip-tiny-clip"
+    seed: int = 0
+    scenes: int = 40000           # rendered once into memory; captions are drawn fresh each step
+    steps: int = 4000
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    warmup: int = 200
+    attribute_rate: float = 0.5   # share of objects whose colour a caption names
+    checkpoint_every: int = 250
+    image_size: int = 64
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise FlowclipError(f"{source}: unknown keys {unknown}; known: {sorted(names)}")
+        for k, v in d.items():
+            want = type(getattr(cls, k))
+            if want is float and isinstance(v, int):
+                d[k] = float(v)
+            elif not isinstance(v, want):
+                raise FlowclipError(f"{source}: key {k!r} must be {want.__name__}, got {v!r}")
+        return cls(**d)
+
+
+def render_pool(cfg: PretrainConfig):
+    rng = random.Random(f"pretrain:{cfg.seed}")
+    combos = [(c, s) for c in COLOURS for s in SHAPES]
+    images = np.empty((cfg.scenes, cfg.image_size, cfg.image_size, 3), np.uint8)
+    scenes = []
+    for i in range(cfg.scenes):
+        objs = sample_scene(rng, rng.choice((1, 2, 2, 3, 3)), combos)
+        images[i] = np.asarray(render(objs, rng, cfg.image_size))
+        scenes.append(objs)
+    return images, scenes
+
+
+def _save_state(out: str, model, opt, state: dict) -> None:
+    from safetensors.torch import save_file
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    for i, p in enumerate(model.parameters()):
+        for name, v in opt.state.get(p, {}).items():
+            tensors[f"opt.{i}.{name}"] = torch.as_tensor(v).detach().contiguous()
+    save_file(tensors, os.path.join(out, "state.safetensors.tmp"))
+    os.replace(os.path.join(out, "state.safetensors.tmp"), os.path.join(out, "state.safetensors"))
+    with open(os.path.join(out, "state.json.tmp"), "w") as f:
+        json.dump(state, f)
+    os.replace(os.path.join(out, "state.json.tmp"), os.path.join(out, "state.json"))
+
+
+def _load_state(out: str, model, opt) -> dict:
+    from safetensors.torch import load_file
+    t = load_file(os.path.join(out, "state.safetensors"))
+    model.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")})
+    for i, p in enumerate(model.parameters()):
+        st = {k.split(".", 2)[2]: v for k, v in t.items() if k.startswith(f"opt.{i}.")}
+        if st:
+            opt.state[p] = st
+    return json.load(open(os.path.join(out, "state.json")))
+
+
+def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, export_to: str | None = None) -> str:
+    import open_clip
+    from tqdm import tqdm
+    register_package_configs()
+    os.makedirs(out, exist_ok=True)
+    json.dump(dataclasses.asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
+    torch.manual_seed(cfg.seed)
+    log(f"rendering {cfg.scenes} scenes")
+    images, scenes = render_pool(cfg)
+    mean = torch.tensor(OPENAI_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
+    model = open_clip.create_model(cfg.model, pretrained=None)
+    tokenizer = open_clip.get_tokenizer(cfg.model)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    state = {"step": 0, "loss": []}
+    if os.path.exists(os.path.join(out, "state.json")):
+        state = _load_state(out, model, opt)
+        log(f"resuming at step {state['step']}")
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc="pretrain", disable=not progress, file=sys.stderr)
+    t0 = time.perf_counter()
+    while state["step"] < cfg.steps:
+        step = state["step"]
+        rng = np.random.default_rng([cfg.seed, step])           # the batch depends on (seed, step) only
+        idx = rng.choice(cfg.scenes, cfg.batch_size, replace=False)
+        caps = [describe(scenes[i], random.Random(f"{cfg.seed}:{step}:{i}"), cfg.attribute_rate) for i in idx]
+        x = torch.from_numpy(images[idx]).permute(0, 3, 1, 2).float().div(255)
+        x = (x - mean) / std
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        img = F.normalize(model.encode_image(x), dim=-1)
+        txt = F.normalize(model.encode_text(tokenizer(caps)), dim=-1)
+        logits = model.logit_scale.exp() * img @ txt.T
+        # captions shared by several scenes in the batch are all positives
+        same = torch.tensor([[a == b for b in caps] for a in caps])
+        target = same.float() / same.sum(1, keepdim=True)
+        loss = 0.5 * (torch.sum(-target * F.log_softmax(logits, 1), 1).mean()
+                      + torch.sum(-target * F.log_softmax(logits.T, 1), 1).mean())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(0, math.log(100))
+        state["step"] = step + 1
+        state["loss"].append(round(loss.item(), 5))
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if state["step"] % cfg.checkpoint_every == 0 or state["step"] == cfg.steps:
+            state["seconds"] = state.get("seconds", 0) + time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _save_state(out, model, opt, state)
+    bar.close()
+    return export(model, cfg, state, export_to or WEIGHTS_DIR)
+
+
+def export(model, cfg: PretrainConfig, state: dict, folder: str) -> str:
+    """FP16 safetensors + a JSON card (sha256, recipe config, training summary)."""
+    from safetensors.torch import save_file
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{cfg.model}-synthetic.safetensors")
+    save_file({k: v.detach().half().contiguous() for k, v in model.state_dict().items()}, path)
+    sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    card = {"model": cfg.model, "file": os.path.basename(path), "sha256": sha, "recipe": dataclasses.asdict(cfg),
+            "steps": state["step"], "final_loss_mean_last_100": float(np.mean(state["loss"][-100:])),
+            "cpu_seconds": state.get("seconds")}
+    with open(path.replace(".safetensors", ".json"), "w") as f:
+        json.dump(card, f, indent=1)
+    return path
