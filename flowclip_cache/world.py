@@ -246,6 +246,11 @@ def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: li
     raise ValueError(family)
 
 
+def object_label(o: Obj) -> str:
+    """'colour shape size column row': what grounding checks need, kept in the manifest."""
+    return f"{o.colour} {o.shape} {o.size} {o.cell[0]} {o.cell[1]}"
+
+
 def held_out_combos(seed: int, fraction: float = 0.2) -> set[tuple[str, str]]:
     combos = [(c, s) for c in COLOURS for s in SHAPES]
     rng = random.Random(f"heldout:{seed}")
@@ -306,7 +311,7 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
             rec = make_record(objs, fam, random.Random(f"{seed}:{fam}:{i}"), all_combos)
             if rec:
                 rows.append({"record_id": f"{fam}/{i}", "image": name, "captions": rec[0], "gold": 0,
-                             "family": fam})
+                             "family": fam, "objects": [object_label(o) for o in objs]})
         write_manifest(paths[f"eval-{fam}"], pa.Table.from_pylist(rows), "candidates",
                        {"benchmark": f"synthetic-{fam}"})
     # held-out colour-shape combinations, binding family
@@ -316,7 +321,7 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
         rec = make_record(objs, "swap-att", random.Random(f"{seed}:heldout:{i}"), all_combos)
         if rec:
             rows.append({"record_id": f"heldout/{i}", "image": name, "captions": rec[0], "gold": 0,
-                         "family": "swap-att"})
+                         "family": "swap-att", "objects": [object_label(o) for o in objs]})
     write_manifest(paths["eval-heldout-swap-att"], pa.Table.from_pylist(rows), "candidates",
                    {"benchmark": "synthetic-heldout-swap-att"})
     if pretrain_scenes:

@@ -264,4 +264,4 @@ def test_catalogue_matches_registry():
         assert callable(b.build)
         assert (b.scoring is None) == (b.kind == "training"), name     # every evaluated set is scored
         entry = cat[name]
-        assert entry["source"] and entry["licence"] and (entry["files"] or name == "sample")
+        assert entry["source"] and entry["licence"] and (entry["files"] or name == "sample" or name.startswith("synthetic-"))

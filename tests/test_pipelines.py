@@ -13,7 +13,8 @@ from conftest import ROOT
 from flowclip_cache.cli import main
 
 SYNTH = os.path.join(ROOT, "pipelines", "synthetic.yaml")
-REDUCED = ["sample_images=40", "seeds=[0,1]", "heads={global: {head: global}, flow: {head: flow, cimr: 0.1}}",
+REDUCED = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10}",
+           "encoder={model: flowclip-tiny-vit, pretrained: none}", "seeds=[0,1]", "heads={global: {head: global}, flow: {head: flow, cimr: 0.1}}",
            "train_config.epochs=1", "train_config.batch_size=8", "compare=[[global,flow]]", "bootstrap=200",
            "controls=[real,shuffle]"]
 

@@ -29,6 +29,14 @@ REGISTRY = [
     "coco_train",
     "cc3m_train",
     "sample",
+    "synthetic_heldout_swap_att",
+    "synthetic_object",
+    "synthetic_replace",
+    "synthetic_add",
+    "synthetic_order",
+    "synthetic_relation",
+    "synthetic_swap_obj",
+    "synthetic_swap_att",
 ]
 
 

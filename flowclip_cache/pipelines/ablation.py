@@ -3,8 +3,8 @@
 scored on every benchmark manifest given; mean ± std across seeds, change from CLIP,
 the binding and 11-task means, and paired bootstrap intervals for the compared pair.
 
-With `sample_images` set and no store, the study first builds the generated sample
-and its store with the tiny CLIP (the laptop-sized synthetic study)."""
+With `world` set and no store, the study first builds the synthetic world and its
+store with the configured encoder (the laptop-sized synthetic study)."""
 from __future__ import annotations
 
 import os
@@ -34,7 +34,8 @@ class AblationConfig:
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 10000
     compare: list[list[str]] = field(default_factory=lambda: [["global", "flow_hnb_cimr"]])
-    sample_images: int | None = None          # build the generated sample + tiny-CLIP store first
+    world: dict[str, Any] | None = None       # build the synthetic world (build_world kwargs) and its store
+    encoder: dict[str, Any] = field(default_factory=lambda: {"model": "flowclip-tiny-clip", "pretrained": "synthetic"})
     device: str = "cpu"
 
 
@@ -42,35 +43,41 @@ def plan(cfg: AblationConfig) -> list[RunSpec]:
     return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
 
 
-def prepare_sample(cfg: AblationConfig, log) -> AblationConfig:
-    """The laptop-sized world: generated scenes, extracted once with the tiny CLIP."""
-    from ..demo import DEMO_MODEL
+def prepare_world(cfg: AblationConfig, log) -> AblationConfig:
+    """The synthetic world, extracted once with the configured encoder; writes the frozen
+    encoder's profile (profile.json) next to the store."""
+    import json
+
+    from ..clip_profile import clip_profile
     from ..encoders import EncoderSpec, resolve
     from ..extract import run_extract
-    from ..sample import make_sample
     from ..store import FeatureStore
-    world = os.path.join(cfg.out, "world")
-    paths = {"candidates": os.path.join(world, "sample_candidates.parquet"),
-             "training": os.path.join(world, "sample_training.parquet"), "image_root": os.path.join(world, "images")}
-    if not os.path.exists(paths["training"]):
-        make_sample(world, n_images=cfg.sample_images)
-    enc = resolve(EncoderSpec(DEMO_MODEL))
+    from ..world import FAMILIES, build_world
+    paths = build_world(os.path.join(cfg.out, "world"), **cfg.world)
+    enc = resolve(EncoderSpec(cfg.encoder.get("model", "flowclip-tiny-clip"), cfg.encoder.get("pretrained", "none"),
+                              int(cfg.encoder.get("init_seed", 0))))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config)
-    s = run_extract(store, enc, [paths["candidates"], paths["training"]], paths["image_root"], workers=0,
-                    progress=False)
-    log(f"  world: {s.images_new} new images, {s.images_stored} stored")
-    cfg.store, cfg.train, cfg.eval = store.root, paths["training"], [paths["candidates"]]
+    evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
+    s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0, progress=False)
+    log(f"  world: {s.images_new} new images, {s.images_stored} already stored")
+    store.refresh()
+    prof_path = os.path.join(cfg.out, "profile.json")
+    if not os.path.exists(prof_path):
+        prof = clip_profile(store, paths)
+        json.dump(prof, open(prof_path, "w"), indent=1)
+        log(f"  frozen encoder profile: {prof}")
+    cfg.store, cfg.train, cfg.eval = store.root, paths["training"], evals
     return cfg
 
 
 def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print):
-    if cfg.sample_images and not cfg.store and not dry_run:
-        cfg = prepare_sample(cfg, log)
+    if cfg.world is not None and not cfg.store and not dry_run:
+        cfg = prepare_world(cfg, log)
     if not dry_run:
         from ..errors import FlowclipError
         for key in ("store", "train"):
             if not getattr(cfg, key):
-                raise FlowclipError(f"the ablation needs {key}=... (or sample_images=N for the synthetic world)")
+                raise FlowclipError(f"the ablation needs {key}=... (or world={{...}} for the synthetic world)")
         if not cfg.eval:
             raise FlowclipError("the ablation needs eval=[manifests or folders] to score")
     return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
