@@ -337,15 +337,15 @@ def negatives(inp, out, kinds, seed):
 
 @main.command()
 @click.option("--out", default="flowclip-demo", show_default=True, type=click.Path(file_okay=False))
-@click.option("--images", default=200, show_default=True, help="Scenes to generate.")
+@click.option("--scenes", default=1500, show_default=True, help="Head-training scenes of the world.")
 @click.option("--epochs", default=2, show_default=True)
-@click.option("--quiet", is_flag=True)
-def demo(out, images, epochs, quiet):
-    """Run the whole pipeline offline: generated sample, tiny CLIP, three heads, scored with controls."""
+def demo(out, scenes, epochs):
+    """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""
     from .demo import run_demo
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    run_demo(out, images, epochs, progress=not quiet, log=click.echo)
-    click.echo(f"report: {os.path.join(out, 'report')}")
+    summary = run_demo(out, scenes, epochs, log=click.echo)
+    click.echo(open(os.path.join(out, "summary.md")).read())
+    click.echo(f"report: {os.path.join(out, 'summary.md')} (tables), {os.path.join(out, 'score')} (every record)")
 
 
 if __name__ == "__main__":

@@ -204,8 +204,10 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
                 device: str = "cpu", batch_size: int = 64, text_batch_size: int = 256,
                 workers: int = 2, on_error: str = "skip", allow_outside_root: bool = False,
                 rank: int = 0, world_size: int = 1, progress: bool = True,
-                image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT,
+                image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT, loaded=None,
                 log=print) -> Summary:
+    """loaded: (model, preprocess, tokenizer) already built for `enc` (a caller that
+    extracts several times reuses one model); built here only when there is work."""
     t0 = time.perf_counter()
     col = collect(manifests, image_root, allow_outside_root)
     summary = Summary(failures=list(col.failures))
@@ -235,7 +237,7 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
         from .encoders import load_model
         from .features import disable_tf32
         disable_tf32()
-        model, preprocess, _ = load_model(enc, device)
+        model, preprocess, _ = loaded if loaded is not None else load_model(enc, device)
         with torch.no_grad():
             if mine.n_images:
                 t = time.perf_counter()

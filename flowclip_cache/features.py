@@ -61,6 +61,13 @@ def valid_mask(token_ids: torch.Tensor, policy: str = "nonpad") -> torch.Tensor:
 @torch.no_grad()
 def encode_texts(model, token_ids: torch.Tensor, policy: str = "nonpad", truncate: bool = True) -> TextFeatures:
     """token_ids [B, ctx] as the tokenizer returns them (0 = padding)."""
+    pooled, x, ids = text_forward(model, token_ids, truncate)
+    return TextFeatures(F.normalize(pooled, dim=-1), F.normalize(x, dim=-1), valid_mask(ids, policy))
+
+
+def text_forward(model, token_ids: torch.Tensor, truncate: bool = True):
+    """(pooled [B,d], states [B,L,d], ids [B,L]) before normalisation; differentiable
+    (pretraining uses it). The causal tower lets a batch stop at its longest caption."""
     lengths = (token_ids != 0).sum(1)
     causal = model.attn_mask is not None
     L = int(lengths.max()) if (truncate and causal) else token_ids.shape[1]
@@ -78,4 +85,4 @@ def encode_texts(model, token_ids: torch.Tensor, policy: str = "nonpad", truncat
             pooled, x = proj(pooled), proj(x)
         else:
             pooled, x = pooled @ proj, x @ proj
-    return TextFeatures(F.normalize(pooled, dim=-1), F.normalize(x, dim=-1), valid_mask(ids, policy))
+    return pooled, x, ids

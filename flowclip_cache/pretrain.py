@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
+from .features import text_forward
 from .errors import FlowclipError
 from .world import COLOURS, SHAPES, describe, render, sample_scene
 
@@ -125,7 +126,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         for g in opt.param_groups:
             g["lr"] = lr
         img = F.normalize(model.encode_image(x), dim=-1)
-        txt = F.normalize(model.encode_text(tokenizer(caps)), dim=-1)
+        txt = F.normalize(text_forward(model, tokenizer(caps))[0], dim=-1)     # cut to the longest caption
         logits = model.logit_scale.exp() * img @ txt.T
         # captions shared by several scenes in the batch are all positives
         same = torch.tensor([[a == b for b in caps] for a in caps])

@@ -80,68 +80,109 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
     score = run_score(store, eval_manifests, specs, os.path.join(out, "score"), controls=tuple(controls),
                       device=device, bootstrap_draws=bootstrap, overwrite=True, compare=pairs,
                       log=lambda m: log(f"  {m}"))
-    summary = summarise(score, runs)
+    summary = summarise(score, runs, run_dirs)
+    profile = os.path.join(out, "profile.json")
+    if os.path.exists(profile):
+        summary["encoder_profile"] = json.load(open(profile))
     write_summary(out, summary)
     with open(os.path.join(out, DONE), "w") as f:
         f.write("done\n")
     return summary
 
 
-def summarise(score: dict, runs: list[RunSpec]) -> dict:
-    """Mean +- sample std across seeds of each task's official score; change from CLIP."""
+def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None) -> dict:
+    """Mean +- sample std across seeds of each task's official score, per image control;
+    change from CLIP; each head's pairwise accuracy on its own training records."""
     from ..score import headline
     by_method: dict[str, list[str]] = {}
     for r in runs:
         by_method.setdefault(r.method, []).append(r.folder)
-    res = score["results"]
+    res, ctm = score["results"], score["cross_task_means"]
+    controls = score["controls"]
     tasks = sorted({t for k, v in res.items() if k.startswith("real|") for t in v})
-    means = sorted({m for k, v in score["cross_task_means"].items() if k.startswith("real|") for m in v})
-    label = {s["run"]: s["run"] for s in score["scorers"]}
-    clip = {t: headline(res["real|clip"][t]) * 100 for t in tasks if t in res.get("real|clip", {})}
-    clip.update({m: score["cross_task_means"]["real|clip"][m]["mean"] * 100 for m in means
-                 if m in score["cross_task_means"].get("real|clip", {})})
-    table = {"clip": {k: {"mean": v, "std": 0.0, "n": 1, "delta": 0.0} for k, v in clip.items()}}
+    means = sorted({m for k, v in ctm.items() if k.startswith("real|") for m in v})
+
+    def value(control: str, run: str, col: str):
+        if col in tasks:
+            r = res.get(f"{control}|{run}", {}).get(col)
+            return None if r is None else headline(r) * 100
+        m = ctm.get(f"{control}|{run}", {}).get(col)
+        return None if m is None else m["mean"] * 100
+
+    tables = {}
+    for control in controls:
+        clip = {c: value(control, "clip", c) for c in tasks + means}
+        table = {"clip": {c: {"mean": v, "std": 0.0, "n": 1, "delta": 0.0} for c, v in clip.items() if v is not None}}
+        for method, folders in by_method.items():
+            row = {}
+            for col in tasks + means:
+                vals = [v for v in (value(control, f, col) for f in folders) if v is not None]
+                if vals:
+                    row[col] = {"mean": float(np.mean(vals)),
+                                "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
+                                "n": len(vals), "delta": float(np.mean(vals)) - (clip.get(col) or float("nan"))}
+            table[method] = row
+        tables[control] = table
+    own = {}
     for method, folders in by_method.items():
-        row = {}
-        for col in tasks + means:
-            vals = []
-            for f in folders:
-                run = label.get(f, f)
-                if col in tasks:
-                    r = res.get(f"real|{run}", {}).get(col)
-                    if r is not None:
-                        vals.append(headline(r) * 100)
-                else:
-                    m = score["cross_task_means"].get(f"real|{run}", {}).get(col)
-                    if m is not None:
-                        vals.append(m["mean"] * 100)
-            if vals:
-                row[col] = {"mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
-                            "n": len(vals), "delta": float(np.mean(vals)) - clip.get(col, float("nan"))}
-        table[method] = row
-    return {"columns": tasks + means, "table": table, "bootstrap": score["bootstrap"],
+        per = {}
+        for f in folders:
+            st = os.path.join(run_dirs[f], "state.json") if run_dirs else None
+            if st and os.path.exists(st):
+                last = json.load(open(st))["metrics"][-1]["train_sample"]
+                for k, v in last.items():
+                    if k != "pairs":
+                        per.setdefault(k, []).append(v * 100)
+        own[method] = {k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0}
+                       for k, v in per.items()}
+    return {"columns": tasks + means, "table": tables["real"] if "real" in tables else {}, "controls": tables,
+            "own_training_accuracy": own, "bootstrap": score["bootstrap"],
+            "decision_changes": score["decision_changes"],
             "store_fingerprint": score["store_fingerprint"], "git_revision": score["git_revision"]}
+
+
+def _table(cols: list[str], table: dict) -> list[str]:
+    lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for method, row in table.items():
+        cells = [f"{row[c]['mean']:.2f} ± {row[c]['std']:.2f} ({row[c]['delta']:+.2f})" if c in row else ""
+                 for c in cols]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_summary(out: str, summary: dict) -> None:
     cols = summary["columns"]
-    md = ["# Study summary", "", "Accuracy (%), mean ± sample std across seeds; Δ = change from CLIP in points.", "",
-          "| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    csv = ["method,column,mean,std,n,delta"]
-    for method, row in summary["table"].items():
-        cells = []
-        for c in cols:
-            v = row.get(c)
-            cells.append("" if v is None else f"{v['mean']:.2f} ± {v['std']:.2f} (Δ {v['delta']:+.2f})")
-            if v is not None:
-                csv.append(f"{method},{c},{v['mean']:.4f},{v['std']:.4f},{v['n']},{v['delta']:.4f}")
-        md.append(f"| {method} | " + " | ".join(cells) + " |")
+    md = ["# Study summary", ""]
+    if "encoder_profile" in summary:
+        p = summary["encoder_profile"]
+        md += ["## The frozen encoder's profile", "", "| " + " | ".join(p["accuracy"]) + " | patch grounding | chance |",
+               "|" + "---|" * (len(p["accuracy"]) + 2),
+               "| " + " | ".join(f"{v * 100:.1f}" for v in p["accuracy"].values())
+               + f" | {p['grounding']['hit_rate'] * 100:.1f} | {p['grounding']['chance'] * 100:.1f} |", ""]
+    for control, table in summary["controls"].items():
+        md += [f"## {control.capitalize()} images", "",
+               "Accuracy (%), mean ± sample std across seeds (change from CLIP in points).", "",
+               *_table(cols, table), ""]
+    if summary["own_training_accuracy"]:
+        kinds = sorted({k for v in summary["own_training_accuracy"].values() for k in v})
+        md += ["## Pairwise accuracy on each head's own training records (fixed sample, last epoch)", "",
+               "| method | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+        for method, per in summary["own_training_accuracy"].items():
+            md.append(f"| {method} | " + " | ".join(f"{per[k]['mean']:.2f} ± {per[k]['std']:.2f}" if k in per else ""
+                                                    for k in kinds) + " |")
+        md.append("")
     if summary["bootstrap"]:
-        md += ["", "Paired image-cluster bootstrap, 95% intervals (points):", "", "| task | difference | mean | 95% CI |",
-               "|---|---|---|---|"]
+        md += ["## Paired image-cluster bootstrap, 95% intervals (points)", "",
+               "| task | difference | mean | 95% CI | draws missing a group |", "|---|---|---|---|---|"]
         for task, d in summary["bootstrap"].items():
             for k, v in d.items():
-                md.append(f"| {task} | {k} | {v['mean_pts']:.2f} | [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}] |")
+                md.append(f"| {task} | {k} | {v['mean_pts']:.2f} | [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}] "
+                          f"| {v['draws_missing_a_group']} |")
+    csv = ["control,method,column,mean,std,n,delta"]
+    for control, table in summary["controls"].items():
+        for method, row in table.items():
+            for c, v in row.items():
+                csv.append(f"{control},{method},{c},{v['mean']:.4f},{v['std']:.4f},{v['n']},{v['delta']:.4f}")
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     open(os.path.join(out, "summary.md"), "w").write("\n".join(md) + "\n")
