@@ -3,6 +3,7 @@ import json
 import os
 
 import numpy as np
+import torch
 import pyarrow as pa
 import pytest
 
@@ -168,3 +169,51 @@ def test_score_refusals(scored_world, tiny_encoder):
                    "candidates", {"benchmark": "whatsup-coco-spatial"})
     with pytest.raises(FlowclipError, match="needs column 'subset', which is missing"):
         run_score(fs, [str(bad)], ["clip"], str(tmp / "z"), log=lambda *_: None)
+
+
+def test_retrieval_and_zero_shot_through_the_engine(scored_world):
+    """Retrieval recall and zero-shot top-k from the engine equal an independent computation."""
+    import torch.nn.functional as F
+
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.hashing import caption_key
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.data import image_keys
+    fs, s, run, tmp = scored_world
+    cand = Manifest.read(s["candidates"]).table.to_pylist()
+    gallery = tmp / "gallery.parquet"
+    write_manifest(gallery, pa.Table.from_pylist([{"image": r["image"], "captions": [r["captions"][0]]}
+                                                  for r in cand[:12]]), "retrieval", {"benchmark": "coco-retrieval"})
+    zs = tmp / "zs.parquet"
+    classes = ["red", "green", "blue"]
+    write_manifest(zs, pa.Table.from_pylist([{"image": r["image"], "label": i % 3} for i, r in enumerate(cand[:12])]),
+                   "classification", {"benchmark": "cifar10", "classes": classes,
+                                      "prompts": [[f"a {c} thing", f"something {c}"] for c in classes]})
+    from flowclip_cache.encoders import EncoderSpec, resolve
+    enc = resolve(EncoderSpec("flowclip-tiny-vit"))
+    run_extract(fs, enc, [str(gallery), str(zs)], s["image_root"], workers=0, progress=False)
+    fs.refresh()
+    out = run_score(fs, [str(gallery), str(zs)], ["clip", run], str(tmp / "rz"), bootstrap_draws=0,
+                    log=lambda *_: None)
+    # independent: CLIP cosine similarities straight from the store
+    m = Manifest.read(gallery)
+    ik = image_keys(fs, m)
+    caps = [r["captions"][0] for r in cand[:12]]
+    v = F.normalize(torch.from_numpy(fs.load_images(ik).global_).float(), dim=-1)
+    t = F.normalize(torch.from_numpy(fs.load_captions([caption_key(c) for c in caps]).global_).float(), dim=-1)
+    sim = (v @ t.T).numpy()
+    want = metrics.retrieval_recall(sim, np.arange(12), (1, 5, 10))
+    got = out["results"]["real|clip"]["coco-retrieval"]
+    for k, val in want.items():
+        assert got[k] == pytest.approx(val)
+    prompts = [p for c in classes for p in (f"a {c} thing", f"something {c}")]
+    pt = F.normalize(torch.from_numpy(fs.load_captions([caption_key(p) for p in prompts]).global_).float(), dim=-1)
+    logits = (v @ pt.T).numpy().reshape(12, 3, 2).mean(-1)
+    want = metrics.topk_accuracy(logits, np.arange(12) % 3, (1, 5))
+    assert out["results"]["real|clip"]["cifar10"]["top1"] == pytest.approx(want["top1"])
+    # the flow head's exact gallery scores equal its shortlist scores when the shortlist is everything
+    full = out["results"]["real|flow"]["coco-retrieval"]
+    short = run_score(fs, [str(gallery)], [run], str(tmp / "rs"), bootstrap_draws=0, shortlist=12,
+                      log=lambda *_: None)["results"]["real|flow"]["coco-retrieval"]
+    assert short["approximate"] and not full["approximate"]
+    assert {k: v for k, v in short.items() if "@" in k} == {k: v for k, v in full.items() if "@" in k}
