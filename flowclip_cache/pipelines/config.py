@@ -3,6 +3,7 @@ errors that name the key."""
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 
 import yaml
@@ -43,7 +44,7 @@ def _check(value, typ, where: str):
     args = typing.get_args(typ)
     if typ is typing.Any:
         return value
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:
         if value is None and type(None) in args:
             return None
         for a in args:
