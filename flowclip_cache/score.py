@@ -376,22 +376,52 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
         json.dump(summary, f, indent=1)
     if record_rows:
         pq.write_table(pa.Table.from_pylist(record_rows), os.path.join(folder, "records.parquet"))
-    tasks = list(benches)
+    comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates")]
+    retr = [t for t, sc in benches.items() if sc.task == "retrieval"]
+    zero = [t for t, sc in benches.items() if sc.task == "classification"]
     means = sorted({k for v in summary["cross_task_means"].values() for k in v})
-    lines = ["| control | scorer | " + " | ".join(tasks + means) + " |",
-             "|---|---|" + "---|" * (len(tasks) + len(means))]
-    csv_rows = ["control,scorer," + ",".join(tasks + means)]
-    for control in controls:
-        for s in scorers:
-            per = summary["results"].get(f"{control}|{s.run}", {})
-            cm = summary["cross_task_means"].get(f"{control}|{s.run}", {})
-            vals = [headline(per[t]) * 100 if t in per else float("nan") for t in tasks] + \
-                   [cm[k]["mean"] * 100 if k in cm else float("nan") for k in means]
-            lines.append(f"| {control} | {s.run} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
-            csv_rows.append(f"{control},{s.run}," + ",".join(f"{v:.4f}" for v in vals))
     md = ["# flowclip score", "", f"store fingerprint `{summary['store_fingerprint'][:16]}`, "
-          f"git {summary['git_revision'][:10]}", "", "Accuracy (%), each benchmark's official aggregation:", "",
-          *lines, ""]
+          f"git {summary['git_revision'][:10]}; scorers: "
+          + ", ".join(f"{s.run} ({s.head.kind})" for s in scorers), ""]
+    csv_rows = ["control,scorer,column,value"]
+    if comp:
+        md += ["## Compositional matching (Tab. 1/2; Tab. 4 for the Shuffle and Fixed rows)", "",
+               "Accuracy (%), each benchmark's official aggregation; cross-task means at the right.", "",
+               "| control | scorer | " + " | ".join(comp + means) + " |", "|---|---|" + "---|" * (len(comp) + len(means))]
+        for control in controls:
+            for s in scorers:
+                per = summary["results"].get(f"{control}|{s.run}", {})
+                cm = summary["cross_task_means"].get(f"{control}|{s.run}", {})
+                vals = [per[t]["score"] * 100 if t in per else float("nan") for t in comp] + \
+                       [cm[k]["mean"] * 100 if k in cm else float("nan") for k in means]
+                md.append(f"| {control} | {s.run} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+                csv_rows += [f"{control},{s.run},{c},{v:.4f}" for c, v in zip(comp + means, vals)]
+        md += ["", "Ties (gold exactly as high as the best foil; counted under each benchmark's own rule), "
+               "Real images:", "", "| scorer | " + " | ".join(comp) + " |", "|---|" + "---|" * len(comp)]
+        for s in scorers:
+            per = summary["results"].get(f"real|{s.run}", {})
+            md.append(f"| {s.run} | " + " | ".join(str(per.get(t, {}).get("ties", "")) for t in comp) + " |")
+        md.append("")
+    if retr:
+        ks = ["i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10"]
+        md += ["## Retrieval (Tab. 7)", "", "| scorer | benchmark | " + " | ".join(ks) + " |", "|---|---|" + "---|" * 6]
+        for s in scorers:
+            for t in retr:
+                r = summary["results"].get(f"real|{s.run}", {}).get(t, {})
+                flag = " (approximate)" if r.get("approximate") else ""
+                md.append(f"| {s.run} | {t}{flag} | " + " | ".join(f"{r.get(k, float('nan')) * 100:.2f}" for k in ks) + " |")
+                csv_rows += [f"real,{s.run},{t}/{k},{r.get(k, float('nan')):.4f}" for k in ks]
+        md.append("")
+    if zero:
+        md += ["## Zero-shot classification (Tab. 7)", "", "| scorer | " + " | ".join(f"{t} top-1 | {t} top-5" for t in zero)
+               + " |", "|---|" + "---|---|" * len(zero)]
+        for s in scorers:
+            per = summary["results"].get(f"real|{s.run}", {})
+            md.append(f"| {s.run} | " + " | ".join(f"{per.get(t, {}).get('top1', float('nan')) * 100:.2f} | "
+                                                   f"{per.get(t, {}).get('top5', float('nan')) * 100:.2f}" for t in zero) + " |")
+            csv_rows += [f"real,{s.run},{t}/top{k},{per.get(t, {}).get(f'top{k}', float('nan')):.4f}"
+                         for t in zero for k in (1, 5)]
+        md.append("")
     if summary["bootstrap"]:
         md += ["## Paired image-cluster bootstrap (95% interval, points)", "", "| task | difference | mean | 95% CI | draws missing a group |",
                "|---|---|---|---|---|"]
