@@ -197,136 +197,206 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
 
 
 # -- the run ------------------------------------------------------------------------------------
+class HeadRun:
+    """One run folder: its head, optimiser, state, log and evaluation."""
+
+    @staticmethod
+    def prepare_folder(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, device: str,
+                       resume: bool, overwrite: bool) -> bool:
+        """Check the run folder before any data are loaded: never mix two runs, never
+        resume on another encoder or with other settings. Returns whether it had started."""
+        if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
+            raise FlowclipError(f"{out} holds a finished run; pass --overwrite to replace it")
+        if overwrite and os.path.exists(out):
+            shutil.rmtree(out)
+        started = os.path.exists(os.path.join(out, "state.json"))
+        if started and not resume:
+            raise FlowclipError(f"{out} holds an unfinished run; pass --resume to continue it or --overwrite")
+        os.makedirs(out, exist_ok=True)
+        run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
+                      "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
+                      "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
+                      "head": {"kind": cfg.head, "dim": store.meta["dim"], "alpha": cfg.alpha, "tau_p": cfg.tau_p},
+                      "torch": torch.__version__, "device": device}
+        if started:
+            old = json.load(open(os.path.join(out, "config.json")))
+            if old["store_fingerprint"] != store.fingerprint:
+                raise FlowclipError(f"{out} was trained on another encoder (store fingerprint "
+                                    f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused")
+            if old["train"] != run_config["train"] or old["manifest_sha256"] != run_config["manifest_sha256"]:
+                raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
+        else:
+            _atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
+        return started
+
+    def __init__(self, store: FeatureStore, out: str, cfg: TrainConfig, data: TrainingData, device: str,
+                 started: bool, log):
+        if cfg.head == "flow" and data.bank.img_patches.numel() == 0:
+            raise FlowclipError("the training data hold no patches, which a flow head needs")
+        self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
+        self.head = FlowHead(store.meta["dim"], cfg.head, cfg.alpha, cfg.tau_p).to(device)
+        self.params = list(self.head.parameters())
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                     weight_decay=cfg.weight_decay) if self.params else None
+        self.state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}
+        if started:
+            self.state = load_checkpoint(out, self.head, self.opt, device)
+            log(f"resuming {out} at epoch {self.state['epoch']} step {self.state['step_in_epoch']}")
+        self.logf = open(os.path.join(out, "log.jsonl"), "a")
+        train_rec = np.nonzero(data.split == "train")[0]
+        sample_rng = np.random.default_rng(cfg.seed)
+        self.train_eval = np.sort(sample_rng.choice(train_rec, min(cfg.train_eval_records, len(train_rec)),
+                                                    replace=False))
+        self.val_rec = np.nonzero(data.split == "val")[0]
+        self.seconds_before = self.state.get("seconds", 0.0)
+        self.t_last = self.t_start = time.perf_counter()
+        if not self.state["metrics"]:
+            self.state["metrics"].append(self.evaluate(0))    # the untrained head = the frozen encoder
+
+    @property
+    def position(self):
+        return self.state["epoch"], self.state["step_in_epoch"]
+
+    def evaluate(self, epoch: int) -> dict:
+        self.head.eval()
+        m = {"epoch": epoch, "train_sample": pairwise_accuracy(self.head, self.data, self.train_eval)}
+        if len(self.val_rec):
+            m["val"] = pairwise_accuracy(self.head, self.data, self.val_rec)
+        self.head.train()
+        self.logf.write(json.dumps({"eval": m}) + "\n")
+        self.logf.flush()
+        self.log(f"epoch {epoch}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
+                 + (f", val {m['val']['all']:.4f}" if "val" in m else ""))
+        return m
+
+    def step(self, img, pos, neg, feats) -> None:
+        """One optimiser step on a batch whose features are already gathered."""
+        cfg, head = self.cfg, self.head
+        v, P, t, H, mask = feats
+        s_global, s_token = head.score_parts(v, P if head.uses_tokens else None, t,
+                                             H if head.uses_tokens else None, mask)
+        S = s_global if s_token is None else s_global + cfg.alpha * s_token
+        l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
+        l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
+        loss = l_hnb + cfg.cimr * l_cimr
+        epoch, step = self.position
+        if not torch.isfinite(loss):
+            raise FlowclipError(f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
+                                f"the last good checkpoint in {self.out} is kept (try a lower --lr)")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+        self.opt.step()
+        self.state["step_in_epoch"], self.state["global_step"] = step + 1, self.state["global_step"] + 1
+        now = time.perf_counter()
+        rec_log = {"step": self.state["global_step"], "epoch": epoch, "loss": loss.item(), "hnb": l_hnb.item(),
+                   "cimr": l_cimr.item(), "lr": self.opt.param_groups[0]["lr"], "grad_norm": grad_norm.item(),
+                   "steps_per_s": 1.0 / max(now - self.t_last, 1e-9)}
+        self.t_last = now
+        if s_token is not None:
+            b = torch.arange(len(img), device=img.device)
+            rec_log["mean_abs_s_token"] = s_token.detach().abs().mean().item()
+            rec_log["token_margin"] = (s_token[b, b] - s_token[b, len(img) + b]).detach().mean().item()
+        self.logf.write(json.dumps(rec_log) + "\n")
+        if self.state["global_step"] % cfg.checkpoint_every == 0:
+            self.save()
+
+    def end_epoch(self) -> None:
+        self.state["epoch"], self.state["step_in_epoch"] = self.state["epoch"] + 1, 0
+        self.state["metrics"].append(self.evaluate(self.state["epoch"]))
+        self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start   # training wall time
+        self.save()
+
+    def save(self) -> None:
+        self.logf.flush()
+        save_checkpoint(self.out, self.head, self.opt, self.state)
+
+    def finish(self) -> dict:
+        if not self.params:
+            self.save()
+        self.logf.close()
+        _atomic_write(os.path.join(self.out, "DONE"), lambda p: open(p, "w").write(json.dumps(self.state["metrics"][-1])))
+        return self.state
+
+
+def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, TrainConfig]], *, device: str = "cpu",
+                resume: bool = False, overwrite: bool = False, image_root: str | None = None, progress: bool = True,
+                max_steps: int | None = None, data: TrainingData | None = None, log=print) -> list[dict]:
+    """Train several heads side by side on the same batches: each batch is gathered once
+    and every head takes its own step on it. The runs must share seed, batch size and
+    epochs (the data order); each ends exactly as it would alone."""
+    cfgs = [c for _, c in runs]
+    ref = cfgs[0]
+    if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
+        raise FlowclipError("side-by-side runs must share seed, batch size and epochs")
+    manifest = Manifest.read(manifest_path)
+    started_flags = [HeadRun.prepare_folder(store, manifest_path, out, cfg, device, resume, overwrite)
+                     for out, cfg in runs]
+    torch.manual_seed(ref.seed)
+    if device == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    # 1. data, once, on the device
+    if data is None:
+        data = load_training_data(store, manifest, any(c.head == "flow" for c in cfgs), device, image_root)
+    train_rec = np.nonzero(data.split == "train")[0]
+    if len(train_rec) < 2:
+        raise FlowclipError(f"{manifest_path}: fewer than 2 records with split == 'train'")
+    # 2. one HeadRun per folder (resumed where it stopped)
+    heads = [HeadRun(store, out, cfg, data, device, started,
+                     log if len(runs) == 1 else (lambda m, o=out: log(f"{os.path.basename(o)}: {m}")))
+             for (out, cfg), started in zip(runs, started_flags)]
+    trainable = [h for h in heads if h.params]
+    groups: dict[tuple, list[HeadRun]] = {}
+    for h in trainable:       # runs resumed at different points go side by side from where each stopped
+        groups.setdefault(h.position, []).append(h)
+    for group in groups.values():
+        if not _lockstep(group, data, train_rec, ref, device, progress, max_steps):
+            return [h.state for h in heads]       # stopped early (max_steps, for tests of resume)
+    # 4. finished: the marker last
+    return [h.finish() for h in heads]
+
+
+def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, ref: TrainConfig, device: str,
+              progress: bool, max_steps: int | None) -> bool:
+    """Epochs of batches for heads at the same position; False if max_steps cut it short."""
+    from tqdm import tqdm
+    B = ref.batch_size
+    steps_per_epoch = len(train_rec) // B if len(train_rec) >= B else 1
+    need_tokens = any(h.head.uses_tokens for h in group)
+    bar = tqdm(total=steps_per_epoch * ref.epochs, initial=group[0].state["global_step"], desc="train",
+               unit="step", disable=not progress, file=sys.stderr)
+    steps_run = 0
+    # the order and the negative drawn depend only on (seed, epoch)
+    while group[0].state["epoch"] < ref.epochs:
+        epoch, first_step = group[0].position
+        g = torch.Generator().manual_seed(ref.seed * 1_000_003 + epoch)
+        order = torch.as_tensor(train_rec)[torch.randperm(len(train_rec), generator=g)].to(device)
+        n_neg = (data.rec_neg >= 0).sum(1)
+        neg_pick = (torch.rand(len(data.split), generator=g).to(device) * n_neg).long()
+        for step in range(first_step, steps_per_epoch):
+            rec = order[step * B:(step + 1) * B]
+            img = data.rec_image[rec]
+            pos, neg = data.rec_pos[rec], data.rec_neg[rec, neg_pick[rec]]
+            feats = data.features(img, torch.cat([pos, neg]), need_tokens)      # gathered once for all heads
+            for h in group:
+                h.step(img, pos, neg, feats)
+            bar.update(1)
+            steps_run += 1
+            if max_steps is not None and steps_run >= max_steps:
+                for h in group:
+                    h.save()
+                bar.close()
+                return False
+        for h in group:
+            h.end_epoch()
+    bar.close()
+    return True
+
+
 def train_head(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, *, device: str = "cpu",
                resume: bool = False, overwrite: bool = False, image_root: str | None = None,
                progress: bool = True, max_steps: int | None = None, data: TrainingData | None = None,
                log=print) -> dict:
-    """data: features already gathered for this manifest (a study shares one copy)."""
-    # 1. the run folder: never mix two runs
-    if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
-        raise FlowclipError(f"{out} holds a finished run; pass --overwrite to replace it")
-    if overwrite and os.path.exists(out):
-        shutil.rmtree(out)
-    started = os.path.exists(os.path.join(out, "state.json"))
-    if started and not resume:
-        raise FlowclipError(f"{out} holds an unfinished run; pass --resume to continue it or --overwrite")
-    os.makedirs(out, exist_ok=True)
-
-    manifest = Manifest.read(manifest_path)
-    run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
-                  "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
-                  "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
-                  "head": {"kind": cfg.head, "dim": store.meta["dim"], "alpha": cfg.alpha, "tau_p": cfg.tau_p},
-                  "torch": torch.__version__, "device": device}
-    if started:
-        old = json.load(open(os.path.join(out, "config.json")))
-        if old["store_fingerprint"] != store.fingerprint:
-            raise FlowclipError(f"{out} was trained on another encoder (store fingerprint "
-                                f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused")
-        if old["train"] != run_config["train"] or old["manifest_sha256"] != run_config["manifest_sha256"]:
-            raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
-    else:
-        _atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
-
-    # 2. data, once, on the device
-    torch.manual_seed(cfg.seed)
-    if device == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    if data is None:
-        data = load_training_data(store, manifest, cfg.head == "flow", device, image_root)
-    elif cfg.head == "flow" and data.bank.img_patches.numel() == 0:
-        raise FlowclipError("the shared training data hold no patches, which a flow head needs")
-    train_rec = np.nonzero(data.split == "train")[0]
-    val_rec = np.nonzero(data.split == "val")[0]
-    if len(train_rec) < 2:
-        raise FlowclipError(f"{manifest_path}: fewer than 2 records with split == 'train'")
-    sample_rng = np.random.default_rng(cfg.seed)
-    train_eval = np.sort(sample_rng.choice(train_rec, min(cfg.train_eval_records, len(train_rec)), replace=False))
-
-    # 3. head and optimiser
-    head = FlowHead(store.meta["dim"], cfg.head, cfg.alpha, cfg.tau_p).to(device)
-    params = list(head.parameters())
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay) \
-        if params else None
-    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}
-    if started:
-        state = load_checkpoint(out, head, opt, device)
-        log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
-    logf = open(os.path.join(out, "log.jsonl"), "a")
-
-    def evaluate(epoch):
-        head.eval()
-        m = {"epoch": epoch, "train_sample": pairwise_accuracy(head, data, train_eval)}
-        if len(val_rec):
-            m["val"] = pairwise_accuracy(head, data, val_rec)
-        head.train()
-        logf.write(json.dumps({"eval": m}) + "\n")
-        logf.flush()
-        log(f"epoch {epoch}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
-            + (f", val {m['val']['all']:.4f}" if "val" in m else ""))
-        return m
-
-    if not state["metrics"]:
-        state["metrics"].append(evaluate(0))      # the untrained head = the frozen encoder
-    B = cfg.batch_size
-    steps_per_epoch = len(train_rec) // B if len(train_rec) >= B else 1
-    from tqdm import tqdm
-    bar = tqdm(total=steps_per_epoch * cfg.epochs, initial=state["global_step"], desc="train", unit="step",
-               disable=not progress, file=sys.stderr)
-    t_last = time.perf_counter()
-    steps_run = 0
-    # 4. epochs: the order and the negative drawn depend only on (seed, epoch)
-    while params and state["epoch"] < cfg.epochs:
-        epoch = state["epoch"]
-        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
-        order = torch.as_tensor(train_rec)[torch.randperm(len(train_rec), generator=g)].to(device)
-        n_neg = (data.rec_neg >= 0).sum(1)
-        neg_pick = (torch.rand(len(data.split), generator=g).to(device) * n_neg).long()
-        for step in range(state["step_in_epoch"], steps_per_epoch):
-            rec = order[step * B:(step + 1) * B]
-            img = data.rec_image[rec]
-            pos, neg = data.rec_pos[rec], data.rec_neg[rec, neg_pick[rec]]
-            caps = torch.cat([pos, neg])
-            s_global, s_token = head.score_parts(*data.features(img, caps, head.uses_tokens))
-            S = s_global if s_token is None else s_global + cfg.alpha * s_token
-            l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
-            l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
-            loss = l_hnb + cfg.cimr * l_cimr
-            if not torch.isfinite(loss):
-                raise FlowclipError(f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
-                                    f"the last good checkpoint in {out} is kept (try a lower --lr)")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            state["step_in_epoch"], state["global_step"] = step + 1, state["global_step"] + 1
-            now = time.perf_counter()
-            rec_log = {"step": state["global_step"], "epoch": epoch, "loss": loss.item(), "hnb": l_hnb.item(),
-                       "cimr": l_cimr.item(), "lr": opt.param_groups[0]["lr"], "grad_norm": grad_norm.item(),
-                       "steps_per_s": 1.0 / max(now - t_last, 1e-9)}
-            t_last = now
-            if s_token is not None:
-                b = torch.arange(len(rec), device=device)
-                rec_log["mean_abs_s_token"] = s_token.detach().abs().mean().item()
-                rec_log["token_margin"] = (s_token[b, b] - s_token[b, len(rec) + b]).detach().mean().item()
-            logf.write(json.dumps(rec_log) + "\n")
-            bar.update(1)
-            bar.set_postfix(loss=f"{rec_log['loss']:.4f}")
-            steps_run += 1
-            if state["global_step"] % cfg.checkpoint_every == 0:
-                logf.flush()
-                save_checkpoint(out, head, opt, state)
-            if max_steps is not None and steps_run >= max_steps:    # for tests of resume
-                logf.flush()
-                save_checkpoint(out, head, opt, state)
-                return state
-        state["epoch"], state["step_in_epoch"] = epoch + 1, 0
-        state["metrics"].append(evaluate(epoch + 1))
-        save_checkpoint(out, head, opt, state)
-    bar.close()
-    if not params:
-        save_checkpoint(out, head, opt, state)
-    logf.close()
-    # 5. finished: the marker last
-    _atomic_write(os.path.join(out, "DONE"), lambda p: open(p, "w").write(json.dumps(state["metrics"][-1])))
-    return state
+    """One head. data: features already gathered for this manifest (a study shares one copy)."""
+    return train_heads(store, manifest_path, [(out, cfg)], device=device, resume=resume, overwrite=overwrite,
+                       image_root=image_root, progress=progress, max_steps=max_steps, data=data, log=log)[0]

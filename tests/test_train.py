@@ -167,3 +167,19 @@ def test_global_and_clip_heads(world, tmp_path):
                            log=lambda *_: None)
         assert os.path.exists(os.path.join(out, "DONE"))
         assert set(weights(out)) == ({"M"} if head == "global" else set())
+
+
+def test_side_by_side_equals_one_by_one(world, tmp_path):
+    from flowclip_cache.train import train_heads
+    cfgs = {"g": cfg(head="global", epochs=1), "f": cfg(head="flow", cimr=0.0, epochs=1),
+            "fc": cfg(head="flow", cimr=0.1, epochs=1)}
+    train_heads(world["store"], world["manifest"], [(str(tmp_path / f"sbs_{k}"), c) for k, c in cfgs.items()],
+                progress=False, log=lambda *_: None)
+    for k, c in cfgs.items():
+        train_head(world["store"], world["manifest"], str(tmp_path / f"one_{k}"), c, progress=False,
+                   log=lambda *_: None)
+        a, b = weights(str(tmp_path / f"sbs_{k}")), weights(str(tmp_path / f"one_{k}"))
+        assert set(a) == set(b) and all(torch.equal(a[n], b[n]) for n in a), k
+    with pytest.raises(FlowclipError, match="share seed"):
+        train_heads(world["store"], world["manifest"], [(str(tmp_path / "x1"), cfg(seed=0)),
+                                                        (str(tmp_path / "x2"), cfg(seed=1))], progress=False)

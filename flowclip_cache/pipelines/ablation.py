@@ -37,6 +37,7 @@ class AblationConfig:
     world: dict[str, Any] | None = None       # build the synthetic world (build_world kwargs) and its store
     encoder: dict[str, Any] = field(default_factory=lambda: {"model": "flowclip-tiny-clip", "pretrained": "synthetic"})
     device: str = "cpu"
+    side_by_side: bool = True                 # heads sharing a data order train on the same batches
 
 
 def plan(cfg: AblationConfig) -> list[RunSpec]:
@@ -82,7 +83,8 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print):
             raise FlowclipError("the ablation needs eval=[manifests or folders] to score")
     return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
-                   compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device, log=log)
+                   compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device,
+                   side_by_side=cfg.side_by_side, log=log)
 
 
 CONFIG = AblationConfig

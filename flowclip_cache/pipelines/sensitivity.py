@@ -25,6 +25,7 @@ class SensitivityConfig:
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 0
     device: str = "cpu"
+    side_by_side: bool = True                 # heads sharing a data order train on the same batches
 
 
 def plan(cfg: SensitivityConfig) -> list[RunSpec]:
@@ -40,7 +41,8 @@ def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print):
                 raise FlowclipError(f"the sensitivity study needs {key}=...")
     return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
-                   compare=[], dry_run=dry_run, jobs=jobs, device=cfg.device, log=log)
+                   compare=[], dry_run=dry_run, jobs=jobs, device=cfg.device,
+                   side_by_side=cfg.side_by_side, log=log)
 
 
 CONFIG = SensitivityConfig

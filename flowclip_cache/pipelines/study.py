@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import FlowclipError
 from ..store import FeatureStore
-from ..train import TrainConfig, load_training_data, train_head
+from ..train import TrainConfig, load_training_data, train_heads
 
 DONE = "STUDY_DONE"
 
@@ -39,7 +40,7 @@ def run_status(path: str) -> str:
 
 def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], out: str, runs: list[RunSpec],
             base_train: dict, controls: list[str], bootstrap: int, compare: list[list[str]], dry_run: bool,
-            jobs: int = 1, device: str = "cpu", log=print) -> dict | None:
+            jobs: int = 1, device: str = "cpu", side_by_side: bool = True, log=print) -> dict | None:
     os.makedirs(out, exist_ok=True)
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
     if len(run_dirs) != len(runs):
@@ -54,6 +55,7 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
     if os.path.exists(os.path.join(out, DONE)):
         return json.load(open(os.path.join(out, "summary.json")))
     store = FeatureStore(store_path)
+    t0 = time.perf_counter()
     todo = [r for r in runs if run_status(run_dirs[r.folder]) != "done"]
     if todo:
         from ..manifest import Manifest
@@ -61,19 +63,26 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
         need_patches = any(TrainConfig.from_dict({**base_train, **r.train}).head == "flow" for r in todo)
         data = load_training_data(store, Manifest.read(train_manifest), need_patches, device)
 
-        def one(r: RunSpec):
-            cfg = TrainConfig.from_dict({**base_train, **r.train, "seed": r.seed}, f"run {r.folder}")
-            d = run_dirs[r.folder]
-            train_head(store, train_manifest, d, cfg, device=device, resume=run_status(d) == "partial",
-                       progress=False, data=data, log=lambda m, f=r.folder: log(f"  {f}: {m}"))
+        cfgs = {r.folder: TrainConfig.from_dict({**base_train, **r.train, "seed": r.seed}, f"run {r.folder}")
+                for r in todo}
+        # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches
+        key = (lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs)) if side_by_side \
+            else (lambda r: r.folder)
+        groups: dict = {}
+        for r in todo:
+            groups.setdefault(key(r), []).append(r)
+
+        def train_group(group: list[RunSpec]):
+            train_heads(store, train_manifest, [(run_dirs[r.folder], cfgs[r.folder]) for r in group], device=device,
+                        resume=True, progress=False, data=data, log=lambda m: log(f"  {m}"))
 
         if jobs > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(jobs) as pool:
-                list(pool.map(one, todo))
+                list(pool.map(train_group, groups.values()))
         else:
-            for r in todo:
-                one(r)
+            for group in groups.values():
+                train_group(group)
     from ..score import run_score
     specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
     pairs = [tuple(p) for p in compare]
@@ -81,6 +90,10 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
                       device=device, bootstrap_draws=bootstrap, overwrite=True, compare=pairs,
                       log=lambda m: log(f"  {m}"))
     summary = summarise(score, runs, run_dirs)
+    summary["timing"] = {"this_invocation_seconds": time.perf_counter() - t0,
+                         "train_seconds_per_run": {r.folder: json.load(open(os.path.join(run_dirs[r.folder], "state.json")))
+                                                   .get("seconds") for r in runs},
+                         "score_seconds": score["seconds"]}
     profile = os.path.join(out, "profile.json")
     if os.path.exists(profile):
         summary["encoder_profile"] = json.load(open(profile))
@@ -178,6 +191,11 @@ def write_summary(out: str, summary: dict) -> None:
             for k, v in d.items():
                 md.append(f"| {task} | {k} | {v['mean_pts']:.2f} | [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}] "
                           f"| {v['draws_missing_a_group']} |")
+    if "timing" in summary:
+        per_run = [v for v in summary["timing"]["train_seconds_per_run"].values() if v]
+        md += ["", f"Wall time: {summary['timing']['this_invocation_seconds']:.0f} s for this invocation; "
+               f"training {sum(per_run):.0f} s over {len(per_run)} runs (mean {np.mean(per_run) if per_run else 0:.1f} s "
+               f"per run); scoring {summary['timing']['score_seconds']:.0f} s."]
     csv = ["control,method,column,mean,std,n,delta"]
     for control, table in summary["controls"].items():
         for method, row in table.items():
