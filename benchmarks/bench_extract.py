@@ -1,6 +1,6 @@
 """Extraction speed and storage, side by side in one run (issue: stage one).
 
-    python benchmarks/bench_extract.py [--images 300] [--captions 3000] [--model ViT-B-32]
+    python benchmarks/bench_extract.py [--images 300] [--captions 2000] [--model ViT-B-32]
 
 Prints ratios; the absolute figures depend on the machine and its load.
 """
