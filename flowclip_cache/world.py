@@ -266,7 +266,15 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
     for fam in FAMILIES:
         paths[f"eval-{fam}"] = os.path.join(root, f"eval_{fam}.parquet")
     paths["eval-heldout-swap-att"] = os.path.join(root, "eval_heldout_swap-att.parquet")
+    settings = {"seed": seed, "size": size, "train_scenes": train_scenes, "eval_scenes": eval_scenes,
+                "heldout_scenes": heldout_scenes, "pretrain_scenes": pretrain_scenes, "version": 1}
     if os.path.exists(marker):
+        import json
+        built = json.load(open(marker))
+        if built != settings:
+            from .errors import FlowclipError
+            raise FlowclipError(f"{root} holds a world built with other settings ({built}); remove it or use "
+                                f"another folder")
         return paths
     os.makedirs(paths["image_root"], exist_ok=True)
     held = held_out_combos(seed)
@@ -330,6 +338,8 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
                                              for j in range(4)]}
                 for i, (name, objs, rng) in enumerate(pre)]
         write_manifest(paths["pretrain"], pa.Table.from_pylist(rows), "retrieval", {"benchmark": "synthetic-pretrain"})
-    open(marker, "w").write("done\n")
+    import json
+    with open(marker, "w") as f:
+        json.dump(settings, f)
     log(f"world written to {root}")
     return paths

@@ -77,3 +77,13 @@ def test_render_is_anti_aliased_and_sized():
     assert im.size == (64, 64)
     colours = {im.getpixel((x, 32)) for x in range(64)}
     assert len(colours) > 5                                    # edges blend: more than flat fills
+
+
+def test_a_world_with_other_settings_is_refused(tmp_path):
+    import pytest
+
+    from flowclip_cache.errors import FlowclipError
+    build_world(str(tmp_path / "w"), train_scenes=5, eval_scenes=5, heldout_scenes=2)
+    build_world(str(tmp_path / "w"), train_scenes=5, eval_scenes=5, heldout_scenes=2)     # cached: fine
+    with pytest.raises(FlowclipError, match="other settings"):
+        build_world(str(tmp_path / "w"), train_scenes=6, eval_scenes=5, heldout_scenes=2)
