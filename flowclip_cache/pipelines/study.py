@@ -194,8 +194,8 @@ def write_summary(out: str, summary: dict) -> None:
     if "timing" in summary:
         per_run = [v for v in summary["timing"]["train_seconds_per_run"].values() if v]
         md += ["", f"Wall time: {summary['timing']['this_invocation_seconds']:.0f} s for this invocation; "
-               f"training {sum(per_run):.0f} s over {len(per_run)} runs (mean {np.mean(per_run) if per_run else 0:.1f} s "
-               f"per run); scoring {summary['timing']['score_seconds']:.0f} s."]
+               f"each run's training wall time {np.mean(per_run) if per_run else 0:.1f} s on average (runs trained "
+               f"side by side share theirs); scoring {summary['timing']['score_seconds']:.0f} s."]
     csv = ["control,method,column,mean,std,n,delta"]
     for control, table in summary["controls"].items():
         for method, row in table.items():
