@@ -26,7 +26,9 @@ from .data import FeatureBank, image_keys, require_features
 from .errors import FlowclipError
 from .heads import FlowHead
 from .manifest import Manifest
+from .stats import paired_bootstrap
 from .store import FeatureStore
+from .train import _git_revision
 
 CONTROLS = ("real", "shuffle", "fixed")
 
@@ -333,13 +335,13 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
     for a, b in pairs:
         if a not in methods or b not in methods:
             raise FlowclipError(f"bootstrap comparison {a} vs {b}: no such scorer (have {', '.join(methods)})")
-    bootstrap = paired_bootstrap_all(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed) \
+    bootstrap = paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed) \
         if pairs and boot_tasks and bootstrap_draws else {}
     summary = {
         "store": store.root, "store_fingerprint": store.fingerprint,
         "scorers": [{"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind}
                     for s in scorers],
-        "git_revision": _git(), "controls": list(controls), "seed": seed,
+        "git_revision": _git_revision(), "controls": list(controls), "seed": seed,
         "results": {f"{c}|{r}": v for (c, r), v in results.items()},
         "cross_task_means": cross_task_means(results, benches, [s.run for s in scorers]),
         "decision_changes": changes, "bootstrap": bootstrap, "seconds": time.perf_counter() - t0,
@@ -350,16 +352,6 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
     os.replace(tmp, out)
     log(f"wrote {out}")
     return summary
-
-
-def paired_bootstrap_all(tasks, methods, pairs, n_images, draws, seed):
-    from .stats import paired_bootstrap
-    return paired_bootstrap(tasks, methods, pairs, n_images, draws, seed)
-
-
-def _git() -> str:
-    from .train import _git_revision
-    return _git_revision()
 
 
 def headline(res: dict) -> float:
