@@ -142,6 +142,7 @@ def test_crepe_literal_lists_only(tmp_path):
     row = m.table.to_pylist()[0]
     assert report.counts == {"swap/4": 1} and row["captions"][1] == "a tree near a red car"
     assert row["image"] == "2317.jpg" and row["complexity"] == 4 and row["foil_type"] == "swap"
+    assert row["foil_complexity"] == "swap/04"
 
 
 def test_pug_and_clevr(tmp_path):

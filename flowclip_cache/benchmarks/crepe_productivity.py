@@ -38,7 +38,8 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
                     errors(path, f"line {line}", "empty caption, image_id or hard_negs")
                     continue
                 rows.append({"record_id": f"{foil}/{n}/{line}", "image": f"{image}.jpg", "crop": box,
-                             "captions": [caption] + negs, "gold": 0, "foil_type": foil, "complexity": n})
+                             "captions": [caption] + negs, "gold": 0, "foil_type": foil, "complexity": n,
+                             "foil_complexity": f"{foil}/{n:02d}"})
                 got += 1
             counts[f"{foil}/{n}"] = got
     if not counts:
@@ -50,4 +51,4 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
 BENCHMARK = Benchmark(
     name="crepe-productivity", title="CREPE productivity", kind="candidates", build=build,
     scoring=Scoring(task="candidates", tie_rule="wrong", aggregate="mean", group_by="foil_type",
-                    report_by=("complexity",), recall_at=(1, 3, 5, 10)))
+                    report_by=("complexity", "foil_complexity"), recall_at=(1, 3, 5, 10)))
