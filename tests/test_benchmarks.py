@@ -266,3 +266,22 @@ def test_catalogue_matches_registry():
         assert (b.scoring is None) == (b.kind == "training"), name     # every evaluated set is scored
         entry = cat[name]
         assert entry["source"] and entry["licence"] and (entry["files"] or name == "sample" or name.startswith("synthetic-"))
+
+
+def test_coco_train_from_karpathy_json(tmp_path):
+    k = {"images": [{"filepath": "train2014", "filename": "a.jpg", "split": "train",
+                     "sentences": [{"raw": "a red car next to a blue bus"}, {"raw": "sky"}]},
+                    {"filepath": "val2014", "filename": "b.jpg", "split": "restval",
+                     "sentences": [{"raw": "a dog on a bed near a cat"}]},
+                    {"filepath": "val2014", "filename": "c.jpg", "split": "val",
+                     "sentences": [{"raw": "a man and a horse on the beach"}]},
+                    {"filepath": "val2014", "filename": "d.jpg", "split": "test", "sentences": [{"raw": "x y"}]}]}
+    (tmp_path / "dataset_coco.json").write_text(json.dumps(k))
+    report, m = build("coco-train", tmp_path, tmp_path / "t.parquet")
+    rows = m.table.to_pylist()
+    assert [r["image"] for r in rows] == ["train2014/a.jpg", "val2014/b.jpg", "val2014/c.jpg"]
+    assert [r["split"] for r in rows] == ["train", "train", "val"]
+    assert report.counts["records_without_any_negative"] == 1            # "sky" has no negative
+    for r in rows:
+        assert r["negatives"] and all(n != r["positive"] for n in r["negatives"])
+        assert len(r["negative_kinds"]) == len(r["negatives"])
