@@ -291,17 +291,16 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
         if sc.task in ("pairwise", "candidates"):
             mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root)
             correct_real = {}
+            ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
             for (control, run), mat in mats.items():
                 res = aggregate(sc, mat, gold, cols)
                 results.setdefault((control, run), {})[name] = res
                 correct = metrics.decisions(mat, gold, sc.tie_rule)[0]
                 if control == "real":
                     correct_real[run] = correct
-                for i in range(len(gold)):
-                    record_rows.append({"benchmark": name, "record_id": str(cols.get("record_id", range(len(gold)))[i]),
-                                        "control": control, "scorer": run,
-                                        "scores": [float(x) for x in mat[i] if not np.isnan(x)],
-                                        "gold": int(gold[i]), "correct": bool(correct[i])})
+                record_rows += [{"benchmark": name, "record_id": rid, "control": control, "scorer": run,
+                                 "scores": row[~np.isnan(row)].tolist(), "gold": g, "correct": c}
+                                for rid, row, g, c in zip(ids, mat, gold.tolist(), correct.tolist())]
             runs = [s.run for s in scorers]
             changes[name] = {f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
                              for i, a in enumerate(runs) for b in runs[i + 1:]} if "real" in controls else {}

@@ -132,11 +132,6 @@ def render(objs: list[Obj], rng: random.Random, size: int = 64, scale: int = 4) 
     return im.resize((size, size), Image.LANCZOS)
 
 
-def object_box(o: Obj, size: int = 64) -> tuple[float, float, float, float]:
-    cell = size / GRID
-    return (o.cell[0] * cell, o.cell[1] * cell, (o.cell[0] + 1) * cell, (o.cell[1] + 1) * cell)
-
-
 def relation(a: Obj, b: Obj) -> str | None:
     """The unambiguous relation of a to b, or None."""
     dx, dy = a.cell[0] - b.cell[0], a.cell[1] - b.cell[1]

@@ -29,6 +29,12 @@ def rand(rng, *shape):
     return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float16)
 
 
+def write_images(fs, ks, rng):
+    g, p = rand(rng, len(ks), D), rand(rng, len(ks), P, D)
+    fs.write_segment(IMAGE, ks, {"global": g, "patches": p})
+    return g, p
+
+
 def write_captions(fs, ks, lengths, rng):
     off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     g, t = rand(rng, len(ks), D), rand(rng, int(off[-1]), D)
@@ -45,10 +51,8 @@ def store(request, tmp_path):
 def test_roundtrip_in_any_order(store):
     rng = np.random.default_rng(0)
     ik1, ik2 = keys("a", 5), keys("b", 3)
-    g1, p1 = rand(rng, 5, D), rand(rng, 5, P, D)
-    g2, p2 = rand(rng, 3, D), rand(rng, 3, P, D)
-    store.write_segment(IMAGE, ik1, {"global": g1, "patches": p1})
-    store.write_segment(IMAGE, ik2, {"global": g2, "patches": p2})
+    g1, p1 = write_images(store, ik1, rng)
+    g2, p2 = write_images(store, ik2, rng)
     store.refresh()
     want = [ik2[1], ik1[4], ik1[0], ik2[1]]
     got = store.load_images(want)
@@ -128,10 +132,8 @@ def test_ranges_against_a_loop():
 def test_load_in_storage_order_and_partial_segments(store):
     rng = np.random.default_rng(5)
     ka, kb = keys("p", 10), keys("q", 6)
-    ga, pa = rand(rng, 10, D), rand(rng, 10, P, D)
-    gb, pb = rand(rng, 6, D), rand(rng, 6, P, D)
-    store.write_segment(IMAGE, ka, {"global": ga, "patches": pa})
-    store.write_segment(IMAGE, kb, {"global": gb, "patches": pb})
+    ga, pa = write_images(store, ka, rng)
+    gb, pb = write_images(store, kb, rng)
     store.refresh()
     allk = store.keys(IMAGE)
     got = store.load_images(allk)

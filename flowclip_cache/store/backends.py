@@ -96,10 +96,6 @@ class ZarrBackend:
         import zarr
         return zarr.open_array(os.path.join(path, name), mode="r").oindex[rows]
 
-    def attrs(self, path: str) -> dict:
-        import zarr
-        return dict(zarr.open_group(path, mode="r").attrs)
-
     def shapes(self, path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         import zarr
         g = zarr.open_group(path, mode="r")
@@ -148,12 +144,6 @@ class HDF5Backend:
         import h5py
         with h5py.File(path, "r") as f:
             return f[name][np.asarray(rows)]      # h5py needs increasing indices
-
-    def attrs(self, path: str) -> dict:
-        import h5py
-        import json
-        with h5py.File(path, "r") as f:
-            return json.loads(f.attrs["flowclip"])
 
     def shapes(self, path: str):
         import h5py

@@ -170,6 +170,7 @@ class FeatureStore:
             keys = self.backend.read(path, ["keys"])["keys"]
             segs.append((Segment(kind, name, path, len(keys)), keys))
         self.segments = [s for s, _ in segs]
+        self._segment_keys = [k for _, k in segs]          # kept: keys() needs no second read
         for kind in (IMAGE, CAPTION):
             self._index[kind].build([(i, k) for i, (s, k) in enumerate(segs) if s.kind == kind])
 
@@ -216,9 +217,9 @@ class FeatureStore:
         """Every key of a kind, in storage order (segment by segment): loading these is
         one sequential read with no reordering."""
         out = []
-        for s in self.segments:
+        for s, k in zip(self.segments, self._segment_keys):
             if s.kind == kind:
-                out += bytes_to_keys(self.backend.read(s.path, ["keys"])["keys"])
+                out += bytes_to_keys(k)
         return out
 
     def _plan_read(self, kind: str, keys: list[str]):
