@@ -26,6 +26,13 @@ def disable_tf32() -> None:
 @torch.no_grad()
 def encode_images(model, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """images [B,3,H,W] -> (global [B,d], patches [B,N,d]), both L2-normalised FP32."""
+    pooled, tokens = image_forward(model, images)
+    return F.normalize(pooled, dim=-1), F.normalize(tokens, dim=-1)
+
+
+def image_forward(model, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global [B,d], patches [B,N,d]) before normalisation; differentiable (pretraining
+    uses it)."""
     visual = model.visual
     if getattr(visual, "attn_pool", None) is not None:
         raise ValueError("attention-pooled vision towers are not supported for patch features")
@@ -37,7 +44,7 @@ def encode_images(model, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     if visual.proj is not None:
         pooled = pooled @ visual.proj
         tokens = tokens @ visual.proj
-    return F.normalize(pooled, dim=-1), F.normalize(tokens, dim=-1)
+    return pooled, tokens
 
 
 @dataclass

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
-from .features import text_forward
+from .features import image_forward, text_forward
 from .errors import FlowclipError
 from .world import COLOURS, SHAPES, describe, render, sample_scene
 
@@ -42,6 +42,7 @@ class PretrainConfig:
     attribute_rate: float = 0.5   # share of objects whose colour a caption names
     checkpoint_every: int = 250
     image_size: int = 64
+    probe_scenes: int = 0         # held-out scenes whose patch grounding is logged at each checkpoint
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
@@ -68,6 +69,48 @@ def render_pool(cfg: PretrainConfig):
         images[i] = np.asarray(render(objs, rng, cfg.image_size))
         scenes.append(objs)
     return images, scenes
+
+
+def soft_contrastive(logits: torch.Tensor, same: torch.Tensor) -> torch.Tensor:
+    """Symmetric InfoNCE where captions shared by several scenes of the batch are all positives."""
+    target = same.float() / same.sum(1, keepdim=True)
+    return 0.5 * (torch.sum(-target * F.log_softmax(logits, 1), 1).mean()
+                  + torch.sum(-target * F.log_softmax(logits.T, 1), 1).mean())
+
+
+def probe_set(cfg: PretrainConfig):
+    """Held-out two-object scenes and their full captions, for the grounding probe."""
+    from .world import _pair_caption, object_label
+    rng = random.Random(f"probe:{cfg.seed}")
+    combos = [(c, s) for c in COLOURS for s in SHAPES]
+    images, captions, objects = [], [], []
+    while len(captions) < cfg.probe_scenes:
+        objs = sample_scene(rng, rng.choice((2, 3)), combos)
+        a, b = rng.sample(objs, 2)
+        if a.colour == b.colour or a.shape == b.shape:
+            continue
+        images.append(np.asarray(render(objs, rng, cfg.image_size)))
+        captions.append(_pair_caption(a, b))
+        objects.append([object_label(o) for o in objs])
+    return np.stack(images), captions, objects
+
+
+@torch.no_grad()
+def grounding_probe(model, tokenizer, probe, mean, std) -> dict:
+    """clip_profile's grounding measure on the probe scenes, straight from the model (the
+    same features extract stores, before FP16 rounding; token mask 'nonpad')."""
+    from .clip_profile import grounding_hits
+    images, captions, objects = probe
+    was = model.training
+    model.eval()
+    x = (torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255) - mean) / std
+    patches = F.normalize(image_forward(model, x)[1], dim=-1).numpy()
+    _, states, ids = text_forward(model, tokenizer(captions))
+    states = F.normalize(states, dim=-1).numpy()
+    model.train(was)
+    id_rows = [[int(t) for t in row if int(t) != 0] for row in ids]
+    return grounding_hits(patches, [states[i, :len(r)] for i, r in enumerate(id_rows)], id_rows, objects,
+                          tokenizer.decoder, 0)
 
 
 def _save_state(out: str, model, opt, state: dict) -> None:
@@ -103,6 +146,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     torch.manual_seed(cfg.seed)
     log(f"rendering {cfg.scenes} scenes")
     images, scenes = render_pool(cfg)
+    probe = probe_set(cfg) if cfg.probe_scenes else None
     mean = torch.tensor(OPENAI_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
     model = open_clip.create_model(cfg.model, pretrained=None)
@@ -125,14 +169,10 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        img = F.normalize(model.encode_image(x), dim=-1)
+        img = F.normalize(image_forward(model, x)[0], dim=-1)
         txt = F.normalize(text_forward(model, tokenizer(caps))[0], dim=-1)     # cut to the longest caption
-        logits = model.logit_scale.exp() * img @ txt.T
-        # captions shared by several scenes in the batch are all positives
         same = torch.tensor([[a == b for b in caps] for a in caps])
-        target = same.float() / same.sum(1, keepdim=True)
-        loss = 0.5 * (torch.sum(-target * F.log_softmax(logits, 1), 1).mean()
-                      + torch.sum(-target * F.log_softmax(logits.T, 1), 1).mean())
+        loss = soft_contrastive(model.logit_scale.exp() * img @ txt.T, same)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -145,8 +185,13 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         bar.set_postfix(loss=f"{loss.item():.3f}")
         if state["step"] % cfg.checkpoint_every == 0 or state["step"] == cfg.steps:
             state["seconds"] = state.get("seconds", 0) + time.perf_counter() - t0
-            t0 = time.perf_counter()
+            if probe is not None:       # not counted in the training seconds
+                g = grounding_probe(model, tokenizer, probe, mean, std)
+                state.setdefault("grounding", []).append({"step": state["step"], **g})
+                log(f"step {state['step']}: patch grounding {100 * g['hit_rate']:.1f}% "
+                    f"(chance {100 * g['chance']:.1f}%)")
             _save_state(out, model, opt, state)
+            t0 = time.perf_counter()
     bar.close()
     return export(model, cfg, state, export_to or WEIGHTS_DIR)
 
@@ -160,7 +205,7 @@ def export(model, cfg: PretrainConfig, state: dict, folder: str) -> str:
     sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
     card = {"model": cfg.model, "file": os.path.basename(path), "sha256": sha, "recipe": dataclasses.asdict(cfg),
             "steps": state["step"], "final_loss_mean_last_100": float(np.mean(state["loss"][-100:])),
-            "cpu_seconds": state.get("seconds")}
+            "cpu_seconds": state.get("seconds"), "grounding_probe": state.get("grounding", [])}
     with open(path.replace(".safetensors", ".json"), "w") as f:
         json.dump(card, f, indent=1)
     return path

@@ -2,6 +2,8 @@
 held-out combinations unseen in head training."""
 import hashlib
 import os
+
+import numpy as np
 import random
 
 import pyarrow.parquet as pq
@@ -87,3 +89,23 @@ def test_a_world_with_other_settings_is_refused(tmp_path):
     build_world(str(tmp_path / "w"), train_scenes=5, eval_scenes=5, heldout_scenes=2)     # cached: fine
     with pytest.raises(FlowclipError, match="other settings"):
         build_world(str(tmp_path / "w"), train_scenes=6, eval_scenes=5, heldout_scenes=2)
+
+
+def test_grounding_measure_by_hand():
+    """Patches are one-hot, so token k's best patch is the one it names; row-major patch order,
+    cell = (column, row), words naming two objects skipped."""
+    from flowclip_cache.clip_profile import grounding_hits
+    patches = np.eye(9, dtype=np.float32)[None].repeat(2, 0)         # 3x3 patches, one per grid cell
+    decoder = {2: "a</w>", 3: "red</w>", 4: "circle</w>", 5: "and</w>", 6: "blue</w>", 7: "square</w>"}
+    ids = [[1, 2, 3, 4, 5, 2, 6, 7], [1, 2, 3, 4, 5, 2, 3, 7]]
+    best = [[0, 0, 0, 1, 0, 0, 5, 3],       # red -> (0,0) hit, circle -> (1,0) miss, blue -> (2,1) hit, square miss
+            [0, 0, 0, 4, 0, 0, 0, 7]]       # red names two objects: skipped; circle (1,1) hit; square (1,2) hit
+    tokens = [np.eye(9, dtype=np.float32)[b] for b in best]
+    objects = [["red circle small 0 0", "blue square large 2 1"], ["red circle small 1 1", "red square small 1 2"]]
+    g = grounding_hits(patches, tokens, ids, objects, decoder, shift=0)
+    assert g["words"] == 6
+    assert g["colour_hit_rate"] == 1.0 and g["shape_hit_rate"] == 0.5 and g["hit_rate"] == 4 / 6
+    assert abs(g["chance"] - 1 / 9) < 1e-9
+    # shift=1 (content mask: the start token is not stored) reads token k from row k-1
+    g1 = grounding_hits(patches, [t[1:] for t in tokens], ids, objects, decoder, shift=1)
+    assert g1 == g
