@@ -285,3 +285,51 @@ def test_coco_train_from_karpathy_json(tmp_path):
     for r in rows:
         assert r["negatives"] and all(n != r["positive"] for n in r["negatives"])
         assert len(r["negative_kinds"]) == len(r["negatives"])
+
+
+def _tar(path, members, mode="w"):
+    import io
+    import tarfile
+    with tarfile.open(path, mode) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def test_cc3m_100k_webdataset_shards(tmp_path):
+    """FSC-CLIP's cc3m-subset-100k layout: img2dataset shards + coca_captions.tar.gz."""
+    src = tmp_path / "cc3m" / "train_subset_100K"
+    src.mkdir(parents=True)
+    buf = __import__("io").BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, "JPEG")
+    jpg = buf.getvalue()
+    sample = lambda k, alt: [(f"{k}.jpg", jpg), (f"{k}.txt", alt.encode()), (f"{k}.json", json.dumps({"key": k}).encode())]
+    _tar(src / "00000.tar", sample("000000001", "alt one") + sample("000000002", "alt two")
+         + [("000000003.txt", b"no image")])
+    _tar(src / "00001.tar", sample("000000004", "a man rides a horse"))
+    _tar(src / "coca_captions.tar.gz", [("coca_captions/000000001.txt", b"a red car next to a blue bus\n"),
+                                        ("coca_captions/000000002.txt", b"a dog on a bed near a cat\n")], "w:gz")
+    (tmp_path / "val.txt").write_text("000000002\n000000099\n")
+    out = tmp_path / "m" / "cc3m.parquet"
+    out.parent.mkdir()
+    report, m = build("cc3m-train", src.parent, out, on_error="skip", val_keys=str(tmp_path / "val.txt"))
+    rows = m.table.to_pylist()
+    assert [(r["record_id"], r["image"], r["positive"], r["split"]) for r in rows] == [
+        ("cc3m-train/000000001", "000000001.jpg", "a red car next to a blue bus", "train"),
+        ("cc3m-train/000000002", "000000002.jpg", "a dog on a bed near a cat", "val")]
+    assert all(r["negatives"] and r["positive"] not in r["negatives"] for r in rows)
+    reasons = sorted(s[2] for s in report.skipped)
+    assert reasons == ["no CoCa caption coca_captions/000000004.txt", "no image (jpg/jpeg/png/webp)"]
+    images = tmp_path / "m" / "cc3m-100k-images"
+    assert (images / "000000001.jpg").read_bytes() == jpg and not (images / "000000003.jpg").exists()
+    assert report.counts["train"] == 1 and report.counts["val"] == 1
+    assert any("1 val_keys are in no shard" in n for n in report.notes)
+    # the alt-texts instead, and a rerun writes no image twice
+    report, m = build("cc3m-train", src, tmp_path / "alt.parquet", on_error="skip", caption="alt",
+                      images_out=str(images))
+    assert [r["positive"] for r in m.table.to_pylist()] == ["a man rides a horse"]   # others have no negative
+    assert report.counts["records_without_any_negative"] == 2
+    assert any("(1 new)" in n for n in report.notes)
+    with pytest.raises(ManifestError, match="no webdataset shards"):
+        build("cc3m-train", tmp_path / "m", tmp_path / "x.parquet")
