@@ -144,3 +144,25 @@ def test_load_in_storage_order_and_partial_segments(store):
     got = store.load_images(ask)
     np.testing.assert_array_equal(got.global_, np.stack([want[k][0] for k in ask]))
     np.testing.assert_array_equal(got.patches, np.stack([want[k][1] for k in ask]))
+
+
+def test_every_segment_file_is_fsynced_before_its_rename(store, monkeypatch):
+    """Durable before visible: each file of the temporary segment is fsynced before the
+    rename, and the segments folder after it."""
+    import flowclip_cache.store.core as core
+    events = []
+    real_fsync, real_rename = os.fsync, os.rename
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(core.os, "rename", lambda a, b: (events.append(("rename", a)), real_rename(a, b))[1])
+    rng = np.random.default_rng(0)
+    store.write_segment(IMAGE, keys("f", 3), {"global": rand(rng, 3, D), "patches": rand(rng, 3, P, D)})
+    renames = [i for i, e in enumerate(events) if e[0] == "rename"]
+    assert len(renames) == 1
+    tmp = events[renames[0]][1]
+    final = [os.path.join(store.segment_dir, n) for n in os.listdir(store.segment_dir) if not n.startswith(".")][0]
+    files = [os.path.join(r, f) for r, _, fs in os.walk(final) for f in fs] if os.path.isdir(final) else [final]
+    synced_before = {p for kind, p in events[:renames[0]] if kind == "fsync"}
+    for f in files:                                   # the same files under their temporary name
+        assert tmp + f[len(final):] in synced_before, f
+    assert ("fsync", os.path.realpath(store.segment_dir)) in events[renames[0]:]

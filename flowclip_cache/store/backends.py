@@ -25,6 +25,30 @@ def _row_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return (rows,) + tuple(shape[1:])
 
 
+def fsync_tree(path: str) -> None:
+    """Flush a file, or a folder's files and folders, to disk: a segment is renamed into
+    place only once its bytes are durable, so a power loss (not just a killed process)
+    cannot leave a committed name over missing data."""
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            os.fsync(fh.fileno())
+        return
+    for root, _, files in os.walk(path, topdown=False):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                os.fsync(fh.fileno())
+        fsync_dir(root)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or new entry in this folder durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class ZarrBackend:
     name = "zarr"
     suffix = ".zarr"
@@ -39,6 +63,7 @@ class ZarrBackend:
                                  compressors=None, fill_value=0)
             if a.size:
                 arr[...] = a
+        fsync_tree(path)
 
     def read(self, path: str, names=None) -> dict[str, np.ndarray]:
         if names is None:
@@ -118,8 +143,7 @@ class HDF5Backend:
                 # contiguous layout: whole-array reads are one sequential read
                 f.create_dataset(name, data=a)
             f.flush()
-        with open(path, "rb") as fh:
-            os.fsync(fh.fileno())
+        fsync_tree(path)
 
     def read(self, path: str, names=None) -> dict[str, np.ndarray]:
         import h5py

@@ -23,7 +23,7 @@ import numpy as np
 from ..encoders import diff_configs, fingerprint_of
 from ..errors import FingerprintMismatch, StoreError
 from ..hashing import KEY_BYTES, as_fixed, bytes_to_keys, hex_to_fixed, keys_to_bytes
-from .backends import BACKENDS
+from .backends import BACKENDS, fsync_dir, fsync_tree
 
 FORMAT_NAME = "flowclip-feature-store"
 FORMAT_VERSION = 1
@@ -198,6 +198,7 @@ class FeatureStore:
             if os.path.exists(final):
                 raise FileExistsError(final)
             os.rename(tmp, final)
+            fsync_dir(self.segment_dir)
         except (FileExistsError, OSError) as e:
             # Another writer committed the same keys; its segment stands, ours is dropped.
             self.backend.remove(tmp)
@@ -333,7 +334,9 @@ class FeatureStore:
                           "key": [r[3] for r in new]})
         final = os.path.join(pdir, f"{uuid.uuid4().hex}.parquet")
         pq.write_table(table, final + ".tmp")
+        fsync_tree(final + ".tmp")
         os.replace(final + ".tmp", final)
+        fsync_dir(pdir)
 
     # -- inspection --------------------------------------------------------------------
     def size_on_disk(self) -> int:
