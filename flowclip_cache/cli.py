@@ -217,6 +217,27 @@ def run_pipeline(config, overrides, dry_run, jobs):
         click.echo(open(os.path.join(cfg.out, "summary.md")).read())
 
 
+@main.command("profile")
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option("--overwrite", is_flag=True, help="Replace a different profile.json in the study folder.")
+def profile(config, overrides, overwrite):
+    """The frozen encoder's profile on a study's synthetic world, without training heads:
+    accuracy per family and patch grounding (the gate before any head experiment)."""
+    import yaml
+
+    from .clip_profile import profile_table
+    from .pipelines import ablation
+    from .pipelines.config import apply_overrides, build, parse_overrides
+    data = apply_overrides(yaml.safe_load(open(config)) or {}, parse_overrides(list(overrides)))
+    cfg = build(ablation.CONFIG, data, config)
+    if cfg.world is None:
+        raise FlowclipError(f"{config}: profile needs a synthetic world (world: {{...}})")
+    store, paths, _ = ablation.world_store(cfg, click.echo)
+    prof = ablation.write_profile(cfg, store, paths, lambda *_: None, recompute=True, overwrite=overwrite)
+    click.echo(profile_table(prof, f"{cfg.encoder.get('model')} ({cfg.encoder.get('pretrained')})"))
+
+
 @main.command("pretrain-tiny-clip")
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.argument("overrides", nargs=-1)

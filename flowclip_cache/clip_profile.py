@@ -29,36 +29,49 @@ def accuracies(store: FeatureStore, paths: dict, head: FlowHead | None = None) -
 
 def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: list[list[int]],
                    objects: list[list[str]], decoder: dict, shift: int) -> dict:
-    """The grounding measure itself, over arrays: for each colour or shape word of a caption
-    that names exactly one object of its scene, is the patch its token matches best inside
-    that object's grid cell? patches [B,N,d]; tokens[i] [L_i,d] (token k of token_ids[i] is
-    row k - shift); objects[i] = object_label strings ('colour shape size column row')."""
+    """The grounding measures themselves, over arrays, for each colour or shape word of a
+    caption that names exactly one object of its scene:
+    - hit_rate: is the patch its token matches best inside that object's grid cell?
+      (background counts: chance = the cell's share of the patches)
+    - object_hit_rate: of the scene's objects, does the named one's cell have the highest
+      mean token-patch similarity, strictly? (what binding needs: chance = 1 / objects)
+    patches [B,N,d]; tokens[i] [L_i,d] (token k of token_ids[i] is row k - shift);
+    objects[i] = object_label strings ('colour shape size column row')."""
     g = int(round(np.sqrt(patches.shape[1])))
     centres = (np.stack(np.meshgrid(np.arange(g), np.arange(g)), -1).reshape(-1, 2) + 0.5) / g   # (x, y)
+
+    def cell(o):
+        cx, cy = int(o[3]), int(o[4])
+        return ((centres[:, 0] >= cx / GRID) & (centres[:, 0] < (cx + 1) / GRID) &
+                (centres[:, 1] >= cy / GRID) & (centres[:, 1] < (cy + 1) / GRID))
+
     hits = {"colour": [], "shape": []}
-    chance = []
+    chance, obj_hits, obj_chance = [], [], []
     for i, ids in enumerate(token_ids):
         objs = [o.split() for o in objects[i]]
+        cells = [cell(o) for o in objs]
         for k, t in enumerate(ids):
             word = decoder.get(int(t), "")
             if not word.endswith("</w>"):
                 continue
             word = word[:-4]
             for kind, col in (("colour", 0), ("shape", 1)):
-                owners = [o for o in objs if o[col] == word]
+                owners = [j for j, o in enumerate(objs) if o[col] == word]
                 if len(owners) != 1 or not 0 <= k - shift < len(tokens[i]):
                     continue
-                cx, cy = int(owners[0][3]), int(owners[0][4])
-                inside = ((centres[:, 0] >= cx / GRID) & (centres[:, 0] < (cx + 1) / GRID) &
-                          (centres[:, 1] >= cy / GRID) & (centres[:, 1] < (cy + 1) / GRID))
-                best = int(np.argmax(patches[i] @ tokens[i][k - shift]))
-                hits[kind].append(bool(inside[best]))
+                sim = patches[i] @ tokens[i][k - shift]
+                inside = cells[owners[0]]
+                hits[kind].append(bool(inside[int(np.argmax(sim))]))
                 chance.append(float(inside.mean()))
+                per_object = [sim[c].mean() for c in cells]
+                others = [v for j, v in enumerate(per_object) if j != owners[0]]
+                obj_hits.append(bool(per_object[owners[0]] > max(others, default=-np.inf)))   # a tie misses
+                obj_chance.append(1 / len(objs))
     allh = hits["colour"] + hits["shape"]
-    return {"hit_rate": float(np.mean(allh)) if allh else float("nan"),
-            "colour_hit_rate": float(np.mean(hits["colour"])) if hits["colour"] else float("nan"),
-            "shape_hit_rate": float(np.mean(hits["shape"])) if hits["shape"] else float("nan"),
-            "chance": float(np.mean(chance)) if chance else float("nan"), "words": len(allh)}
+    rate = lambda h: float(np.mean(h)) if h else float("nan")
+    return {"hit_rate": rate(allh), "colour_hit_rate": rate(hits["colour"]), "shape_hit_rate": rate(hits["shape"]),
+            "chance": rate(chance), "object_hit_rate": rate(obj_hits), "object_chance": rate(obj_chance),
+            "words": len(allh)}
 
 
 def tokenizer_decoder(model_name: str):
@@ -88,3 +101,13 @@ def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
 
 def clip_profile(store: FeatureStore, paths: dict) -> dict:
     return {"accuracy": accuracies(store, paths), "grounding": patch_grounding(store, paths["eval-swap-att"])}
+
+
+def profile_table(prof: dict, name: str) -> str:
+    """One Markdown row per encoder: accuracies (%), then both grounding measures with chance."""
+    acc, g = prof["accuracy"], prof["grounding"]
+    head = ["encoder", *PROFILE_FAMILIES, "patch in cell", "chance", "object contrast", "chance"]
+    row = [name, *(f"{100 * acc[f]:.1f}" for f in PROFILE_FAMILIES), f"{100 * g['hit_rate']:.1f}",
+           f"{100 * g['chance']:.1f}", f"{100 * g.get('object_hit_rate', float('nan')):.1f}",
+           f"{100 * g.get('object_chance', float('nan')):.1f}"]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), "| " + " | ".join(row) + " |"])

@@ -189,7 +189,8 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
                 g = grounding_probe(model, tokenizer, probe, mean, std)
                 state.setdefault("grounding", []).append({"step": state["step"], **g})
                 log(f"step {state['step']}: patch grounding {100 * g['hit_rate']:.1f}% "
-                    f"(chance {100 * g['chance']:.1f}%)")
+                    f"(chance {100 * g['chance']:.1f}%), object contrast {100 * g['object_hit_rate']:.1f}% "
+                    f"(chance {100 * g['object_chance']:.1f}%)")
             _save_state(out, model, opt, state)
             t0 = time.perf_counter()
     bar.close()

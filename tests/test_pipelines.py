@@ -76,3 +76,24 @@ def test_killed_grid_resumes_without_redoing_finished_runs(tmp_path):
     # a third run does nothing
     third = subprocess.run(cmd + [f"out={out}"], env=env, capture_output=True, text=True)
     assert "the study is finished" in third.stdout
+
+
+def test_profile_command_writes_and_guards_the_profile(tmp_path):
+    out = f"out={tmp_path}/p"
+    small = [REDUCED[0], REDUCED[1]]
+    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small])
+    assert r.exit_code == 0, r.output
+    assert "| flowclip-tiny-vit (none) |" in r.output and "object contrast" in r.output
+    prof = json.load(open(tmp_path / "p" / "profile.json"))
+    g = prof["grounding"]
+    assert set(prof["accuracy"]) == {"object", "swap-att", "swap-obj", "relation", "order", "add", "replace",
+                                     "heldout-swap-att"}
+    assert g["words"] > 0 and 0 < g["chance"] < 1 and 0 < g["object_chance"] <= 0.5
+    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small])          # same encoder, same profile: fine
+    assert r.exit_code == 0, r.output
+    prof["accuracy"]["object"] = 0.0                                      # a different profile is kept ...
+    json.dump(prof, open(tmp_path / "p" / "profile.json", "w"))
+    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small])
+    assert r.exit_code == 2 and "--overwrite" in r.output
+    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small, "--overwrite"])   # ... unless asked
+    assert r.exit_code == 0 and json.load(open(tmp_path / "p" / "profile.json"))["accuracy"]["object"] > 0

@@ -106,6 +106,8 @@ def test_grounding_measure_by_hand():
     assert g["words"] == 6
     assert g["colour_hit_rate"] == 1.0 and g["shape_hit_rate"] == 0.5 and g["hit_rate"] == 4 / 6
     assert abs(g["chance"] - 1 / 9) < 1e-9
+    # object contrast: a word's best patch in no object's cell ties them all, which misses
+    assert g["object_hit_rate"] == 4 / 6 and g["object_chance"] == 0.5
     # shift=1 (content mask: the start token is not stored) reads token k from row k-1
     g1 = grounding_hits(patches, [t[1:] for t in tokens], ids, objects, decoder, shift=1)
     assert g1 == g

@@ -44,12 +44,8 @@ def plan(cfg: AblationConfig) -> list[RunSpec]:
     return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
 
 
-def prepare_world(cfg: AblationConfig, log) -> AblationConfig:
-    """The synthetic world, extracted once with the configured encoder; writes the frozen
-    encoder's profile (profile.json) next to the store."""
-    import json
-
-    from ..clip_profile import clip_profile
+def world_store(cfg: AblationConfig, log):
+    """The synthetic world, extracted once with the configured encoder -> (store, paths, evals)."""
     from ..encoders import EncoderSpec, resolve
     from ..extract import run_extract
     from ..store import FeatureStore
@@ -62,11 +58,34 @@ def prepare_world(cfg: AblationConfig, log) -> AblationConfig:
     s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0, progress=False)
     log(f"  world: {s.images_new} new images, {s.images_stored} already stored")
     store.refresh()
+    return store, paths, evals
+
+
+def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = False, overwrite: bool = False) -> dict:
+    """The frozen encoder's profile (the gate before any head experiment) -> profile.json.
+    An existing one is reused, or with recompute checked: a different one is replaced only
+    with overwrite."""
+    import json
+
+    from ..clip_profile import clip_profile
+    from ..errors import FlowclipError
     prof_path = os.path.join(cfg.out, "profile.json")
-    if not os.path.exists(prof_path):
-        prof = clip_profile(store, paths)
-        json.dump(prof, open(prof_path, "w"), indent=1)
-        log(f"  frozen encoder profile: {prof}")
+    old = json.load(open(prof_path)) if os.path.exists(prof_path) else None
+    if old is not None and not recompute:
+        return old
+    prof = clip_profile(store, paths)
+    if old is not None and old != prof and not overwrite:
+        raise FlowclipError(f"{prof_path} holds another profile; pass --overwrite to replace it")
+    json.dump(prof, open(prof_path + ".tmp", "w"), indent=1)
+    os.replace(prof_path + ".tmp", prof_path)
+    log(f"  frozen encoder profile: {prof}")
+    return prof
+
+
+def prepare_world(cfg: AblationConfig, log) -> AblationConfig:
+    """World, store and profile.json; then the study's store, training and eval manifests."""
+    store, paths, evals = world_store(cfg, log)
+    write_profile(cfg, store, paths, log)
     cfg.store, cfg.train, cfg.eval = store.root, paths["training"], evals
     return cfg
 
