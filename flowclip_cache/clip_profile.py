@@ -74,21 +74,16 @@ def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: lis
             "words": len(allh)}
 
 
-def tokenizer_decoder(model_name: str):
-    import open_clip
-    tok = open_clip.get_tokenizer(model_name)
-    decoder = getattr(tok, "decoder", None)
-    if decoder is None:
-        raise ValueError("patch grounding needs open_clip's SimpleTokenizer")
-    return tok, decoder
-
-
 def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
     """grounding_hits over a manifest's gold captions, from the stored features."""
+    import open_clip
+
     from .data import image_keys
     m = Manifest.read(manifest_path)
     rows = m.table.to_pylist()
-    tok, decoder = tokenizer_decoder(store.encoder_config["model"])
+    tok = open_clip.get_tokenizer(store.encoder_config["model"])
+    if getattr(tok, "decoder", None) is None:
+        raise ValueError("patch grounding needs open_clip's SimpleTokenizer")
     golds = [r["captions"][r["gold"]] for r in rows]
     im = store.load_images(image_keys(store, m))
     cp = store.load_captions([caption_key(c) for c in golds])
@@ -96,7 +91,7 @@ def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
     ids_all = tok(golds)
     ids = [[int(x) for x in row if int(x) != 0] for row in ids_all]
     toks = [cp.tokens[cp.offsets[i]:cp.offsets[i + 1]].astype(np.float32) for i in range(len(rows))]
-    return grounding_hits(im.patches.astype(np.float32), toks, ids, [r["objects"] for r in rows], decoder, shift)
+    return grounding_hits(im.patches.astype(np.float32), toks, ids, [r["objects"] for r in rows], tok.decoder, shift)
 
 
 def clip_profile(store: FeatureStore, paths: dict) -> dict:

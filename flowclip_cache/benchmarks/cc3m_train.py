@@ -128,7 +128,8 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
                 os.replace(dest + ".tmp", dest)
                 written += 1
             split = "val" if sample_key in val else "train"
-            seen_val.update({sample_key} & val)
+            if split == "val":
+                seen_val.add(sample_key)
             caps.append({"image": name, "caption": text, "split": split, "record_id": f"cc3m-train/{sample_key}"})
     rows, missing = build_training(caps, kinds.split(","), int(seed))
     counts = {s: sum(r["split"] == s for r in rows) for s in ("train", "val")}
