@@ -59,10 +59,12 @@ def _device(name: str) -> str:
 @click.option("--world-size", type=int, default=lambda: int(os.environ.get("WORLD_SIZE", 1)), help="Number of workers (default $WORLD_SIZE).")
 @click.option("--image-unit", default=256, show_default=True, help="Images per committed segment.")
 @click.option("--caption-unit", default=4096, show_default=True, help="Captions per committed segment.")
+@click.option("--rehash", is_flag=True, help="Hash every image file again, even those whose size, mtime and "
+              "inode the store recorded (for files edited in place without a new mtime).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def extract(store, model, pretrained, init_seed, manifests, image_root, backend, device, batch_size,
             text_batch_size, workers, token_mask, on_error, allow_outside_root, rank, world_size, image_unit,
-            caption_unit, quiet):
+            caption_unit, rehash, quiet):
     """Encode every image and caption the manifests name, once, into a feature store."""
     from .encoders import EncoderSpec, resolve
     from .extract import run_extract
@@ -75,7 +77,7 @@ def extract(store, model, pretrained, init_seed, manifests, image_root, backend,
     summary = run_extract(fs, enc, list(manifests), image_root, device=_device(device), batch_size=batch_size,
                           text_batch_size=text_batch_size, workers=workers, on_error=on_error,
                           allow_outside_root=allow_outside_root, rank=rank, world_size=world_size,
-                          progress=not quiet, image_unit=image_unit, caption_unit=caption_unit)
+                          progress=not quiet, image_unit=image_unit, caption_unit=caption_unit, rehash=rehash)
     for line in summary.lines():
         click.echo(line)
     if summary.failures and on_error == "fail":

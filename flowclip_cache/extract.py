@@ -54,11 +54,15 @@ class Collected:
     captions: dict[str, str] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     paths: dict[tuple, str] = field(default_factory=dict)   # (path, crop) -> key
+    new_digests: list[tuple] = field(default_factory=list)  # (file, (size, mtime_ns, inode), sha256) hashed now
 
 
 def collect(manifest_paths: list[str], image_root: str | None, allow_outside_root: bool = False,
-            threads: int = 8) -> Collected:
-    """Unique image and caption keys of all manifests (images hashed once per file)."""
+            threads: int = 8, known_digests: dict | None = None) -> Collected:
+    """Unique image and caption keys of all manifests (images hashed once per file).
+    known_digests (FeatureStore.file_digests): a file whose size, mtime and inode are
+    unchanged keeps its digest without being read."""
+    known_digests = known_digests or {}
     if image_root is not None and not os.path.isdir(image_root):
         raise FlowclipError(f"image root {image_root} does not exist or is not a folder (--image-root)")
     out = Collected()
@@ -86,14 +90,23 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
 
     def digest(p):
         try:
-            return p, file_sha256(p)
+            st = os.stat(p)
+            sig = (st.st_size, st.st_mtime_ns, st.st_ino)       # taken before reading: a later edit rehashes
+            known = known_digests.get(p)
+            if known is not None and tuple(known[0]) == sig:
+                return p, known[1], None
+            return p, file_sha256(p), sig
         except FileNotFoundError:
-            return p, BadImage("missing file")
+            return p, BadImage("missing file"), None
         except OSError as e:
-            return p, BadImage(f"unreadable file ({e.strerror})")
+            return p, BadImage(f"unreadable file ({e.strerror})"), None
 
+    digests = {}
     with ThreadPoolExecutor(threads) as pool:   # hashlib releases the GIL
-        digests = dict(pool.map(digest, files))
+        for p, d, sig in pool.map(digest, files):
+            digests[p] = d
+            if sig is not None:
+                out.new_digests.append((p, sig, d))
     for mp, r in refs:
         source = f"{mp}:{r.row}"
         target = resolved[r.path]
@@ -205,11 +218,12 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
                 workers: int = 2, on_error: str = "skip", allow_outside_root: bool = False,
                 rank: int = 0, world_size: int = 1, progress: bool = True,
                 image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT, loaded=None,
-                log=print) -> Summary:
+                rehash: bool = False, log=print) -> Summary:
     """loaded: (model, preprocess, tokenizer) already built for `enc` (a caller that
     extracts several times reuses one model); built here only when there is work."""
     t0 = time.perf_counter()
-    col = collect(manifests, image_root, allow_outside_root)
+    col = collect(manifests, image_root, allow_outside_root, known_digests=None if rehash else store.file_digests())
+    store.add_file_digests(col.new_digests)          # kept even if extraction stops later
     summary = Summary(failures=list(col.failures))
     if on_error == "fail" and summary.failures:
         f = summary.failures[0]

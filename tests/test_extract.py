@@ -75,6 +75,24 @@ def test_second_run_loads_no_model_and_new_manifest_adds_only_new(tmp_path, samp
     assert (s.images_new, s.captions_new, s.images_stored) == (0, 2, 12)
 
 
+def test_unchanged_image_files_are_not_read_again(tmp_path, sample, tiny_encoder, monkeypatch):
+    root = tmp_path / "images"                      # a copy, so one file can be edited
+    shutil.copytree(sample["image_root"], root)
+    run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root))
+    hashed, real = [], extract_mod.file_sha256
+    monkeypatch.setattr(extract_mod, "file_sha256", lambda p: (hashed.append(os.path.basename(p)), real(p))[1])
+    fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root))
+    assert hashed == [] and (s.images_new, s.images_stored) == (0, 12)
+    # an edited file (new bytes, new mtime) is hashed again, alone, and encoded under its new key
+    Image.new("RGB", (40, 40), (1, 2, 3)).save(root / "scene_00000.png")
+    fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root))
+    assert hashed == ["scene_00000.png"] and s.images_new == 1
+    assert fs.path_index()[("scene_00000.png", None)][os.path.realpath(root)] == real(str(root / "scene_00000.png"))
+    hashed.clear()
+    fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root), rehash=True)
+    assert len(hashed) == 12 and s.images_new == 0
+
+
 def test_ranks_split_the_plan(tmp_path, sample, tiny_encoder):
     kw = dict(image_unit=4, caption_unit=8)
     fs_a, _ = run(tmp_path / "a", tiny_encoder, [sample["candidates"]], sample["image_root"], rank=0,

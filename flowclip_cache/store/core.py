@@ -305,7 +305,7 @@ class FeatureStore:
     # Training and scoring never open images, yet manifests name images by path. Extract
     # records which key each (image root, path, crop) had, in small Parquet files.
     def path_index(self) -> dict[tuple[str, tuple | None], dict[str, str]]:
-        """(path, crop) -> {image_root: key}."""
+        """(path, crop) -> {image_root: key}; the latest record wins."""
         import pyarrow.parquet as pq
         out: dict = {}
         pdir = os.path.join(self.root, "paths")
@@ -322,21 +322,51 @@ class FeatureStore:
     def add_paths(self, rows: list[tuple[str, str, tuple | None, str]]) -> None:
         """Record (image_root, path, crop, key) rows not yet indexed."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
         known = self.path_index()
         new = [r for r in rows if known.get((r[1], r[2]), {}).get(r[0]) != r[3]]
-        if not new:
-            return
-        pdir = os.path.join(self.root, "paths")
-        os.makedirs(pdir, exist_ok=True)
-        table = pa.table({"image_root": [r[0] for r in new], "path": [r[1] for r in new],
-                          "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
-                          "key": [r[3] for r in new]})
-        final = os.path.join(pdir, f"{uuid.uuid4().hex}.parquet")
+        if new:
+            self._append_table("paths", pa.table({
+                "image_root": [r[0] for r in new], "path": [r[1] for r in new],
+                "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
+                "key": [r[3] for r in new]}))
+
+    # -- file digests: an image file is read and hashed once, not on every extract ------
+    def file_digests(self) -> dict[str, tuple[tuple[int, int, int], str]]:
+        """realpath -> ((size, mtime_ns, inode), sha256 of its bytes) as last hashed."""
+        import pyarrow.parquet as pq
+        out: dict = {}
+        hdir = os.path.join(self.root, "hashes")
+        for name in sorted(os.listdir(hdir)) if os.path.isdir(hdir) else []:
+            if name.endswith(".parquet"):
+                t = pq.read_table(os.path.join(hdir, name)).to_pydict()
+                for path, size, mtime, ino, digest in zip(t["path"], t["size"], t["mtime_ns"], t["inode"],
+                                                          t["sha256"]):
+                    out[path] = ((size, mtime, ino), digest)
+        return out
+
+    def add_file_digests(self, rows: list[tuple[str, tuple[int, int, int], str]]) -> None:
+        """Record (realpath, (size, mtime_ns, inode), sha256) of files just hashed."""
+        import pyarrow as pa
+        if rows:
+            self._append_table("hashes", pa.table({
+                "path": [r[0] for r in rows], "size": pa.array([r[1][0] for r in rows], pa.int64()),
+                "mtime_ns": pa.array([r[1][1] for r in rows], pa.int64()),
+                "inode": pa.array([r[1][2] for r in rows], pa.uint64()), "sha256": [r[2] for r in rows]}))
+
+    def _append_table(self, folder: str, table) -> None:
+        """A new small Parquet file in folder, durable before it gets its name. Names sort
+        by time of writing, so readers that go through them in name order let a later row
+        (a file edited since) win over an earlier one."""
+        import time
+
+        import pyarrow.parquet as pq
+        d = os.path.join(self.root, folder)
+        os.makedirs(d, exist_ok=True)
+        final = os.path.join(d, f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet")
         pq.write_table(table, final + ".tmp")
         fsync_tree(final + ".tmp")
         os.replace(final + ".tmp", final)
-        fsync_dir(pdir)
+        fsync_dir(d)
 
     # -- inspection --------------------------------------------------------------------
     def size_on_disk(self) -> int:
