@@ -107,6 +107,7 @@ class FeatureStore:
         self.backend = BACKENDS[self.meta["backend"]]
         self.segments: list[Segment] = []
         self._index = {IMAGE: _Index(), CAPTION: _Index()}
+        self._paths = None                 # path index, read on first use and kept until refresh()
         self.refresh()
 
     # -- creation and identity ---------------------------------------------------------
@@ -171,6 +172,7 @@ class FeatureStore:
             segs.append((Segment(kind, name, path, len(keys)), keys))
         self.segments = [s for s, _ in segs]
         self._segment_keys = [k for _, k in segs]          # kept: keys() needs no second read
+        self._paths = None
         for kind in (IMAGE, CAPTION):
             self._index[kind].build([(i, k) for i, (s, k) in enumerate(segs) if s.kind == kind])
 
@@ -305,19 +307,18 @@ class FeatureStore:
     # Training and scoring never open images, yet manifests name images by path. Extract
     # records which key each (image root, path, crop) had, in small Parquet files.
     def path_index(self) -> dict[tuple[str, tuple | None], dict[str, str]]:
-        """(path, crop) -> {image_root: key}; the latest record wins."""
-        import pyarrow.parquet as pq
-        out: dict = {}
-        pdir = os.path.join(self.root, "paths")
-        if not os.path.isdir(pdir):
-            return out
-        for name in sorted(os.listdir(pdir)):
-            if not name.endswith(".parquet"):
-                continue
-            t = pq.read_table(os.path.join(pdir, name)).to_pydict()
-            for root, path, crop, key in zip(t["image_root"], t["path"], t["crop"], t["key"]):
-                out.setdefault((path, tuple(crop) if crop else None), {})[root] = key
-        return out
+        """(path, crop) -> {image_root: key}; the latest record wins. Read once and kept
+        (scoring maps every manifest through it) until refresh() or add_paths()."""
+        if self._paths is None:
+            import pyarrow.parquet as pq
+            self._paths = {}
+            pdir = os.path.join(self.root, "paths")
+            for name in sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []:
+                if name.endswith(".parquet"):
+                    t = pq.read_table(os.path.join(pdir, name)).to_pydict()
+                    for root, path, crop, key in zip(t["image_root"], t["path"], t["crop"], t["key"]):
+                        self._paths.setdefault((path, tuple(crop) if crop else None), {})[root] = key
+        return self._paths
 
     def add_paths(self, rows: list[tuple[str, str, tuple | None, str]]) -> None:
         """Record (image_root, path, crop, key) rows not yet indexed."""
@@ -325,6 +326,7 @@ class FeatureStore:
         known = self.path_index()
         new = [r for r in rows if known.get((r[1], r[2]), {}).get(r[0]) != r[3]]
         if new:
+            self._paths = None
             self._append_table("paths", pa.table({
                 "image_root": [r[0] for r in new], "path": [r[1] for r in new],
                 "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
