@@ -11,17 +11,18 @@ rank i mod N) without talking to each other.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import FlowclipError
-from .hashing import caption_key, file_sha256, image_key
+from .hashing import caption_key, file_sha256, image_key, keys_to_bytes
 from .images import BadImage, load_image, resolve_image_path
 from .manifest import Manifest
 from .store import CAPTION, IMAGE, FeatureStore
@@ -52,6 +53,7 @@ class Failure:
 class Collected:
     images: dict[str, ImageItem] = field(default_factory=dict)
     captions: dict[str, str] = field(default_factory=dict)
+    caption_source: dict[str, str] = field(default_factory=dict)   # key -> first "manifest:row:column"
     failures: list[Failure] = field(default_factory=list)
     paths: dict[tuple, str] = field(default_factory=dict)   # (path, crop) -> key
     new_digests: list[tuple] = field(default_factory=list)  # (file, (size, mtime_ns, inode), sha256) hashed now
@@ -74,7 +76,9 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
                 out.failures.append(Failure("caption", caption_key(c.text), c.text,
                                             f"{mp}:{c.row}:{c.column}", "empty caption"))
                 continue
-            out.captions.setdefault(caption_key(c.text), c.text)
+            k = caption_key(c.text)
+            out.captions.setdefault(k, c.text)
+            out.caption_source.setdefault(k, f"{mp}:{c.row}:{c.column}")
         refs.extend((mp, r) for r in m.image_refs())
     if refs and image_root is None:
         raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")
@@ -91,6 +95,8 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
     def digest(p):
         try:
             st = os.stat(p)
+            if not stat.S_ISREG(st.st_mode):                    # a FIFO would block the read forever
+                return p, BadImage("not a regular file (a folder, FIFO, socket or device)"), None
             sig = (st.st_size, st.st_mtime_ns, st.st_ino)       # taken before reading: a later edit rehashes
             known = known_digests.get(p)
             if known is not None and tuple(known[0]) == sig:
@@ -142,28 +148,69 @@ class Plan:
         return sum(len(k) for _, k in self.caption_units)
 
 
-def make_plan(store: FeatureStore, col: Collected, caption_lengths: dict[str, int],
+@dataclass
+class CaptionTokens:
+    """Token ids of the captions to encode: what orders, cuts and deduplicates them."""
+    ids: dict[str, "object"]        # caption key -> token ids [ctx] (torch, 0 = padding)
+    lengths: dict[str, int]         # caption key -> valid tokens (start to end)
+    token_key: dict[str, str]       # caption key -> sha256 of its token ids: equal ids, equal features
+    truncated: dict[str, bool]
+
+
+def tokenize_captions(enc, col: Collected, summary: "Summary") -> CaptionTokens:
+    """Tokenise every caption once; a caption with no valid token under the token-mask
+    policy (content: nothing between start and end) becomes a failure row."""
+    import open_clip
+    tokenizer = open_clip.get_tokenizer(enc.spec.model)
+    ctx = enc.config["tokenizer"]["context_length"]
+    ckeys = sorted(col.captions)
+    ids = tokenizer([col.captions[k] for k in ckeys], context_length=ctx)
+    out = CaptionTokens({}, {}, {}, {})
+    for k, row, n in zip(ckeys, ids, (ids != 0).sum(1).tolist()):
+        if enc.spec.token_mask == "content" and n <= 2:
+            summary.failures.append(Failure("caption", k, col.captions.pop(k), col.caption_source[k],
+                                            "no content tokens under --token-mask content"))
+            continue
+        out.ids[k], out.lengths[k] = row, n
+        out.token_key[k] = hashlib.sha256(np.asarray(row[:n], "<i8").tobytes()).hexdigest()
+        out.truncated[k] = n == ctx and len(tokenizer.encode(col.captions[k])) + 2 > ctx
+    return out
+
+
+def make_plan(store: FeatureStore, col: Collected, tokens: CaptionTokens | None,
               image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT) -> Plan:
     """Cut *all* keys into units in a fixed order, then keep each unit's missing keys.
 
     Units are drawn over every key, stored or not, so that a unit's number and content
     do not depend on what is already stored: a resumed run redoes exactly the units
-    that did not commit, and ranks started at different times still agree."""
+    that did not commit, and ranks started at different times still agree. Captions go
+    by (length, token ids): batches are tight, and captions with equal token ids are
+    never cut apart, so one unit encodes them once."""
     ikeys = sorted(col.images)
-    ckeys = sorted(col.captions, key=lambda k: (caption_lengths.get(k, 0), k))  # batches of similar length
     ihave = store.has(IMAGE, ikeys) if ikeys else np.zeros(0, bool)
+    if tokens is None:                       # every caption is stored: nothing to cut
+        ckeys, cut = sorted(col.captions), None
+    else:
+        ckeys = sorted(col.captions, key=lambda k: (tokens.lengths[k], tokens.token_key[k], k))
+        cut = [tokens.token_key[k] for k in ckeys]
     chave = store.has(CAPTION, ckeys) if ckeys else np.zeros(0, bool)
-
-    def units(keys, have, size):
-        out = []
-        for u, start in enumerate(range(0, len(keys), size)):
-            new = [k for k, h in zip(keys[start:start + size], have[start:start + size]) if not h]
-            if new:
-                out.append((u, new))
-        return out
-
-    return Plan(units(ikeys, ihave, image_unit), units(ckeys, chave, caption_unit),
+    return Plan(_units(ikeys, ihave, image_unit, None), _units(ckeys, chave, caption_unit, cut),
                 int(ihave.sum()), int(chave.sum()))
+
+
+def _units(keys: list[str], have: np.ndarray, size: int, group: list[str] | None) -> list[tuple[int, list[str]]]:
+    """Consecutive runs of about `size` keys (never splitting equal `group` values),
+    numbered in order; each keeps only its keys not yet stored."""
+    out, start, u = [], 0, 0
+    while start < len(keys):
+        stop = min(start + size, len(keys))
+        while group is not None and stop < len(keys) and group[stop] == group[stop - 1]:
+            stop += 1
+        new = [k for k, h in zip(keys[start:stop], have[start:stop]) if not h]
+        if new:
+            out.append((u, new))
+        start, u = stop, u + 1
+    return out
 
 
 @dataclass
@@ -221,28 +268,31 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
                 rehash: bool = False, log=print) -> Summary:
     """loaded: (model, preprocess, tokenizer) already built for `enc` (a caller that
     extracts several times reuses one model); built here only when there is work."""
+    try:
+        return _run_extract(store, enc, manifests, image_root, device=device, batch_size=batch_size,
+                            text_batch_size=text_batch_size, workers=workers, on_error=on_error,
+                            allow_outside_root=allow_outside_root, rank=rank, world_size=world_size,
+                            progress=progress, image_unit=image_unit, caption_unit=caption_unit, loaded=loaded,
+                            rehash=rehash)
+    finally:
+        store.release_writer()      # our temporaries go; a crash leaves them to the next writer's sweep
+
+
+def _run_extract(store, enc, manifests, image_root, *, device, batch_size, text_batch_size, workers, on_error,
+                 allow_outside_root, rank, world_size, progress, image_unit, caption_unit, loaded, rehash):
     t0 = time.perf_counter()
     col = collect(manifests, image_root, allow_outside_root, known_digests=None if rehash else store.file_digests())
     store.add_file_digests(col.new_digests)          # kept even if extraction stops later
     summary = Summary(failures=list(col.failures))
+    # Caption order needs token lengths; tokenise only when some caption is missing.
+    ckeys = sorted(col.captions)
+    tokens = None
+    if ckeys and not store.has(CAPTION, ckeys).all():
+        tokens = tokenize_captions(enc, col, summary)
     if on_error == "fail" and summary.failures:
         f = summary.failures[0]
         raise FlowclipError(f"{f.kind} {f.item!r} ({f.source}): {f.reason} (--on-error fail)")
-
-    # Caption lengths are needed only for captions the store lacks: tokenise those alone.
-    # Caption order needs token lengths; tokenise only when some caption is missing.
-    ckeys = sorted(col.captions)
-    lengths, token_ids, truncated = {}, {}, {}
-    if ckeys and not store.has(CAPTION, ckeys).all():
-        import open_clip
-        tokenizer = open_clip.get_tokenizer(enc.spec.model)
-        ctx = enc.config["tokenizer"]["context_length"]
-        ids = tokenizer([col.captions[k] for k in ckeys], context_length=ctx)
-        lens = (ids != 0).sum(1).tolist()
-        for k, row, n in zip(ckeys, ids, lens):
-            lengths[k], token_ids[k] = n, row
-            truncated[k] = n == ctx and len(tokenizer.encode(col.captions[k])) + 2 > ctx
-    plan = make_plan(store, col, lengths, image_unit, caption_unit)
+    plan = make_plan(store, col, tokens, image_unit, caption_unit)
     summary.images_stored, summary.captions_stored = plan.stored_images, plan.stored_captions
     mine = plan.for_rank(rank, world_size)
 
@@ -260,8 +310,8 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
                 summary.image_seconds = time.perf_counter() - t
             if mine.n_captions:
                 t = time.perf_counter()
-                _extract_captions(store, model, col, mine.caption_units, token_ids, truncated, summary,
-                                  device, text_batch_size, enc.spec.token_mask, progress)
+                _extract_captions(store, model, mine.caption_units, tokens, summary, device, text_batch_size,
+                                  enc.spec.token_mask, progress)
                 summary.caption_seconds = time.perf_counter() - t
     store.refresh()
     stored = store.has(IMAGE, list(col.paths.values())) if col.paths else []
@@ -319,47 +369,59 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
     bar.close()
 
 
-def _extract_captions(store, model, col, units, token_ids, truncated, summary, device, text_batch_size,
-                      mask_policy, progress):
-    import torch
+def _extract_captions(store, model, units, tokens: CaptionTokens, summary, device, text_batch_size, mask_policy,
+                      progress):
     from tqdm import tqdm
-
-    from .features import encode_texts
 
     bar = tqdm(total=sum(len(u) for _, u in units), desc="captions", unit="cap", disable=not progress,
                file=sys.stderr)
     for _, unit in units:
-        gs, toks, lens = [], [], []
-        for b in range(0, len(unit), text_batch_size):
-            keys = unit[b:b + text_batch_size]
-            ids = torch.stack([token_ids[k] for k in keys]).to(device)
-            f = encode_texts(model, ids, mask_policy)
-            gs.append(f.sentence.half().cpu().numpy())
-            toks.append(f.tokens[f.mask].half().cpu().numpy())   # valid tokens only, row-major
-            lens.append(f.mask.sum(1).cpu().numpy())
-            bar.update(len(keys))
-        n_tok = np.concatenate(lens)
-        if (n_tok == 0).any():
-            raise FlowclipError("a caption has no valid tokens under the token-mask policy")
+        tks = [tokens.token_key[k] for k in unit]
+        feats = _caption_features(store, model, tks, tokens, unit, device, text_batch_size, mask_policy, bar)
+        n_tok = np.array([len(feats[t][1]) for t in tks])
         offsets = np.zeros(len(unit) + 1, np.int64)
         np.cumsum(n_tok, out=offsets[1:])
-        trunc = np.array([truncated[k] for k in unit], np.uint8)
-        store.write_segment(CAPTION, list(unit), {"global": np.concatenate(gs), "tokens": np.concatenate(toks),
-                                                  "offsets": offsets, "truncated": trunc})
+        trunc = np.array([tokens.truncated[k] for k in unit], np.uint8)
+        store.write_segment(CAPTION, list(unit), {
+            "token_keys": keys_to_bytes(tks), "global": np.stack([feats[t][0] for t in tks]),
+            "tokens": np.concatenate([feats[t][1] for t in tks]), "offsets": offsets, "truncated": trunc})
         summary.captions_new += len(unit)
         summary.captions_truncated += int(trunc.sum())
     bar.close()
 
 
+def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, mask_policy, bar) -> dict:
+    """token key -> (global [d], valid tokens [n, d]) FP16, for every distinct token
+    sequence of a unit: taken from the store where a stored caption has the same token
+    ids, else encoded once. So captions with equal token ids get bit-identical features."""
+    import torch
+
+    from .features import encode_texts
+    first = {}
+    for k, t in zip(unit, tks):
+        first.setdefault(t, k)
+    distinct = list(first)
+    feats = {}
+    stored = {t: c for t, c in zip(distinct, store.caption_with_tokens(distinct)) if c}
+    if stored:
+        cf = store.load_captions(list(stored.values()))
+        for i, t in enumerate(stored):
+            feats[t] = (cf.global_[i], cf.tokens[cf.offsets[i]:cf.offsets[i + 1]])
+    todo = [t for t in distinct if t not in stored]
+    for b in range(0, len(todo), text_batch_size):
+        batch = todo[b:b + text_batch_size]
+        ids = torch.stack([tokens.ids[first[t]] for t in batch]).to(device)
+        f = encode_texts(model, ids, mask_policy)
+        g, h, mask = f.sentence.half().cpu().numpy(), f.tokens.half().cpu().numpy(), f.mask.cpu().numpy()
+        for i, t in enumerate(batch):
+            feats[t] = (g[i], h[i][mask[i]])
+    bar.update(len(unit))
+    return feats
+
+
 def write_failures(store: FeatureStore, failures: list[Failure]) -> str:
     import pyarrow as pa
-    import pyarrow.parquet as pq
-    run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{uuid.uuid4().hex[:6]}"
-    path = os.path.join(store.root, "failures", f"{run_id}.parquet")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    table = pa.table({"kind": [f.kind for f in failures], "key": [f.key for f in failures],
-                      "path_or_text": [f.item for f in failures], "source": [f.source for f in failures],
-                      "reason": [f.reason for f in failures]})
-    pq.write_table(table, path + ".tmp")
-    os.replace(path + ".tmp", path)
-    return path
+    return store.append_records("failures", pa.table({
+        "kind": [f.kind for f in failures], "key": [f.key for f in failures],
+        "path_or_text": [f.item for f in failures], "source": [f.source for f in failures],
+        "reason": [f.reason for f in failures]}))

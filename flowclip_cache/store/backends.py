@@ -4,15 +4,29 @@ A segment is written under a temporary name and renamed into place when complete
 (rename is atomic on POSIX), so a reader never sees a half-written segment and a
 crash leaves at most a temporary to sweep. Arrays are stored uncompressed: FP16
 features barely compress, and loading a store must run near memmap speed.
+
+Readers never fill in what is not there: a missing chunk, a chunk of the wrong size
+or an unreadable file raises SegmentDamaged naming the file. Checksums (the CRC-32 of
+each array, in the segment's attributes) are checked by the store (core.py).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import zlib
 
 import numpy as np
 
+from ..errors import SegmentDamaged
+
 ROW_CHUNK_BYTES = 16 << 20   # target size of one chunk along the row axis
+
+
+def crc32(a: np.ndarray) -> int:
+    """CRC-32 of an array's bytes in C order (zlib's; about 2 GB/s)."""
+    a = np.ascontiguousarray(a)
+    return zlib.crc32(memoryview(a).cast("B")) if a.size else 0
 
 
 def _row_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -58,73 +72,94 @@ class ZarrBackend:
         g = zarr.open_group(path, mode="w", zarr_format=3)
         g.attrs.update(attrs)
         for name, a in arrays.items():
-            arr = g.create_array(name, shape=a.shape, dtype=a.dtype,
-                                 chunks=_row_chunks(a.shape, a.dtype.itemsize),
-                                 compressors=None, fill_value=0)
+            # every chunk written, zeros too: an absent chunk can then only mean damage
+            arr = g.create_array(name, shape=a.shape, dtype=a.dtype, chunks=_row_chunks(a.shape, a.dtype.itemsize),
+                                 compressors=None, fill_value=0, config={"write_empty_chunks": True})
             if a.size:
                 arr[...] = a
         fsync_tree(path)
 
-    def read(self, path: str, names=None) -> dict[str, np.ndarray]:
-        if names is None:
-            names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "zarr.json")))
-        out = {}
-        for n in names:
-            meta = self._meta(path, n)
-            a = np.empty(meta["shape"], np.dtype(meta["data_type"]))
-            self.read_into(path, n, a, meta)
-            out[n] = a
-        return out
+    def attrs(self, path: str) -> dict:
+        meta = self._json(path, os.path.join(path, "zarr.json"))
+        if meta.get("node_type") != "group":
+            raise SegmentDamaged(path, "zarr.json is not a Zarr group")
+        return meta.get("attributes", {})
+
+    def array_names(self, path: str) -> list[str]:
+        return sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, "zarr.json")))
 
     @staticmethod
-    def _meta(path: str, name: str) -> dict:
-        import json
-        meta_path = os.path.join(path, name, "zarr.json")
-        if not os.path.isfile(meta_path):
-            raise KeyError(f"{path}: no array {name!r}")
-        return json.load(open(meta_path))
+    def _json(path: str, file: str) -> dict:
+        try:
+            with open(file, "rb") as f:
+                meta = json.loads(f.read())
+        except FileNotFoundError:
+            raise SegmentDamaged(path, f"{os.path.relpath(file, path)} is missing") from None
+        except (ValueError, OSError) as e:
+            raise SegmentDamaged(path, f"{os.path.relpath(file, path)} is unreadable ({e})") from None
+        if not isinstance(meta, dict):
+            raise SegmentDamaged(path, f"{os.path.relpath(file, path)} is not a JSON object")
+        return meta
 
-    def read_into(self, path: str, name: str, out: np.ndarray, meta: dict | None = None) -> None:
-        """Fill out (the whole array) from the file. Our arrays are uncompressed with
-        the default chunk key encoding, so each chunk file is the chunk's raw bytes:
-        read them straight into place (zarr's own path is ~10x slower here)."""
-        meta = meta or self._meta(path, name)
-        if list(meta["shape"]) != list(out.shape) or np.dtype(meta["data_type"]) != out.dtype:
-            raise ValueError(f"{path}/{name}: {meta['data_type']}{meta['shape']} does not fit "
-                             f"{out.dtype}{list(out.shape)}")
-        codecs = meta.get("codecs", [])
-        simple = (len(codecs) == 1 and codecs[0]["name"] == "bytes"
+    def _array_meta(self, path: str, name: str) -> dict:
+        meta = self._json(path, os.path.join(path, name, "zarr.json"))
+        try:
+            codecs = meta.get("codecs", [])
+            cke = meta["chunk_key_encoding"]
+            ok = (len(codecs) == 1 and codecs[0]["name"] == "bytes"
                   and codecs[0].get("configuration", {}).get("endian", "little") == "little"
-                  and meta.get("chunk_key_encoding", {}).get("name") == "default"
-                  and meta.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/") == "/"
-                  and all(c == s for c, s in zip(meta["chunk_grid"]["configuration"]["chunk_shape"][1:],
-                                                 meta["shape"][1:]))
-                  and out.dtype.byteorder in ("<", "=", "|") and out.flags.c_contiguous)
-        if not simple:
-            import zarr
-            out[...] = zarr.open_array(os.path.join(path, name), mode="r")[...]
-            return
+                  and cke["name"] == "default" and cke.get("configuration", {}).get("separator", "/") == "/"
+                  and list(meta["chunk_grid"]["configuration"]["chunk_shape"][1:]) == list(meta["shape"][1:]))
+            np.dtype(meta["data_type"])
+        except (KeyError, TypeError, IndexError, AttributeError) as e:
+            raise SegmentDamaged(path, f"{name}/zarr.json lacks a field ({e})") from None
+        if not ok:
+            raise SegmentDamaged(path, f"{name}: not the layout flowclip writes (uncompressed row chunks)")
+        return meta
+
+    def shape(self, path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
+        meta = self._array_meta(path, name)
+        return tuple(meta["shape"]), np.dtype(meta["data_type"])
+
+    def read(self, path: str, name: str) -> np.ndarray:
+        shape, dtype = self.shape(path, name)
+        out = np.empty(shape, dtype)
+        self.read_into(path, name, out)
+        return out
+
+    def read_into(self, path: str, name: str, out: np.ndarray) -> None:
+        """Fill out (the whole array) from the chunk files, which are the chunks' raw
+        bytes (zarr's own path is ~10x slower here). Each chunk must be there, whole."""
+        meta = self._array_meta(path, name)
+        if list(meta["shape"]) != list(out.shape) or np.dtype(meta["data_type"]) != out.dtype:
+            raise SegmentDamaged(path, f"{name} is {meta['data_type']}{meta['shape']}, expected "
+                                       f"{out.dtype}{list(out.shape)}")
         rows = meta["chunk_grid"]["configuration"]["chunk_shape"][0]
         n = out.shape[0]
         tail = (0,) * (out.ndim - 1)
         flat = out.reshape(n, -1) if out.ndim > 1 else out.reshape(n, 1)
+        row_bytes = flat.shape[1] * out.itemsize
         for c, start in enumerate(range(0, n, rows)):
             stop = min(n, start + rows)
             key = os.path.join(path, name, "c", *map(str, (c,) + tail))
+            expect = rows * row_bytes          # Zarr stores an edge chunk at full size
             try:
                 with open(key, "rb") as f:
-                    f.readinto(memoryview(flat[start:stop]).cast("B"))
-            except FileNotFoundError:       # an absent chunk holds the fill value
-                flat[start:stop] = 0
+                    size = os.fstat(f.fileno()).st_size
+                    if size != expect:
+                        raise SegmentDamaged(path, f"{name}: chunk {c} holds {size} bytes, expected {expect}")
+                    got = f.readinto(memoryview(flat[start:stop]).cast("B"))
+            except FileNotFoundError:
+                raise SegmentDamaged(path, f"{name}: chunk {c} is missing") from None
+            except OSError as e:
+                raise SegmentDamaged(path, f"{name}: chunk {c} is unreadable ({e.strerror or e})") from None
+            if got != (stop - start) * row_bytes:
+                raise SegmentDamaged(path, f"{name}: chunk {c} read short ({got} bytes)")
 
-    def read_rows(self, path: str, name: str, rows: np.ndarray) -> np.ndarray:
+    def read_legacy(self, path: str, name: str) -> np.ndarray:
+        """Format 1 stores wrote no zero chunks: zarr's own reader fills them (upgrade only)."""
         import zarr
-        return zarr.open_array(os.path.join(path, name), mode="r").oindex[rows]
-
-    def shapes(self, path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        import zarr
-        g = zarr.open_group(path, mode="r")
-        return {n: (tuple(g[n].shape), np.dtype(g[n].dtype)) for n in g.array_keys()}
+        return zarr.open_array(os.path.join(path, name), mode="r")[...]
 
     def remove(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
@@ -136,7 +171,6 @@ class HDF5Backend:
 
     def write(self, path: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
         import h5py
-        import json
         with h5py.File(path, "w") as f:
             f.attrs["flowclip"] = json.dumps(attrs, sort_keys=True)
             for name, a in arrays.items():
@@ -145,34 +179,58 @@ class HDF5Backend:
             f.flush()
         fsync_tree(path)
 
-    def read(self, path: str, names=None) -> dict[str, np.ndarray]:
+    def _open(self, path: str):
         import h5py
-        with h5py.File(path, "r") as f:
-            names = names or list(f.keys())
-            out = {}
-            for n in names:
-                ds = f[n]
-                a = np.empty(ds.shape, ds.dtype)
-                if a.size:
-                    ds.read_direct(a)
-                out[n] = a
-            return out
+        try:
+            return h5py.File(path, "r")
+        except FileNotFoundError:
+            raise SegmentDamaged(path, "the file is missing") from None
+        except OSError as e:              # HDF5 notices a truncated file when it opens it
+            raise SegmentDamaged(path, f"not a readable HDF5 file ({str(e).splitlines()[0]})") from None
+
+    def attrs(self, path: str) -> dict:
+        with self._open(path) as f:
+            raw = f.attrs.get("flowclip")
+        try:
+            out = json.loads(raw)
+        except (TypeError, ValueError) as e:
+            raise SegmentDamaged(path, f"its 'flowclip' attribute is not JSON ({e})") from None
+        if not isinstance(out, dict):
+            raise SegmentDamaged(path, "its 'flowclip' attribute is not a JSON object")
+        return out
+
+    def array_names(self, path: str) -> list[str]:
+        with self._open(path) as f:
+            return sorted(f.keys())
+
+    def shape(self, path: str, name: str):
+        with self._open(path) as f:
+            if name not in f:
+                raise SegmentDamaged(path, f"no array {name!r}")
+            return tuple(f[name].shape), np.dtype(f[name].dtype)
+
+    def read(self, path: str, name: str) -> np.ndarray:
+        shape, dtype = self.shape(path, name)
+        out = np.empty(shape, dtype)
+        self.read_into(path, name, out)
+        return out
 
     def read_into(self, path: str, name: str, out: np.ndarray) -> None:
-        import h5py
-        with h5py.File(path, "r") as f:
-            if out.size:
-                f[name].read_direct(out)
+        with self._open(path) as f:
+            if name not in f:
+                raise SegmentDamaged(path, f"no array {name!r}")
+            ds = f[name]
+            if ds.shape != out.shape or ds.dtype != out.dtype:
+                raise SegmentDamaged(path, f"{name} is {ds.dtype}{list(ds.shape)}, expected "
+                                           f"{out.dtype}{list(out.shape)}")
+            try:
+                if out.size:
+                    ds.read_direct(out)
+            except OSError as e:
+                raise SegmentDamaged(path, f"{name} is unreadable ({str(e).splitlines()[0]})") from None
 
-    def read_rows(self, path: str, name: str, rows: np.ndarray) -> np.ndarray:
-        import h5py
-        with h5py.File(path, "r") as f:
-            return f[name][np.asarray(rows)]      # h5py needs increasing indices
-
-    def shapes(self, path: str):
-        import h5py
-        with h5py.File(path, "r") as f:
-            return {n: (tuple(f[n].shape), np.dtype(f[n].dtype)) for n in f.keys()}
+    def read_legacy(self, path: str, name: str) -> np.ndarray:
+        return self.read(path, name)
 
     def remove(self, path: str) -> None:
         try:

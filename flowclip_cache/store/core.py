@@ -2,36 +2,47 @@
 
 Layout (docs/store-format.md is the specification):
 
-    <root>/store.json                 format version, backend, encoder config + fingerprint
-    <root>/segments/img-<id>.<ext>    image segments: keys, global, patches
-    <root>/segments/cap-<id>.<ext>    caption segments: keys, global, tokens, offsets, truncated
-    <root>/failures/<run>.parquet     items an extract run could not encode
+    <root>/store.json                   format version, backend, encoder config + fingerprint
+    <root>/segments/img-<id>.<ext>      image segments: keys, global, patches
+    <root>/segments/cap-<id>.<ext>      caption segments: keys, token_keys, global, tokens, offsets, truncated
+    <root>/segments/.tmp-<writer>/      a live (or crashed) writer's temporaries, under its lock
+    <root>/paths|hashes|failures/*.parquet   small record files, named by their checksum
 
 Segments are immutable and named by the hash of their keys; a writer writes a
-temporary and renames it into place, so writers never share a file. Rows are found
-through keys stored inside each segment, never by position across files.
+temporary and renames it into place, so writers never share a file. Every array's
+CRC-32 is in the segment's attributes and is checked on every read: damage is
+refused (StoreDamaged), never read as zeros. A key may sit in several segments (two
+writers at once): the first segment in name order is the one read, by every reader.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import re
+import time
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..encoders import diff_configs, fingerprint_of
-from ..errors import FingerprintMismatch, StoreError
+from ..errors import FingerprintMismatch, SegmentDamaged, StoreDamaged, StoreError
 from ..hashing import KEY_BYTES, as_fixed, bytes_to_keys, hex_to_fixed, keys_to_bytes
-from .backends import BACKENDS, fsync_dir, fsync_tree
+from .backends import BACKENDS, crc32, fsync_dir, fsync_tree
+from .writer import WriterDir
 
 FORMAT_NAME = "flowclip-feature-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 IMAGE, CAPTION = "img", "cap"
 ARRAYS = {
     IMAGE: ("keys", "global", "patches"),
-    CAPTION: ("keys", "global", "tokens", "offsets", "truncated"),
+    CAPTION: ("keys", "token_keys", "global", "tokens", "offsets", "truncated"),
 }
+SEGMENT_NAME = re.compile(r"^(img|cap)-([0-9a-f]{24})(\.zarr|\.h5)$")
+RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
+RECORD_FOLDERS = ("paths", "hashes", "failures")
 
 
 class MissingFeatures(StoreError):
@@ -47,6 +58,7 @@ class Segment:
     name: str
     path: str
     rows: int
+    crc: dict          # array name -> CRC-32 of its bytes, recorded at commit
 
 
 @dataclass
@@ -64,7 +76,8 @@ class CaptionFeatures:
 
 
 class _Index:
-    """Sorted keys -> (segment, row), searchable in bulk with numpy."""
+    """Sorted keys -> (segment, row), searchable in bulk with numpy. Equal keys keep
+    segment order (stable sort), so a key held twice resolves to its first segment."""
 
     def __init__(self):
         self.keys = np.zeros(0, dtype=f"V{KEY_BYTES}")
@@ -81,7 +94,7 @@ class _Index:
         self.keys, self.seg, self.row = keys[order], seg[order], row[order]
 
     def find(self, fixed: np.ndarray) -> np.ndarray:
-        """Positions into the sorted arrays, -1 where absent."""
+        """Positions into the sorted arrays (the first of equal keys), -1 where absent."""
         if len(self.keys) == 0:
             return np.full(len(fixed), -1, np.int64)
         pos = np.searchsorted(self.keys, fixed)
@@ -89,53 +102,89 @@ class _Index:
         hit = self.keys[pos_c] == fixed
         return np.where(hit, pos_c, -1)
 
+    def duplicates(self) -> int:
+        """How many stored rows repeat a key already held by an earlier segment."""
+        return int((self.keys[1:] == self.keys[:-1]).sum()) if len(self.keys) > 1 else 0
+
+
+def read_store_json(root: str) -> dict:
+    """store.json, checked; StoreError naming the fault."""
+    meta_path = os.path.join(root, "store.json")
+    if not os.path.isfile(meta_path):
+        raise StoreError(f"{root}: not a flowclip store (no store.json); create one with "
+                         f"`flowclip extract --store {root} ...`")
+    try:
+        with open(meta_path, "rb") as f:
+            meta = json.loads(f.read())
+    except (ValueError, OSError) as e:
+        raise StoreDamaged(root, [f"store.json is not readable JSON ({e})"]) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise StoreError(f"{meta_path}: not a flowclip store file")
+    version = meta.get("version")
+    if not isinstance(version, int):
+        raise StoreDamaged(root, [f"store.json: version {version!r} is not an integer"])
+    if version > FORMAT_VERSION:
+        raise StoreError(f"{root}: store format {version} is newer than this flowclip reads "
+                         f"({FORMAT_VERSION}); upgrade flowclip")
+    if version < FORMAT_VERSION:
+        raise StoreError(f"{root}: store format {version} (this flowclip reads {FORMAT_VERSION}, which checksums "
+                         f"every array); run `flowclip store upgrade {root}` once")
+    problems = []
+    for k, typ in (("backend", str), ("encoder", dict), ("fingerprint", str), ("dim", int), ("num_patches", int)):
+        if not isinstance(meta.get(k), typ):
+            problems.append(f"store.json: {k!r} is missing or not {typ.__name__}")
+    if not problems and meta["backend"] not in BACKENDS:
+        problems.append(f"store.json: unknown backend {meta['backend']!r}")
+    if not problems and fingerprint_of(meta["encoder"]) != meta["fingerprint"]:
+        problems.append("store.json: the fingerprint does not match the encoder configuration it records")
+    if problems:
+        raise StoreDamaged(root, problems)
+    return meta
+
 
 class FeatureStore:
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
-        meta_path = os.path.join(self.root, "store.json")
-        if not os.path.isfile(meta_path):
-            raise StoreError(f"{self.root}: not a flowclip store (no store.json); create one with "
-                             f"`flowclip extract --store {root} ...`")
-        with open(meta_path) as f:
-            self.meta = json.load(f)
-        if self.meta.get("format") != FORMAT_NAME:
-            raise StoreError(f"{meta_path}: not a flowclip store file")
-        if self.meta["version"] > FORMAT_VERSION:
-            raise StoreError(f"{self.root}: store format {self.meta['version']} is newer than this "
-                             f"flowclip reads ({FORMAT_VERSION}); upgrade flowclip")
+        self.meta = read_store_json(self.root)
         self.backend = BACKENDS[self.meta["backend"]]
         self.segments: list[Segment] = []
         self._index = {IMAGE: _Index(), CAPTION: _Index()}
+        self._token_index = _Index()
         self._paths = None                 # path index, read on first use and kept until refresh()
+        self._writer: WriterDir | None = None
         self.refresh()
 
     # -- creation and identity ---------------------------------------------------------
     @classmethod
     def open_or_create(cls, root: str, config: dict, backend: str = "zarr") -> "FeatureStore":
-        """Open the store at root, creating it for this encoder config if absent.
-        A store of another encoder is refused, naming the fields that differ."""
+        """Open the store at root, creating it for this encoder config if absent, and
+        sweep temporaries that dead writers left. A store of another encoder is
+        refused, naming the fields that differ."""
         if backend not in BACKENDS:
             raise StoreError(f"unknown backend {backend!r}; use one of {sorted(BACKENDS)}")
         root = os.path.abspath(root)
         meta_path = os.path.join(root, "store.json")
         if not os.path.exists(meta_path):
-            os.makedirs(os.path.join(root, "segments"), exist_ok=True)
-            os.makedirs(os.path.join(root, "failures"), exist_ok=True)
+            for d in ("segments",) + RECORD_FOLDERS:
+                os.makedirs(os.path.join(root, d), exist_ok=True)
             meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "backend": backend,
                     "fingerprint": fingerprint_of(config), "encoder": config,
                     "dim": config["model_cfg"]["embed_dim"], "num_patches": config["num_patches"]}
             tmp = os.path.join(root, f".store.json.{uuid.uuid4().hex}")
             with open(tmp, "w") as f:
                 json.dump(meta, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
             try:
                 os.link(tmp, meta_path)     # fails if another process created it first
+                fsync_dir(root)
             except FileExistsError:
                 pass
             finally:
                 os.remove(tmp)
         store = cls(root)
         store.check_fingerprint(config)
+        WriterDir.sweep(store.segment_dir)
         return store
 
     @property
@@ -158,29 +207,100 @@ class FeatureStore:
     def segment_dir(self) -> str:
         return os.path.join(self.root, "segments")
 
-    def refresh(self) -> None:
-        """Rescan committed segments and rebuild the key index."""
-        segs = []
+    def scan(self) -> tuple[list[tuple[Segment, np.ndarray, np.ndarray | None]], list[tuple[str, str]]]:
+        """Every committed segment with its keys (and token keys), checked against its
+        name and checksums; and the problems found as (path, reason)."""
+        found, problems = [], []
         for name in sorted(os.listdir(self.segment_dir)):
-            if name.startswith(".") or not name.endswith(self.backend.suffix):
-                continue
-            kind = name[:3]
-            if kind not in ARRAYS:
+            if name.startswith("."):
                 continue
             path = os.path.join(self.segment_dir, name)
-            keys = self.backend.read(path, ["keys"])["keys"]
-            segs.append((Segment(kind, name, path, len(keys)), keys))
-        self.segments = [s for s, _ in segs]
-        self._segment_keys = [k for _, k in segs]          # kept: keys() needs no second read
+            m = SEGMENT_NAME.match(name)
+            if not m or m.group(3) != self.backend.suffix:
+                problems.append((path, f"stray entry {name!r} (not a {self.meta['backend']} segment name)"))
+                continue
+            try:
+                seg = self._segment(m.group(1), name, path)
+                keys = self.read_array(seg, "keys")
+                if hashlib.sha256(keys.tobytes()).hexdigest()[:24] != m.group(2):
+                    raise SegmentDamaged(path, "its keys do not hash to its name")
+                tkeys = self.read_array(seg, "token_keys") if seg.kind == CAPTION else None
+            except SegmentDamaged as e:
+                problems.append((path, e.reason))
+                continue
+            found.append((seg, keys, tkeys))
+        return found, problems
+
+    def _segment(self, kind: str, name: str, path: str) -> Segment:
+        attrs = self.backend.attrs(path)
+        crc, rows = attrs.get("crc32"), attrs.get("rows")
+        if attrs.get("kind") != kind or not isinstance(rows, int) or not isinstance(crc, dict) \
+                or set(crc) != set(ARRAYS[kind]):
+            raise SegmentDamaged(path, f"its attributes are not a format-{FORMAT_VERSION} {kind} segment's "
+                                       f"(kind, rows, crc32 of {', '.join(ARRAYS[kind])})")
+        return Segment(kind, name, path, rows, crc)
+
+    def refresh(self) -> None:
+        """Rescan committed segments and rebuild the key index; a damaged one is refused."""
+        found, problems = self.scan()
+        if problems:
+            raise StoreDamaged(self.root, [f"{os.path.relpath(p, self.root)}: {r}" for p, r in problems])
+        self.segments = [s for s, _, _ in found]
+        self._segment_keys = [k for _, k, _ in found]          # kept: keys() needs no second read
         self._paths = None
         for kind in (IMAGE, CAPTION):
-            self._index[kind].build([(i, k) for i, (s, k) in enumerate(segs) if s.kind == kind])
+            self._index[kind].build([(i, k) for i, (s, k, _) in enumerate(found) if s.kind == kind])
+        known = [(i, t[~(t == 0).all(1)]) for i, (s, _, t) in enumerate(found) if s.kind == CAPTION]
+        self._token_rows = {i: np.flatnonzero(~(t == 0).all(1)) for i, (s, _, t) in enumerate(found)
+                            if s.kind == CAPTION}
+        self._token_index.build(known)
+
+    def read_array(self, seg: Segment, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """A whole array of a segment, its checksum checked (SegmentDamaged otherwise)."""
+        if out is None:
+            shape, dtype = self.backend.shape(seg.path, name)
+            out = np.empty(shape, dtype)
+        self.backend.read_into(seg.path, name, out)
+        if crc32(out) != seg.crc[name]:
+            raise SegmentDamaged(seg.path, f"{name} fails its checksum (the bytes changed since they were written)")
+        return out
 
     def count(self, kind: str) -> int:
-        return len(self._index[kind].keys)
+        """Distinct keys of a kind."""
+        k = self._index[kind].keys
+        return int(len(k) - self._index[kind].duplicates())
+
+    def duplicates(self, kind: str) -> int:
+        return self._index[kind].duplicates()
 
     def has(self, kind: str, keys: list[str]) -> np.ndarray:
         return self._index[kind].find(hex_to_fixed(keys)) >= 0
+
+    def caption_with_tokens(self, token_keys: list[str]) -> list[str | None]:
+        """A stored caption key with these token ids, or None, for each token key: a new
+        caption whose tokens are already encoded gets the same features (exact ties)."""
+        idx = self._token_index
+        pos = idx.find(hex_to_fixed(token_keys)) if token_keys else np.zeros(0, np.int64)
+        out = []
+        for p in pos:
+            if p < 0:
+                out.append(None)
+                continue
+            s, r = int(idx.seg[p]), int(idx.row[p])
+            out.append(bytes(self._segment_keys[s][self._token_rows[s][r]]).hex())
+        return out
+
+    # -- writing -----------------------------------------------------------------------
+    def writer_dir(self) -> str:
+        """This process's temporary folder under segments/, held by a lock while it lives."""
+        if self._writer is None:
+            self._writer = WriterDir.create(self.segment_dir)
+        return self._writer.path
+
+    def release_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
 
     def write_segment(self, kind: str, keys: list[str], arrays: dict[str, np.ndarray]) -> Segment | None:
         """Commit one immutable segment; returns None for an empty one."""
@@ -188,25 +308,21 @@ class FeatureStore:
             return None
         kb = keys_to_bytes(keys)
         data = {"keys": kb, **arrays}
+        if kind == CAPTION and "token_keys" not in data:
+            data["token_keys"] = np.zeros_like(kb)           # unknown token ids: no tie sharing
         if set(data) != set(ARRAYS[kind]):
             raise ValueError(f"a {kind} segment holds {ARRAYS[kind]}, got {sorted(data)}")
-        import hashlib
-        seg_id = hashlib.sha256(kb.tobytes()).hexdigest()[:24]
-        name = f"{kind}-{seg_id}{self.backend.suffix}"
+        data = {k: np.ascontiguousarray(v) for k, v in data.items()}
+        crc = {k: crc32(v) for k, v in data.items()}
+        name = f"{kind}-{hashlib.sha256(kb.tobytes()).hexdigest()[:24]}{self.backend.suffix}"
         final = os.path.join(self.segment_dir, name)
-        tmp = os.path.join(self.segment_dir, f".tmp-{os.getpid()}-{uuid.uuid4().hex}{self.backend.suffix}")
-        self.backend.write(tmp, data, {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION})
-        try:
-            if os.path.exists(final):
-                raise FileExistsError(final)
-            os.rename(tmp, final)
-            fsync_dir(self.segment_dir)
-        except (FileExistsError, OSError) as e:
-            # Another writer committed the same keys; its segment stands, ours is dropped.
-            self.backend.remove(tmp)
-            if not os.path.exists(final):
-                raise StoreError(f"could not commit segment {final}: {e}") from e
-        return Segment(kind, name, final, len(keys))
+        tmp = os.path.join(self.writer_dir(), name)
+        self.backend.write(tmp, data, {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION,
+                                       "crc32": crc})
+        if not _commit(tmp, final):
+            self.backend.remove(tmp)      # another writer committed the same keys; its segment stands
+        fsync_dir(self.segment_dir)
+        return Segment(kind, name, final, len(keys), crc)
 
     # -- reading -----------------------------------------------------------------------
     def _locate(self, kind: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -217,20 +333,24 @@ class FeatureStore:
         return idx.seg[pos], idx.row[pos]
 
     def keys(self, kind: str) -> list[str]:
-        """Every key of a kind, in storage order (segment by segment): loading these is
-        one sequential read with no reordering."""
-        out = []
+        """Every key of a kind once, in storage order (segment by segment): loading these
+        is one sequential read with no reordering."""
+        out, seen = [], set()
         for s, k in zip(self.segments, self._segment_keys):
             if s.kind == kind:
-                out += bytes_to_keys(k)
+                for key in bytes_to_keys(k):
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(key)
         return out
 
     def _plan_read(self, kind: str, keys: list[str]):
-        """Which rows of which segments to read, and where each requested key lands.
+        """Which segments to read and where each requested key lands.
 
-        Returns (parts, pos): parts = [(segment, rows or None for all, start in buffer)],
-        pos[i] = buffer row of keys[i]. A segment more than half needed is read whole
-        (one sequential read); otherwise only its needed rows."""
+        Returns (parts, pos, total): parts = [(segment, rows or None for all, start in
+        buffer)], pos[i] = buffer row of keys[i]. A segment more than half needed is read
+        straight into the buffer; otherwise it is read whole (checksums cover whole
+        arrays) and only its needed rows are copied."""
         seg, row = self._locate(kind, keys)
         pos = np.empty(len(keys), np.int64)
         parts, start = [], 0
@@ -250,28 +370,32 @@ class FeatureStore:
         return parts, pos, start
 
     def _read_rows(self, seg: int, name: str, rows, out: np.ndarray) -> None:
-        path = self.segments[seg].path
         if rows is None:
-            self.backend.read_into(path, name, out)
+            self.read_array(self.segments[seg], name, out)
         else:
-            out[...] = self.backend.read_rows(path, name, rows)
+            out[...] = self.read_array(self.segments[seg], name)[rows]
 
     def load_images(self, keys: list[str]) -> ImageFeatures:
         """Every requested image row, in the order asked, as two contiguous arrays."""
-        d, P = self.meta["dim"], self.meta["num_patches"]
-        parts, pos, total = self._plan_read(IMAGE, keys)
-        g = np.empty((total, d), np.float16)
-        p = np.empty((total, P, d), np.float16)
-        for s, rows, start in parts:
-            n = self.segments[s].rows if rows is None else len(rows)
-            self._read_rows(s, "global", rows, g[start:start + n])
-            self._read_rows(s, "patches", rows, p[start:start + n])
+        with self._damage():
+            d, P = self.meta["dim"], self.meta["num_patches"]
+            parts, pos, total = self._plan_read(IMAGE, keys)
+            g = np.empty((total, d), np.float16)
+            p = np.empty((total, P, d), np.float16)
+            for s, rows, start in parts:
+                n = self.segments[s].rows if rows is None else len(rows)
+                self._read_rows(s, "global", rows, g[start:start + n])
+                self._read_rows(s, "patches", rows, p[start:start + n])
         if len(pos) == total and (pos == np.arange(total)).all():
             return ImageFeatures(g, p)          # asked in storage order: no reordering copy
         return ImageFeatures(g[pos], np.take(p, pos, axis=0))
 
     def load_captions(self, keys: list[str]) -> CaptionFeatures:
         """Requested captions in order; tokens flat with offsets (no padding)."""
+        with self._damage():
+            return self._load_captions(keys)
+
+    def _load_captions(self, keys: list[str]) -> CaptionFeatures:
         d = self.meta["dim"]
         parts, pos, total = self._plan_read(CAPTION, keys)
         g = np.empty((total, d), np.float16)
@@ -279,9 +403,11 @@ class FeatureStore:
         lengths = np.empty(total, np.int64)
         tok_parts = []
         for s, rows, start in parts:
-            path = self.segments[s].path
-            off = self.backend.read(path, ["offsets"])["offsets"]
-            n = self.segments[s].rows if rows is None else len(rows)
+            seg = self.segments[s]
+            off = self.read_array(seg, "offsets")
+            if len(off) != seg.rows + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
+                raise SegmentDamaged(seg.path, "offsets are not increasing from 0")
+            n = seg.rows if rows is None else len(rows)
             self._read_rows(s, "global", rows, g[start:start + n])
             self._read_rows(s, "truncated", rows, trunc[start:start + n])
             r = np.arange(n) if rows is None else rows
@@ -293,15 +419,74 @@ class FeatureStore:
         for (s, rows, off, r), (_, _, start) in zip(tok_parts, parts):
             dst = tokens[buf_off[start]:buf_off[start + len(r)]]
             if rows is None:
-                self.backend.read_into(self.segments[s].path, "tokens", dst)
+                self.read_array(self.segments[s], "tokens", dst)
             else:
-                dst[...] = self.backend.read_rows(self.segments[s].path, "tokens", _ranges(off[r], off[r + 1]))
+                dst[...] = self.read_array(self.segments[s], "tokens")[_ranges(off[r], off[r + 1])]
         if len(pos) == total and (pos == np.arange(total)).all():
             return CaptionFeatures(g, tokens, buf_off, trunc.astype(bool))
         offsets = np.zeros(len(pos) + 1, np.int64)
         np.cumsum(lengths[pos], out=offsets[1:])
         return CaptionFeatures(g[pos], tokens[_ranges(buf_off[pos], buf_off[pos + 1])], offsets,
                                trunc[pos].astype(bool))
+
+    @contextlib.contextmanager
+    def _damage(self):
+        """Turn a damaged part met while reading into the store's one-line refusal."""
+        try:
+            yield
+        except SegmentDamaged as e:
+            raise StoreDamaged(self.root, [f"{os.path.relpath(e.path, self.root)}: {e.reason}"]) from None
+
+    # -- small record files: paths, file digests, failures ---------------------------------
+    def read_records(self, folder: str, columns: tuple[str, ...]):
+        """(name, table) of each record file of a folder, in name (= time) order, each
+        checked against the checksum in its name."""
+        d = os.path.join(self.root, folder)
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if not name.startswith("."):
+                with self._damage():
+                    yield name, self.read_record(folder, name, columns)
+
+    def read_record(self, folder: str, name: str, columns: tuple[str, ...]):
+        """One record file as a pyarrow table; SegmentDamaged if it fails a check."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        path = os.path.join(self.root, folder, name)
+        m = RECORD_NAME.match(name)
+        if not m:
+            raise SegmentDamaged(path, "stray file (not <time>-<id>-<checksum>.parquet)")
+        raw = open(path, "rb").read()
+        if hashlib.sha256(raw).hexdigest()[:16] != m.group(3):
+            raise SegmentDamaged(path, "fails its checksum (the bytes changed since they were written)")
+        try:
+            table = pq.read_table(pa.BufferReader(raw))
+        except Exception as e:         # pyarrow raises several kinds for a bad file
+            raise SegmentDamaged(path, f"not readable Parquet ({e})") from None
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise SegmentDamaged(path, f"lacks columns {missing}")
+        return table
+
+    def append_records(self, folder: str, table) -> str:
+        """A new record file in folder, durable before it gets its name, named
+        <time>-<id>-<sha256 of its bytes>: readers go through them in name order, so a
+        later row (a file edited since) wins, and check each against its checksum."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        raw = sink.getvalue().to_pybytes()
+        d = os.path.join(self.root, folder)
+        os.makedirs(d, exist_ok=True)
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}-{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
+        tmp = os.path.join(self.writer_dir(), name)
+        with open(tmp, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(d, name))
+        fsync_dir(d)
+        return os.path.join(d, name)
 
     # -- manifest paths -> image keys ----------------------------------------------------
     # Training and scoring never open images, yet manifests name images by path. Extract
@@ -310,14 +495,12 @@ class FeatureStore:
         """(path, crop) -> {image_root: key}; the latest record wins. Read once and kept
         (scoring maps every manifest through it) until refresh() or add_paths()."""
         if self._paths is None:
-            import pyarrow.parquet as pq
-            self._paths = {}
-            pdir = os.path.join(self.root, "paths")
-            for name in sorted(os.listdir(pdir)) if os.path.isdir(pdir) else []:
-                if name.endswith(".parquet"):
-                    t = pq.read_table(os.path.join(pdir, name)).to_pydict()
-                    for root, path, crop, key in zip(t["image_root"], t["path"], t["crop"], t["key"]):
-                        self._paths.setdefault((path, tuple(crop) if crop else None), {})[root] = key
+            paths: dict = {}
+            for _, table in self.read_records("paths", ("image_root", "path", "crop", "key")):
+                t = table.to_pydict()
+                for root, path, crop, key in zip(t["image_root"], t["path"], t["crop"], t["key"]):
+                    paths.setdefault((path, tuple(crop) if crop else None), {})[root] = key
+            self._paths = paths
         return self._paths
 
     def add_paths(self, rows: list[tuple[str, str, tuple | None, str]]) -> None:
@@ -327,7 +510,7 @@ class FeatureStore:
         new = [r for r in rows if known.get((r[1], r[2]), {}).get(r[0]) != r[3]]
         if new:
             self._paths = None
-            self._append_table("paths", pa.table({
+            self.append_records("paths", pa.table({
                 "image_root": [r[0] for r in new], "path": [r[1] for r in new],
                 "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
                 "key": [r[3] for r in new]}))
@@ -335,40 +518,21 @@ class FeatureStore:
     # -- file digests: an image file is read and hashed once, not on every extract ------
     def file_digests(self) -> dict[str, tuple[tuple[int, int, int], str]]:
         """realpath -> ((size, mtime_ns, inode), sha256 of its bytes) as last hashed."""
-        import pyarrow.parquet as pq
         out: dict = {}
-        hdir = os.path.join(self.root, "hashes")
-        for name in sorted(os.listdir(hdir)) if os.path.isdir(hdir) else []:
-            if name.endswith(".parquet"):
-                t = pq.read_table(os.path.join(hdir, name)).to_pydict()
-                for path, size, mtime, ino, digest in zip(t["path"], t["size"], t["mtime_ns"], t["inode"],
-                                                          t["sha256"]):
-                    out[path] = ((size, mtime, ino), digest)
+        for _, table in self.read_records("hashes", ("path", "size", "mtime_ns", "inode", "sha256")):
+            t = table.to_pydict()
+            for path, size, mtime, ino, digest in zip(t["path"], t["size"], t["mtime_ns"], t["inode"], t["sha256"]):
+                out[path] = ((size, mtime, ino), digest)
         return out
 
     def add_file_digests(self, rows: list[tuple[str, tuple[int, int, int], str]]) -> None:
         """Record (realpath, (size, mtime_ns, inode), sha256) of files just hashed."""
         import pyarrow as pa
         if rows:
-            self._append_table("hashes", pa.table({
+            self.append_records("hashes", pa.table({
                 "path": [r[0] for r in rows], "size": pa.array([r[1][0] for r in rows], pa.int64()),
                 "mtime_ns": pa.array([r[1][1] for r in rows], pa.int64()),
                 "inode": pa.array([r[1][2] for r in rows], pa.uint64()), "sha256": [r[2] for r in rows]}))
-
-    def _append_table(self, folder: str, table) -> None:
-        """A new small Parquet file in folder, durable before it gets its name. Names sort
-        by time of writing, so readers that go through them in name order let a later row
-        (a file edited since) win over an earlier one."""
-        import time
-
-        import pyarrow.parquet as pq
-        d = os.path.join(self.root, folder)
-        os.makedirs(d, exist_ok=True)
-        final = os.path.join(d, f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet")
-        pq.write_table(table, final + ".tmp")
-        fsync_tree(final + ".tmp")
-        os.replace(final + ".tmp", final)
-        fsync_dir(d)
 
     # -- inspection --------------------------------------------------------------------
     def size_on_disk(self) -> int:
@@ -382,53 +546,41 @@ class FeatureStore:
         n_tok = 0
         for s in self.segments:
             if s.kind == CAPTION:
-                n_tok += self.backend.shapes(s.path)["tokens"][0][0]
+                n_tok += self.backend.shape(s.path, "tokens")[0][0]
         return {"root": self.root, "format_version": self.meta["version"], "backend": self.meta["backend"],
                 "fingerprint": self.fingerprint, "model": self.encoder_config["model"],
                 "weights": self.encoder_config["weights"], "dim": self.meta["dim"],
                 "num_patches": self.meta["num_patches"], "token_mask": self.encoder_config["token_mask"],
                 "images": self.count(IMAGE), "captions": self.count(CAPTION), "caption_tokens": n_tok,
-                "segments": len(self.segments), "bytes_on_disk": self.size_on_disk(),
+                "segments": len(self.segments),
+                "duplicate_rows": self.duplicates(IMAGE) + self.duplicates(CAPTION),
+                "bytes_on_disk": self.size_on_disk(),
                 "temporaries": len([n for n in os.listdir(self.segment_dir) if n.startswith(".tmp-")])}
 
     def verify(self) -> list[str]:
-        """Read every committed segment in full; return the problems found (empty = good)."""
-        problems = []
-        d, P = self.meta["dim"], self.meta["num_patches"]
-        seen: dict[str, dict[bytes, str]] = {IMAGE: {}, CAPTION: {}}
-        for s in self.segments:
-            where = f"segment {s.name}"
-            try:
-                a = self.backend.read(s.path)
-            except Exception as e:
-                problems.append(f"{where}: unreadable ({e})")
-                continue
-            if set(a) != set(ARRAYS[s.kind]):
-                problems.append(f"{where}: arrays {sorted(a)}, expected {sorted(ARRAYS[s.kind])}")
-                continue
-            n = len(a["keys"])
-            expect = {"keys": ((n, KEY_BYTES), np.uint8), "global": ((n, d), np.float16)}
-            if s.kind == IMAGE:
-                expect["patches"] = ((n, P, d), np.float16)
-            else:
-                off = a["offsets"]
-                expect["offsets"] = ((n + 1,), np.int64)
-                expect["truncated"] = ((n,), np.uint8)
-                expect["tokens"] = ((int(off[-1]) if len(off) else 0, d), np.float16)
-                if len(off) != n + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
-                    problems.append(f"{where}: offsets are not increasing from 0")
-            for name, (shape, dtype) in expect.items():
-                if a[name].shape != shape or a[name].dtype != dtype:
-                    problems.append(f"{where}: {name} is {a[name].dtype}{list(a[name].shape)}, "
-                                    f"expected {np.dtype(dtype)}{list(shape)}")
-            for name in ("global", "patches", "tokens"):
-                if name in a and not np.isfinite(a[name]).all():
-                    problems.append(f"{where}: {name} holds NaN or inf")
-            for k in bytes_to_keys(a["keys"]):
-                if k in seen[s.kind]:
-                    problems.append(f"{where}: key {k} also in {seen[s.kind][k]}")
-                seen[s.kind][k] = s.name
-        return problems
+        """Read every part of the store in full; the problems found (empty = good)."""
+        from .integrity import verify_store
+        return [msg for _, msg in verify_store(self.root).problems]
+
+
+def _commit(tmp: str, final: str) -> bool:
+    """Give tmp the name final unless a segment holds that name already (never replace
+    one: for a file, link then unlink; a folder cannot be renamed onto a non-empty one)."""
+    try:
+        if os.path.isdir(tmp):
+            if os.path.exists(final):
+                return False
+            os.rename(tmp, final)
+        else:
+            os.link(tmp, final)
+            os.remove(tmp)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if os.path.exists(final):        # ENOTEMPTY / EEXIST: the other writer won
+            return False
+        raise StoreError(f"could not commit segment {final}: {e}") from e
 
 
 def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:

@@ -1,0 +1,264 @@
+"""Checking a store whole (`store verify`), moving damaged parts aside (`--quarantine`),
+removing duplicate rows (`store compact`) and upgrading format 1 (`store upgrade`).
+
+verify reads every byte: each segment's arrays against the CRC-32s recorded at commit,
+shapes, dtypes, finiteness, offsets; each record file against the checksum in its
+name; store.json against its fingerprint. It reports every problem in one run and
+raises nothing for damage it can describe.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import SegmentDamaged, StoreError
+from ..hashing import KEY_BYTES
+from .backends import BACKENDS, crc32, fsync_dir
+from .core import (ARRAYS, CAPTION, FORMAT_NAME, FORMAT_VERSION, IMAGE, RECORD_FOLDERS, SEGMENT_NAME, FeatureStore,
+                   read_store_json)
+from .writer import WriterDir
+
+RECORD_COLUMNS = {"paths": ("image_root", "path", "crop", "key"),
+                  "hashes": ("path", "size", "mtime_ns", "inode", "sha256"),
+                  "failures": ("kind", "key", "path_or_text", "source", "reason")}
+
+
+@dataclass
+class Report:
+    problems: list[tuple[str | None, str]] = field(default_factory=list)   # (path to quarantine or None, message)
+    notes: list[str] = field(default_factory=list)
+    segments: int = 0
+    images: int = 0
+    captions: int = 0
+
+
+class _Lenient(FeatureStore):
+    """A store opened for checking: damaged segments are left out of the index, not refused."""
+
+    def refresh(self) -> None:
+        found, self.scan_problems = self.scan()
+        self.segments = [s for s, _, _ in found]
+        self._segment_keys = [k for _, k, _ in found]
+        self._paths = None
+        for kind in (IMAGE, CAPTION):
+            self._index[kind].build([(i, k) for i, (s, k, _) in enumerate(found) if s.kind == kind])
+
+
+def verify_store(root: str) -> Report:
+    root = os.path.abspath(root)
+    rep = Report()
+    try:
+        store = _Lenient(root)
+    except StoreError as e:
+        rep.problems.append((None, str(e)))
+        return rep
+    rel = lambda p: os.path.relpath(p, root)
+    rep.problems += [(p, f"{rel(p)}: {r}") for p, r in store.scan_problems]
+    d, P = store.meta["dim"], store.meta["num_patches"]
+    for seg in store.segments:
+        for msg in _check_segment(store, seg, d, P):
+            rep.problems.append((seg.path, f"{rel(seg.path)}: {msg}"))
+    for folder in RECORD_FOLDERS:
+        for name in _record_names(root, folder):
+            path = os.path.join(root, folder, name)
+            try:
+                store.read_record(folder, name, RECORD_COLUMNS[folder])
+            except SegmentDamaged as e:
+                rep.problems.append((path, f"{folder}/{name}: {e.reason}"))
+    dup = store.duplicates(IMAGE) + store.duplicates(CAPTION)
+    if dup:
+        rep.notes.append(f"{dup} rows repeat a key held by an earlier segment (two writers at once; legal: the first "
+                         f"segment in name order is read). `flowclip store compact {root}` removes them")
+    temps = [n for n in os.listdir(store.segment_dir) if n.startswith(".tmp-")]
+    states = [WriterDir.status(os.path.join(store.segment_dir, n)) for n in temps]
+    for state in ("live", "abandoned", "legacy", "unknown"):
+        if states.count(state):
+            rep.notes.append(f"{states.count(state)} {state} writer temporaries in segments/"
+                             + {"abandoned": " (the next extract removes them)",
+                                "legacy": " (format 1; `flowclip store upgrade` removes them)"}.get(state, ""))
+    rep.segments, rep.images, rep.captions = len(store.segments), store.count(IMAGE), store.count(CAPTION)
+    return rep
+
+
+def _record_names(root: str, folder: str) -> list[str]:
+    d = os.path.join(root, folder)
+    return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
+
+
+def _check_segment(store: FeatureStore, seg, d: int, P: int) -> list[str]:
+    out = []
+    try:
+        a = {name: store.read_array(seg, name) for name in ARRAYS[seg.kind]}
+    except SegmentDamaged as e:
+        return [e.reason]
+    n = seg.rows
+    expect = {"keys": ((n, KEY_BYTES), np.uint8), "global": ((n, d), np.float16)}
+    if seg.kind == IMAGE:
+        expect["patches"] = ((n, P, d), np.float16)
+    else:
+        off = a["offsets"]
+        expect["token_keys"] = ((n, KEY_BYTES), np.uint8)
+        expect["offsets"] = ((n + 1,), np.int64)
+        expect["truncated"] = ((n,), np.uint8)
+        expect["tokens"] = ((int(off[-1]) if len(off) else 0, d), np.float16)
+        if len(off) != n + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
+            out.append("offsets are not increasing from 0")
+    for name, (shape, dtype) in expect.items():
+        if a[name].shape != shape or a[name].dtype != dtype:
+            out.append(f"{name} is {a[name].dtype}{list(a[name].shape)}, expected {np.dtype(dtype)}{list(shape)}")
+    for name in ("global", "patches", "tokens"):
+        if name in a and not np.isfinite(a[name]).all():
+            out.append(f"{name} holds NaN or inf")
+    if len(np.unique(a["keys"], axis=0)) != n:
+        out.append("a key appears twice in the segment")
+    return out
+
+
+def quarantine(root: str, report: Report, log=print) -> str | None:
+    """Move every damaged part named in the report to <root>/quarantine/<time>/; the next
+    extract re-encodes what they held. store.json cannot be moved (nothing could be read
+    without it): that problem is reported, not fixed."""
+    movable = [p for p, _ in report.problems if p is not None and os.path.exists(p)]
+    if not movable:
+        return None
+    dest = os.path.join(root, "quarantine", time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
+    for p in movable:
+        target = os.path.join(dest, os.path.relpath(p, root))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(p, target)
+        fsync_dir(os.path.dirname(p))
+        log(f"moved {os.path.relpath(p, root)} -> {os.path.relpath(target, root)}")
+    return dest
+
+
+def compact(root: str, log=print) -> int:
+    """Rewrite segments so that each key is held once, keeping the vector every reader
+    reads today (its first segment in name order). Segments are processed from last to
+    first name, so at every moment each key still resolves to the same vector: a
+    reader running meanwhile sees no change. Refused while a writer is live."""
+    store = FeatureStore(root)
+    live = WriterDir.live(store.segment_dir)
+    if live:
+        raise StoreError(f"{root}: a writer is running ({', '.join(live)}); compact when no extract writes here")
+    WriterDir.sweep(store.segment_dir)
+    owner: dict[tuple[str, bytes], int] = {}
+    for i, (s, k) in enumerate(zip(store.segments, store._segment_keys)):
+        for row in k:
+            owner.setdefault((s.kind, row.tobytes()), i)
+    removed = 0
+    try:
+        for i in range(len(store.segments) - 1, -1, -1):
+            s, k = store.segments[i], store._segment_keys[i]
+            keep = np.array([owner[(s.kind, row.tobytes())] == i for row in k], bool)
+            if keep.all():
+                continue
+            if keep.any():
+                store.write_segment(s.kind, [bytes(r).hex() for r in k[keep]], _rows(store, s, keep))
+            trash = os.path.join(store.writer_dir(), "old-" + s.name)
+            os.rename(s.path, trash)           # out of the readers' view in one step
+            fsync_dir(store.segment_dir)
+            store.backend.remove(trash)
+            removed += int((~keep).sum())
+            log(f"{s.name}: {int((~keep).sum())} duplicate rows removed")
+    finally:
+        store.release_writer()
+    return removed
+
+
+def _rows(store: FeatureStore, seg, keep: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays of a segment restricted to the rows in keep (keys excluded)."""
+    a = {n: store.read_array(seg, n) for n in ARRAYS[seg.kind] if n != "keys"}
+    if seg.kind == IMAGE:
+        return {"global": a["global"][keep], "patches": a["patches"][keep]}
+    from .core import _ranges
+    off = a["offsets"]
+    r = np.flatnonzero(keep)
+    lengths = off[r + 1] - off[r]
+    return {"token_keys": a["token_keys"][keep], "global": a["global"][keep], "truncated": a["truncated"][keep],
+            "tokens": a["tokens"][_ranges(off[r], off[r + 1])],
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)}
+
+
+def upgrade(root: str, log=print) -> int:
+    """Format 1 -> 2: every segment rewritten with its arrays' CRC-32s (and captions with
+    unknown token ids), record files renamed with their checksums, legacy temporaries
+    removed, store.json last. Format 1 could not tell a lost zero chunk from a written
+    one, so damage from before the upgrade is not detectable; the upgrade checks what
+    it can (shapes, finiteness, names). Run it when no older flowclip writes here.
+    Rerunnable: upgraded segments are skipped."""
+    root = os.path.abspath(root)
+    meta_path = os.path.join(root, "store.json")
+    meta = json.load(open(meta_path))
+    if meta.get("format") != FORMAT_NAME:
+        raise StoreError(f"{meta_path}: not a flowclip store file")
+    if meta.get("version") == FORMAT_VERSION:
+        log(f"{root} is already format {FORMAT_VERSION}")
+        return 0
+    if meta.get("version") != 1:
+        raise StoreError(f"{root}: cannot upgrade format {meta.get('version')!r}")
+    backend = BACKENDS[meta["backend"]]
+    seg_dir = os.path.join(root, "segments")
+    work = WriterDir.create(seg_dir)
+    done = 0
+    try:
+        for name in sorted(os.listdir(seg_dir)):
+            path = os.path.join(seg_dir, name)
+            if name.startswith(".tmp-") and WriterDir.status(path) == "legacy":
+                backend.remove(path) if name.endswith(backend.suffix) else shutil.rmtree(path, ignore_errors=True)
+                continue
+            m = SEGMENT_NAME.match(name)
+            if not m or m.group(3) != backend.suffix:
+                continue
+            if "crc32" in backend.attrs(path):
+                continue
+            kind = m.group(1)
+            names = ARRAYS[kind] if kind == IMAGE else [n for n in ARRAYS[kind] if n != "token_keys"]
+            a = {n: np.ascontiguousarray(backend.read_legacy(path, n)) for n in names}
+            if hashlib.sha256(a["keys"].tobytes()).hexdigest()[:24] != m.group(2):
+                raise StoreError(f"{path}: its keys do not hash to its name; move it aside and re-extract")
+            if kind == CAPTION:
+                a["token_keys"] = np.zeros_like(a["keys"])
+            tmp = os.path.join(work.path, name)
+            backend.write(tmp, a, {"kind": kind, "rows": len(a["keys"]), "format_version": FORMAT_VERSION,
+                                   "crc32": {n: crc32(v) for n, v in a.items()}})
+            old = os.path.join(work.path, "old-" + name)
+            os.rename(path, old)
+            os.rename(tmp, path)
+            fsync_dir(seg_dir)
+            backend.remove(old)
+            done += 1
+        for folder in RECORD_FOLDERS:
+            d = os.path.join(root, folder)
+            os.makedirs(d, exist_ok=True)
+            for name in sorted(os.listdir(d)):
+                if name.endswith(".parquet") and not name.startswith("."):
+                    raw = open(os.path.join(d, name), "rb").read()
+                    stem = name[:-len(".parquet")]
+                    t = stem.split("-")[0] if stem.split("-")[0].isdigit() else f"{os.stat(os.path.join(d, name)).st_mtime_ns:020d}"
+                    new = f"{int(t):020d}-{hashlib.sha256(stem.encode()).hexdigest()[:12]}-" \
+                          f"{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
+                    os.rename(os.path.join(d, name), os.path.join(d, new))
+                elif name.endswith(".tmp"):
+                    os.remove(os.path.join(d, name))
+            fsync_dir(d)
+    finally:
+        work.release()
+    meta["version"] = FORMAT_VERSION
+    tmp = meta_path + f".tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, meta_path)
+    fsync_dir(root)
+    read_store_json(root)
+    log(f"{root}: {done} segments upgraded to format {FORMAT_VERSION}")
+    return done
+
+
