@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import checkpoint
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .features import image_forward, text_forward
 from .errors import FlowclipError
@@ -114,27 +115,14 @@ def grounding_probe(model, tokenizer, probe, mean, std) -> dict:
 
 
 def _save_state(out: str, model, opt, state: dict) -> None:
-    from safetensors.torch import save_file
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
-    for i, p in enumerate(model.parameters()):
-        for name, v in opt.state.get(p, {}).items():
-            tensors[f"opt.{i}.{name}"] = torch.as_tensor(v).detach().contiguous()
-    save_file(tensors, os.path.join(out, "state.safetensors.tmp"))
-    os.replace(os.path.join(out, "state.safetensors.tmp"), os.path.join(out, "state.safetensors"))
-    with open(os.path.join(out, "state.json.tmp"), "w") as f:
-        json.dump(state, f)
-    os.replace(os.path.join(out, "state.json.tmp"), os.path.join(out, "state.json"))
+    checkpoint.save(out, model.state_dict(), checkpoint.optimizer_tensors(list(model.parameters()), opt), state)
 
 
 def _load_state(out: str, model, opt) -> dict:
-    from safetensors.torch import load_file
-    t = load_file(os.path.join(out, "state.safetensors"))
-    model.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")})
-    for i, p in enumerate(model.parameters()):
-        st = {k.split(".", 2)[2]: v for k, v in t.items() if k.startswith(f"opt.{i}.")}
-        if st:
-            opt.state[p] = st
-    return json.load(open(os.path.join(out, "state.json")))
+    weights, moments, state = checkpoint.load(out)
+    model.load_state_dict(weights)
+    checkpoint.load_optimizer(list(model.parameters()), opt, moments)
+    return state
 
 
 def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, export_to: str | None = None) -> str:
@@ -153,7 +141,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     tokenizer = open_clip.get_tokenizer(cfg.model)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     state = {"step": 0, "loss": []}
-    if os.path.exists(os.path.join(out, "state.json")):
+    if checkpoint.exists(out):
         state = _load_state(out, model, opt)
         log(f"resuming at step {state['step']}")
     model.train()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import metrics
+from . import metrics, outputs
 from .benchmarks import get as get_benchmark
 from .benchmarks.base import Scoring
 from .data import FeatureBank, image_keys, require_features
@@ -272,14 +272,25 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
               max_memory_mb: int = 2048, shortlist: int | None = None, overwrite: bool = False,
               image_root: str | None = None, compare: list[tuple[str, str]] | None = None, log=print) -> dict:
     """compare: (baseline, other) method pairs for the bootstrap; default every pair."""
-    if os.path.exists(out) and not overwrite:
-        raise FlowclipError(f"{out} exists; pass --overwrite to replace it (results are never overwritten silently)")
+    outputs.check_replaceable(out, "score-results", overwrite)
     scorers = load_scorers(scorer_specs, store, device)
     manifests = [Manifest.read(p) for p in find_manifests(manifest_paths)]
     checked = [(m, *scoring_of(m)) for m in manifests]          # fail before any work
     tmp = f"{out}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
+    try:
+        summary = _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_draws, max_memory_mb,
+                             shortlist, image_root, compare, log)
+        outputs.publish(tmp, out, "score-results", overwrite)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)       # a failure (or a full disk) leaves nothing behind
+    log(f"wrote {out}")
+    return summary
+
+
+def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_draws, max_memory_mb, shortlist,
+               image_root, compare, log) -> dict:
     t0 = time.perf_counter()
     results: dict = {}            # (control, run) -> benchmark -> result
     record_rows, boot_tasks, changes = [], [], {}
@@ -346,10 +357,6 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
         "decision_changes": changes, "bootstrap": bootstrap, "seconds": time.perf_counter() - t0,
     }
     write_outputs(tmp, summary, record_rows, scorers, controls, benches)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-    log(f"wrote {out}")
     return summary
 
 

@@ -4,11 +4,12 @@ Reads top to bottom: config -> data gathered into memory once -> model and optim
 -> (resume) -> epochs of batches made by indexing -> evaluation -> checkpoint.
 The run folder holds everything needed to resume and to score:
 
+    FLOWCLIP_OUTPUT.json  marks the folder as a head run (what --overwrite may replace)
     config.json        the resolved TrainConfig, store fingerprint, manifest sha256, git revision
-    head.safetensors   the head's weights (latest checkpoint)
-    state.safetensors  optimiser moments, for --resume
-    state.json         epoch/step reached, metrics per epoch
+    checkpoint.json    names the latest whole checkpoint (checkpoint.py): ckpt-<n>/ holds the
+                       weights, AdamW moments and state (epoch/step reached, metrics per epoch)
     log.jsonl          one JSON line per step and per evaluation
+    head.safetensors   the trained head's weights, written when training ends
     DONE               written last; a finished run
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import checkpoint, outputs
 from .data import FeatureBank, image_keys, require_features
 from .errors import FlowclipError
 from .hashing import file_sha256
@@ -159,40 +161,50 @@ def _atomic_write(path: str, write) -> None:
 
 
 def save_checkpoint(out: str, head: FlowHead, opt, state: dict) -> None:
-    from safetensors.torch import save_file
-    weights = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
-    _atomic_write(os.path.join(out, "head.safetensors"), lambda p: save_file(weights, p))
-    moments = {}
-    for i, p in enumerate(head.parameters() if opt is not None else []):
-        st = opt.state.get(p, {})
-        for name in ("exp_avg", "exp_avg_sq", "step"):
-            if name in st:
-                moments[f"{i}.{name}"] = torch.as_tensor(st[name]).detach().cpu().contiguous()
-    if moments:
-        _atomic_write(os.path.join(out, "state.safetensors"), lambda p: save_file(moments, p))
-    _atomic_write(os.path.join(out, "state.json"), lambda p: json.dump(state, open(p, "w"), indent=1))
+    checkpoint.save(out, head.state_dict(), checkpoint.optimizer_tensors(list(head.parameters()), opt), state)
 
 
 def load_checkpoint(out: str, head: FlowHead, opt, device: str) -> dict:
-    from safetensors.torch import load_file
-    head.load_state_dict(load_file(os.path.join(out, "head.safetensors"), device=device))
-    spath = os.path.join(out, "state.safetensors")
-    if opt is not None and os.path.exists(spath):
-        moments = load_file(spath, device=device)
-        for i, p in enumerate(head.parameters()):
-            if f"{i}.exp_avg" in moments:
-                opt.state[p] = {"step": moments[f"{i}.step"].cpu(), "exp_avg": moments[f"{i}.exp_avg"],
-                                "exp_avg_sq": moments[f"{i}.exp_avg_sq"]}
-    return json.load(open(os.path.join(out, "state.json")))
+    weights, moments, state = checkpoint.load(out, device)
+    head.load_state_dict(weights)
+    if opt is not None:
+        checkpoint.load_optimizer(list(head.parameters()), opt, moments)
+    return state
 
 
 def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
-    """A trained head and its run config (for flowclip score)."""
+    """A trained head and its run config (for flowclip score); a malformed run folder
+    is refused naming what is wrong, never scored."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
-    cfg = json.load(open(os.path.join(run_dir, "config.json")))
-    hp = cfg["head"]
-    head = FlowHead(hp["dim"], hp["kind"], hp["alpha"], hp["tau_p"])
-    head.load_state_dict(load_file(os.path.join(run_dir, "head.safetensors"), device=device))
+    where = f"run folder {run_dir}"
+    try:
+        cfg = json.load(open(os.path.join(run_dir, "config.json")))
+        hp = cfg["head"]
+        kind, dim, alpha, tau_p = hp["kind"], hp["dim"], hp["alpha"], hp["tau_p"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
+    if kind not in HEAD_KINDS:
+        raise FlowclipError(f"{where}: head kind {kind!r} is not one of {HEAD_KINDS}")
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+        raise FlowclipError(f"{where}: head dim {dim!r} is not a positive integer")
+    for name, v, positive in (("alpha", alpha, False), ("tau_p", tau_p, True)):
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
+            raise FlowclipError(f"{where}: {name} = {v!r} must be a finite number" + (" > 0" if positive else ""))
+    head = FlowHead(dim, kind, float(alpha), float(tau_p))
+    try:
+        weights = load_file(os.path.join(run_dir, "head.safetensors"), device=device)
+    except (OSError, SafetensorError) as e:
+        raise FlowclipError(f"{where}: head.safetensors is unreadable ({e})") from None
+    want = head.state_dict()
+    if set(weights) != set(want):
+        raise FlowclipError(f"{where}: head.safetensors holds {sorted(weights)}, a {kind} head needs {sorted(want)}")
+    for k, v in weights.items():
+        if v.shape != want[k].shape or v.dtype != want[k].dtype:
+            raise FlowclipError(f"{where}: {k} is {v.dtype}{list(v.shape)}, expected {want[k].dtype}{list(want[k].shape)}")
+        if not torch.isfinite(v).all():
+            raise FlowclipError(f"{where}: {k} holds NaN or inf")
+    head.load_state_dict(weights)
     return head.to(device).eval(), cfg
 
 
@@ -205,14 +217,20 @@ class HeadRun:
                        resume: bool, overwrite: bool) -> bool:
         """Check the run folder before any data are loaded: never mix two runs, never
         resume on another encoder or with other settings. Returns whether it had started."""
+        outputs.require_own(out, "head-run")
         if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
-            raise FlowclipError(f"{out} holds a finished run; pass --overwrite to replace it")
+            raise FlowclipError(f"{out} holds a finished run" + (" (nothing to resume)" if resume else "")
+                                + "; pass --overwrite to replace it, or score it: --scorer " + out)
         if overwrite and os.path.exists(out):
             shutil.rmtree(out)
-        started = os.path.exists(os.path.join(out, "state.json"))
+        started = checkpoint.exists(out)
+        if not started and os.path.exists(os.path.join(out, "state.json")):
+            raise FlowclipError(f"{out} is an unfinished run of an older flowclip (no {checkpoint.POINTER}); "
+                                f"pass --overwrite to start it again")
         if started and not resume:
             raise FlowclipError(f"{out} holds an unfinished run; pass --resume to continue it or --overwrite")
         os.makedirs(out, exist_ok=True)
+        outputs.mark(out, "head-run")
         run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
                       "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
                       "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
@@ -312,9 +330,13 @@ class HeadRun:
         save_checkpoint(self.out, self.head, self.opt, self.state)
 
     def finish(self) -> dict:
+        """The scored weights (head.safetensors), then DONE, written last."""
+        from safetensors.torch import save_file
         if not self.params:
             self.save()
         self.logf.close()
+        weights = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
+        _atomic_write(os.path.join(self.out, "head.safetensors"), lambda p: save_file(weights, p))
         _atomic_write(os.path.join(self.out, "DONE"), lambda p: open(p, "w").write(json.dumps(self.state["metrics"][-1])))
         return self.state
 
@@ -330,8 +352,22 @@ def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, T
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
         raise FlowclipError("side-by-side runs must share seed, batch size and epochs")
     manifest = Manifest.read(manifest_path)
-    started_flags = [HeadRun.prepare_folder(store, manifest_path, out, cfg, device, resume, overwrite)
-                     for out, cfg in runs]
+    new = [out for out, _ in runs if not os.path.exists(out) or not os.listdir(out)]
+    try:
+        started_flags = [HeadRun.prepare_folder(store, manifest_path, out, cfg, device, resume, overwrite)
+                         for out, cfg in runs]
+        return _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps,
+                      data, log)
+    except BaseException:
+        for out in new:        # a failure leaves nothing behind but what --resume needs
+            if not checkpoint.exists(out):
+                shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps, data, log):
+    cfgs = [c for _, c in runs]
+    ref = cfgs[0]
     torch.manual_seed(ref.seed)
     if device == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)

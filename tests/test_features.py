@@ -58,8 +58,12 @@ def test_text_features_match_open_clip_with_truncated_batches(model_and_tok):
     assert L == int((ids != 0).sum(1).max()) < ids.shape[1]       # cut to the longest caption
     direct = direct_token_states(model, ids)[:, :L]
     torch.testing.assert_close(f.tokens, direct, rtol=0, atol=2e-6)
-    # what is stored: FP16 of the same numbers
-    assert (f.tokens.half() != direct.half()).float().mean() < 1e-3
+    # what is stored: FP16 of the same numbers. Rounding each adds at most half an FP16 step,
+    # so the stored values differ by at most the FP32 difference plus one step (values that
+    # differ by round-off can round either way; how often depends on the BLAS)
+    step = torch.clamp(direct.abs(), min=2 ** -14) * 2 ** -10
+    gap16 = (f.tokens.half().float() - direct.half().float()).abs()
+    assert (gap16 <= (f.tokens - direct).abs() + step * 1.0001).all()
     assert f.mask.sum(1).tolist() == (ids != 0).sum(1).tolist()
 
 

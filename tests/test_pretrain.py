@@ -6,6 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flowclip_cache import checkpoint
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.pretrain import PretrainConfig, pretrain
 
@@ -32,7 +33,7 @@ def test_resume_is_bit_identical_and_card_is_written(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, "b")
     monkeypatch.setattr(pretrain_module, "_save_state", real_save)
-    assert json.load(open(tmp_path / "b" / "state.json"))["step"] == 2
+    assert checkpoint.read_state(str(tmp_path / "b"))["step"] == 2
     resumed = _run(tmp_path, "b")
     wa, wb = load_file(straight), load_file(resumed)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

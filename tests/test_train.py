@@ -12,6 +12,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
+from flowclip_cache import checkpoint
 from flowclip_cache import train as train_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
@@ -87,9 +88,11 @@ def test_sigkill_then_resume_equals_uninterrupted(world, tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        st = os.path.join(victim, "state.json")
-        if os.path.exists(st) and json.load(open(st)).get("global_step", 0) >= 4:
-            break
+        try:
+            if checkpoint.read_state(victim).get("global_step", 0) >= 4:
+                break
+        except Exception:           # not written yet, or read while being replaced
+            pass
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -119,10 +122,10 @@ def test_refusals(world, tmp_path, monkeypatch):
     monkeypatch.setattr(train_mod, "hnb_loss", poisoned)
     with pytest.raises(FlowclipError, match="non-finite loss"):
         train_head(world["store"], world["manifest"], nan_out, cfg(), progress=False, log=lambda *_: None)
-    state = json.load(open(os.path.join(nan_out, "state.json")))
+    w, _, state = checkpoint.load(nan_out)
     # the epoch-end checkpoint before the poisoned step 5 is kept
     assert state["global_step"] == 4 and not os.path.exists(os.path.join(nan_out, "DONE"))
-    assert all(torch.isfinite(v).all() for v in weights(nan_out).values())
+    assert all(torch.isfinite(v).all() for v in w.values())
 
 
 def test_resume_on_another_encoder_is_refused(world, tmp_path):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import checkpoint
 from ..errors import FlowclipError
 from ..store import FeatureStore
 from ..train import TrainConfig, load_training_data, train_heads
@@ -33,7 +34,7 @@ class RunSpec:
 def run_status(path: str) -> str:
     if os.path.exists(os.path.join(path, "DONE")):
         return "done"
-    if os.path.exists(os.path.join(path, "state.json")):
+    if checkpoint.exists(path):
         return "partial"
     return "todo"
 
@@ -91,7 +92,7 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
                       log=lambda m: log(f"  {m}"))
     summary = summarise(score, runs, run_dirs)
     summary["timing"] = {"this_invocation_seconds": time.perf_counter() - t0,
-                         "train_seconds_per_run": {r.folder: json.load(open(os.path.join(run_dirs[r.folder], "state.json")))
+                         "train_seconds_per_run": {r.folder: checkpoint.read_state(run_dirs[r.folder])
                                                    .get("seconds") for r in runs},
                          "score_seconds": score["seconds"]}
     profile = os.path.join(out, "profile.json")
@@ -140,9 +141,8 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
     for method, folders in by_method.items():
         per = {}
         for f in folders:
-            st = os.path.join(run_dirs[f], "state.json") if run_dirs else None
-            if st and os.path.exists(st):
-                last = json.load(open(st))["metrics"][-1]["train_sample"]
+            if run_dirs and checkpoint.exists(run_dirs[f]):
+                last = checkpoint.read_state(run_dirs[f])["metrics"][-1]["train_sample"]
                 for k, v in last.items():
                     if k != "pairs":
                         per.setdefault(k, []).append(v * 100)
