@@ -1,6 +1,7 @@
 """The flowclip command line (a click group; one sub-command per stage)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -10,14 +11,29 @@ import click
 from .errors import FlowclipError
 
 
+_OS_HINTS = {errno.ENOSPC: "the disk is full: free space (or choose another folder) and rerun; "
+                          "nothing half-written was kept",
+             errno.EDQUOT: "the disk quota is exhausted: free space and rerun",
+             errno.EROFS: "the file system is read-only: choose a writable folder",
+             errno.EACCES: "permission denied: choose a folder you may write to",
+             errno.EPERM: "operation not permitted: choose a folder you may write to"}
+
+
 class _Group(click.Group):
-    """Prints FlowclipError messages without a traceback; exit code 2."""
+    """Prints FlowclipError messages, and the OS errors a user can fix (full disk,
+    read-only or forbidden folder), in one line without a traceback; exit code 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except FlowclipError as e:
             click.secho(f"error: {e}", fg="red", err=True)
+            sys.exit(2)
+        except OSError as e:
+            if e.errno not in _OS_HINTS:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            click.secho(f"error: {where}{_OS_HINTS[e.errno]} ({e.strerror})", fg="red", err=True)
             sys.exit(2)
 
 

@@ -71,6 +71,9 @@ def publish(tmp: str, out: str, kind: str, overwrite: bool) -> None:
     """Move a finished temporary folder to `out`. Without --overwrite, a folder that
     appeared meanwhile (another command writing the same --out) is never replaced."""
     mark(tmp, kind)
+    taken = f"{out} was written by another command while this one ran; nothing replaced. Rerun with another --out"
+    if os.path.exists(out) and not overwrite:
+        raise FlowclipError(taken)
     if os.path.exists(out):
         check_replaceable(out, kind, overwrite)
         old = f"{out}.old-{uuid.uuid4().hex[:8]}"
@@ -80,6 +83,5 @@ def publish(tmp: str, out: str, kind: str, overwrite: bool) -> None:
         return
     try:
         os.rename(tmp, out)         # onto a non-empty folder this fails: nothing is replaced
-    except OSError as e:
-        raise FlowclipError(f"{out} was written by another command while this one ran; nothing replaced "
-                            f"({e.strerror})") from None
+    except OSError:
+        raise FlowclipError(taken) from None

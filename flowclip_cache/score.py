@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -276,8 +277,7 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
     scorers = load_scorers(scorer_specs, store, device)
     manifests = [Manifest.read(p) for p in find_manifests(manifest_paths)]
     checked = [(m, *scoring_of(m)) for m in manifests]          # fail before any work
-    tmp = f"{out}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
         summary = _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_draws, max_memory_mb,

@@ -1,0 +1,165 @@
+"""Nothing a command does destroys data it did not make (issue 11, part 3)."""
+import errno
+import os
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from flowclip_cache import checkpoint
+from flowclip_cache import score as score_mod
+from flowclip_cache import train as train_mod
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError
+from flowclip_cache.score import run_score
+from flowclip_cache.store.integrity import verify_store
+from flowclip_cache.train import TrainConfig, train_head
+
+
+
+@pytest.fixture(scope="module")
+def scored_world(tmp_path_factory, tiny_encoder):
+    """A store, a sample and a finished flow run, shared by this module (none is modified)."""
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.sample import make_sample
+    from flowclip_cache.store import FeatureStore
+    base = tmp_path_factory.mktemp("outputs")
+    s = make_sample(str(base / "s"), n_images=24)
+    fs = FeatureStore.open_or_create(str(base / "store"), tiny_encoder.config)
+    run_extract(fs, tiny_encoder, [s["candidates"], s["training"]], s["image_root"], workers=0, progress=False)
+    fs.refresh()
+    run = str(base / "flow")
+    train_head(fs, s["training"], run, TrainConfig(head="flow", epochs=1, batch_size=8, lr=1e-3), progress=False,
+               log=lambda *_: None)
+    return fs, s, run, base
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    return tmp_path
+
+quiet = dict(log=lambda *_: None)
+
+
+def test_overwrite_never_replaces_a_store_or_a_users_folder(scored_world, tmp):
+    fs, s, run, _ = scored_world
+    mine = tmp / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    for out in (fs.root, str(mine)):
+        with pytest.raises(FlowclipError, match="flowclip writes and replaces only its own output"):
+            run_score(fs, [s["candidates"]], ["clip"], out, overwrite=True, bootstrap_draws=0, **quiet)
+        with pytest.raises(FlowclipError, match="flowclip writes and replaces only its own output"):
+            train_head(fs, s["training"], out, TrainConfig(head="global", epochs=1), overwrite=True,
+                       progress=False, **quiet)
+        with pytest.raises(FlowclipError, match="not a train-head run folder"):
+            train_head(fs, s["training"], out, TrainConfig(head="global", epochs=1), progress=False, **quiet)
+    assert (mine / "thesis.tex").read_text() == "years of work" and sorted(os.listdir(mine)) == ["thesis.tex"]
+    assert verify_store(fs.root).problems == []
+    # a score folder is not a run folder, nor the other way round
+    res = str(tmp / "res")
+    run_score(fs, [s["candidates"]], ["clip"], res, bootstrap_draws=0, **quiet)
+    with pytest.raises(FlowclipError, match="is a score results folder, not a train-head run folder"):
+        train_head(fs, s["training"], res, TrainConfig(head="global", epochs=1), overwrite=True, progress=False,
+                   **quiet)
+    with pytest.raises(FlowclipError, match="is a train-head run folder, not a score results folder"):
+        run_score(fs, [s["candidates"]], ["clip"], run, overwrite=True, bootstrap_draws=0, **quiet)
+    run_score(fs, [s["candidates"]], ["clip"], res, overwrite=True, bootstrap_draws=0, **quiet)   # its own: fine
+
+
+def test_failed_score_leaves_nothing_and_disk_full_is_one_line(scored_world, tmp, monkeypatch):
+    fs, s, run, _ = scored_world
+
+    def full_disk(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(score_mod, "write_outputs", full_disk)
+    r = CliRunner().invoke(main, ["score", "--store", fs.root, "--manifests", s["candidates"], "--scorer", "clip",
+                                  "--out", str(tmp / "res"), "--bootstrap", "0"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "disk is full" in r.output and len(r.output.strip().splitlines()) <= 2
+    assert not [n for n in os.listdir(tmp) if n.startswith("res")]
+
+
+def test_two_scores_to_one_out_never_replace_each_other(scored_world, tmp, monkeypatch):
+    fs, s, run, _ = scored_world
+    out = str(tmp / "res")
+    real = score_mod._score_all
+
+    def other_finishes_first(*a, **k):
+        summary = real(*a, **k)
+        monkeypatch.setattr(score_mod, "_score_all", real)
+        run_score(fs, [s["candidates"]], ["clip"], out, bootstrap_draws=0, **quiet)     # the other command
+        return summary
+
+    monkeypatch.setattr(score_mod, "_score_all", other_finishes_first)
+    with pytest.raises(FlowclipError, match="written by another command while this one ran"):
+        run_score(fs, [s["candidates"]], [run], out, bootstrap_draws=0, **quiet)
+    import json
+    assert [x["run"] for x in json.load(open(os.path.join(out, "results.json")))["scorers"]] == ["clip"]
+    assert not [n for n in os.listdir(tmp) if n.startswith("res.")]
+
+
+def test_failed_train_head_leaves_no_run_folder(scored_world, tmp, monkeypatch):
+    fs, s, run, _ = scored_world
+    out = str(tmp / "fails")
+
+    def broken(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(train_mod, "load_training_data", broken)
+    with pytest.raises(OSError):
+        train_head(fs, s["training"], out, TrainConfig(head="flow", epochs=1), progress=False, **quiet)
+    assert not os.path.exists(out)
+
+
+class Killed(BaseException):
+    """A process death at one write (BaseException: nothing catches it on the way out)."""
+
+
+def test_killed_at_each_checkpoint_write_resumes_exactly(scored_world, tmp, monkeypatch):
+    """A kill at every file operation of a checkpoint save; resume must then see a whole
+    checkpoint (the new or the previous) and finish with the uninterrupted weights."""
+    fs, s, run, _ = scored_world
+    cfg = TrainConfig(head="flow", epochs=2, batch_size=8, lr=1e-3, train_eval_records=8, checkpoint_every=1)
+    ref = str(tmp / "ref")
+    train_head(fs, s["training"], ref, cfg, progress=False, **quiet)
+    want = load_file(os.path.join(ref, "head.safetensors"))
+    ops = ["save_file", "replace", "fsync", "rmtree", "makedirs", "fsync_tree", "fsync_dir"]
+    count = {"n": 0, "at": None}
+
+    def wrap(fn):
+        def inner(*a, **k):
+            count["n"] += 1
+            if count["n"] == count["at"]:
+                raise Killed()
+            return fn(*a, **k)
+        return inner
+
+    import safetensors.torch
+    real = {"save_file": safetensors.torch.save_file, "replace": os.replace, "fsync": os.fsync,
+            "rmtree": checkpoint.shutil.rmtree, "makedirs": os.makedirs, "fsync_tree": checkpoint.fsync_tree,
+            "fsync_dir": checkpoint.fsync_dir}
+    # count the operations of a run that saves three times (steps 1, 2 and at the stop)
+    monkeypatch.setattr(safetensors.torch, "save_file", wrap(real["save_file"]))
+    monkeypatch.setattr(checkpoint.os, "replace", wrap(real["replace"]))
+    monkeypatch.setattr(checkpoint.os, "fsync", wrap(real["fsync"]))
+    monkeypatch.setattr(checkpoint.os, "makedirs", wrap(real["makedirs"]))
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", wrap(real["rmtree"]))
+    monkeypatch.setattr(checkpoint, "fsync_tree", wrap(real["fsync_tree"]))
+    monkeypatch.setattr(checkpoint, "fsync_dir", wrap(real["fsync_dir"]))
+    probe = str(tmp / "probe")
+    train_head(fs, s["training"], probe, cfg, progress=False, max_steps=2, **quiet)
+    per_run = count["n"]
+    assert per_run >= 2 * len(ops)
+    for at in range(1, per_run + 1):       # a kill at every operation of the run's three saves
+        victim = str(tmp / f"v{at}")
+        count.update(n=0, at=at)
+        with pytest.raises(Killed):
+            train_head(fs, s["training"], victim, cfg, progress=False, max_steps=2, **quiet)
+        count.update(n=0, at=None)
+        train_head(fs, s["training"], victim, cfg, progress=False, resume=True, **quiet)
+        got = load_file(os.path.join(victim, "head.safetensors"))
+        for k in want:
+            assert torch.equal(got[k], want[k]), (at, k)
