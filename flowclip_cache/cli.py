@@ -197,16 +197,13 @@ def _train_option(name, typ, help):
 @click.option("--quiet", is_flag=True)
 def train_head_cmd(store, train_manifest, out, config_file, device, image_root, resume, overwrite, quiet, **flags):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
-    import yaml
-
+    from .config import load_yaml
     from .store import FeatureStore
     from .train import TrainConfig, train_head
 
     values = {}
     if config_file:
-        values = yaml.safe_load(open(config_file)) or {}
-        if not isinstance(values, dict):
-            raise FlowclipError(f"{config_file}: expected a mapping of TrainConfig keys")
+        values = load_yaml(config_file)
         TrainConfig.from_dict(values, config_file)
     values.update({k: v for k, v in flags.items() if v is not None})
     cfg = TrainConfig.from_dict(values, config_file or "flags")
@@ -252,12 +249,10 @@ def score(store, manifests, scorers, controls, out, device, seed, draws, max_mem
 @click.option("--jobs", default=1, show_default=True, help="Runs trained at once (threads sharing the features).")
 def run_pipeline(config, overrides, dry_run, jobs):
     """Run a whole study from a pipeline YAML, with KEY=VALUE overrides."""
-    import yaml
-
+    from .config import apply_overrides, build, load_yaml, parse_overrides
     from .pipelines import pipeline_module
-    from .pipelines.config import apply_overrides, build, parse_overrides
-    data = yaml.safe_load(open(config)) or {}
-    if not isinstance(data, dict) or "kind" not in data:
+    data = load_yaml(config)
+    if "kind" not in data:
         raise FlowclipError(f"{config}: a pipeline file is a mapping with a 'kind' key")
     data = apply_overrides(data, parse_overrides(list(overrides)))
     module = pipeline_module(data["kind"])
@@ -274,12 +269,10 @@ def run_pipeline(config, overrides, dry_run, jobs):
 def profile(config, overrides, overwrite):
     """The frozen encoder's profile on a study's synthetic world, without training heads:
     accuracy per family and patch grounding (the gate before any head experiment)."""
-    import yaml
-
     from .clip_profile import profile_table
+    from .config import apply_overrides, build, load_yaml, parse_overrides
     from .pipelines import ablation
-    from .pipelines.config import apply_overrides, build, parse_overrides
-    data = apply_overrides(yaml.safe_load(open(config)) or {}, parse_overrides(list(overrides)))
+    data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     cfg = build(ablation.CONFIG, data, config)
     if cfg.world is None:
         raise FlowclipError(f"{config}: profile needs a synthetic world (world: {{...}})")
@@ -297,11 +290,9 @@ def profile(config, overrides, overwrite):
 @click.option("--quiet", is_flag=True)
 def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
     """Pretrain the tiny CLIP on the synthetic world (the recipe in pipelines/)."""
-    import yaml
-
-    from .pipelines.config import apply_overrides, parse_overrides
+    from .config import apply_overrides, load_yaml, parse_overrides
     from .pretrain import PretrainConfig, pretrain
-    data = apply_overrides(yaml.safe_load(open(config)) or {}, parse_overrides(list(overrides)))
+    data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     cfg = PretrainConfig.from_dict(data, config)
     path = pretrain(out, cfg, log=click.echo, progress=not quiet, export_to=export_to)
     click.echo(f"weights: {path}")

@@ -15,13 +15,14 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from . import checkpoint
+from .config import build
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .features import image_forward, text_forward
 from .errors import FlowclipError
@@ -33,31 +34,21 @@ WEIGHTS_DIR = os.path.join(os.path.dirname(__file__), "weights")
 @dataclass
 class PretrainConfig:
     model: str = "flowclip-tiny-clip"
-    seed: int = 0
-    scenes: int = 40000           # rendered once into memory; captions are drawn fresh each step
-    steps: int = 4000
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    warmup: int = 200
-    attribute_rate: float = 0.5   # share of objects whose colour a caption names
-    checkpoint_every: int = 250
-    image_size: int = 64
-    probe_scenes: int = 0         # held-out scenes whose patch grounding is logged at each checkpoint
+    seed: int = field(default=0, metadata={"min": 0})
+    scenes: int = field(default=40000, metadata={"min": 1})   # rendered once; captions drawn fresh each step
+    steps: int = field(default=4000, metadata={"min": 0})
+    batch_size: int = field(default=256, metadata={"min": 2})
+    lr: float = field(default=1e-3, metadata={"min": 0.0})
+    weight_decay: float = field(default=0.1, metadata={"min": 0.0})
+    warmup: int = field(default=200, metadata={"min": 1})
+    attribute_rate: float = field(default=0.5, metadata={"min": 0.0})   # share of objects whose colour is named
+    checkpoint_every: int = field(default=250, metadata={"min": 1})
+    image_size: int = field(default=64, metadata={"min": 1})
+    probe_scenes: int = field(default=0, metadata={"min": 0})   # held-out scenes probed for grounding
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise FlowclipError(f"{source}: unknown keys {unknown}; known: {sorted(names)}")
-        for k, v in d.items():
-            want = type(getattr(cls, k))
-            if want is float and isinstance(v, int):
-                d[k] = float(v)
-            elif not isinstance(v, want):
-                raise FlowclipError(f"{source}: key {k!r} must be {want.__name__}, got {v!r}")
-        return cls(**d)
+        return build(cls, d, source)
 
 
 def render_pool(cfg: PretrainConfig):

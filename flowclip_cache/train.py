@@ -22,12 +22,13 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from . import checkpoint, outputs
+from .config import build
 from .data import FeatureBank, image_keys, require_features
 from .errors import FlowclipError
 from .hashing import file_sha256
@@ -39,40 +40,26 @@ from .store import FeatureStore
 
 @dataclass
 class TrainConfig:
-    head: str = "flow"            # clip | global | flow
-    epochs: int = 5
-    batch_size: int = 32          # records per batch (each brings one negative)
-    lr: float = 8e-5
-    weight_decay: float = 1e-4
-    beta1: float = 0.9
-    beta2: float = 0.999
-    grad_clip: float = 1.0
-    tau_c: float = 0.01
-    tau_p: float = 0.05
+    head: str = field(default="flow", metadata={"choices": HEAD_KINDS})    # clip | global | flow
+    epochs: int = field(default=5, metadata={"min": 0})
+    batch_size: int = field(default=32, metadata={"min": 1})    # records per batch (each brings one negative)
+    lr: float = field(default=8e-5, metadata={"min": 0.0})
+    weight_decay: float = field(default=1e-4, metadata={"min": 0.0})
+    beta1: float = field(default=0.9, metadata={"min": 0.0})
+    beta2: float = field(default=0.999, metadata={"min": 0.0})
+    grad_clip: float = field(default=1.0, metadata={"gt": 0.0})
+    tau_c: float = field(default=0.01, metadata={"gt": 0.0})
+    tau_p: float = field(default=0.05, metadata={"gt": 0.0})
     alpha: float = 1.0
-    cimr: float = 0.1             # lambda_CIMR; 0 = HNB alone
-    seed: int = 0
-    checkpoint_every: int = 500   # steps between resumable checkpoints (and at every epoch end)
-    train_eval_records: int = 2000  # fixed sample of training records scored after each epoch
+    cimr: float = field(default=0.1, metadata={"min": 0.0})    # lambda_CIMR; 0 = HNB alone
+    seed: int = field(default=0, metadata={"min": 0})
+    checkpoint_every: int = field(default=500, metadata={"min": 1})   # steps between checkpoints (and every epoch end)
+    train_eval_records: int = field(default=2000, metadata={"min": 0})  # fixed training sample scored each epoch
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "TrainConfig":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - set(fields))
-        if unknown:
-            raise FlowclipError(f"{source}: unknown keys {unknown}; known: {sorted(fields)}")
-        out = {}
-        for k, v in d.items():
-            typ = type(getattr(cls, k))
-            if typ is float and isinstance(v, int) and not isinstance(v, bool):
-                v = float(v)
-            if not isinstance(v, typ) or isinstance(v, bool) != (typ is bool):
-                raise FlowclipError(f"{source}: key {k!r} must be {typ.__name__}, got {v!r}")
-            out[k] = v
-        cfg = cls(**out)
-        if cfg.head not in HEAD_KINDS:
-            raise FlowclipError(f"{source}: head must be one of {HEAD_KINDS}, got {cfg.head!r}")
-        return cfg
+        """Unknown keys, wrong types, NaN and out-of-range values are refused (config.build)."""
+        return build(cls, d, source)
 
 
 # -- data: everything the manifest needs, in memory once ------------------------------------

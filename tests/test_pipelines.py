@@ -21,7 +21,7 @@ REDUCED = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 1
 
 def test_every_pipeline_file_names_its_command_and_parses():
     from flowclip_cache.pipelines import pipeline_module
-    from flowclip_cache.pipelines.config import build
+    from flowclip_cache.config import build
     import yaml
     for name in ("ablation.yaml", "sensitivity.yaml", "synthetic.yaml"):
         path = os.path.join(ROOT, "pipelines", name)

@@ -47,5 +47,7 @@ def test_resume_is_bit_identical_and_card_is_written(tmp_path, monkeypatch):
 def test_unknown_or_mistyped_recipe_keys_are_refused():
     with pytest.raises(FlowclipError, match="unknown keys"):
         PretrainConfig.from_dict({"stpes": 10})
-    with pytest.raises(FlowclipError, match="must be int"):
+    with pytest.raises(FlowclipError, match="expected int"):
         PretrainConfig.from_dict({"steps": "ten"})
+    with pytest.raises(FlowclipError, match="at least 1"):
+        PretrainConfig.from_dict({"checkpoint_every": 0})

@@ -158,9 +158,25 @@ def test_config_keys_and_types_are_checked(world, tmp_path):
     r = CliRunner().invoke(main, ["train-head", "--store", world["store"].root, "--train", world["manifest"],
                                   "--out", str(tmp_path / "o"), "--config", str(bad)])
     assert r.exit_code == 2 and "unknown keys ['learning_rate']" in r.output
-    with pytest.raises(FlowclipError, match="'epochs' must be int"):
+    with pytest.raises(FlowclipError, match="'epochs': expected int"):
         TrainConfig.from_dict({"epochs": "five"})
     assert TrainConfig.from_dict({"lr": 1}).lr == 1.0
+    for bad_value, why in [({"batch_size": 0}, "at least 1"), ({"checkpoint_every": 0}, "at least 1"),
+                           ({"epochs": -1}, "at least 0"), ({"train_eval_records": -5}, "at least 0"),
+                           ({"lr": float("nan")}, "finite"), ({"tau_p": 0.0}, "greater than 0"),
+                           ({"head": "flwo"}, "must be one of"), ({"cimr": -0.1}, "at least 0")]:
+        with pytest.raises(FlowclipError, match=why):
+            TrainConfig.from_dict(bad_value, "c.yaml")
+    # YAML syntax and tags: one line naming the file, never a traceback or constructed object
+    for text, why in [("lr: [1e-3\n", "not valid YAML"), ("lr: !!python/object:os.system ls\n", "not valid YAML"),
+                      ("- 1\n- 2\n", "expected a mapping"), ("batch_size: 0\n", "at least 1")]:
+        bad.write_text(text)
+        r = CliRunner().invoke(main, ["train-head", "--store", world["store"].root, "--train", world["manifest"],
+                                      "--out", str(tmp_path / "o"), "--config", str(bad)])
+        assert r.exit_code == 2 and why in r.output and "Traceback" not in r.output, r.output
+        r = CliRunner().invoke(main, ["run", str(bad)])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert not os.path.exists(tmp_path / "o")
 
 
 def test_global_and_clip_heads(world, tmp_path):

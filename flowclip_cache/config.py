@@ -1,14 +1,35 @@
-"""Pipeline configs: YAML plus key=value overrides; unknown keys and wrong types are
-errors that name the key."""
+"""Every config flowclip reads (train-head's TrainConfig, pretraining's recipe, the
+pipelines' studies): YAML plus key=value overrides, checked in one place. Unknown
+keys, wrong types, non-finite numbers and values outside a field's range (declared
+as `field(metadata={"min": 1})`) are errors that name the file and the key."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 
 import yaml
 
-from ..errors import FlowclipError
+from .errors import FlowclipError
+
+
+def load_yaml(path: str) -> dict:
+    """A YAML mapping, safely (no tags, no code); syntax errors are one line naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except UnicodeDecodeError as e:
+        raise FlowclipError(f"{path}: not UTF-8 text ({e})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise FlowclipError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise FlowclipError(f"{path}: expected a mapping of keys, got {type(data).__name__}")
+    return data
 
 
 def parse_overrides(items: list[str]) -> list[tuple[list[str], object]]:
@@ -67,7 +88,20 @@ def _check(value, typ, where: str):
         return float(value)
     if not isinstance(value, typ) or (typ is not bool and isinstance(value, bool)):
         raise FlowclipError(f"{where}: expected {typ.__name__}, got {value!r}")
+    if typ is float and not math.isfinite(value):
+        raise FlowclipError(f"{where}: must be a finite number, got {value!r}")
     return value
+
+
+def _check_range(value, meta: dict, where: str) -> None:
+    if value is None:
+        return
+    if "min" in meta and value < meta["min"]:
+        raise FlowclipError(f"{where}: must be at least {meta['min']}, got {value!r}")
+    if "gt" in meta and not value > meta["gt"]:
+        raise FlowclipError(f"{where}: must be greater than {meta['gt']}, got {value!r}")
+    if "choices" in meta and value not in meta["choices"]:
+        raise FlowclipError(f"{where}: must be one of {list(meta['choices'])}, got {value!r}")
 
 
 def build(cls, data: dict, source: str):
@@ -76,8 +110,12 @@ def build(cls, data: dict, source: str):
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise FlowclipError(f"{source}: unknown keys {unknown}; known: {sorted(fields)}")
+    if not isinstance(data, dict):
+        raise FlowclipError(f"{source}: expected a mapping of keys, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     kwargs = {k: _check(v, hints[k], f"{source}: key {k!r}") for k, v in data.items()}
+    for k, v in kwargs.items():
+        _check_range(v, fields[k].metadata, f"{source}: key {k!r}")
     missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
