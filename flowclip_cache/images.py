@@ -30,9 +30,19 @@ def resolve_image_path(image_root: str, rel: str, allow_outside_root: bool = Fal
 
 
 def to_rgb(im: Image.Image) -> Image.Image:
+    """8-bit RGB. Single-channel images of more bits are scaled by their type's range:
+    16-bit by 65535; 32-bit integers by 255 or, when larger values occur, 65535; float
+    images by 1 when their values lie in [0, 1] (the usual convention), else by 255.
+    A float image with NaN or values outside [0, 255] has no safe reading: refused."""
     if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         arr = np.asarray(im, dtype=np.float64)
-        hi = 65535.0 if im.mode.startswith("I;16") or arr.max() > 255 else 255.0
+        if im.mode == "F":
+            if not np.isfinite(arr).all() or arr.min() < 0 or arr.max() > 255:
+                raise BadImage(f"float image with values outside [0, 255] or NaN "
+                               f"(range {np.nanmin(arr):.3g} to {np.nanmax(arr):.3g}); convert it to 8-bit first")
+            hi = 1.0 if arr.max() <= 1.0 else 255.0
+        else:
+            hi = 65535.0 if im.mode.startswith("I;16") or arr.max() > 255 else 255.0
         arr = np.clip(arr / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)
         im = Image.fromarray(arr, mode="L")
     return im.convert("RGB")

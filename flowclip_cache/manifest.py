@@ -84,14 +84,27 @@ class Manifest:
         except Exception as e:  # pyarrow raises several kinds for a non-Parquet file
             raise ManifestError(f"{path}: not a readable Parquet file ({e})") from e
         md = table.schema.metadata or {}
-        if META_VERSION in md and int(md[META_VERSION]) > SCHEMA_VERSION:
-            raise ManifestError(
-                f"{path}: manifest schema version {int(md[META_VERSION])} is newer than this "
-                f"flowclip reads ({SCHEMA_VERSION}); upgrade flowclip")
-        kind = md.get(META_KIND, b"").decode() or _infer_kind(path, table)
+        if META_VERSION in md:
+            try:
+                version = int(md[META_VERSION])
+            except ValueError:
+                raise ManifestError(f"{path}: {META_VERSION.decode()} {md[META_VERSION][:20]!r} is not an integer; "
+                                    f"rewrite the manifest with write_manifest") from None
+            if version > SCHEMA_VERSION:
+                raise ManifestError(f"{path}: manifest schema version {version} is newer than this "
+                                    f"flowclip reads ({SCHEMA_VERSION}); upgrade flowclip")
+        kind = md.get(META_KIND, b"").decode("utf-8", "replace") or _infer_kind(path, table)
         if kind not in KINDS:
             raise ManifestError(f"{path}: unknown manifest kind {kind!r}; known: {sorted(KINDS)}")
-        meta = json.loads(md[META_EXTRA]) if META_EXTRA in md else {}
+        meta = {}
+        if META_EXTRA in md:
+            try:
+                meta = json.loads(md[META_EXTRA])
+            except ValueError as e:
+                raise ManifestError(f"{path}: {META_EXTRA.decode()} is not valid JSON ({e})") from None
+            if not isinstance(meta, dict):
+                raise ManifestError(f"{path}: {META_EXTRA.decode()} must be a JSON object, got "
+                                    f"{type(meta).__name__}")
         m = cls(path, kind, table, meta)
         m._validate()
         return m
@@ -108,6 +121,38 @@ class Manifest:
         if self.kind == "classification" and not self.meta.get("prompts"):
             raise ManifestError(f"{self.path}: a classification manifest needs 'prompts' in its "
                                 f"flowclip.meta (one list of prompts per class)")
+        self._check_types()
+        for _ in self.image_refs():      # empty paths, NUL bytes, bad UTF-8, bad crops: refused on read
+            pass
+        if "record_id" in cols:
+            ids = [str(i) for i in self.table.column("record_id").to_pylist()]
+            if len(set(ids)) < len(ids):
+                seen, dup = set(), []
+                for i in ids:
+                    if i in seen and i not in dup:
+                        dup.append(i)
+                    seen.add(i)
+                raise ManifestError(f"{self.path}: {len(dup)} record_id values appear more than once "
+                                    f"(first: {', '.join(map(repr, dup[:5]))}); each record needs its own id")
+        if "gold" in cols and "captions" in cols:
+            for row, (g, caps) in enumerate(zip(self.table.column("gold").to_pylist(),
+                                                self.table.column("captions").to_pylist())):
+                if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g < len(caps or []):
+                    raise ManifestError(f"{self.path}: row {row}: gold {g!r} is not the index of one of its "
+                                        f"{len(caps or [])} captions")
+
+    def _check_types(self) -> None:
+        """Column types a manifest must have: text where text is read, integers for gold."""
+        import pyarrow.types as pt
+        schema = self.table.schema
+        text = lambda t: pt.is_string(t) or pt.is_large_string(t) or pt.is_binary(t) or pt.is_large_binary(t)
+        checks = [("image", text, "text (a path)")] + \
+                 [(c, lambda t: text(t) or ((pt.is_list(t) or pt.is_large_list(t)) and text(t.value_type)),
+                   "text or a list of text") for c in self.spec.text_columns] + \
+                 [("gold", pt.is_integer, "integers"), ("label", pt.is_integer, "integers")]
+        for col, ok, what in checks:
+            if col in schema.names and not ok(schema.field(col).type):
+                raise ManifestError(f"{self.path}: column {col!r} is {schema.field(col).type}, expected {what}")
 
     # -- what extract needs ----------------------------------------------------------
     def image_refs(self) -> Iterator[ImageRef]:
@@ -118,6 +163,8 @@ class Manifest:
                 raise ManifestError(f"{self.path}: row {row}: empty image path in column 'image'")
             if isinstance(p, bytes):
                 p = _decode(self.path, row, "image", p)
+            if "\x00" in p:
+                raise ManifestError(f"{self.path}: row {row}: image path {p!r} holds a NUL byte")
             crop = None
             if crops is not None and crops[row] is not None:
                 crop = tuple(float(c) for c in crops[row])
@@ -184,7 +231,8 @@ def write_manifest(path: str | os.PathLike, table: pa.Table, kind: str, meta: di
 
 
 def check_manifest(m: Manifest, image_root: str | None = None) -> list[str]:
-    """Missing images under the root, duplicate record ids, duplicate captions in a set."""
+    """Missing images under the root and duplicate captions in a set (duplicate record ids
+    are refused when the manifest is read)."""
     problems = []
     if image_root:
         seen = {}
@@ -193,14 +241,6 @@ def check_manifest(m: Manifest, image_root: str | None = None) -> list[str]:
                 seen[ref.path] = os.path.isfile(os.path.join(image_root, ref.path))
             if not seen[ref.path]:
                 problems.append(f"{m.path}: row {ref.row}: image {ref.path!r} not found under {image_root}")
-    if "record_id" in m.table.column_names:
-        ids = m.table.column("record_id").to_pylist()
-        counts: dict = {}
-        for i in ids:
-            counts[i] = counts.get(i, 0) + 1
-        for i, n in counts.items():
-            if n > 1:
-                problems.append(f"{m.path}: record_id {i!r} appears {n} times")
     if m.kind == "candidates":
         for row, caps in enumerate(m.table.column("captions").to_pylist()):
             if len(set(caps)) < len(caps):

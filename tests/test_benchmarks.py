@@ -249,13 +249,18 @@ def test_manifest_check(tmp_path):
     (tmp_path / "a.jpg").write_bytes(b"x")
     write_manifest(tmp_path / "m.parquet", pa.Table.from_pylist([
         {"record_id": "1", "image": "a.jpg", "captions": ["x", "x"], "gold": 0},
-        {"record_id": "1", "image": "b.jpg", "captions": ["x", "y"], "gold": 0}]), "candidates")
+        {"record_id": "2", "image": "b.jpg", "captions": ["x", "y"], "gold": 0}]), "candidates")
     problems = check_manifest(Manifest.read(tmp_path / "m.parquet"), str(tmp_path))
     assert any("'b.jpg' not found" in p for p in problems)
-    assert any("record_id '1' appears 2 times" in p for p in problems)
     assert any("row 0: duplicate captions" in p for p in problems)
     r = CliRunner().invoke(main, ["manifest", "check", str(tmp_path / "m.parquet"), "--image-root", str(tmp_path)])
     assert r.exit_code == 2
+    # duplicate record ids are refused on every read (extract, train, score), naming them
+    write_manifest(tmp_path / "d.parquet", pa.Table.from_pylist([
+        {"record_id": "1", "image": "a.jpg", "captions": ["x", "y"], "gold": 0},
+        {"record_id": "1", "image": "a.jpg", "captions": ["x", "z"], "gold": 1}]), "candidates")
+    r = CliRunner().invoke(main, ["manifest", "check", str(tmp_path / "d.parquet")])
+    assert r.exit_code == 2 and "record_id values appear more than once (first: '1')" in r.output
 
 
 def test_catalogue_matches_registry():

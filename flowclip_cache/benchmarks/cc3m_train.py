@@ -31,6 +31,7 @@ from .base import Benchmark, BuildReport, RowErrors, read_text, write_records
 
 _TSV = training_benchmark("cc3m-train", "CC3M-100K (training)", "")
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+SAFE_KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
 _MEMBER = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")      # webdataset's key / extension split
 
 
@@ -109,6 +110,9 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
                 sample_key = str(json.loads(parts["json"])["key"]) if "json" in parts else os.path.basename(key)
             except (ValueError, KeyError, TypeError):
                 errors(path, where, "its .json has no 'key'")
+                continue
+            if not SAFE_KEY.match(sample_key):      # the key names a file: never a path from the archive
+                errors(path, where, f"key {sample_key[:80]!r} is not a plain file name (letters, digits, . _ -)")
                 continue
             if caption == "coca":
                 text = coca.get(sample_key, "")

@@ -1,0 +1,153 @@
+"""Input a stranger hands us: refused per row or in one clear line, never a traceback,
+never a file outside the folder the user named, never a hang (issue 11, part 4)."""
+import io
+import json
+import os
+import signal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from flowclip_cache import extract as extract_mod
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError, ManifestError
+from flowclip_cache.images import load_image
+from flowclip_cache.manifest import Manifest, write_manifest
+from flowclip_cache.store import CAPTION, FeatureStore
+
+from test_benchmarks import _tar, build
+
+
+def test_cc3m_keys_never_become_paths(tmp_path):
+    src = tmp_path / "cc3m" / "train_subset_100K"
+    src.mkdir(parents=True)
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, "JPEG")
+    sample = lambda name, key: [(f"{name}.jpg", buf.getvalue()), (f"{name}.txt", b"a red car next to a blue bus"),
+                                (f"{name}.json", json.dumps({"key": key}).encode())]
+    _tar(src / "00000.tar", sample("000000001", "../../pwned_by_tar") + sample("000000002", "/tmp/pwned_abs")
+         + sample("000000003", "..") + sample("000000004", "good_key-1"))
+    out = tmp_path / "m" / "cc3m.parquet"
+    out.parent.mkdir()
+    report, m = build("cc3m-train", src.parent, out, on_error="skip", caption="alt", kinds="shuffle-bigram")
+    images = tmp_path / "m" / "cc3m-100k-images"
+    assert sorted(os.listdir(images)) == ["good_key-1.jpg"]
+    assert not (tmp_path / "pwned_by_tar.jpg").exists() and not os.path.exists("/tmp/pwned_abs.jpg")
+    assert not [p for p in tmp_path.rglob("*pwned*")]
+    assert sum("is not a plain file name" in s[2] for s in report.skipped) == 3
+    with pytest.raises(FlowclipError, match="is not a plain file name"):
+        build("cc3m-train", src.parent, tmp_path / "m" / "x.parquet", caption="alt", kinds="shuffle-bigram")
+
+
+def _run(store, enc, manifests, root, **kw):
+    fs = FeatureStore.open_or_create(str(store), enc.config)
+    return fs, extract_mod.run_extract(fs, enc, manifests, root, workers=0, progress=False, **kw)
+
+
+def test_a_fifo_among_images_is_a_failure_row_not_a_hang(tmp_path, tiny_encoder):
+    root = tmp_path / "img"
+    root.mkdir()
+    Image.new("RGB", (32, 32), (9, 9, 9)).save(root / "ok.png")
+    os.mkfifo(root / "pipe.png")
+    man = tmp_path / "m.parquet"
+    write_manifest(man, pa.Table.from_pylist([{"record_id": "a", "image": "ok.png", "captions": ["x", "y"], "gold": 0},
+                                              {"record_id": "b", "image": "pipe.png", "captions": ["x", "y"],
+                                               "gold": 0}]), "candidates")
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("extract hung on the FIFO")))
+    signal.alarm(60)
+    try:
+        fs, s = _run(tmp_path / "st", tiny_encoder, [str(man)], str(root))
+    finally:
+        signal.alarm(0)
+    assert s.images_new == 1 and [f.reason for f in s.failures] == ["not a regular file (a folder, FIFO, socket or device)"]
+    assert s.failures[0].source.endswith(":1")
+
+
+def test_a_caption_without_content_tokens_is_an_error_row(tmp_path, tiny_encoder, sample):
+    from flowclip_cache.encoders import EncoderSpec, resolve
+    enc = resolve(EncoderSpec("flowclip-tiny-vit", token_mask="content"))
+    man = tmp_path / "m.parquet"
+    rows = Manifest.read(sample["candidates"]).table.to_pylist()[:2]
+    rows[1]["captions"] = [rows[1]["captions"][0], "\ufeff"]      # a BOM: not blank to Python, no token to CLIP
+    write_manifest(man, pa.Table.from_pylist(rows), "candidates")
+    fs, s = _run(tmp_path / "st", enc, [str(man)], sample["image_root"])
+    bad = [f for f in s.failures if f.kind == "caption"]
+    assert [f.reason for f in bad] == ["no content tokens under --token-mask content"]
+    assert bad[0].source == f"{man}:1:captions"
+    fs2, s2 = _run(tmp_path / "st", enc, [str(man)], sample["image_root"])       # a rerun is fine too
+    assert s2.captions_new == 0 and len(s2.failures) == 1
+
+
+def _manifest_error(tmp_path, table, meta_bytes=None):
+    import pyarrow.parquet as pq
+    path = tmp_path / "bad.parquet"
+    if meta_bytes is not None:
+        table = table.replace_schema_metadata(meta_bytes)
+    pq.write_table(table, path)
+    r = CliRunner().invoke(main, ["manifest", "check", str(path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    return r.output
+
+
+def test_malformed_manifests_are_one_line_errors(tmp_path):
+    ok = {"record_id": ["a"], "image": ["x.png"], "captions": [["p", "q"]], "gold": [0]}
+    cases = [
+        (dict(ok, image=[7]), None, "column 'image' is int64, expected text"),
+        (dict(ok, image=["x\x00.png"]), None, "holds a NUL byte"),
+        (dict(ok, image=[b"\xff\xfe.png"]), None, "is not valid UTF-8"),
+        (ok, {b"flowclip.kind": b"candidates", b"flowclip.meta": b"{broken"}, "flowclip.meta is not valid JSON"),
+        (ok, {b"flowclip.kind": b"candidates", b"flowclip.meta": b"[1, 2]"}, "must be a JSON object"),
+        (ok, {b"flowclip.kind": b"candidates", b"flowclip.schema_version": b"one"}, "is not an integer"),
+        (dict(ok, gold=[2]), None, "gold 2 is not the index of one of its 2 captions"),
+        (dict(ok, gold=[-1]), None, "gold -1 is not the index"),
+        (dict(ok, record_id=["a", "a"], image=["x", "y"], captions=[["p", "q"]] * 2, gold=[0, 0]), None,
+         "record_id values appear more than once"),
+    ]
+    for cols, meta, want in cases:
+        assert want in _manifest_error(tmp_path, pa.table(cols), meta), want
+
+
+def test_malformed_head_runs_are_refused_not_scored(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from flowclip_cache.train import load_head
+    good_cfg = {"head": {"kind": "global", "dim": 4, "alpha": 1.0, "tau_p": 0.05}}
+    M = torch.eye(4)
+    cases = [({"head": {**good_cfg["head"], "kind": "flwo"}}, {"M": M}, "is not one of"),
+             ({"head": {**good_cfg["head"], "dim": -4}}, {"M": M}, "is not a positive integer"),
+             ({"head": {**good_cfg["head"], "tau_p": 0.0}}, {"M": M}, "tau_p = 0.0 must be a finite number > 0"),
+             ({"head": {**good_cfg["head"], "alpha": float("nan")}}, {"M": M}, "alpha = nan must be a finite"),
+             (good_cfg, {"M": torch.eye(5)}, "M is torch.float32[5, 5], expected torch.float32[4, 4]"),
+             (good_cfg, {"M": M.double()}, "expected torch.float32"),
+             (good_cfg, {"M": M * float("inf")}, "holds NaN or inf"),
+             (good_cfg, {"W": M}, "holds ['W'], a global head needs ['M']"),
+             ({"nothing": 1}, {"M": M}, "config.json is missing or malformed")]
+    for i, (cfg, weights, want) in enumerate(cases):
+        run = tmp_path / f"r{i}"
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps(cfg))
+        save_file(weights, str(run / "head.safetensors"))
+        with pytest.raises(FlowclipError) as e:
+            load_head(str(run))
+        assert want in str(e.value), (want, str(e.value))
+    (tmp_path / "r0" / "head.safetensors").write_bytes(b"not safetensors")
+    (tmp_path / "r0" / "config.json").write_text(json.dumps(good_cfg))
+    with pytest.raises(FlowclipError, match="head.safetensors is unreadable"):
+        load_head(str(tmp_path / "r0"))
+
+
+def test_float_tiff_in_unit_range_is_scaled_not_black(tmp_path):
+    arr = np.linspace(0, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
+    Image.fromarray(arr, mode="F").save(tmp_path / "f.tif")
+    im = np.asarray(load_image(str(tmp_path / "f.tif")))
+    assert im.max() == 255 and abs(im.mean() - 127.5) < 2
+    Image.fromarray(arr * 255, mode="F").save(tmp_path / "g.tif")
+    assert np.asarray(load_image(str(tmp_path / "g.tif"))).max() == 255
+    Image.fromarray(arr * 1000, mode="F").save(tmp_path / "h.tif")
+    from flowclip_cache.images import BadImage
+    with pytest.raises(BadImage, match="outside"):
+        load_image(str(tmp_path / "h.tif"))
