@@ -65,19 +65,26 @@ def macro_accuracy(correct: np.ndarray, groups: np.ndarray, min_count: int = 0) 
 def retrieval_recall(sim: np.ndarray, caption_image: np.ndarray, ks=(1, 5, 10)) -> dict:
     """sim [n_images, n_captions]; caption_image[t] = index of caption t's image.
     image->text: an image counts if any of its captions is in its top k;
-    text->image: a caption counts if its image is in its top k."""
-    n_img = sim.shape[0]
+    text->image: a caption counts if its image is in its top k.
+    Ties count against the query in both directions: the rank of the right answer is
+    the number of wrong candidates scoring at least as high. Queries whose right
+    answer ties a wrong one are counted (i2t_ties, t2i_ties)."""
+    n_img, n_cap = sim.shape
+    pos = caption_image[None, :] == np.arange(n_img)[:, None]          # [n_img, n_cap]
+    best_pos = np.where(pos, sim, -np.inf).max(1)                      # each image's best caption
+    neg = np.where(pos, -np.inf, sim)
+    i_rank = (neg >= best_pos[:, None]).sum(1)
+    i_tie = (neg == best_pos[:, None]).any(1)
+    s_true = sim[caption_image, np.arange(n_cap)]
+    others = sim.copy()
+    others[caption_image, np.arange(n_cap)] = -np.inf
+    t_rank = (others >= s_true[None, :]).sum(0)
+    t_tie = (others == s_true[None, :]).any(0)
     out = {}
-    # rank of the best positive caption for each image
-    order = np.argsort(-sim, axis=1, kind="stable")
-    is_pos = caption_image[order] == np.arange(n_img)[:, None]
-    first_pos = is_pos.argmax(1)
-    # rank of the caption's image
-    s_true = sim[caption_image, np.arange(sim.shape[1])]
-    t_rank = (sim > s_true[None, :]).sum(0)
     for k in ks:
-        out[f"i2t_R@{k}"] = float(np.mean(first_pos < k))
+        out[f"i2t_R@{k}"] = float(np.mean(i_rank < k))
         out[f"t2i_R@{k}"] = float(np.mean(t_rank < k))
+    out["i2t_ties"], out["t2i_ties"] = int(i_tie.sum()), int(t_tie.sum())
     return out
 
 

@@ -214,3 +214,36 @@ def test_store_cli_info_and_verify(tmp_path, sample, tiny_encoder):
     shutil.rmtree(os.path.join(seg.path, "patches"))            # damage a committed segment
     r = CliRunner().invoke(main, ["store", "verify", fs.root])
     assert r.exit_code == 2 and seg.name in r.output
+
+
+def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, tiny_encoder, tiny_model,
+                                                              monkeypatch):
+    """ABC-6K's abc/1887: two captions whose token ids are equal, either side of a batch
+    boundary, must score as a tie. Features are a function of the token ids: encoded
+    once per distinct sequence in a run, and reused from the store by a later run."""
+    tokenizer = tiny_model[2]
+    m = Manifest.read(sample["candidates"])
+    rows = m.table.to_pylist()
+    rows[0]["captions"] = ["A red square near a blue circle.", "a red square near a blue circle."]  # tokenizer lowercases
+    man = tmp_path / "m.parquet"
+    write_manifest(man, pa.Table.from_pylist(rows), "candidates")
+    import flowclip_cache.features as features_mod
+    encoded = []
+    real = features_mod.encode_texts
+    monkeypatch.setattr(features_mod, "encode_texts", lambda model, ids, *a: (encoded.append(ids), real(model, ids, *a))[1])
+    fs, s = run(tmp_path / "st", tiny_encoder, [str(man)], sample["image_root"], text_batch_size=3,
+                caption_unit=3)
+    distinct = {tuple(r[r != 0].tolist()) for r in tokenizer([c.text for c in Manifest.read(man).caption_refs()])}
+    assert sum(len(x) for x in encoded) == len(distinct) == s.captions_new - 1      # the pair encoded once
+    a = fs.load_captions([caption_key(c) for c in rows[0]["captions"]])
+    np.testing.assert_array_equal(a.global_[0], a.global_[1])
+    np.testing.assert_array_equal(a.tokens[a.offsets[0]:a.offsets[1]], a.tokens[a.offsets[1]:a.offsets[2]])
+    # a later run adds a third spelling: it gets the stored features, not a new encoding
+    rows[1]["captions"] = ["A RED SQUARE NEAR A BLUE CIRCLE.", rows[1]["captions"][1]]
+    write_manifest(man, pa.Table.from_pylist(rows), "candidates")
+    encoded.clear()
+    fs, s = run(tmp_path / "st", tiny_encoder, [str(man)], sample["image_root"], text_batch_size=7)
+    assert s.captions_new == 1 and sum(len(x) for x in encoded) == 0
+    c = fs.load_captions([caption_key(rows[0]["captions"][0]), caption_key(rows[1]["captions"][0])])
+    np.testing.assert_array_equal(c.global_[0], c.global_[1])
+    np.testing.assert_array_equal(c.tokens[c.offsets[0]:c.offsets[1]], c.tokens[c.offsets[1]:c.offsets[2]])

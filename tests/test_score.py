@@ -87,6 +87,21 @@ def test_retrieval_recall_against_a_loop():
         assert got[f"i2t_R@{k}"] == pytest.approx(i2t) and got[f"t2i_R@{k}"] == pytest.approx(t2i)
 
 
+def test_retrieval_ties_count_against_the_query_in_both_directions():
+    """One rule both ways: a wrong candidate scoring as high as the right one ranks above it."""
+    const = np.zeros((4, 4))
+    got = metrics.retrieval_recall(const, np.arange(4), (1, 4))
+    assert got["i2t_R@1"] == got["t2i_R@1"] == 0.0 and got["i2t_R@4"] == got["t2i_R@4"] == 1.0   # rank 3
+    assert got["i2t_ties"] == got["t2i_ties"] == 4
+    # by hand: image 0's captions 0,1; image 1's caption 2. sim rows = images.
+    sim = np.array([[0.5, 0.9, 0.9],     # image 0: best positive 0.9 ties caption 2 (wrong) -> rank 1
+                    [0.2, 0.1, 0.7]])    # image 1: 0.7 beats all -> rank 0
+    got = metrics.retrieval_recall(sim, np.array([0, 0, 1]), (1, 2))
+    assert got["i2t_R@1"] == 0.5 and got["i2t_R@2"] == 1.0 and got["i2t_ties"] == 1
+    # captions: c0 true 0.5 vs 0.2 -> 0; c1 0.9 vs 0.1 -> 0; c2 true 0.7 vs 0.9 -> 1
+    assert got["t2i_R@1"] == pytest.approx(2 / 3) and got["t2i_ties"] == 0
+
+
 def test_topk_by_hand():
     logits = np.array([[0.1, 0.9, 0.5], [0.8, 0.1, 0.3]])
     assert metrics.topk_accuracy(logits, np.array([2, 0]), (1, 2)) == {"top1": 0.5, "top2": 1.0}
