@@ -251,6 +251,24 @@ def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=
     return metrics.topk_accuracy(per_class[[img_row[k] for k in ikeys]], labels, (1, 5))
 
 
+def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correct: dict, all_images: dict) -> dict:
+    """One task's input to the paired bootstrap: the records its official score uses
+    (excluded records and groups below min_group left out, as the official score leaves
+    them), each record's image index into the study-wide list (all_images, grown here)
+    and each run's decisions."""
+    n = len(ikeys)
+    keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(n, bool)
+    groups = np.asarray(cols[sc.group_by])[keep] if sc.aggregate != "mean" else None
+    keep_idx = np.flatnonzero(keep)
+    if groups is not None and sc.min_group:
+        sizes = dict(zip(*np.unique(groups, return_counts=True)))
+        sel = np.array([sizes[g] >= sc.min_group for g in groups], bool)
+        keep_idx, groups = keep_idx[sel], groups[sel]
+    idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep_idx]], np.int64)
+    return {"name": name, "image_index": idx, "groups": groups,
+            "correct": {r: c[keep_idx] for r, c in correct.items()}}
+
+
 def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]) -> dict:
     """binding7 / all11 / aro / controls6 from each benchmark's joins declaration."""
     out = {}
@@ -315,19 +333,8 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
             runs = [s.run for s in scorers]
             changes[name] = {f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
                              for i, a in enumerate(runs) for b in runs[i + 1:]} if "real" in controls else {}
-            keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
             if "real" in controls:
-                idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep]])
-                groups = np.asarray(cols[sc.group_by])[keep] if sc.aggregate != "mean" else None
-                if groups is not None and sc.min_group:
-                    big = set(metrics.group_accuracies(correct_real[runs[0]][keep], groups, sc.min_group))
-                    sel = np.array([g in big for g in groups])
-                    idx, groups = idx[sel], groups[sel]
-                    keep_idx = np.flatnonzero(keep)[sel]
-                else:
-                    keep_idx = np.flatnonzero(keep)
-                boot_tasks.append({"name": name, "image_index": idx, "groups": groups,
-                                   "correct": {r: c[keep_idx] for r, c in correct_real.items()}})
+                boot_tasks.append(bootstrap_task(name, sc, cols, ikeys, correct_real, all_images))
         elif sc.task == "retrieval":
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_retrieval(store, m, s, device, max_memory_mb,
@@ -381,7 +388,7 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
     md = ["# flowclip score", "", f"store fingerprint `{summary['store_fingerprint'][:16]}`, "
           f"git {summary['git_revision'][:10]}; scorers: "
           + ", ".join(f"{s.run} ({s.head.kind})" for s in scorers), ""]
-    csv_rows = ["control,scorer,column,value"]
+    csv_rows = ["control,scorer,column,percent"]      # every figure in percent, as in the tables
     if comp:
         md += ["## Compositional matching (Tab. 1/2; Tab. 4 for the Shuffle and Fixed rows)", "",
                "Accuracy (%), each benchmark's official aggregation; cross-task means at the right.", "",
@@ -408,7 +415,7 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
                 r = summary["results"].get(f"real|{s.run}", {}).get(t, {})
                 flag = " (approximate)" if r.get("approximate") else ""
                 md.append(f"| {s.run} | {t}{flag} | " + " | ".join(f"{r.get(k, float('nan')) * 100:.2f}" for k in ks) + " |")
-                csv_rows += [f"real,{s.run},{t}/{k},{r.get(k, float('nan')):.4f}" for k in ks]
+                csv_rows += [f"real,{s.run},{t}/{k},{r.get(k, float('nan')) * 100:.4f}" for k in ks]
         md.append("")
     if zero:
         md += ["## Zero-shot classification (Tab. 7)", "", "| scorer | " + " | ".join(f"{t} top-1 | {t} top-5" for t in zero)
@@ -417,7 +424,7 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
             per = summary["results"].get(f"real|{s.run}", {})
             md.append(f"| {s.run} | " + " | ".join(f"{per.get(t, {}).get('top1', float('nan')) * 100:.2f} | "
                                                    f"{per.get(t, {}).get('top5', float('nan')) * 100:.2f}" for t in zero) + " |")
-            csv_rows += [f"real,{s.run},{t}/top{k},{per.get(t, {}).get(f'top{k}', float('nan')):.4f}"
+            csv_rows += [f"real,{s.run},{t}/top{k},{per.get(t, {}).get(f'top{k}', float('nan')) * 100:.4f}"
                          for t in zero for k in (1, 5)]
         md.append("")
     if summary["bootstrap"]:

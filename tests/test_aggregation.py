@@ -1,0 +1,119 @@
+"""Aggregations checked against hand computations (issue 11, part 6): each test names
+the mutation it was run against (a mean turned max, ddof 1 -> 0, a filter dropped)."""
+import numpy as np
+import pytest
+import torch
+
+from flowclip_cache import metrics
+from flowclip_cache.benchmarks import get
+from flowclip_cache.benchmarks.base import Scoring
+from flowclip_cache.data import FeatureBank
+from flowclip_cache.heads import FlowHead
+from flowclip_cache.pipelines.study import RunSpec, summarise
+from flowclip_cache.score import aggregate, bootstrap_task, cross_task_means, write_outputs
+from flowclip_cache.train import TrainingData, pairwise_accuracy
+
+
+def test_cross_task_means_by_hand():
+    """Mutation checked: np.mean -> np.max fails here."""
+    benches = {"a": Scoring("pairwise", joins=(("m2", ""),)), "b": Scoring("pairwise", joins=(("m2", ""), ("gx", "G"))),
+               "c": Scoring("pairwise", joins=(("gx", ""),))}
+    results = {("real", "r1"): {"a": {"score": 0.2}, "b": {"score": 0.6, "named_groups": {"G": 0.9}},
+                                "c": {"score": 0.5}}}
+    out = cross_task_means(results, benches, ["r1"])["real|r1"]
+    assert out["m2"]["mean"] == pytest.approx(0.4) and out["m2"]["members"] == ["a", "b"]
+    assert out["gx"]["mean"] == pytest.approx(0.7) and out["gx"]["members"] == ["b/G", "c"]
+
+
+def test_summarise_mean_and_sample_std_by_hand():
+    """Mean and sample std (ddof 1) across seeds, change from CLIP. Mutation checked:
+    ddof 1 -> 0 fails here (std 0.05 would read 0.0408...)."""
+    runs = [RunSpec("flow", seed, {}) for seed in range(3)]
+    res = {"real|clip": {"t": {"score": 0.50}}}
+    res.update({f"real|{r.folder}": {"t": {"score": v}} for r, v in zip(runs, (0.60, 0.70, 0.65))})
+    score = {"results": res, "cross_task_means": {}, "controls": ["real"], "bootstrap": {},
+             "decision_changes": {}, "store_fingerprint": "x", "git_revision": "y"}
+    row = summarise(score, runs)["table"]["flow"]["t"]
+    assert row["mean"] == pytest.approx(65.0) and row["n"] == 3
+    assert row["std"] == pytest.approx(5.0)                      # sqrt(((-5)^2 + 5^2 + 0) / 2)
+    assert row["delta"] == pytest.approx(15.0)
+
+
+def _bank(v, t, caps_per_record):
+    f = lambda a: torch.tensor(np.asarray(a, np.float32)).half()
+    return FeatureBank(f(v), torch.empty(0), f(t), torch.empty(0), torch.arange(len(t) + 1))
+
+
+def test_pairwise_accuracy_by_hand():
+    """Images e0, e1; record 0: pos e0 vs negs [e1, e0] (a tie, counted wrong);
+    record 1: pos e1 vs neg e0 (right). Per kind and pooled."""
+    e = np.eye(2)
+    bank = _bank(e, [e[0], e[1], e[1], e[0], e[0]], None)        # captions 0..4
+    data = TrainingData(bank=bank, rec_image=torch.tensor([0, 1]), rec_pos=torch.tensor([0, 2]),
+                        rec_neg=torch.tensor([[1, 4], [3, -1]]), rec_neg_kind=[["swap", "dup"], ["swap"]],
+                        split=np.array(["train", "train"]))
+    acc = pairwise_accuracy(FlowHead(2, "clip"), data, np.array([0, 1]))
+    assert acc["swap"] == 1.0 and acc["dup"] == 0.0
+    assert acc["all"] == pytest.approx(2 / 3) and acc["pairs"] == 3
+
+
+def test_decision_changes_by_hand():
+    a = np.array([1, 1, 0, 0, 1], bool)
+    b = np.array([1, 0, 1, 1, 1], bool)
+    assert metrics.decision_changes(a, b) == {"repairs": 2, "regressions": 1, "both_right": 2, "both_wrong": 0}
+
+
+def test_crepe_recall_by_complexity_and_foil_by_hand():
+    """Three records of complexity 4 and one of 5; gold is candidate 0."""
+    sc = get("crepe-productivity").scoring
+    scores = np.array([[0.9, 0.1, 0.2, 0.3], [0.2, 0.9, 0.1, 0.3], [0.5, 0.5, 0.1, 0.2], [0.3, 0.4, 0.5, 0.6]])
+    gold = np.zeros(4, int)
+    cols = {"foil_type": np.array(["atom", "atom", "swap", "swap"]), "complexity": np.array([4, 4, 4, 5]),
+            "foil_complexity": np.array(["atom/04", "atom/04", "swap/04", "swap/05"])}
+    res = aggregate(sc, scores, gold, cols)
+    # ranks (ties wrong): 0, 1, 1, 3
+    assert res["recall"] == {"R@1": 0.25, "R@3": 0.75, "R@5": 1.0, "R@10": 1.0}
+    assert res["recall_by_complexity"] == {"4": pytest.approx(1 / 3), "5": 0.0}
+    assert res["recall_by_foil_complexity"] == {"atom/04": 0.5, "swap/04": 0.0, "swap/05": 0.0}
+    assert res["by_foil_type"] == {"atom": 0.5, "swap": 0.0} and res["ties"] == 1
+
+
+def test_bootstrap_task_drops_small_groups_and_excluded_records():
+    """VG-Attribution style: groups under min_group and excluded records are left out of
+    the bootstrap exactly as the official score leaves them. Mutation checked: dropping
+    the min_group filter fails here."""
+    sc = Scoring("pairwise", aggregate="macro", group_by="g", min_group=2, exclude_column="x")
+    cols = {"g": np.array(["a", "a", "b", "c", "c", "c"]), "x": np.array([0, 0, 0, 1, 0, 0], bool)}
+    ikeys = np.array(["i0", "i1", "i0", "i2", "i3", "i1"])
+    correct = {"r": np.array([1, 0, 1, 1, 0, 1], bool)}
+    images = {"i9": 0}
+    t = bootstrap_task("t", sc, cols, ikeys, correct, images)
+    # kept: records 0, 1 (group a, 2 records) and 4, 5 (group c after exclusion: 2); b has 1
+    assert t["groups"].tolist() == ["a", "a", "c", "c"]
+    assert t["correct"]["r"].tolist() == [True, False, False, True]
+    assert t["image_index"].tolist() == [1, 2, 3, 2] and images == {"i9": 0, "i0": 1, "i1": 2, "i3": 3}
+
+
+def test_results_md_for_a_hand_built_case(tmp_path):
+    class S:
+        def __init__(self, run, kind):
+            self.run, self.method, self.head = run, run, FlowHead(2, kind)
+    scorers = [S("clip", "clip"), S("flow", "flow")]
+    benches = {"t1": Scoring("pairwise", joins=(("m", ""),)), "t2": Scoring("pairwise", joins=(("m", ""),))}
+    results = {"real|clip": {"t1": {"score": 0.5, "ties": 2}, "t2": {"score": 0.7, "ties": 0}},
+               "real|flow": {"t1": {"score": 0.625, "ties": 0}, "t2": {"score": 0.75, "ties": 1}}}
+    summary = {"store_fingerprint": "f" * 64, "git_revision": "abc", "results": results,
+               "cross_task_means": cross_task_means({tuple(k.split("|")): v for k, v in results.items()}, benches,
+                                                    ["clip", "flow"]),
+               "bootstrap": {"t1": {"flow - clip": {"mean_pts": 12.5, "ci95_pts": [2.0, 23.0],
+                                                    "draws_missing_a_group": 0}}},
+               "decision_changes": {"t1": {"flow vs clip": {"repairs": 3, "regressions": 1}}}}
+    write_outputs(str(tmp_path), summary, [], scorers, ["real"], benches)
+    md = (tmp_path / "results.md").read_text()
+    assert "| real | clip | 50.00 | 70.00 | 60.00 |" in md
+    assert "| real | flow | 62.50 | 75.00 | 68.75 |" in md
+    assert "| clip | 2 | 0 |" in md and "| flow | 0 | 1 |" in md
+    assert "| t1 | flow - clip | 12.50 | [2.00, 23.00] | 0 |" in md
+    assert "| t1 | flow vs clip | 3 | 1 |" in md
+    csv = (tmp_path / "results.csv").read_text()
+    assert csv.startswith("control,scorer,column,percent\n") and "real,flow,m,68.7500" in csv
