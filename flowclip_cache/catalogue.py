@@ -1,26 +1,27 @@
-"""The benchmark catalogue: manifests/<name>.yaml, one per benchmark (official source,
+"""The benchmark catalogue: benchmarks/catalogue/<name>.yaml (package data), one per benchmark (official source,
 files the converter expects, expected record counts, licence). How a benchmark is
 scored lives in its benchmark file, not here."""
 from __future__ import annotations
 
 import os
 
-import yaml
 
 from .errors import FlowclipError
 
-CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "manifests")
+CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks", "catalogue")
 KEYS = {"name", "title", "source", "files", "records", "counts", "images", "licence", "notes"}
 
 
 def load_catalogue(folder: str = CATALOGUE_DIR) -> dict[str, dict]:
     out = {}
-    if not os.path.isdir(folder):
-        return out
+    if not os.path.isdir(folder) or not any(f.endswith(".yaml") for f in os.listdir(folder)):
+        raise FlowclipError(f"{folder}: the benchmark catalogue is missing from this installation; "
+                            f"reinstall flowclip (its YAML files ship as package data)")
     for f in sorted(os.listdir(folder)):
         if not f.endswith(".yaml"):
             continue
-        entry = yaml.safe_load(open(os.path.join(folder, f)))
+        from .config import load_yaml
+        entry = load_yaml(os.path.join(folder, f))
         unknown = set(entry) - KEYS
         if unknown:
             raise FlowclipError(f"{folder}/{f}: unknown keys {sorted(unknown)}")

@@ -243,14 +243,16 @@ def score(store, manifests, scorers, controls, out, device, seed, draws, max_mem
 
 
 @main.command("run", context_settings={"ignore_unknown_options": False})
-@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Print the plan and what is already done.")
 @click.option("--jobs", default=1, show_default=True, help="Runs trained at once (threads sharing the features).")
 def run_pipeline(config, overrides, dry_run, jobs):
-    """Run a whole study from a pipeline YAML, with KEY=VALUE overrides."""
-    from .config import apply_overrides, build, load_yaml, parse_overrides
+    """Run a whole study from a pipeline YAML (a path, or the name of one that ships:
+    ablation, sensitivity, synthetic), with KEY=VALUE overrides."""
+    from .config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from .pipelines import pipeline_module
+    config = find_config(config)
     data = load_yaml(config)
     if "kind" not in data:
         raise FlowclipError(f"{config}: a pipeline file is a mapping with a 'kind' key")
@@ -263,15 +265,16 @@ def run_pipeline(config, overrides, dry_run, jobs):
 
 
 @main.command("profile")
-@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option("--overwrite", is_flag=True, help="Replace a different profile.json in the study folder.")
 def profile(config, overrides, overwrite):
     """The frozen encoder's profile on a study's synthetic world, without training heads:
     accuracy per family and patch grounding (the gate before any head experiment)."""
     from .clip_profile import profile_table
-    from .config import apply_overrides, build, load_yaml, parse_overrides
+    from .config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from .pipelines import ablation
+    config = find_config(config)
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     cfg = build(ablation.CONFIG, data, config)
     if cfg.world is None:
@@ -282,16 +285,18 @@ def profile(config, overrides, overwrite):
 
 
 @main.command("pretrain-tiny-clip")
-@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option("--out", default="runs/pretrain-tiny-clip", show_default=True, type=click.Path(file_okay=False),
               help="Checkpoints (resumable).")
 @click.option("--export-to", type=click.Path(file_okay=False), help="Where the FP16 weights go (default: the package).")
 @click.option("--quiet", is_flag=True)
 def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
-    """Pretrain the tiny CLIP on the synthetic world (the recipe in pipelines/)."""
-    from .config import apply_overrides, load_yaml, parse_overrides
+    """Pretrain the tiny CLIP on the synthetic world (CONFIG: pretrain_tiny_clip, the recipe
+    that made the shipped weights, or a YAML file)."""
+    from .config import apply_overrides, find_config, load_yaml, parse_overrides
     from .pretrain import PretrainConfig, pretrain
+    config = find_config(config)
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     cfg = PretrainConfig.from_dict(data, config)
     path = pretrain(out, cfg, log=click.echo, progress=not quiet, export_to=export_to)

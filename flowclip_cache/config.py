@@ -6,12 +6,32 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 
 import yaml
 
 from .errors import FlowclipError
+
+
+PACKAGED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipelines")
+
+
+def packaged_configs() -> list[str]:
+    """Names of the YAML configs that ship in the package (flowclip_cache/pipelines/)."""
+    return sorted(f[:-5] for f in os.listdir(PACKAGED) if f.endswith(".yaml"))
+
+
+def find_config(name_or_path: str) -> str:
+    """A YAML file by path, or a packaged config by name (`ablation`, `synthetic`, ...)."""
+    if os.path.isfile(name_or_path):
+        return name_or_path
+    packaged = os.path.join(PACKAGED, os.path.basename(name_or_path).removesuffix(".yaml") + ".yaml")
+    if os.sep not in name_or_path and os.path.isfile(packaged):
+        return packaged
+    raise FlowclipError(f"{name_or_path}: no such file, nor a config that ships with flowclip "
+                        f"({', '.join(packaged_configs())})")
 
 
 def load_yaml(path: str) -> dict:

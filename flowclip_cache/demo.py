@@ -4,7 +4,7 @@
     train Global-M, Flow-CLIP (HNB), Flow-CLIP (HNB + CIMR) -> score every synthetic
     benchmark with Real / Shuffle / Fixed controls -> report folder
 
-It is the synthetic ablation study (pipelines/synthetic.yaml) at demo size: one seed.
+It is the synthetic ablation study (synthetic) at demo size: one seed.
 """
 from __future__ import annotations
 

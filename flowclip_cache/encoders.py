@@ -163,7 +163,7 @@ def shipped_weights(model: str) -> str:
     card = path.replace(".safetensors", ".json")
     if not os.path.isfile(path) or not os.path.isfile(card):
         raise WeightsUnavailable(f"flowclip ships no synthetic-world weights for {model} (looked for {path}); "
-                                 f"make them with: flowclip pretrain-tiny-clip pipelines/pretrain_tiny_clip.yaml")
+                                 f"make them with: flowclip pretrain-tiny-clip pretrain_tiny_clip")
     want = json.load(open(card))["sha256"]
     got = file_sha256(path)
     if got != want:

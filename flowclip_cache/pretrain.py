@@ -1,6 +1,6 @@
 """Contrastive pretraining of the tiny CLIP on the synthetic world (CPU, seeded, resumable).
 
-The recipe (pipelines/pretrain_tiny_clip.yaml) is run once; its weights ship in the
+The recipe (pretrain_tiny_clip) is run once; its weights ship in the
 package (flowclip_cache/weights/) as FP16 safetensors with their sha256 and this
 config, and load offline as `--pretrained synthetic`. Reads top to bottom: render a
 pool of scenes -> model -> (resume) -> steps of InfoNCE over fresh captions -> export.

@@ -9,10 +9,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT
 from flowclip_cache.cli import main
 
-SYNTH = os.path.join(ROOT, "pipelines", "synthetic.yaml")
+SYNTH = "synthetic"          # a packaged config, by name
 REDUCED = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10}",
            "encoder={model: flowclip-tiny-vit, pretrained: none}", "seeds=[0,1]", "heads={global: {head: global}, flow: {head: flow, cimr: 0.1}}",
            "train_config.epochs=1", "train_config.batch_size=8", "compare=[[global,flow]]", "bootstrap=200",
@@ -23,10 +22,11 @@ def test_every_pipeline_file_names_its_command_and_parses():
     from flowclip_cache.pipelines import pipeline_module
     from flowclip_cache.config import build
     import yaml
-    for name in ("ablation.yaml", "sensitivity.yaml", "synthetic.yaml"):
-        path = os.path.join(ROOT, "pipelines", name)
+    from flowclip_cache.config import find_config
+    for name in ("ablation", "sensitivity", "synthetic"):
+        path = find_config(name)
         first = open(path).readline()
-        assert first.startswith(f"# flowclip run pipelines/{name}"), name
+        assert first.startswith(f"# flowclip run {name}"), name
         data = yaml.safe_load(open(path))
         build(pipeline_module(data["kind"]).CONFIG, data, path)
 
@@ -39,7 +39,7 @@ def test_dry_run_and_errors(tmp_path):
     assert r.exit_code == 2 and "unknown keys ['seedz']" in r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seeds=zero"])
     assert r.exit_code == 2 and "key 'seeds': expected a list" in r.output
-    r = CliRunner().invoke(main, ["run", os.path.join(ROOT, "pipelines", "sensitivity.yaml"), "--dry-run",
+    r = CliRunner().invoke(main, ["run", "sensitivity", "--dry-run",
                                   f"out={tmp_path}/sens"])
     assert r.exit_code == 0 and r.output.count("[todo   ]") == 8
 
