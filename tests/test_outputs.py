@@ -68,17 +68,20 @@ def test_overwrite_never_replaces_a_store_or_a_users_folder(scored_world, tmp):
     run_score(fs, [s["candidates"]], ["clip"], res, overwrite=True, bootstrap_draws=0, **quiet)   # its own: fine
 
 
-def test_failed_score_leaves_nothing_and_disk_full_is_one_line(scored_world, tmp, monkeypatch):
+@pytest.mark.parametrize("code,says", [(errno.ENOSPC, "disk is full"), (errno.EROFS, "file system is read-only"),
+                                       (errno.EACCES, "permission denied")])
+def test_failed_score_leaves_nothing_and_disk_full_is_one_line(scored_world, tmp, monkeypatch, code, says):
     fs, s, run, _ = scored_world
 
     def full_disk(*a, **k):
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise OSError(code, os.strerror(code), str(tmp / "res"))
 
     monkeypatch.setattr(score_mod, "write_outputs", full_disk)
     r = CliRunner().invoke(main, ["score", "--store", fs.root, "--manifests", s["candidates"], "--scorer", "clip",
                                   "--out", str(tmp / "res"), "--bootstrap", "0"])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
-    assert "disk is full" in r.output and len(r.output.strip().splitlines()) <= 2
+    errors = [x for x in r.output.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0] and str(tmp / "res") in errors[0]
     assert not [n for n in os.listdir(tmp) if n.startswith("res")]
 
 

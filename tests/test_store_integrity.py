@@ -287,3 +287,76 @@ def test_two_extract_processes_at_once(tmp_path, sample):
     compact(root)
     fs = FeatureStore(root)
     assert fs.duplicates(IMAGE) == 0 and not [n for n in os.listdir(fs.segment_dir) if n.startswith(".")]
+
+
+# -- every command refuses a damaged store in one line ----------------------------------------
+@pytest.mark.slow
+def test_score_and_train_head_refuse_a_damaged_store(tmp_path, sample, tiny_encoder):
+    """The issue's first reproduction: a deleted chunk scored 41.33 instead of 44.00 with
+    exit 0. Now score and train-head stop with the store's one-line refusal."""
+    fs = FeatureStore.open_or_create(str(tmp_path / "s"), tiny_encoder.config)
+    extract_mod.run_extract(fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"],
+                            workers=0, progress=False)
+    fs.refresh()
+    os.remove(array_file(fs, IMAGE, "patches"))
+    for args in (["score", "--store", fs.root, "--manifests", sample["candidates"], "--scorer", "clip", "--out",
+                  str(tmp_path / "res"), "--bootstrap", "0"],
+                 ["train-head", "--store", fs.root, "--train", sample["training"], "--out", str(tmp_path / "run"),
+                  "--head", "flow", "--epochs", "1", "--quiet"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "is damaged: segments/img-" in r.output and "chunk 0 is missing" in r.output
+        errors = [x for x in r.output.splitlines() if x.startswith("error:")]
+        assert "Traceback" not in r.output and len(errors) == 1 and errors[0].endswith("re-encodes what they held")
+    assert not os.path.exists(tmp_path / "res") and not os.path.exists(tmp_path / "run")
+
+
+# -- format 1 -> 2 ----------------------------------------------------------------------------
+def _format_1_store(root, rng):
+    """A store as format 1 wrote it: no checksums, no token keys, all-zero chunks not
+    written, uuid-named path files, a legacy temporary."""
+    import hashlib
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zarr
+
+    from flowclip_cache.encoders import fingerprint_of
+    from flowclip_cache.hashing import keys_to_bytes
+    os.makedirs(os.path.join(root, "segments"))
+    cfg = config()
+    json.dump({"format": "flowclip-feature-store", "version": 1, "backend": "zarr", "fingerprint": fingerprint_of(cfg),
+               "encoder": cfg, "dim": 8, "num_patches": 4}, open(os.path.join(root, "store.json"), "w"))
+    ik, ck = keys("a", 3), keys("c", 2)
+    arrays = {IMAGE: {"keys": keys_to_bytes(ik), "global": rand(rng, 3, 8), "patches": rand(rng, 3, 4, 8)},
+              CAPTION: {"keys": keys_to_bytes(ck), "global": rand(rng, 2, 8), "tokens": rand(rng, 3, 8),
+                        "offsets": np.array([0, 1, 3], np.int64), "truncated": np.zeros(2, np.uint8)}}
+    for kind, a in arrays.items():
+        name = f"{kind}-{hashlib.sha256(a['keys'].tobytes()).hexdigest()[:24]}.zarr"
+        g = zarr.open_group(os.path.join(root, "segments", name), mode="w", zarr_format=3)
+        g.attrs.update({"kind": kind, "rows": len(a["keys"]), "format_version": 1})
+        for n, v in a.items():
+            arr = g.create_array(n, shape=v.shape, dtype=v.dtype, chunks=v.shape, compressors=None, fill_value=0)
+            arr[...] = v                       # the all-zero 'truncated' chunk is not written
+    os.makedirs(os.path.join(root, "segments", f".tmp-123-{uuid.uuid4().hex}.zarr"))
+    os.makedirs(os.path.join(root, "paths"))
+    pq.write_table(pa.table({"image_root": ["/r"], "path": ["x.png"], "crop": pa.array([None], pa.list_(pa.float64())),
+                             "key": [ik[0]]}), os.path.join(root, "paths", f"{uuid.uuid4()}.parquet"))
+    return ik, ck, arrays
+
+
+def test_upgrade_from_format_1(tmp_path):
+    root = str(tmp_path / "old")
+    ik, ck, arrays = _format_1_store(root, np.random.default_rng(0))
+    r = CliRunner().invoke(main, ["store", "info", root])
+    assert r.exit_code == 2 and f"flowclip store upgrade {root}" in r.output
+    r = CliRunner().invoke(main, ["store", "upgrade", root])
+    assert r.exit_code == 0 and "2 segments upgraded" in r.output, r.output
+    assert verify_store(root).problems == [] and not [n for n in os.listdir(f"{root}/segments") if n.startswith(".")]
+    fs = FeatureStore(root)
+    np.testing.assert_array_equal(fs.load_images(ik).patches, arrays[IMAGE]["patches"])
+    c = fs.load_captions(ck)
+    np.testing.assert_array_equal(c.tokens, arrays[CAPTION]["tokens"])
+    assert not c.truncated.any() and fs.path_index()[("x.png", None)] == {"/r": ik[0]}
+    r = CliRunner().invoke(main, ["store", "upgrade", root])
+    assert r.exit_code == 0 and "already format 2" in r.output

@@ -29,6 +29,18 @@ def crc32(a: np.ndarray) -> int:
     return zlib.crc32(memoryview(a).cast("B")) if a.size else 0
 
 
+def read_blocks(flat: np.ndarray, bounds: list[tuple[int, int]], read_block) -> int:
+    """Fill flat[a:b] for each (a, b) with read_block(i, view); return the CRC-32 of all
+    of flat, chained block by block (zlib releases the GIL for both, so readers of
+    several arrays run in parallel threads)."""
+    crc = 0
+    for i, (a, b) in enumerate(bounds):
+        view = flat[a:b]
+        read_block(i, view)
+        crc = zlib.crc32(memoryview(view).cast("B"), crc)
+    return crc
+
+
 def _row_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Equal chunks of at most ~ROW_CHUNK_BYTES: Zarr stores an edge chunk at full
     size, so chunks that divide the rows evenly waste at most a few rows."""
@@ -127,9 +139,10 @@ class ZarrBackend:
         self.read_into(path, name, out)
         return out
 
-    def read_into(self, path: str, name: str, out: np.ndarray) -> None:
+    def read_into(self, path: str, name: str, out: np.ndarray) -> int:
         """Fill out (the whole array) from the chunk files, which are the chunks' raw
-        bytes (zarr's own path is ~10x slower here). Each chunk must be there, whole."""
+        bytes (zarr's own path is ~10x slower here). Each chunk must be there, whole.
+        Returns the CRC-32 of what was read."""
         meta = self._array_meta(path, name)
         if list(meta["shape"]) != list(out.shape) or np.dtype(meta["data_type"]) != out.dtype:
             raise SegmentDamaged(path, f"{name} is {meta['data_type']}{meta['shape']}, expected "
@@ -139,22 +152,24 @@ class ZarrBackend:
         tail = (0,) * (out.ndim - 1)
         flat = out.reshape(n, -1) if out.ndim > 1 else out.reshape(n, 1)
         row_bytes = flat.shape[1] * out.itemsize
-        for c, start in enumerate(range(0, n, rows)):
-            stop = min(n, start + rows)
+        expect = rows * row_bytes              # Zarr stores an edge chunk at full size
+
+        def read_chunk(c, view):
             key = os.path.join(path, name, "c", *map(str, (c,) + tail))
-            expect = rows * row_bytes          # Zarr stores an edge chunk at full size
             try:
                 with open(key, "rb") as f:
                     size = os.fstat(f.fileno()).st_size
                     if size != expect:
                         raise SegmentDamaged(path, f"{name}: chunk {c} holds {size} bytes, expected {expect}")
-                    got = f.readinto(memoryview(flat[start:stop]).cast("B"))
+                    got = f.readinto(memoryview(view).cast("B"))
             except FileNotFoundError:
                 raise SegmentDamaged(path, f"{name}: chunk {c} is missing") from None
             except OSError as e:
                 raise SegmentDamaged(path, f"{name}: chunk {c} is unreadable ({e.strerror or e})") from None
-            if got != (stop - start) * row_bytes:
+            if got != view.nbytes:
                 raise SegmentDamaged(path, f"{name}: chunk {c} read short ({got} bytes)")
+
+        return read_blocks(flat, [(a, min(n, a + rows)) for a in range(0, n, rows)], read_chunk)
 
     def read_legacy(self, path: str, name: str) -> np.ndarray:
         """Format 1 stores wrote no zero chunks: zarr's own reader fills them (upgrade only)."""
@@ -215,7 +230,8 @@ class HDF5Backend:
         self.read_into(path, name, out)
         return out
 
-    def read_into(self, path: str, name: str, out: np.ndarray) -> None:
+    def read_into(self, path: str, name: str, out: np.ndarray) -> int:
+        """Fill out from the dataset in row blocks of ~16 MiB; returns its CRC-32."""
         with self._open(path) as f:
             if name not in f:
                 raise SegmentDamaged(path, f"no array {name!r}")
@@ -223,11 +239,19 @@ class HDF5Backend:
             if ds.shape != out.shape or ds.dtype != out.dtype:
                 raise SegmentDamaged(path, f"{name} is {ds.dtype}{list(ds.shape)}, expected "
                                            f"{out.dtype}{list(out.shape)}")
-            try:
-                if out.size:
-                    ds.read_direct(out)
-            except OSError as e:
-                raise SegmentDamaged(path, f"{name} is unreadable ({str(e).splitlines()[0]})") from None
+            n = out.shape[0] if out.ndim else 0
+            rows = _row_chunks(out.shape, out.itemsize)[0] if out.size else 1
+
+            def read_rows(i, view):
+                a = i * rows
+                try:
+                    ds.read_direct(out, np.s_[a:a + len(view)], np.s_[a:a + len(view)])
+                except OSError as e:
+                    raise SegmentDamaged(path, f"{name} is unreadable ({str(e).splitlines()[0]})") from None
+
+            if not out.size:
+                return 0
+            return read_blocks(out, [(a, min(n, a + rows)) for a in range(0, n, rows)], read_rows)
 
     def read_legacy(self, path: str, name: str) -> np.ndarray:
         return self.read(path, name)

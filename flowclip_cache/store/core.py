@@ -43,6 +43,7 @@ ARRAYS = {
 SEGMENT_NAME = re.compile(r"^(img|cap)-([0-9a-f]{24})(\.zarr|\.h5)$")
 RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
 RECORD_FOLDERS = ("paths", "hashes", "failures")
+READ_THREADS = min(4, os.cpu_count() or 1)     # segments read (and checksummed) at once
 
 
 class MissingFeatures(StoreError):
@@ -260,8 +261,7 @@ class FeatureStore:
         if out is None:
             shape, dtype = self.backend.shape(seg.path, name)
             out = np.empty(shape, dtype)
-        self.backend.read_into(seg.path, name, out)
-        if crc32(out) != seg.crc[name]:
+        if self.backend.read_into(seg.path, name, out) != seg.crc[name]:
             raise SegmentDamaged(seg.path, f"{name} fails its checksum (the bytes changed since they were written)")
         return out
 
@@ -375,6 +375,16 @@ class FeatureStore:
         else:
             out[...] = self.read_array(self.segments[seg], name)[rows]
 
+    def _run(self, jobs: list) -> list:
+        """Run read jobs (callables) on a few threads: reading and checksumming release
+        the GIL, so arrays of several segments load in parallel."""
+        if len(jobs) <= 1:
+            return [j() for j in jobs]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(len(jobs), READ_THREADS)) as pool:
+            futures = [pool.submit(j) for j in jobs]
+            return [f.result() for f in futures]
+
     def load_images(self, keys: list[str]) -> ImageFeatures:
         """Every requested image row, in the order asked, as two contiguous arrays."""
         with self._damage():
@@ -382,10 +392,12 @@ class FeatureStore:
             parts, pos, total = self._plan_read(IMAGE, keys)
             g = np.empty((total, d), np.float16)
             p = np.empty((total, P, d), np.float16)
+            jobs = []
             for s, rows, start in parts:
                 n = self.segments[s].rows if rows is None else len(rows)
-                self._read_rows(s, "global", rows, g[start:start + n])
-                self._read_rows(s, "patches", rows, p[start:start + n])
+                jobs += [lambda s=s, r=rows, o=g[start:start + n]: self._read_rows(s, "global", r, o),
+                         lambda s=s, r=rows, o=p[start:start + n]: self._read_rows(s, "patches", r, o)]
+            self._run(jobs)
         if len(pos) == total and (pos == np.arange(total)).all():
             return ImageFeatures(g, p)          # asked in storage order: no reordering copy
         return ImageFeatures(g[pos], np.take(p, pos, axis=0))
@@ -401,33 +413,40 @@ class FeatureStore:
         g = np.empty((total, d), np.float16)
         trunc = np.empty(total, np.uint8)
         lengths = np.empty(total, np.int64)
-        tok_parts = []
-        for s, rows, start in parts:
-            seg = self.segments[s]
-            off = self.read_array(seg, "offsets")
-            if len(off) != seg.rows + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
-                raise SegmentDamaged(seg.path, "offsets are not increasing from 0")
-            n = seg.rows if rows is None else len(rows)
-            self._read_rows(s, "global", rows, g[start:start + n])
-            self._read_rows(s, "truncated", rows, trunc[start:start + n])
-            r = np.arange(n) if rows is None else rows
-            lengths[start:start + n] = off[r + 1] - off[r]
-            tok_parts.append((s, rows, off, r))
+        offs = self._run([lambda s=s: self._offsets(s) for s, _, _ in parts])
+        for (s, rows, start), off in zip(parts, offs):
+            r = np.arange(self.segments[s].rows) if rows is None else rows
+            lengths[start:start + len(r)] = off[r + 1] - off[r]
         buf_off = np.zeros(total + 1, np.int64)
         np.cumsum(lengths, out=buf_off[1:])
         tokens = np.empty((int(buf_off[-1]), d), np.float16)
-        for (s, rows, off, r), (_, _, start) in zip(tok_parts, parts):
-            dst = tokens[buf_off[start]:buf_off[start + len(r)]]
-            if rows is None:
-                self.read_array(self.segments[s], "tokens", dst)
-            else:
-                dst[...] = self.read_array(self.segments[s], "tokens")[_ranges(off[r], off[r + 1])]
+        jobs = []
+        for (s, rows, start), off in zip(parts, offs):
+            n = self.segments[s].rows if rows is None else len(rows)
+            dst = tokens[buf_off[start]:buf_off[start + n]]
+            jobs += [lambda s=s, r=rows, o=g[start:start + n]: self._read_rows(s, "global", r, o),
+                     lambda s=s, r=rows, o=trunc[start:start + n]: self._read_rows(s, "truncated", r, o),
+                     lambda s=s, r=rows, o=dst, off=off: self._read_tokens(s, r, off, o)]
+        self._run(jobs)
         if len(pos) == total and (pos == np.arange(total)).all():
             return CaptionFeatures(g, tokens, buf_off, trunc.astype(bool))
         offsets = np.zeros(len(pos) + 1, np.int64)
         np.cumsum(lengths[pos], out=offsets[1:])
         return CaptionFeatures(g[pos], tokens[_ranges(buf_off[pos], buf_off[pos + 1])], offsets,
                                trunc[pos].astype(bool))
+
+    def _offsets(self, s: int) -> np.ndarray:
+        seg = self.segments[s]
+        off = self.read_array(seg, "offsets")
+        if len(off) != seg.rows + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
+            raise SegmentDamaged(seg.path, "offsets are not increasing from 0")
+        return off
+
+    def _read_tokens(self, s: int, rows, off: np.ndarray, out: np.ndarray) -> None:
+        if rows is None:
+            self.read_array(self.segments[s], "tokens", out)
+        else:
+            out[...] = self.read_array(self.segments[s], "tokens")[_ranges(off[rows], off[rows + 1])]
 
     @contextlib.contextmanager
     def _damage(self):
