@@ -133,12 +133,6 @@ class ZarrBackend:
         meta = self._array_meta(path, name)
         return tuple(meta["shape"]), np.dtype(meta["data_type"])
 
-    def read(self, path: str, name: str) -> np.ndarray:
-        shape, dtype = self.shape(path, name)
-        out = np.empty(shape, dtype)
-        self.read_into(path, name, out)
-        return out
-
     def read_into(self, path: str, name: str, out: np.ndarray) -> int:
         """Fill out (the whole array) from the chunk files, which are the chunks' raw
         bytes (zarr's own path is ~10x slower here). Each chunk must be there, whole.
@@ -224,12 +218,6 @@ class HDF5Backend:
                 raise SegmentDamaged(path, f"no array {name!r}")
             return tuple(f[name].shape), np.dtype(f[name].dtype)
 
-    def read(self, path: str, name: str) -> np.ndarray:
-        shape, dtype = self.shape(path, name)
-        out = np.empty(shape, dtype)
-        self.read_into(path, name, out)
-        return out
-
     def read_into(self, path: str, name: str, out: np.ndarray) -> int:
         """Fill out from the dataset in row blocks of ~16 MiB; returns its CRC-32."""
         with self._open(path) as f:
@@ -254,7 +242,10 @@ class HDF5Backend:
             return read_blocks(out, [(a, min(n, a + rows)) for a in range(0, n, rows)], read_rows)
 
     def read_legacy(self, path: str, name: str) -> np.ndarray:
-        return self.read(path, name)
+        shape, dtype = self.shape(path, name)
+        out = np.empty(shape, dtype)
+        self.read_into(path, name, out)
+        return out
 
     def remove(self, path: str) -> None:
         try:
