@@ -15,16 +15,18 @@ from .world import GRID
 PROFILE_FAMILIES = ("object", "swap-att", "swap-obj", "relation", "order", "add", "replace", "heldout-swap-att")
 
 
-def accuracies(store: FeatureStore, paths: dict, head: FlowHead | None = None) -> dict:
+def accuracies(store: FeatureStore, paths: dict, head: FlowHead | None = None) -> tuple[dict, dict]:
+    """(accuracy per family, chance per family: the mean of 1 / candidates per record)."""
     from .score import Scorer, score_candidates
     head = head or FlowHead(store.meta["dim"], "clip")
     scorer = Scorer("clip", "clip", head, "frozen")
-    out = {}
+    out, chance = {}, {}
     for fam in PROFILE_FAMILIES:
         m = Manifest.read(paths[f"eval-{fam}"])
         mats, gold, _, _ = score_candidates(store, m, [scorer], ("real",), 0, "cpu")
         out[fam] = float(np.mean(metrics.decisions(mats[("real", "clip")], gold, "wrong")[0]))
-    return out
+        chance[fam] = float(np.mean([1 / len(c) for c in m.table.column("captions").to_pylist()]))
+    return out, chance
 
 
 def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: list[list[int]],
@@ -95,14 +97,17 @@ def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
 
 
 def clip_profile(store: FeatureStore, paths: dict) -> dict:
-    return {"accuracy": accuracies(store, paths), "grounding": patch_grounding(store, paths["eval-swap-att"])}
+    acc, chance = accuracies(store, paths)
+    return {"accuracy": acc, "chance": chance, "grounding": patch_grounding(store, paths["eval-swap-att"])}
 
 
 def profile_table(prof: dict, name: str) -> str:
-    """One Markdown row per encoder: accuracies (%), then both grounding measures with chance."""
-    acc, g = prof["accuracy"], prof["grounding"]
-    head = ["encoder", *PROFILE_FAMILIES, "patch in cell", "chance", "object contrast", "chance"]
-    row = [name, *(f"{100 * acc[f]:.1f}" for f in PROFILE_FAMILIES), f"{100 * g['hit_rate']:.1f}",
-           f"{100 * g['chance']:.1f}", f"{100 * g.get('object_hit_rate', float('nan')):.1f}",
-           f"{100 * g.get('object_chance', float('nan')):.1f}"]
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), "| " + " | ".join(row) + " |"])
+    """The encoder's row (accuracy per family, both grounding measures, in %) above the
+    chance row each is read against (order: 1 in 5; pairs: 50%)."""
+    from .report import fmt, table
+    acc, g, chance = prof["accuracy"], prof["grounding"], prof.get("chance", {})
+    pct = lambda v: fmt(None if v is None else 100 * v, 1)
+    head = ["", *PROFILE_FAMILIES, "patch in cell", "object contrast"]
+    rows = [[name, *(pct(acc[f]) for f in PROFILE_FAMILIES), pct(g["hit_rate"]), pct(g.get("object_hit_rate"))],
+            ["chance", *(pct(chance.get(f)) for f in PROFILE_FAMILIES), pct(g["chance"]), pct(g.get("object_chance"))]]
+    return "\n".join(table(head, rows))

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from . import metrics, outputs
+from .report import results_markdown
 from .benchmarks import get as get_benchmark
 from .benchmarks.base import Scoring
 from .data import FeatureBank, image_keys, require_features
@@ -127,19 +128,25 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
     keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
     correct, tie = metrics.decisions(scores, gold, sc.tie_rule)
     c, t = correct[keep], tie[keep]
-    res = {"n": int(keep.sum()), "excluded": int((~keep).sum()), "ties": int(t.sum()), "tie_rule": sc.tie_rule}
-    if sc.aggregate == "mean":
-        res["score"] = metrics.mean_accuracy(c)
-    else:   # macro / subset_mean: unweighted over groups
-        g = np.asarray(cols[sc.group_by])[keep]
-        res["score"] = metrics.macro_accuracy(c, g, sc.min_group)
-        res["groups_used"] = len(metrics.group_accuracies(c, g, sc.min_group))
+    res = {"n": int(keep.sum()), "excluded": int((~keep).sum()), "ties": int(t.sum()), "tie_rule": sc.tie_rule,
+           "pooled": metrics.mean_accuracy(c)}
     if sc.group_by:
         g = np.asarray(cols[sc.group_by])[keep]
         res["by_" + sc.group_by] = metrics.group_accuracies(c, g)
         for name, members in sc.groups:
-            vals = [res["by_" + sc.group_by][m] for m in members if m in res["by_" + sc.group_by]]
-            res.setdefault("named_groups", {})[name] = float(np.mean(vals)) if vals else float("nan")
+            res.setdefault("named_groups", {})[name] = _named_group(c, g, members, res["by_" + sc.group_by],
+                                                                    sc.group_weighting)
+    if sc.aggregate == "mean":
+        res["score"] = res["pooled"]
+    elif sc.aggregate == "group_means":       # a group with no record scored is left out, and named
+        there = [n for n in sc.headline_groups if not np.isnan(res["named_groups"][n])]
+        res["score"] = float(np.mean([res["named_groups"][n] for n in there])) if there else float("nan")
+        if len(there) < len(sc.headline_groups):
+            res["partial"] = f"mean of {', '.join(there)} only: no record of {', '.join(n for n in sc.headline_groups if n not in there)}"
+    else:   # macro / subset_mean: unweighted over groups
+        g = np.asarray(cols[sc.group_by])[keep]
+        res["score"] = metrics.macro_accuracy(c, g, sc.min_group)
+        res["groups_used"] = len(metrics.group_accuracies(c, g, sc.min_group))
     for col in sc.report_by:
         res["by_" + col] = metrics.group_accuracies(c, np.asarray(cols[col])[keep].astype(str))
     if sc.task == "candidates":
@@ -151,6 +158,17 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
             for v in np.unique(vals):
                 res["recall_by_" + col][v] = metrics.recall_at(ranks[vals == v], 1)
     return res
+
+
+def _named_group(correct, groups, members, per_group: dict, weighting: str) -> float:
+    """A named group's accuracy: pooled over its records, or the unweighted mean of its
+    members' accuracies; NaN when none of its members was scored."""
+    present = [m for m in members if m in per_group]
+    if not present:
+        return float("nan")
+    if weighting == "records":
+        return metrics.mean_accuracy(correct[np.isin(groups, present)])
+    return float(np.mean([per_group[m] for m in present]))
 
 
 def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_root=None):
@@ -260,6 +278,11 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
     keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(n, bool)
     groups = np.asarray(cols[sc.group_by])[keep] if sc.aggregate != "mean" else None
     keep_idx = np.flatnonzero(keep)
+    if sc.aggregate == "group_means":          # records labelled by their headline group; others left out
+        label = {m: name for name, members in sc.groups if name in sc.headline_groups for m in members}
+        groups = np.array([label.get(str(g), "") for g in groups], dtype=object)
+        sel = groups != ""
+        keep_idx, groups = keep_idx[sel], groups[sel]
     if groups is not None and sc.min_group:
         sizes = dict(zip(*np.unique(groups, return_counts=True)))
         sel = np.array([sizes[g] >= sc.min_group for g in groups], bool)
@@ -269,8 +292,11 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
             "correct": {r: c[keep_idx] for r, c in correct.items()}}
 
 
-def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]) -> dict:
-    """binding7 / all11 / aro / controls6 from each benchmark's joins declaration."""
+def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str],
+                     expected: dict[str, list[str]] | None = None) -> dict:
+    """binding7 / all11 / aro / controls6 from each benchmark's joins declaration. With
+    expected (mean -> every member the registry declares), a mean missing some members
+    is marked partial and names what it used and what is missing."""
     out = {}
     for (control, run), per_task in results.items():
         members: dict[str, list] = {}
@@ -281,8 +307,23 @@ def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]
             for mean_name, group in sc.joins:
                 val = r["score"] if not group else r.get("named_groups", {}).get(group)
                 members.setdefault(mean_name, []).append((f"{bench}/{group}" if group else bench, val))
-        out[f"{control}|{run}"] = {k: {"mean": float(np.mean([v for _, v in vs])), "members": [n for n, _ in vs]}
-                                   for k, vs in members.items()}
+        out[f"{control}|{run}"] = {}
+        for k, vs in members.items():
+            entry = {"mean": float(np.mean([v for _, v in vs])), "members": [n for n, _ in vs]}
+            if expected is not None and k in expected:
+                missing = [m for m in expected[k] if m not in entry["members"]]
+                entry.update(expected=len(expected[k]), partial=bool(missing), missing=missing)
+            out[f"{control}|{run}"][k] = entry
+    return out
+
+
+def expected_members() -> dict[str, list[str]]:
+    """Every member of every cross-task mean, as the registry declares them."""
+    from .benchmarks import all_benchmarks
+    out: dict[str, list[str]] = {}
+    for name, b in all_benchmarks().items():
+        for mean_name, group in (b.scoring.joins if b.scoring else ()):
+            out.setdefault(mean_name, []).append(f"{name}/{group}" if group else name)
     return out
 
 
@@ -359,8 +400,10 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
         "scorers": [{"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind}
                     for s in scorers],
         "git_revision": _git_revision(), "controls": list(controls), "seed": seed,
+        "units": "fractions in [0, 1] (accuracies, recalls); the bootstrap in percentage points; "
+                 "results.md and results.csv in percent",
         "results": {f"{c}|{r}": v for (c, r), v in results.items()},
-        "cross_task_means": cross_task_means(results, benches, [s.run for s in scorers]),
+        "cross_task_means": cross_task_means(results, benches, [s.run for s in scorers], expected_members()),
         "decision_changes": changes, "bootstrap": bootstrap, "seconds": time.perf_counter() - t0,
     }
     write_outputs(tmp, summary, record_rows, scorers, controls, benches)
@@ -381,68 +424,7 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
         json.dump(summary, f, indent=1)
     if record_rows:
         pq.write_table(pa.Table.from_pylist(record_rows), os.path.join(folder, "records.parquet"))
-    comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates")]
-    retr = [t for t, sc in benches.items() if sc.task == "retrieval"]
-    zero = [t for t, sc in benches.items() if sc.task == "classification"]
-    means = sorted({k for v in summary["cross_task_means"].values() for k in v})
-    md = ["# flowclip score", "", f"store fingerprint `{summary['store_fingerprint'][:16]}`, "
-          f"git {summary['git_revision'][:10]}; scorers: "
-          + ", ".join(f"{s.run} ({s.head.kind})" for s in scorers), ""]
-    csv_rows = ["control,scorer,column,percent"]      # every figure in percent, as in the tables
-    if comp:
-        md += ["## Compositional matching (Tab. 1/2; Tab. 4 for the Shuffle and Fixed rows)", "",
-               "Accuracy (%), each benchmark's official aggregation; cross-task means at the right.", "",
-               "| control | scorer | " + " | ".join(comp + means) + " |", "|---|---|" + "---|" * (len(comp) + len(means))]
-        for control in controls:
-            for s in scorers:
-                per = summary["results"].get(f"{control}|{s.run}", {})
-                cm = summary["cross_task_means"].get(f"{control}|{s.run}", {})
-                vals = [per[t]["score"] * 100 if t in per else float("nan") for t in comp] + \
-                       [cm[k]["mean"] * 100 if k in cm else float("nan") for k in means]
-                md.append(f"| {control} | {s.run} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
-                csv_rows += [f"{control},{s.run},{c},{v:.4f}" for c, v in zip(comp + means, vals)]
-        md += ["", "Ties (gold exactly as high as the best foil; counted under each benchmark's own rule), "
-               "Real images:", "", "| scorer | " + " | ".join(comp) + " |", "|---|" + "---|" * len(comp)]
-        for s in scorers:
-            per = summary["results"].get(f"real|{s.run}", {})
-            md.append(f"| {s.run} | " + " | ".join(str(per.get(t, {}).get("ties", "")) for t in comp) + " |")
-        md.append("")
-    if retr:
-        ks = ["i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10"]
-        md += ["## Retrieval (Tab. 7)", "", "| scorer | benchmark | " + " | ".join(ks) + " |", "|---|---|" + "---|" * 6]
-        for s in scorers:
-            for t in retr:
-                r = summary["results"].get(f"real|{s.run}", {}).get(t, {})
-                flag = " (approximate)" if r.get("approximate") else ""
-                md.append(f"| {s.run} | {t}{flag} | " + " | ".join(f"{r.get(k, float('nan')) * 100:.2f}" for k in ks) + " |")
-                csv_rows += [f"real,{s.run},{t}/{k},{r.get(k, float('nan')) * 100:.4f}" for k in ks]
-        md.append("")
-    if zero:
-        md += ["## Zero-shot classification (Tab. 7)", "", "| scorer | " + " | ".join(f"{t} top-1 | {t} top-5" for t in zero)
-               + " |", "|---|" + "---|---|" * len(zero)]
-        for s in scorers:
-            per = summary["results"].get(f"real|{s.run}", {})
-            md.append(f"| {s.run} | " + " | ".join(f"{per.get(t, {}).get('top1', float('nan')) * 100:.2f} | "
-                                                   f"{per.get(t, {}).get('top5', float('nan')) * 100:.2f}" for t in zero) + " |")
-            csv_rows += [f"real,{s.run},{t}/top{k},{per.get(t, {}).get(f'top{k}', float('nan')) * 100:.4f}"
-                         for t in zero for k in (1, 5)]
-        md.append("")
-    if summary["bootstrap"]:
-        md += ["## Paired image-cluster bootstrap (95% interval, points)", "", "| task | difference | mean | 95% CI | draws missing a group |",
-               "|---|---|---|---|---|"]
-        for task, d in summary["bootstrap"].items():
-            for key, v in d.items():
-                md.append(f"| {task} | {key} | {v['mean_pts']:.2f} | [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}] "
-                          f"| {v['draws_missing_a_group']} |")
-        md.append("")
-    if any(summary["decision_changes"].values()):
-        md += ["## Paired decision changes (Real)", "", "| task | comparison | repairs | regressions |", "|---|---|---|---|"]
-        for task, d in summary["decision_changes"].items():
-            for key, v in d.items():
-                md.append(f"| {task} | {key} | {v['repairs']} | {v['regressions']} |")
-    approx = [f"{k}: {t}" for k, per in summary["results"].items() for t, r in per.items() if r.get("approximate")]
-    if approx:
-        md += ["", "Approximate (shortlist re-ranking): " + ", ".join(approx)]
+    md, csv_rows = results_markdown(summary, scorers, controls, benches)
     open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
     open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
     write_figures(folder, summary, record_rows)

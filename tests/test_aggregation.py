@@ -99,21 +99,28 @@ def test_results_md_for_a_hand_built_case(tmp_path):
         def __init__(self, run, kind):
             self.run, self.method, self.head = run, run, FlowHead(2, kind)
     scorers = [S("clip", "clip"), S("flow", "flow")]
-    benches = {"t1": Scoring("pairwise", joins=(("m", ""),)), "t2": Scoring("pairwise", joins=(("m", ""),))}
-    results = {"real|clip": {"t1": {"score": 0.5, "ties": 2}, "t2": {"score": 0.7, "ties": 0}},
-               "real|flow": {"t1": {"score": 0.625, "ties": 0}, "t2": {"score": 0.75, "ties": 1}}}
+    benches = {"t1": Scoring("pairwise", group_by="subset", joins=(("m", ""),)),
+               "t2": Scoring("pairwise", joins=(("m", ""),))}
+    results = {"real|clip": {"t1": {"score": 0.5, "ties": 2, "by_subset": {"a": 0.25, "b": 0.75}},
+                             "t2": {"score": 0.7, "ties": 0}},
+               "real|flow": {"t1": {"score": 0.625, "ties": 0, "by_subset": {"a": 0.5, "b": 0.75}},
+                             "t2": {"score": 0.75, "ties": 1}}}
     summary = {"store_fingerprint": "f" * 64, "git_revision": "abc", "results": results,
                "cross_task_means": cross_task_means({tuple(k.split("|")): v for k, v in results.items()}, benches,
-                                                    ["clip", "flow"]),
+                                                    ["clip", "flow"], {"m": ["t1", "t2", "t3"]}),
                "bootstrap": {"t1": {"flow - clip": {"mean_pts": 12.5, "ci95_pts": [2.0, 23.0],
                                                     "draws_missing_a_group": 0}}},
                "decision_changes": {"t1": {"flow vs clip": {"repairs": 3, "regressions": 1}}}}
     write_outputs(str(tmp_path), summary, [], scorers, ["real"], benches)
     md = (tmp_path / "results.md").read_text()
-    assert "| real | clip | 50.00 | 70.00 | 60.00 |" in md
-    assert "| real | flow | 62.50 | 75.00 | 68.75 |" in md
+    assert "| real | clip | 50.00 | 70.00 | 60.00 * |" in md          # partial: t3 was not scored
+    assert "| real | flow | 62.50 | 75.00 | 68.75 * |" in md
+    assert "m is partial: the mean of 2 of its 3 members (t1, t2); missing t3." in md
+    assert "### t1: per subset" in md and "| real | flow | 50.00 | 75.00 |" in md
     assert "| clip | 2 | 0 |" in md and "| flow | 0 | 1 |" in md
-    assert "| t1 | flow - clip | 12.50 | [2.00, 23.00] | 0 |" in md
+    assert "**Shuffle**" in md and "lower is better" in md
+    assert "| t1 | flow - clip | 12.50 | [2.00, 23.00] * | 0 |" in md
     assert "| t1 | flow vs clip | 3 | 1 |" in md
     csv = (tmp_path / "results.csv").read_text()
     assert csv.startswith("control,scorer,column,percent\n") and "real,flow,m,68.7500" in csv
+    assert "real,flow,t1/by_subset/a,50.0000" in csv

@@ -25,16 +25,34 @@ class Scoring:
     task: str                              # pairwise | candidates | retrieval | classification
     tie_rule: str = "wrong"                # what the official script does when gold ties a foil
     aggregate: str = "mean"                # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
+                                           # | group_means (mean of the named groups in headline_groups)
     group_by: str | None = None            # the manifest column the aggregation groups by
     min_group: int = 0                     # groups with fewer records are dropped (ARO VG-Attribution: 25)
     exclude_column: str | None = None      # boolean column: records outside the official score
     report_by: tuple[str, ...] = ()        # further columns to break results down by
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # named means of group_by values (SugarCrepe Add/...)
+    group_weighting: str = "groups"        # a named group's mean: "groups" (unweighted over its members) or
+                                           # "records" (pooled over its records, i.e. weighted by subset size)
+    headline_groups: tuple[str, ...] = ()  # aggregate "group_means": the named groups whose mean is the score
     recall_at: tuple[int, ...] = (1,)
     # cross-task means this benchmark feeds: (mean name, group name or "" for the official score);
     # binding7 = the paper's 7-task binding mean, all11 = its 11-task mean, aro = the ARO mean,
     # controls6 = Tab. 4's 6-task average
     joins: tuple[tuple[str, str], ...] = ()
+
+    def breakdowns(self) -> list[tuple[str, str]]:
+        """(title, result key) of each breakdown the results tables show for this
+        benchmark, in order: per group, named group means, each report_by column."""
+        out = []
+        if self.group_by:
+            out.append((f"per {self.group_by}", f"by_{self.group_by}"))
+        if self.groups:
+            out.append(("group means" + (" (weighted by records)" if self.group_weighting == "records" else ""),
+                        "named_groups"))
+        out += [(f"per {c}", f"by_{c}") for c in self.report_by]
+        if self.task == "candidates":
+            out += [(f"Recall@1 per {c}", f"recall_by_{c}") for c in self.report_by]
+        return out
 
 
 @dataclass

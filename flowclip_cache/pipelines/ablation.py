@@ -78,7 +78,8 @@ def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = Fals
         raise FlowclipError(f"{prof_path} holds another profile; pass --overwrite to replace it")
     json.dump(prof, open(prof_path + ".tmp", "w"), indent=1)
     os.replace(prof_path + ".tmp", prof_path)
-    log(f"  frozen encoder profile: {prof}")
+    from ..clip_profile import profile_table
+    log("  frozen encoder profile (%):\n" + profile_table(prof, "frozen encoder"))
     return prof
 
 

@@ -148,57 +148,81 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
                         per.setdefault(k, []).append(v * 100)
         own[method] = {k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0}
                        for k, v in per.items()}
-    return {"columns": tasks + means, "table": tables["real"] if "real" in tables else {}, "controls": tables,
+    return {"units": "percent (mean, std); points (delta, bootstrap)",
+            "columns": tasks + means, "table": tables["real"] if "real" in tables else {}, "controls": tables,
             "own_training_accuracy": own, "bootstrap": score["bootstrap"],
             "decision_changes": score["decision_changes"],
             "store_fingerprint": score["store_fingerprint"], "git_revision": score["git_revision"]}
 
 
-def _table(cols: list[str], table: dict) -> list[str]:
-    lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    for method, row in table.items():
-        cells = [f"{row[c]['mean']:.2f} ± {row[c]['std']:.2f} ({row[c]['delta']:+.2f})" if c in row else ""
-                 for c in cols]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+def _cell(v: dict) -> str:
+    """mean ± sample std (change from CLIP); one seed shows no spread."""
+    spread = f" ± {v['std']:.2f}" if v["n"] > 1 else ""
+    return f"{v['mean']:.2f}{spread} ({v['delta']:+.2f})"
+
+
+def conclusions(summary: dict) -> list[str]:
+    """One line per bootstrap comparison and question, written from the numbers: the
+    difference, its interval, and whether the interval excludes zero."""
+    lines = []
+    for task, d in summary["bootstrap"].items():
+        for key, v in d.items():
+            lo, hi = v["ci95_pts"]
+            verdict = ("higher" if lo > 0 else "lower") if (lo > 0 or hi < 0) else "no difference shown"
+            lines.append(f"- {task}: {key} = {v['mean_pts']:+.2f} points, 95% interval [{lo:.2f}, {hi:.2f}]: "
+                         + (f"the interval excludes 0 ({verdict})." if verdict != "no difference shown"
+                            else "the interval includes 0 (no difference shown)."))
+    for control in ("shuffle", "fixed"):
+        table = summary["controls"].get(control, {})
+        for method, row in table.items():
+            if method == "clip":
+                continue
+            deltas = [v["delta"] for v in row.values()]
+            if deltas:
+                lines.append(f"- {control.capitalize()} images (lower is better): {method}'s accuracy moves by "
+                             f"{np.mean(deltas):+.2f} points from CLIP's on average over {len(deltas)} columns.")
     return lines
 
 
 def write_summary(out: str, summary: dict) -> None:
+    from ..clip_profile import profile_table
+    from ..report import BOOTSTRAP_NOTE, CONTROLS_NOTE, table
     cols = summary["columns"]
-    md = ["# Study summary", ""]
+    md = ["# Study summary", "", "Figures are percent (summary.json: the same, in percent; the score's "
+          "results.json holds fractions).", ""]
     if "encoder_profile" in summary:
-        p = summary["encoder_profile"]
-        md += ["## The frozen encoder's profile", "", "| " + " | ".join(p["accuracy"]) + " | patch grounding | chance |",
-               "|" + "---|" * (len(p["accuracy"]) + 2),
-               "| " + " | ".join(f"{v * 100:.1f}" for v in p["accuracy"].values())
-               + f" | {p['grounding']['hit_rate'] * 100:.1f} | {p['grounding']['chance'] * 100:.1f} |", ""]
-    for control, table in summary["controls"].items():
-        md += [f"## {control.capitalize()} images", "",
-               "Accuracy (%), mean ± sample std across seeds (change from CLIP in points).", "",
-               *_table(cols, table), ""]
+        md += ["## The frozen encoder's profile", "", profile_table(summary["encoder_profile"], "frozen encoder"), ""]
+    seeds = max((v["n"] for t in summary["controls"].values() for row in t.values() for v in row.values()), default=1)
+    spread = "mean ± sample std across seeds" if seeds > 1 else "one seed, so no spread across seeds"
+    for control, tbl in summary["controls"].items():
+        md += [f"## {control.capitalize()} images", "", f"Accuracy (%), {spread} (change from CLIP in points).", "",
+               *table(["method"] + cols, [[m] + [_cell(row[c]) if c in row else "" for c in cols]
+                                          for m, row in tbl.items()]), ""]
+    md += [CONTROLS_NOTE, ""]
     if summary["own_training_accuracy"]:
         kinds = sorted({k for v in summary["own_training_accuracy"].values() for k in v})
         md += ["## Pairwise accuracy on each head's own training records (fixed sample, last epoch)", "",
-               "| method | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
-        for method, per in summary["own_training_accuracy"].items():
-            md.append(f"| {method} | " + " | ".join(f"{per[k]['mean']:.2f} ± {per[k]['std']:.2f}" if k in per else ""
-                                                    for k in kinds) + " |")
-        md.append("")
+               *table(["method"] + kinds, [[m] + [f"{per[k]['mean']:.2f}" + (f" ± {per[k]['std']:.2f}" if seeds > 1
+                                                                              else "") if k in per else "" for k in kinds]
+                                          for m, per in summary["own_training_accuracy"].items()]), ""]
     if summary["bootstrap"]:
-        md += ["## Paired image-cluster bootstrap, 95% intervals (points)", "",
-               "| task | difference | mean | 95% CI | draws missing a group |", "|---|---|---|---|---|"]
-        for task, d in summary["bootstrap"].items():
-            for k, v in d.items():
-                md.append(f"| {task} | {k} | {v['mean_pts']:.2f} | [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}] "
-                          f"| {v['draws_missing_a_group']} |")
+        md += ["## Paired image-cluster bootstrap, 95% intervals (points)", "", BOOTSTRAP_NOTE, "",
+               *table(["task", "difference", "mean", "95% CI", "draws missing a group"],
+                      [[t, k, f"{v['mean_pts']:.2f}", f"[{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]",
+                        v["draws_missing_a_group"]] for t, d in summary["bootstrap"].items() for k, v in d.items()]), ""]
+    md += ["## Conclusions", "", "Written from the numbers above: each comparison's interval, and the image "
+           "controls.", "", *(conclusions(summary) or ["- no comparison was bootstrapped."]), ""]
+    if "encoder_profile" in summary:
+        md += ["How these synthetic-world figures read against the paper, and why the frozen tiny CLIP's "
+               "patches limit what they can show: docs/results-synthetic.md in the flowclip repository.", ""]
     if "timing" in summary:
         per_run = [v for v in summary["timing"]["train_seconds_per_run"].values() if v]
-        md += ["", f"Wall time: {summary['timing']['this_invocation_seconds']:.0f} s for this invocation; "
+        md += [f"Wall time: {summary['timing']['this_invocation_seconds']:.0f} s for this invocation; "
                f"each run's training wall time {np.mean(per_run) if per_run else 0:.1f} s on average (runs trained "
                f"side by side share theirs); scoring {summary['timing']['score_seconds']:.0f} s."]
-    csv = ["control,method,column,mean,std,n,delta"]
-    for control, table in summary["controls"].items():
-        for method, row in table.items():
+    csv = ["control,method,column,mean_percent,std_percent,n,delta_points"]
+    for control, tbl in summary["controls"].items():
+        for method, row in tbl.items():
             for c, v in row.items():
                 csv.append(f"{control},{method},{c},{v['mean']:.4f},{v['std']:.4f},{v['n']},{v['delta']:.4f}")
     with open(os.path.join(out, "summary.json"), "w") as f:
@@ -221,12 +245,17 @@ def plot_summary(out: str, summary: dict) -> None:
     for i, m in enumerate(methods):
         row = summary["table"][m]
         xs = [j + i * width for j in range(len(cols))]
+        several = any(row.get(c, {}).get("n", 1) > 1 for c in cols)       # one seed: no error bars
         ax.bar(xs, [row.get(c, {}).get("delta", 0) for c in cols], width,
-               yerr=[row.get(c, {}).get("std", 0) for c in cols], capsize=2, label=m)
+               yerr=[row.get(c, {}).get("std", 0) for c in cols] if several else None, capsize=2, label=m)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))])
     ax.set_xticklabels(cols, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("change from CLIP (points)")
+    ax.set_title("Real images: accuracy change from CLIP per task"
+                 + (" (bars: mean over seeds, whiskers: sample std)" if len(methods) and any(
+                     v.get("n", 1) > 1 for row in summary["table"].values() for v in row.values()) else " (one seed)"),
+                 fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "summary.png"), dpi=100)

@@ -1,0 +1,174 @@
+"""Reports that read themselves: results.md / results.csv of `flowclip score`, and the
+Markdown helpers every report shares (the study summary and the encoder profile use
+them too). Figures in tables are percent; results.json holds fractions."""
+from __future__ import annotations
+
+import math
+
+CONTROLS_NOTE = (
+    "Image controls. **Real**: each record is scored with its own image. **Shuffle**: each record "
+    "gets another record's image (one seeded permutation per task; all candidates of a record share "
+    "it). **Fixed**: every record gets one seeded anchor image. Under Shuffle and Fixed the gold "
+    "caption is no longer about the image, so accuracy above chance (50% for a pair) is preference "
+    "the text carries on its own: there, lower is better.")
+BOOTSTRAP_NOTE = (
+    "The bootstrap resamples images (all records of an image together, the same draws for every "
+    "scorer and task). *mean* is the mean over draws of the difference of the two methods' official "
+    "scores, the runs of a method (seeds) averaged inside each draw; it is close to, not equal to, "
+    "the difference of the accuracies in the tables above. An interval that excludes 0 is marked *.")
+
+
+def fmt(v, digits: int = 2) -> str:
+    """A number for a table; '–' for a missing one."""
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    """A Markdown table (header, separator, one line per row)."""
+    return ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)] + \
+           ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+
+
+def scorer_labels(scorers) -> dict[str, str]:
+    """run -> the name tables use: the method's name, or method [run] when a method has
+    several runs (seeds). The bootstrap's method names are the same names."""
+    counts: dict[str, int] = {}
+    for s in scorers:
+        counts[s.method] = counts.get(s.method, 0) + 1
+    return {s.run: s.method if counts[s.method] == 1 else f"{s.method} [{s.run}]" for s in scorers}
+
+
+def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[str], list[str]]:
+    """(results.md lines, results.csv lines) of a score summary."""
+    name = scorer_labels(scorers)
+    comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates")]
+    md = ["# flowclip score", "", f"store fingerprint `{summary['store_fingerprint'][:16]}`, "
+          f"git {summary['git_revision'][:10]}; scorers: " + ", ".join(f"{name[s.run]} ({s.head.kind})" for s in scorers),
+          "", "Figures are percent (results.json: fractions).", ""]
+    csv = ["control,scorer,column,percent"]
+    if comp:
+        m, c = _compositional(summary, scorers, controls, benches, comp, name)
+        md, csv = md + m, csv + c
+    for section in (_retrieval, _zero_shot, _bootstrap, _changes):
+        m, c = section(summary, scorers, benches, name)
+        md, csv = md + m, csv + c
+    return md, csv
+
+
+def _compositional(summary, scorers, controls, benches, comp, name):
+    means = sorted({k for v in summary["cross_task_means"].values() for k in v})
+    pooled = [t for t in comp if benches[t].aggregate == "group_means"]
+    cols = comp + [f"{t} (pooled)" for t in pooled] + means
+    rows, csv, partial = [], [], {}
+    for control in controls:
+        for s in scorers:
+            per = summary["results"].get(f"{control}|{s.run}", {})
+            cm = summary["cross_task_means"].get(f"{control}|{s.run}", {})
+            vals = [per[t]["score"] * 100 if t in per else None for t in comp] + \
+                   [per[t]["pooled"] * 100 if t in per else None for t in pooled] + \
+                   [cm[k]["mean"] * 100 if k in cm else None for k in means]
+            cells = [fmt(v) for v in vals]
+            for i, k in enumerate(means):
+                if cm.get(k, {}).get("partial"):
+                    cells[len(comp) + len(pooled) + i] += " *"
+                    partial[k] = cm[k]
+            rows.append([control, name[s.run]] + cells)
+            csv += [f"{control},{name[s.run]},{col},{fmt(v, 4)}" for col, v in zip(cols, vals)]
+    md = ["## Compositional matching (Tab. 1/2; Tab. 4 for the Shuffle and Fixed rows)", "",
+          "Accuracy (%), each benchmark's official aggregation; cross-task means at the right.", "",
+          *table(["control", "scorer"] + cols, rows), ""]
+    for k, e in partial.items():
+        md.append(f"\\* {k} is partial: the mean of {len(e['members'])} of its {e['expected']} members "
+                  f"({', '.join(e['members'])}); missing {', '.join(e['missing'])}.")
+    notes = [f"{t}: {summary['results'][f'real|{scorers[0].run}'][t]['partial']}" for t in comp
+             if "partial" in summary["results"].get(f"real|{scorers[0].run}", {}).get(t, {})]
+    md += ([""] if partial else []) + [f"Partial: {n}" for n in notes] + ([""] if notes else [])
+    md += [CONTROLS_NOTE, "", "Ties (gold exactly as high as the best foil; counted under each benchmark's "
+           "own rule), Real images:", "",
+           *table(["scorer"] + comp, [[name[s.run]] + [summary["results"].get(f"real|{s.run}", {}).get(t, {})
+                                                      .get("ties", "") for t in comp] for s in scorers]), ""]
+    for t in comp:
+        m, c = _breakdown(summary, scorers, controls, benches[t], t, name)
+        md, csv = md + m, csv + c
+    return md, csv
+
+
+def _breakdown(summary, scorers, controls, sc, task, name):
+    """One table per breakdown a benchmark declares (Scoring.breakdowns)."""
+    md, csv = [], []
+    for title, key in sc.breakdowns():
+        cols = sorted({g for s in scorers for c in controls
+                       for g in summary["results"].get(f"{c}|{s.run}", {}).get(task, {}).get(key, {})},
+                      key=lambda g: (len(g), g) if g.isdigit() else (0, g))
+        if not cols:
+            continue
+        rows = []
+        for control in controls:
+            for s in scorers:
+                vals = summary["results"].get(f"{control}|{s.run}", {}).get(task, {}).get(key, {})
+                rows.append([control, name[s.run]] + [fmt(vals.get(g, float("nan")) * 100) for g in cols])
+                csv += [f"{control},{name[s.run]},{task}/{key}/{g},{fmt(vals.get(g, float('nan')) * 100, 4)}"
+                        for g in cols]
+        md += [f"### {task}: {title}", "", *table(["control", "scorer"] + cols, rows), ""]
+    return md, csv
+
+
+def _retrieval(summary, scorers, benches, name):
+    retr = [t for t, sc in benches.items() if sc.task == "retrieval"]
+    if not retr:
+        return [], []
+    ks = ["i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10"]
+    rows, csv = [], []
+    for s in scorers:
+        for t in retr:
+            r = summary["results"].get(f"real|{s.run}", {}).get(t, {})
+            rows.append([name[s.run], t + (" (approximate)" if r.get("approximate") else "")]
+                        + [fmt(r.get(k, float("nan")) * 100) for k in ks] + [r.get("i2t_ties", ""), r.get("t2i_ties", "")])
+            csv += [f"real,{name[s.run]},{t}/{k},{fmt(r.get(k, float('nan')) * 100, 4)}" for k in ks]
+    md = ["## Retrieval (Tab. 7)", "", "A wrong candidate scoring exactly as high as the right one ranks above it "
+          "(both directions); the ties columns count the queries where that happened.", "",
+          *table(["scorer", "benchmark"] + ks + ["i2t ties", "t2i ties"], rows), ""]
+    approx = [f"{k}: {t}" for k, per in summary["results"].items() for t, r in per.items() if r.get("approximate")]
+    if approx:
+        md += ["Approximate (shortlist re-ranking): " + ", ".join(approx), ""]
+    return md, csv
+
+
+def _zero_shot(summary, scorers, benches, name):
+    zero = [t for t, sc in benches.items() if sc.task == "classification"]
+    if not zero:
+        return [], []
+    rows, csv = [], []
+    for s in scorers:
+        per = summary["results"].get(f"real|{s.run}", {})
+        rows.append([name[s.run]] + [fmt(per.get(t, {}).get(f"top{k}", float("nan")) * 100) for t in zero for k in (1, 5)])
+        csv += [f"real,{name[s.run]},{t}/top{k},{fmt(per.get(t, {}).get(f'top{k}', float('nan')) * 100, 4)}"
+                for t in zero for k in (1, 5)]
+    return ["## Zero-shot classification (Tab. 7)", "",
+            *table(["scorer"] + [f"{t} top-{k}" for t in zero for k in (1, 5)], rows), ""], csv
+
+
+def _bootstrap(summary, scorers, benches, name):
+    if not summary["bootstrap"]:
+        return [], []
+    rows = []
+    for task, d in summary["bootstrap"].items():
+        for key, v in d.items():
+            lo, hi = v["ci95_pts"]
+            star = " *" if lo > 0 or hi < 0 else ""
+            rows.append([task, key, fmt(v["mean_pts"]), f"[{fmt(lo)}, {fmt(hi)}]{star}", v["draws_missing_a_group"]])
+    return ["## Paired image-cluster bootstrap (95% interval, points)", "", BOOTSTRAP_NOTE, "",
+            *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows), ""], []
+
+
+def _changes(summary, scorers, benches, name):
+    if not any(summary["decision_changes"].values()):
+        return [], []
+    by_run = {s.run: name[s.run] for s in scorers}
+    rows = []
+    for task, d in summary["decision_changes"].items():
+        for key, v in d.items():
+            b, a = key.split(" vs ")
+            rows.append([task, f"{by_run.get(b, b)} vs {by_run.get(a, a)}", v["repairs"], v["regressions"]])
+    return ["## Paired decision changes (Real)", "", "A repair: the second scorer right where the first was wrong; "
+            "a regression: the reverse.", "", *table(["task", "comparison", "repairs", "regressions"], rows), ""], []
