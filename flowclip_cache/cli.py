@@ -44,12 +44,8 @@ def main():
 
 
 def _device(name: str) -> str:
-    import torch
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise FlowclipError(f"--device {name}: CUDA is not available on this machine")
-    return name
+    from .devices import resolve_device
+    return resolve_device(name)
 
 
 @main.command()
@@ -226,9 +222,10 @@ def train_head_cmd(store, train_manifest, out, config_file, device, image_root, 
 @click.option("--max-memory", default=2048, show_default=True, help="MiB bound for retrieval blocks.")
 @click.option("--shortlist", type=int, help="Re-rank the global top K in retrieval (approximate; labelled).")
 @click.option("--image-root", type=click.Path())
-@click.option("--overwrite", is_flag=True)
+@click.option("--overwrite", is_flag=True, help="Replace a results folder flowclip score wrote (nothing else).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 def score(store, manifests, scorers, controls, out, device, seed, draws, max_memory, shortlist, image_root,
-          overwrite):
+          overwrite, quiet):
     """Score every benchmark manifest with every scorer, from one store."""
     from .score import CONTROLS, run_score
     from .store import FeatureStore
@@ -238,7 +235,8 @@ def score(store, manifests, scorers, controls, out, device, seed, draws, max_mem
         raise FlowclipError(f"--controls: unknown {bad}; use {', '.join(CONTROLS)}")
     summary = run_score(FeatureStore(store), list(manifests), list(scorers), out, controls=ctl,
                         device=_device(device), seed=seed, bootstrap_draws=draws, max_memory_mb=max_memory,
-                        shortlist=shortlist, overwrite=overwrite, image_root=image_root, log=click.echo)
+                        shortlist=shortlist, overwrite=overwrite, image_root=image_root, progress=not quiet,
+                        log=click.echo)
     click.echo(open(os.path.join(out, "results.md")).read())
 
 
@@ -247,7 +245,8 @@ def score(store, manifests, scorers, controls, out, device, seed, draws, max_mem
 @click.argument("overrides", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Print the plan and what is already done.")
 @click.option("--jobs", default=1, show_default=True, help="Runs trained at once (threads sharing the features).")
-def run_pipeline(config, overrides, dry_run, jobs):
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def run_pipeline(config, overrides, dry_run, jobs, quiet):
     """Run a whole study from a pipeline YAML (a path, or the name of one that ships:
     ablation, sensitivity, synthetic), with KEY=VALUE overrides."""
     from .config import apply_overrides, build, find_config, load_yaml, parse_overrides
@@ -259,7 +258,7 @@ def run_pipeline(config, overrides, dry_run, jobs):
     data = apply_overrides(data, parse_overrides(list(overrides)))
     module = pipeline_module(data["kind"])
     cfg = build(module.CONFIG, data, config)
-    summary = module.run(cfg, dry_run, jobs, log=click.echo)
+    summary = module.run(cfg, dry_run, jobs, log=click.echo, progress=not quiet)
     if summary is not None:
         click.echo(open(os.path.join(cfg.out, "summary.md")).read())
 
@@ -406,11 +405,12 @@ def negatives(inp, out, kinds, seed):
 @click.option("--out", default="flowclip-demo", show_default=True, type=click.Path(file_okay=False))
 @click.option("--scenes", default=1500, show_default=True, help="Head-training scenes of the world.")
 @click.option("--epochs", default=2, show_default=True)
-def demo(out, scenes, epochs):
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def demo(out, scenes, epochs, quiet):
     """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""
     from .demo import run_demo
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    summary = run_demo(out, scenes, epochs, log=click.echo)
+    summary = run_demo(out, scenes, epochs, log=click.echo, progress=not quiet)
     click.echo(open(os.path.join(out, "summary.md")).read())
     click.echo(f"report: {os.path.join(out, 'summary.md')} (tables), {os.path.join(out, 'score')} (every record)")
 

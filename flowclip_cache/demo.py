@@ -26,7 +26,8 @@ def demo_encoder() -> dict:
         return {"model": "flowclip-tiny-clip", "pretrained": "none"}
 
 
-def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap_draws: int = 1000) -> dict:
+def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap_draws: int = 1000,
+             progress: bool = True) -> dict:
     enc = demo_encoder()
     if enc["pretrained"] == "none":
         log("note: no shipped synthetic-world weights; the tiny CLIP runs with random weights")
@@ -37,4 +38,4 @@ def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap
                          train_config={"epochs": epochs, "batch_size": 32, "lr": 1e-3},
                          controls=["real", "shuffle", "fixed"], bootstrap=bootstrap_draws,
                          compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"]])
-    return run(cfg, dry_run=False, jobs=1, log=log)
+    return run(cfg, dry_run=False, jobs=1, log=log, progress=progress)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import FlowclipError
+from .progress import bar as progress_bar
 from .hashing import caption_key, file_sha256, image_key, keys_to_bytes
 from .images import BadImage, load_image, resolve_image_path
 from .manifest import Manifest
@@ -327,8 +328,6 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
                     on_error, progress):
     import torch
     from torch.utils.data import DataLoader
-    from tqdm import tqdm
-
     from .features import encode_images
 
     items = [col.images[k] for _, u in units for k in u]
@@ -341,7 +340,7 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
         unit_end.append(len(batches))
     loader = DataLoader(_ImageDataset(items, preprocess), batch_sampler=batches, num_workers=workers,
                         collate_fn=_collate, prefetch_factor=4 if workers else None)
-    bar = tqdm(total=len(items), desc="images", unit="img", disable=not progress, file=sys.stderr)
+    bar = progress_bar(len(items), "images", "img", progress)
     acc_keys, acc_g, acc_p = [], [], []
     unit_i = 0
     for bi, batch in enumerate(loader):
@@ -371,10 +370,7 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
 
 def _extract_captions(store, model, units, tokens: CaptionTokens, summary, device, text_batch_size, mask_policy,
                       progress):
-    from tqdm import tqdm
-
-    bar = tqdm(total=sum(len(u) for _, u in units), desc="captions", unit="cap", disable=not progress,
-               file=sys.stderr)
+    bar = progress_bar(sum(len(u) for _, u in units), "captions", "cap", progress)
     for _, unit in units:
         tks = [tokens.token_key[k] for k in unit]
         feats = _caption_features(store, model, tks, tokens, unit, device, text_batch_size, mask_policy, bar)

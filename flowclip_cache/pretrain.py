@@ -26,6 +26,7 @@ from .config import build
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .features import image_forward, text_forward
 from .errors import FlowclipError
+from .progress import bar as progress_bar
 from .world import COLOURS, SHAPES, describe, render, sample_scene
 
 WEIGHTS_DIR = os.path.join(os.path.dirname(__file__), "weights")
@@ -118,7 +119,6 @@ def _load_state(out: str, model, opt) -> dict:
 
 def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, export_to: str | None = None) -> str:
     import open_clip
-    from tqdm import tqdm
     register_package_configs()
     os.makedirs(out, exist_ok=True)
     json.dump(dataclasses.asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
@@ -136,7 +136,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         state = _load_state(out, model, opt)
         log(f"resuming at step {state['step']}")
     model.train()
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc="pretrain", disable=not progress, file=sys.stderr)
+    bar = progress_bar(cfg.steps, "pretrain", "step", progress, state["step"])
     t0 = time.perf_counter()
     while state["step"] < cfg.steps:
         step = state["step"]

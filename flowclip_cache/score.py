@@ -84,14 +84,32 @@ def find_manifests(paths: list[str]) -> list[str]:
     return out
 
 
+def evaluation_manifests(paths: list[str], log=print) -> list[Manifest]:
+    """The manifests to score: files named, and the manifests of folders named. A training
+    manifest met in a folder is skipped with a note (folders often hold both); one named
+    explicitly is an error."""
+    named = {os.path.abspath(p) for p in paths if not os.path.isdir(p)}
+    out = []
+    for p in find_manifests(paths):
+        m = Manifest.read(p)
+        if m.kind == "training" and os.path.abspath(p) not in named:
+            log(f"note: skipping {p}: a training manifest (score takes evaluation manifests)")
+            continue
+        out.append(m)
+    if not out:
+        raise FlowclipError(f"no evaluation manifests in {', '.join(paths)} (only training sets)")
+    return out
+
+
 def scoring_of(m: Manifest) -> tuple[str, Scoring]:
     name = m.meta.get("benchmark")
     if not name:
         raise FlowclipError(f"{m.path}: no 'benchmark' in the manifest's flowclip.meta; build it with "
                             f"`flowclip manifest build` or write_manifest(..., meta={{'benchmark': NAME}})")
     bench = get_benchmark(name)
-    if bench.scoring is None:
-        raise FlowclipError(f"{m.path}: {name} is a training set; score takes evaluation manifests")
+    if bench.scoring is None or m.kind == "training":
+        raise FlowclipError(f"{m.path}: {name} is a training set; score takes evaluation manifests "
+                            f"(keep training manifests out of the folders you score, or name files one by one)")
     sc = bench.scoring
     needed = {"candidates": ("captions", "gold"), "pairwise": ("captions", "gold"),
               "retrieval": ("captions",), "classification": ("label",)}[sc.task]
@@ -330,17 +348,17 @@ def expected_members() -> dict[str, list[str]]:
 def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list[str], out: str, *,
               controls=("real",), device: str = "cpu", seed: int = 0, bootstrap_draws: int = 10_000,
               max_memory_mb: int = 2048, shortlist: int | None = None, overwrite: bool = False,
-              image_root: str | None = None, compare: list[tuple[str, str]] | None = None, log=print) -> dict:
+              image_root: str | None = None, compare: list[tuple[str, str]] | None = None, progress: bool = True,
+              log=print) -> dict:
     """compare: (baseline, other) method pairs for the bootstrap; default every pair."""
     outputs.check_replaceable(out, "score-results", overwrite)
     scorers = load_scorers(scorer_specs, store, device)
-    manifests = [Manifest.read(p) for p in find_manifests(manifest_paths)]
-    checked = [(m, *scoring_of(m)) for m in manifests]          # fail before any work
+    checked = [(m, *scoring_of(m)) for m in evaluation_manifests(manifest_paths, log)]   # fail before any work
     tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
         summary = _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_draws, max_memory_mb,
-                             shortlist, image_root, compare, log)
+                             shortlist, image_root, compare, progress, log)
         outputs.publish(tmp, out, "score-results", overwrite)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)       # a failure (or a full disk) leaves nothing behind
@@ -349,8 +367,10 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
 
 
 def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_draws, max_memory_mb, shortlist,
-               image_root, compare, log) -> dict:
+               image_root, compare, progress, log) -> dict:
+    from .progress import bar
     t0 = time.perf_counter()
+    records_bar = bar(sum(len(m) for m, _, _ in checked), "score", "record", progress)
     results: dict = {}            # (control, run) -> benchmark -> result
     record_rows, boot_tasks, changes = [], [], {}
     all_images: dict[str, int] = {}
@@ -358,6 +378,7 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
     for m, name, sc in checked:
         benches[name] = sc
         log(f"scoring {name} ({len(m)} records, {sc.task})")
+        records_bar.update(len(m))
         if sc.task in ("pairwise", "candidates"):
             mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root)
             correct_real = {}

@@ -31,6 +31,7 @@ from . import checkpoint, outputs
 from .config import build
 from .data import FeatureBank, image_keys, require_features
 from .errors import FlowclipError
+from .progress import bar as progress_bar
 from .hashing import file_sha256
 from .heads import HEAD_KINDS, FlowHead
 from .losses import cimr_loss, donor_map, hnb_loss
@@ -195,6 +196,39 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
     return head.to(device).eval(), cfg
 
 
+# -- one step's loss: what train-head, studies and the dry run's timing share ---------------------
+def batch_loss(head: FlowHead, cfg: TrainConfig, img, pos, neg, feats):
+    """(loss, HNB term, CIMR term, s_token or None) of one batch whose features are gathered."""
+    v, P, t, H, mask = feats
+    s_global, s_token = head.score_parts(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
+    S = s_global if s_token is None else s_global + cfg.alpha * s_token
+    l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
+    l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
+    return l_hnb + cfg.cimr * l_cimr, l_hnb, l_cimr, s_token
+
+
+def seconds_per_step(data: "TrainingData", cfg: TrainConfig, device: str, repeats: int = 3) -> float:
+    """A measured optimiser step of this head on the first batch of training records
+    (the dry run's time estimate): best of a few, after one warm-up."""
+    head = FlowHead(data.bank.img_global.shape[1], cfg.head, cfg.alpha, cfg.tau_p).to(device)
+    params = list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr) if params else None
+    rec = torch.as_tensor(np.nonzero(data.split == "train")[0][:cfg.batch_size], device=data.rec_image.device)
+    img, pos, neg = data.rec_image[rec], data.rec_pos[rec], data.rec_neg[rec, 0]
+    best = float("inf")
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        feats = data.features(img, torch.cat([pos, neg]), head.uses_tokens)
+        loss = batch_loss(head, cfg, img, pos, neg, feats)[0]
+        if opt is not None:
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if i:
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 # -- the run ------------------------------------------------------------------------------------
 class HeadRun:
     """One run folder: its head, optimiser, state, log and evaluation."""
@@ -276,14 +310,8 @@ class HeadRun:
 
     def step(self, img, pos, neg, feats) -> None:
         """One optimiser step on a batch whose features are already gathered."""
-        cfg, head = self.cfg, self.head
-        v, P, t, H, mask = feats
-        s_global, s_token = head.score_parts(v, P if head.uses_tokens else None, t,
-                                             H if head.uses_tokens else None, mask)
-        S = s_global if s_token is None else s_global + cfg.alpha * s_token
-        l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
-        l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
-        loss = l_hnb + cfg.cimr * l_cimr
+        cfg = self.cfg
+        loss, l_hnb, l_cimr, s_token = batch_loss(self.head, cfg, img, pos, neg, feats)
         epoch, step = self.position
         if not torch.isfinite(loss):
             raise FlowclipError(f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
@@ -382,12 +410,10 @@ def _train(store, manifest, manifest_path, runs, started_flags, device, image_ro
 def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, ref: TrainConfig, device: str,
               progress: bool, max_steps: int | None) -> bool:
     """Epochs of batches for heads at the same position; False if max_steps cut it short."""
-    from tqdm import tqdm
     B = ref.batch_size
     steps_per_epoch = len(train_rec) // B if len(train_rec) >= B else 1
     need_tokens = any(h.head.uses_tokens for h in group)
-    bar = tqdm(total=steps_per_epoch * ref.epochs, initial=group[0].state["global_step"], desc="train",
-               unit="step", disable=not progress, file=sys.stderr)
+    bar = progress_bar(steps_per_epoch * ref.epochs, "train", "step", progress, group[0].state["global_step"])
     steps_run = 0
     # the order and the negative drawn depend only on (seed, epoch)
     while group[0].state["epoch"] < ref.epochs:

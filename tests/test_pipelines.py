@@ -39,9 +39,47 @@ def test_dry_run_and_errors(tmp_path):
     assert r.exit_code == 2 and "unknown keys ['seedz']" in r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seeds=zero"])
     assert r.exit_code == 2 and "key 'seeds': expected a list" in r.output
-    r = CliRunner().invoke(main, ["run", "sensitivity", "--dry-run",
-                                  f"out={tmp_path}/sens"])
-    assert r.exit_code == 0 and r.output.count("[todo   ]") == 8
+    r = CliRunner().invoke(main, ["run", "sensitivity", "--dry-run", f"out={tmp_path}/sens"])
+    # it names no store (its header passes one): the plan is printed, the problem named, nothing made
+    assert r.exit_code == 2 and r.output.count("[todo   ]") == 8 and "no store=... given" in r.output
+    assert not os.path.exists(tmp_path / "sens")
+    r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/c", "--dry-run", *REDUCED, "device=cuda:7"])
+    assert r.exit_code == 2 and "device= cuda:7:" in r.output and "Traceback" not in r.output
+
+
+def test_dry_run_checks_everything_and_creates_nothing(tmp_path, sample, tiny_encoder):
+    """Store and fingerprint, manifests and their kinds, every feature (or the extract
+    command), the plan with steps and a measured time estimate; a training manifest in
+    the eval folder is skipped with a note, not an error after training."""
+    import shutil
+
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.store import FeatureStore
+    fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
+    run_extract(fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], workers=0,
+                progress=False)
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    shutil.copy(sample["candidates"], evals / "sample.parquet")
+    shutil.copy(sample["training"], evals / "train-too.parquet")        # the README's old mistake
+    args = ["run", "ablation", f"store={fs.root}", f"train={sample['training']}", f"eval=[{evals}]",
+            f"out={tmp_path}/study", "seeds=[0]", "train_config.epochs=1", "train_config.batch_size=4", "--dry-run"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert f"fingerprint {fs.fingerprint[:16]}" in r.output and "every feature stored" in r.output
+    assert "note: skipping" in r.output and "train-too.parquet: a training manifest" in r.output
+    assert r.output.count("[todo   ]") == 4 and "time left: about" in r.output and "dry run: every check passed" in r.output
+    assert not os.path.exists(tmp_path / "study")
+    # a caption the store lacks: named, with the extract command to run; still nothing created
+    import pyarrow as pa
+    from flowclip_cache.manifest import Manifest, write_manifest
+    m = Manifest.read(sample["candidates"])
+    rows = m.table.to_pylist()
+    rows[0]["captions"] = ["a caption never extracted", rows[0]["captions"][1]]
+    write_manifest(evals / "sample.parquet", pa.Table.from_pylist(rows), "candidates", m.meta)
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "'a caption never extracted'" in r.output and "Run: flowclip extract --store" in r.output
+    assert not os.path.exists(tmp_path / "study")
 
 
 @pytest.mark.slow

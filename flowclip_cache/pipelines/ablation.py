@@ -44,18 +44,21 @@ def plan(cfg: AblationConfig) -> list[RunSpec]:
     return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
 
 
-def world_store(cfg: AblationConfig, log):
+def world_store(cfg: AblationConfig, log, progress: bool = True):
     """The synthetic world, extracted once with the configured encoder -> (store, paths, evals)."""
     from ..encoders import EncoderSpec, resolve
     from ..extract import run_extract
     from ..store import FeatureStore
     from ..world import FAMILIES, build_world
+    from .study import claim_folder
+    claim_folder(cfg.out)
     paths = build_world(os.path.join(cfg.out, "world"), **cfg.world)
     enc = resolve(EncoderSpec(cfg.encoder.get("model", "flowclip-tiny-clip"), cfg.encoder.get("pretrained", "none"),
                               int(cfg.encoder.get("init_seed", 0))))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config)
     evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
-    s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0, progress=False)
+    s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0,
+                    progress=progress)
     log(f"  world: {s.images_new} new images, {s.images_stored} already stored")
     store.refresh()
     return store, paths, evals
@@ -83,17 +86,17 @@ def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = Fals
     return prof
 
 
-def prepare_world(cfg: AblationConfig, log) -> AblationConfig:
+def prepare_world(cfg: AblationConfig, log, progress: bool = True) -> AblationConfig:
     """World, store and profile.json; then the study's store, training and eval manifests."""
-    store, paths, evals = world_store(cfg, log)
+    store, paths, evals = world_store(cfg, log, progress)
     write_profile(cfg, store, paths, log)
     cfg.store, cfg.train, cfg.eval = store.root, paths["training"], evals
     return cfg
 
 
-def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print):
+def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
     if cfg.world is not None and not cfg.store and not dry_run:
-        cfg = prepare_world(cfg, log)
+        cfg = prepare_world(cfg, log, progress)
     if not dry_run:
         from ..errors import FlowclipError
         for key in ("store", "train"):
@@ -104,7 +107,7 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print):
     return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
                    compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device,
-                   side_by_side=cfg.side_by_side, log=log)
+                   side_by_side=cfg.side_by_side, world=cfg.world, progress=progress, log=log)
 
 
 CONFIG = AblationConfig

@@ -33,7 +33,7 @@ def plan(cfg: SensitivityConfig) -> list[RunSpec]:
             for c, t, a in itertools.product(cfg.cimr, cfg.tau_p, cfg.alpha) for seed in cfg.seeds]
 
 
-def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print):
+def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
     if not dry_run:
         from ..errors import FlowclipError
         for key in ("store", "train"):
@@ -42,7 +42,7 @@ def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print):
     return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
                    compare=[], dry_run=dry_run, jobs=jobs, device=cfg.device,
-                   side_by_side=cfg.side_by_side, log=log)
+                   side_by_side=cfg.side_by_side, progress=progress, log=log)
 
 
 CONFIG = SensitivityConfig

@@ -14,7 +14,7 @@ import numpy as np
 from .. import checkpoint
 from ..errors import FlowclipError
 from ..store import FeatureStore
-from ..train import TrainConfig, load_training_data, train_heads
+from ..train import load_training_data, train_heads
 
 DONE = "STUDY_DONE"
 
@@ -31,6 +31,14 @@ class RunSpec:
         return "__".join(f"{k}-{self.train[k]}" for k in keys) + f"__seed-{self.seed}"
 
 
+def claim_folder(out: str) -> None:
+    """Make (or reuse) a study folder, marked as one; refuse a folder that is not."""
+    from .. import outputs
+    outputs.require_own(out, "study")
+    os.makedirs(out, exist_ok=True)
+    outputs.mark(out, "study")
+
+
 def run_status(path: str) -> str:
     if os.path.exists(os.path.join(path, "DONE")):
         return "done"
@@ -41,31 +49,42 @@ def run_status(path: str) -> str:
 
 def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], out: str, runs: list[RunSpec],
             base_train: dict, controls: list[str], bootstrap: int, compare: list[list[str]], dry_run: bool,
-            jobs: int = 1, device: str = "cpu", side_by_side: bool = True, log=print) -> dict | None:
-    os.makedirs(out, exist_ok=True)
+            jobs: int = 1, device: str = "cpu", side_by_side: bool = True, world=None, progress: bool = True,
+            log=print) -> dict | None:
+    from .. import outputs
+    from .checks import check_study, plan_lines
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
     if len(run_dirs) != len(runs):
         raise FlowclipError("two runs of the grid have the same settings")
-    log(f"study {out}: {len(runs)} runs")
-    for r in runs:
-        log(f"  [{run_status(run_dirs[r.folder]):7s}] {r.method:16s} {r.folder}")
+    outputs.require_own(out, "study")
+    log(f"study {out}: {len(runs)} runs" + (" (dry run: nothing is created)" if dry_run else ""))
+    checked = check_study(store_path=store_path, train_manifest=train_manifest, eval_manifests=eval_manifests,
+                          runs=runs, run_dirs=run_dirs, base_train=base_train, device=device, world=world, log=log)
+    for line in checked.lines:
+        log(f"  {line}")
+    plan_lines(runs, run_dirs, checked, log, measure=dry_run)
     if os.path.exists(os.path.join(out, DONE)):
         log("  the study is finished (summary in place)")
+    if checked.problems:
+        raise FlowclipError(f"{len(checked.problems)} problems found before training:\n  "
+                            + "\n  ".join(checked.problems))
     if dry_run:
+        log("  dry run: every check passed")
         return None
     if os.path.exists(os.path.join(out, DONE)):
         return json.load(open(os.path.join(out, "summary.json")))
+    claim_folder(out)
+    device = checked.device
     store = FeatureStore(store_path)
     t0 = time.perf_counter()
     todo = [r for r in runs if run_status(run_dirs[r.folder]) != "done"]
     if todo:
         from ..manifest import Manifest
         # one in-memory copy of the features serves every run (patches kept if any head needs them)
-        need_patches = any(TrainConfig.from_dict({**base_train, **r.train}).head == "flow" for r in todo)
+        need_patches = any(checked.cfgs[r.folder].head == "flow" for r in todo)
         data = load_training_data(store, Manifest.read(train_manifest), need_patches, device)
 
-        cfgs = {r.folder: TrainConfig.from_dict({**base_train, **r.train, "seed": r.seed}, f"run {r.folder}")
-                for r in todo}
+        cfgs = checked.cfgs
         # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches
         key = (lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs)) if side_by_side \
             else (lambda r: r.folder)
@@ -75,7 +94,7 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
 
         def train_group(group: list[RunSpec]):
             train_heads(store, train_manifest, [(run_dirs[r.folder], cfgs[r.folder]) for r in group], device=device,
-                        resume=True, progress=False, data=data, log=lambda m: log(f"  {m}"))
+                        resume=True, progress=progress, data=data, log=lambda m: log(f"  {m}"))
 
         if jobs > 1:
             from concurrent.futures import ThreadPoolExecutor
@@ -89,7 +108,7 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
     pairs = [tuple(p) for p in compare]
     score = run_score(store, eval_manifests, specs, os.path.join(out, "score"), controls=tuple(controls),
                       device=device, bootstrap_draws=bootstrap, overwrite=True, compare=pairs,
-                      log=lambda m: log(f"  {m}"))
+                      progress=progress, log=lambda m: log(f"  {m}"))
     summary = summarise(score, runs, run_dirs)
     summary["timing"] = {"this_invocation_seconds": time.perf_counter() - t0,
                          "train_seconds_per_run": {r.folder: checkpoint.read_state(run_dirs[r.folder])

@@ -1,0 +1,135 @@
+"""Everything a study can check before it trains anything, and its plan. `flowclip run
+--dry-run` prints both and creates nothing; a real run makes the same checks first, so
+a mistake in an evaluation manifest stops the study before hours of training, not after.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .. import checkpoint
+from ..errors import FlowclipError
+
+
+@dataclass
+class Checked:
+    problems: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)      # the plan, for the dry run
+    store: object = None
+    cfgs: dict = field(default_factory=dict)            # run folder -> TrainConfig
+    device: str = "cpu"
+    train_path: str | None = None
+    train_records: int = 0                               # records with split == 'train'
+
+
+def _try(out: Checked, fn, *a, **k):
+    """fn's result, or None with its error added to the problems."""
+    try:
+        return fn(*a, **k)
+    except FlowclipError as e:
+        out.problems.append(str(e))
+        return None
+
+
+def _ok(out: Checked, fn, *a) -> bool:
+    before = len(out.problems)
+    _try(out, fn, *a)
+    return len(out.problems) == before
+
+
+def check_study(*, store_path, train_manifest, eval_manifests, runs, run_dirs, base_train, device, world=None,
+                log=print) -> Checked:
+    from ..devices import resolve_device
+    from ..train import TrainConfig
+    out = Checked()
+    out.device = _try(out, resolve_device, device, "device=") or "cpu"
+    for r in runs:
+        cfg = _try(out, TrainConfig.from_dict, {**base_train, **r.train, "seed": r.seed}, f"run {r.method}")
+        if cfg is not None:
+            out.cfgs[r.folder] = cfg
+    if world is not None and not (store_path and os.path.exists(os.path.join(store_path, "store.json"))):
+        out.lines.append("store: built from the synthetic world on the first real run (world=...); "
+                         "manifests and features are checked then")
+        return out
+    from ..store import FeatureStore
+    out.store = _try(out, FeatureStore, store_path) if store_path else None
+    if store_path is None:
+        out.problems.append("no store=... given")
+    if out.store is None:
+        return out
+    out.lines.append(f"store: {out.store.root} (fingerprint {out.store.fingerprint[:16]}, "
+                     f"{out.store.encoder_config['model']})")
+    _check_training(out, train_manifest)
+    _check_evaluation(out, eval_manifests, log)
+    return out
+
+
+def _check_training(out: Checked, path) -> None:
+    from ..data import image_keys, require_features
+    from ..manifest import Manifest
+    m = _try(out, Manifest.read, path) if path else None
+    if m is None:
+        if not path:
+            out.problems.append("no train=... manifest given")
+        return
+    if m.kind != "training":
+        out.problems.append(f"{path}: train=... needs a 'training' manifest, this one is {m.kind!r}")
+        return
+    t = m.table.to_pydict()
+    texts = sorted(set(t["positive"]) | {n for ns in t["negatives"] for n in ns})
+    out.train_path, out.train_records = path, sum(s == "train" for s in t["split"])
+    if _ok(out, lambda: require_features(out.store, m, image_keys(out.store, m), texts)):
+        out.lines.append(f"train: {path} ({len(m)} records, {out.train_records} with split == 'train'), "
+                         f"every feature stored")
+
+
+def _check_evaluation(out: Checked, paths, log) -> None:
+    from ..data import image_keys, require_features
+    from ..score import evaluation_manifests, scoring_of
+    if not paths:
+        out.problems.append("no eval=[...] manifests given")
+        return
+    ms = _try(out, evaluation_manifests, paths, log) or []
+    for m in ms:
+        got = _try(out, scoring_of, m)
+        if got is None:
+            continue
+        name, sc = got
+        texts = sorted({c.text for c in m.caption_refs()})
+        if _ok(out, lambda: require_features(out.store, m, image_keys(out.store, m), texts)):
+            out.lines.append(f"eval: {m.path} ({name}, {len(m)} records, {sc.task}), every feature stored")
+
+
+def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> None:
+    """Runs, epochs, steps, device, what is done, and (measure) the time left from a
+    measured step."""
+    from .study import run_status
+    from ..manifest import Manifest
+    from ..train import load_training_data, seconds_per_step
+    n_train = checked.train_records
+    left, step_time = 0, {}
+    for r in runs:
+        cfg = checked.cfgs.get(r.folder)
+        if cfg is None:
+            continue
+        d = run_dirs[r.folder]
+        done = checkpoint.read_state(d)["global_step"] if checkpoint.exists(d) else 0
+        steps = (max(1, n_train // cfg.batch_size) if n_train else 0) * cfg.epochs
+        status = run_status(d)
+        per_epoch = steps // max(1, cfg.epochs) if n_train else "?"
+        log(f"  [{status:7s}] {r.method:16s} {r.folder}: {cfg.head} head, {cfg.epochs} epochs x "
+            f"{per_epoch} steps, batch {cfg.batch_size}, {checked.device}"
+            + (f"; {done} steps done" if status == "partial" else ""))
+        if status != "done":
+            left += max(0, steps - done)
+            step_time.setdefault(cfg.head, (cfg, 0))
+            step_time[cfg.head] = (cfg, step_time[cfg.head][1] + max(0, steps - done))
+    if measure and left and checked.store is not None and not checked.problems:
+        m = Manifest.read(checked.train_path)
+        if m is not None:
+            small = Manifest(m.path, m.kind, m.table.slice(0, 4 * max(c.batch_size for c, _ in step_time.values())),
+                             m.meta)
+            data = load_training_data(checked.store, small, True, checked.device)
+            total = sum(seconds_per_step(data, cfg, checked.device) * n for cfg, n in step_time.values())
+            log(f"  time left: about {total / 60:.1f} min of training ({left} steps, measured on one batch "
+                f"per head kind here; runs that share a data order train side by side and share batches)")
