@@ -29,6 +29,10 @@ class _Group(click.Group):
         except FlowclipError as e:
             click.secho(f"error: {e}", fg="red", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.secho("interrupted. Rerun the same command to go on: extract skips what is stored, "
+                        "train-head continues with --resume, run resumes unfinished runs.", fg="yellow", err=True)
+            sys.exit(130)
         except OSError as e:
             if e.errno not in _OS_HINTS:
                 raise
@@ -52,7 +56,8 @@ def _device(name: str) -> str:
 @click.option("--store", required=True, type=click.Path(file_okay=False), help="Store folder (created if absent).")
 @click.option("--model", required=True, help="open_clip model config name, e.g. ViT-B-32.")
 @click.option("--pretrained", default="none", show_default=True,
-              help="open_clip pretrained tag, a local checkpoint file, or 'none' for random weights.")
+              help="open_clip pretrained tag (e.g. openai), a local checkpoint file, 'synthetic' (the tiny CLIP "
+                   "that ships: --model flowclip-tiny-clip), or 'none': RANDOM weights, the default.")
 @click.option("--init-seed", default=0, show_default=True, help="Seed of random weights (--pretrained none).")
 @click.option("--manifest", "manifests", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="A manifest (Parquet); repeat for several.")
@@ -90,6 +95,8 @@ def extract(store, model, pretrained, init_seed, manifests, image_root, backend,
                           text_batch_size=text_batch_size, workers=workers, on_error=on_error,
                           allow_outside_root=allow_outside_root, rank=rank, world_size=world_size,
                           progress=not quiet, image_unit=image_unit, caption_unit=caption_unit, rehash=rehash)
+    if enc.config["weights"]["source"] == "random-init":
+        click.echo(f"weights:  random (--pretrained none, init seed {init_seed}): features of an untrained encoder")
     for line in summary.lines():
         click.echo(line)
     if summary.failures and on_error == "fail":
@@ -175,7 +182,8 @@ def _train_option(name, typ, help):
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
               help="YAML file of TrainConfig keys; flags override it.")
 @_train_option("head", click.Choice(["clip", "global", "flow"]), "Head: clip (frozen), global (Global-M), flow.")
-@_train_option("cimr", float, "lambda_CIMR (0 = HNB alone). Default 0.1.")
+@_train_option("cimr", float, "lambda_CIMR (0 = HNB alone). Default: the paper's row for the head (Tab. 2): "
+              "0 for global (Global-M), 0.1 for flow (complete Flow-CLIP).")
 @_train_option("alpha", float, "Weight of s_token. Default 1.")
 @_train_option("tau_p", float, "Patch pooling temperature. Default 0.05.")
 @_train_option("tau_c", float, "Contrastive temperature. Default 0.01.")

@@ -118,8 +118,11 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
         tag_cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
         if not tag_cfg:
             tags = [t for m, t in open_clip.list_pretrained() if m == spec.model]
+            if _has_shipped(spec.model):
+                tags.append("synthetic (ships with flowclip)")
             raise FlowclipError(f"{spec.model}: no pretrained tag {spec.pretrained!r} and no such file; "
-                                f"known tags: {', '.join(tags) or 'none'}; or pass a local checkpoint path")
+                                f"known tags: {', '.join(tags) or 'none'} (and 'none' for random weights); "
+                                f"or pass a local checkpoint path")
         checkpoint = locate_pretrained(spec.model, spec.pretrained, tag_cfg)
         weights = {"source": f"open_clip:{spec.pretrained}", "sha256": file_sha256(checkpoint)}
 
@@ -152,6 +155,14 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
         "versions": {"open_clip": open_clip.__version__, "torch": torch.__version__.split("+")[0]},
     }
     return ResolvedEncoder(spec, checkpoint, config)
+
+
+def _has_shipped(model: str) -> bool:
+    try:
+        shipped_weights(model)
+        return True
+    except WeightsUnavailable:
+        return False
 
 
 def shipped_weights(model: str) -> str:

@@ -54,8 +54,11 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
         if path == "clip":
             scorer = Scorer(name or "clip", "clip", FlowHead(store.meta["dim"], "clip").to(device), "frozen")
         else:
-            if not os.path.exists(os.path.join(path, "head.safetensors")):
-                raise FlowclipError(f"--scorer {spec}: {path} holds no head.safetensors (a train-head run folder?)")
+            if not os.path.isdir(path):
+                raise FlowclipError(f"--scorer {spec}: the folder {path} does not exist" + _nearest(path))
+            if not os.path.exists(os.path.join(path, "head.safetensors")) and not os.path.exists(
+                    os.path.join(path, "DONE")):
+                raise FlowclipError(f"--scorer {spec}: {path} is not a finished train-head run folder")
             if not os.path.exists(os.path.join(path, "DONE")):
                 raise FlowclipError(f"--scorer {spec}: {path} is an unfinished run")
             head, cfg = load_head(path, device)
@@ -69,7 +72,40 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
             raise FlowclipError(f"--scorer {spec}: two scorers named {scorer.run!r}")
         seen.add(scorer.run)
         out.append(scorer)
+    _same_method(out, specs)
     return out
+
+
+def _nearest(path: str) -> str:
+    import difflib
+    parent = os.path.dirname(os.path.normpath(path)) or "."
+    if not os.path.isdir(parent):
+        return f" (nor does {parent})"
+    names = [n for n in os.listdir(parent) if os.path.isdir(os.path.join(parent, n))]
+    near = difflib.get_close_matches(os.path.basename(os.path.normpath(path)), names, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(os.path.join(parent, n) for n in near)}?" if near else ""
+
+
+def _same_method(scorers: list, specs: list[str]) -> None:
+    """Runs grouped under one name are seeds of one method: the same head and settings,
+    differing in the seed only."""
+    import json
+    by_name: dict = {}
+    for sc, spec in zip(scorers, specs):
+        if sc.head_sha256 == "frozen":
+            continue
+        path = spec.partition("=")[2] if "=" in spec and not os.path.exists(spec) else spec
+        train = json.load(open(os.path.join(path, "config.json")))["train"]
+        settings = {k: v for k, v in train.items() if k != "seed"}
+        by_name.setdefault(sc.method, []).append((sc.run, settings))
+    for name, runs in by_name.items():
+        first_run, first = runs[0]
+        for run, settings in runs[1:]:
+            differ = sorted(k for k in set(first) | set(settings) if first.get(k) != settings.get(k))
+            if differ:
+                raise FlowclipError(f"--scorer {name}=...: {first_run} and {run} are grouped as seeds of one method "
+                                    f"but differ in {', '.join(f'{k} ({first.get(k)} vs {settings.get(k)})' for k in differ)}; "
+                                    f"give them different names")
 
 
 def find_manifests(paths: list[str]) -> list[str]:

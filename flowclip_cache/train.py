@@ -39,6 +39,11 @@ from .manifest import Manifest
 from .store import FeatureStore
 
 
+# The defaults of each head kind are the paper's Tab. 2 rows: Global-M is trained with HNB
+# alone, the complete Flow-CLIP with HNB + CIMR (lambda 0.1). Pass --cimr for the other rows.
+HEAD_DEFAULT_CIMR = {"clip": 0.0, "global": 0.0, "flow": 0.1}
+
+
 @dataclass
 class TrainConfig:
     head: str = field(default="flow", metadata={"choices": HEAD_KINDS})    # clip | global | flow
@@ -52,15 +57,22 @@ class TrainConfig:
     tau_c: float = field(default=0.01, metadata={"gt": 0.0})
     tau_p: float = field(default=0.05, metadata={"gt": 0.0})
     alpha: float = 1.0
-    cimr: float = field(default=0.1, metadata={"min": 0.0})    # lambda_CIMR; 0 = HNB alone
+    cimr: float | None = field(default=None, metadata={"min": 0.0})   # lambda_CIMR; None: the head's paper default
     seed: int = field(default=0, metadata={"min": 0})
     checkpoint_every: int = field(default=500, metadata={"min": 1})   # steps between checkpoints (and every epoch end)
     train_eval_records: int = field(default=2000, metadata={"min": 0})  # fixed training sample scored each epoch
+
+    def __post_init__(self):
+        if self.cimr is None:       # each head kind's row of the paper's Tab. 2
+            self.cimr = HEAD_DEFAULT_CIMR.get(self.head, 0.0)
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "TrainConfig":
         """Unknown keys, wrong types, NaN and out-of-range values are refused (config.build)."""
         return build(cls, d, source)
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
 
 
 # -- data: everything the manifest needs, in memory once ------------------------------------
@@ -304,7 +316,8 @@ class HeadRun:
         self.head.train()
         self.logf.write(json.dumps({"eval": m}) + "\n")
         self.logf.flush()
-        self.log(f"epoch {epoch}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
+        what = "start (the untrained head scores as the frozen encoder)" if epoch == 0 else f"epoch {epoch}"
+        self.log(f"{what}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
                  + (f", val {m['val']['all']:.4f}" if "val" in m else ""))
         return m
 
@@ -366,6 +379,15 @@ def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, T
     ref = cfgs[0]
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
         raise FlowclipError("side-by-side runs must share seed, batch size and epochs")
+    finished = [out for out, _ in runs if resume and not overwrite and os.path.exists(os.path.join(out, "DONE"))]
+    for out in finished:
+        log(f"{out}: already finished (nothing to resume)")
+    if finished and len(finished) == len(runs):
+        return [checkpoint.read_state(out) for out, _ in runs]
+    if finished:
+        raise FlowclipError(f"{', '.join(finished)} already finished; resume the others without them")
+    for out, cfg in runs:
+        log(f"{os.path.basename(os.path.normpath(out))}: {cfg.describe()}")
     manifest = Manifest.read(manifest_path)
     new = [out for out, _ in runs if not os.path.exists(out) or not os.listdir(out)]
     try:

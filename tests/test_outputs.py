@@ -166,3 +166,16 @@ def test_killed_at_each_checkpoint_write_resumes_exactly(scored_world, tmp, monk
         got = load_file(os.path.join(victim, "head.safetensors"))
         for k in want:
             assert torch.equal(got[k], want[k]), (at, k)
+
+
+def test_scorer_typos_and_mixed_seeds_are_named(scored_world, tmp):
+    fs, s, run, base = scored_world
+    typo = run[:-1] + "w_"                                     # .../flow -> .../flow_ does not exist
+    with pytest.raises(FlowclipError, match=r"does not exist; did you mean .*flow\?"):
+        run_score(fs, [s["candidates"]], [typo], str(tmp / "x"), bootstrap_draws=0, **quiet)
+    other = str(base / "global0")
+    if not os.path.exists(other):
+        train_head(fs, s["training"], other, TrainConfig(head="global", epochs=1), progress=False, **quiet)
+    with pytest.raises(FlowclipError, match=r"grouped as seeds of one method but differ in .*head \(flow vs global\)"):
+        run_score(fs, [s["candidates"]], [f"m={run}", f"m={other}"], str(tmp / "y"), bootstrap_draws=0, **quiet)
+    assert not os.path.exists(tmp / "x") and not os.path.exists(tmp / "y")

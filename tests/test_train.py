@@ -202,3 +202,17 @@ def test_side_by_side_equals_one_by_one(world, tmp_path):
     with pytest.raises(FlowclipError, match="share seed"):
         train_heads(world["store"], world["manifest"], [(str(tmp_path / "x1"), cfg(seed=0)),
                                                         (str(tmp_path / "x2"), cfg(seed=1))], progress=False)
+
+
+def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):
+    """Tab. 2: Global-M trains with HNB alone, complete Flow-CLIP with HNB + CIMR 0.1."""
+    assert TrainConfig(head="global").cimr == 0.0 and TrainConfig(head="flow").cimr == 0.1
+    assert TrainConfig(head="global", cimr=0.1).cimr == 0.1 and TrainConfig.from_dict({"head": "global"}).cimr == 0.0
+    out = str(tmp_path / "g")
+    args = ["train-head", "--store", world["store"].root, "--train", world["manifest"], "--out", out, "--head",
+            "global", "--epochs", "1", "--batch-size", "8", "--quiet"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "head=global" in r.output and "cimr=0.0" in r.output and "start (the untrained head" in r.output
+    r = CliRunner().invoke(main, args + ["--resume"])
+    assert r.exit_code == 0 and "already finished" in r.output
