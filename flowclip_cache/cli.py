@@ -389,24 +389,36 @@ def manifest_list():
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @click.option("--kinds", default="swap-att,swap-obj,shuffle-bigram", show_default=True)
 @click.option("--seed", default=0, show_default=True)
-def negatives(inp, out, kinds, seed):
+@click.option("--attributes", type=click.Path(exists=True, dir_okay=False),
+              help="A word list added to swap-att's attribute words (one per line or space-separated).")
+@click.option("--objects", type=click.Path(exists=True, dir_okay=False),
+              help="A word list added to swap-obj's object words.")
+def negatives(inp, out, kinds, seed, attributes, objects):
     """Make a training manifest with full-caption hard negatives for your own captions."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from .manifest import write_manifest
-    from .negatives import build_training
+    from .negatives import ATTRIBUTES, OBJECTS, build_training, read_word_list
     table = pq.read_table(inp)
     for col in ("image", "caption"):
         if col not in table.column_names:
             raise FlowclipError(f"{inp}: missing column {col!r}")
-    rows, missing = build_training(table.to_pylist(), kinds.split(","), seed)
+    atts = ATTRIBUTES | (read_word_list(attributes) if attributes else set())
+    objs = OBJECTS | (read_word_list(objects) if objects else set())
+    captions = table.to_pylist()
+    rows, missing = build_training(captions, kinds.split(","), seed, atts, objs)
+    report = [f"  {k}: {len(captions) - sum(m[1] == k for m in missing)} of {len(captions)} captions got one"
+              for k in kinds.split(",")]
+    reasons: dict = {}
+    for _, k, why in missing:
+        reasons[(k, why)] = reasons.get((k, why), 0) + 1
+    report += [f"  {k}: {n} got none: {why}" for (k, why), n in sorted(reasons.items())]
     if not rows:
-        raise FlowclipError(f"{inp}: no record got a negative of kinds {kinds}")
+        raise FlowclipError(f"{inp}: no record got a negative of kinds {kinds}\n" + "\n".join(report))
     write_manifest(out, pa.Table.from_pylist(rows), "training", {"negatives": kinds, "seed": seed})
-    click.echo(f"{len(rows)} records -> {out}; {len(missing)} (record, kind) without a valid negative")
-    for i, k in missing[:10]:
-        click.echo(f"  row {i}: no {k} negative")
+    click.echo(f"{len(rows)} of {len(captions)} records -> {out} (a record needs at least one negative)")
+    click.echo("\n".join(report))
 
 
 @main.command()

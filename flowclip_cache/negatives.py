@@ -71,12 +71,32 @@ def _wordnet(words: list[str], rng: random.Random) -> str | None:
     return None
 
 
-def make_negative(caption: str, kind: str, rng: random.Random) -> str | None:
+WHY_NONE = {"swap-att": "fewer than two different words from the attribute list (add words with --attributes)",
+            "swap-obj": "fewer than two different words from the object list (add words with --objects)",
+            "shuffle-bigram": "fewer than two bigrams (a caption of three words or fewer)",
+            "wordnet": "no noun from the object list with WordNet co-hyponyms",
+            "duplicate": "the same text as another negative of the caption"}
+
+
+def read_word_list(path: str) -> set[str]:
+    """Words of a text file (whitespace or one per line; '#' starts a comment), lower-cased."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise FlowclipError(f"{path}: cannot read the word list ({e})") from None
+    words = {w.lower() for line in text.splitlines() for w in line.split("#", 1)[0].split()}
+    if not words:
+        raise FlowclipError(f"{path}: the word list is empty")
+    return words
+
+
+def make_negative(caption: str, kind: str, rng: random.Random, attributes: set[str] = ATTRIBUTES,
+                  objects: set[str] = OBJECTS) -> str | None:
     words = caption.split()
     if kind == "swap-att":
-        neg = _swap(words, ATTRIBUTES, rng)
+        neg = _swap(words, attributes, rng)
     elif kind == "swap-obj":
-        neg = _swap(words, OBJECTS, rng)
+        neg = _swap(words, objects, rng)
     elif kind == "shuffle-bigram":
         neg = _shuffle_bigrams(words, rng)
     elif kind == "wordnet":
@@ -86,8 +106,10 @@ def make_negative(caption: str, kind: str, rng: random.Random) -> str | None:
     return neg if neg is not None and neg != caption else None
 
 
-def build_training(rows: list[dict], kinds: list[str], seed: int = 0) -> tuple[list[dict], list[tuple]]:
-    """rows: {image, caption[, split, record_id]} -> training rows and (row, kind) with no negative."""
+def build_training(rows: list[dict], kinds: list[str], seed: int = 0, attributes: set[str] = ATTRIBUTES,
+                   objects: set[str] = OBJECTS) -> tuple[list[dict], list[tuple]]:
+    """rows: {image, caption[, split, record_id]} -> training rows, and (row, kind, reason)
+    for each kind a caption got no negative of (reasons: WHY_NONE)."""
     for k in kinds:
         if k not in KINDS:
             raise FlowclipError(f"unknown negative kind {k!r}; known: {', '.join(KINDS)}")
@@ -95,9 +117,9 @@ def build_training(rows: list[dict], kinds: list[str], seed: int = 0) -> tuple[l
     for i, r in enumerate(rows):
         negs, got = [], []
         for k in kinds:
-            neg = make_negative(r["caption"], k, random.Random(f"{seed}:{i}:{k}"))
+            neg = make_negative(r["caption"], k, random.Random(f"{seed}:{i}:{k}"), attributes, objects)
             if neg is None or neg in negs:
-                missing.append((i, k))
+                missing.append((i, k, WHY_NONE[k] if neg is None else WHY_NONE["duplicate"]))
                 continue
             negs.append(neg)
             got.append(k)

@@ -9,7 +9,8 @@ from flowclip_cache.encoders import EncoderSpec, load_model, register_package_co
 
 register_package_configs()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_BENCHMARKS = os.path.join(ROOT, "..", "shared", "benchmarks")
+# the official benchmark files (never copied into the repository); FLOWCLIP_BENCHMARK_FILES points elsewhere
+SHARED_BENCHMARKS = os.environ.get("FLOWCLIP_BENCHMARK_FILES") or os.path.join(ROOT, "..", "shared", "benchmarks")
 TINY = "flowclip-tiny-vit"
 
 
@@ -32,4 +33,5 @@ def sample(tmp_path):
 def needs_shared(*parts):
     path = os.path.join(SHARED_BENCHMARKS, *parts)
     return pytest.mark.skipif(not os.path.exists(path),
-                              reason=f"official benchmark files not present at {path} (../shared/benchmarks)")
+                              reason=f"official benchmark files not present at {path}; set FLOWCLIP_BENCHMARK_FILES "
+                                     f"to the folder holding sugarcrepe/, abc6k/, aro/ (default ../shared/benchmarks)")

@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from PIL import Image
@@ -242,7 +243,8 @@ def test_negatives_differ_and_are_deterministic():
     pos, neg = r["positive"].split(), r["negatives"][1].split()
     changed = [i for i, (a, b) in enumerate(zip(pos, neg)) if a != b]
     assert sorted(pos) == sorted(neg) and len(changed) == 2 and all(pos[i] in OBJECTS for i in changed)
-    assert (1, "swap-att") in missing and (1, "shuffle-bigram") in missing
+    assert [(i, k) for i, k, _ in missing] == [(1, "swap-att"), (1, "swap-obj"), (1, "shuffle-bigram")]
+    assert "attribute list" in missing[0][2] and "fewer than two bigrams" in missing[2][2]
 
 
 def test_manifest_check(tmp_path):
@@ -261,6 +263,24 @@ def test_manifest_check(tmp_path):
         {"record_id": "1", "image": "a.jpg", "captions": ["x", "z"], "gold": 1}]), "candidates")
     r = CliRunner().invoke(main, ["manifest", "check", str(tmp_path / "d.parquet")])
     assert r.exit_code == 2 and "record_id values appear more than once (first: '1')" in r.output
+
+
+def test_negatives_report_per_kind_and_take_word_lists(tmp_path):
+    """40 captions about shapes: no swap-obj negative from the built-in nouns, and the
+    report says why; the user's own word list makes them."""
+    captions = [{"image": f"{i}.png", "caption": f"a red star left of a blue moon number {i}"} for i in range(40)]
+    pq.write_table(pa.Table.from_pylist(captions), tmp_path / "c.parquet")
+    args = ["negatives", "--in", str(tmp_path / "c.parquet"), "--out", str(tmp_path / "t.parquet"),
+            "--kinds", "swap-obj,swap-att"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "swap-obj: 0 of 40 captions got one" in r.output and "swap-att: 40 of 40" in r.output
+    assert "swap-obj: 40 got none: fewer than two different words from the object list" in r.output
+    (tmp_path / "nouns.txt").write_text("star moon  # my shapes\n")
+    r = CliRunner().invoke(main, args + ["--objects", str(tmp_path / "nouns.txt")])
+    assert r.exit_code == 0 and "swap-obj: 40 of 40 captions got one" in r.output
+    neg = Manifest.read(tmp_path / "t.parquet").table.to_pylist()[0]["negatives"]
+    assert "a red moon left of a blue star number 0" in neg
 
 
 def test_catalogue_matches_registry():

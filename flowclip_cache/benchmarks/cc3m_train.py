@@ -139,7 +139,7 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
     counts = {s: sum(r["split"] == s for r in rows) for s in ("train", "val")}
     counts["records_without_any_negative"] = len(caps) - len(rows)
     for kind in kinds.split(","):
-        counts[f"valid_{kind}"] = len(caps) - sum(1 for _, k in missing if k == kind)
+        counts[f"valid_{kind}"] = len(caps) - sum(1 for _, k, _ in missing if k == kind)
     report = BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped)
     report.notes.append(f"images written to {images_out} ({written} new): pass it as --image-root")
     if val - seen_val:
