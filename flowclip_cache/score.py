@@ -22,6 +22,7 @@ import torch
 
 from . import metrics, outputs
 from .report import results_markdown
+from .benchmarks import all_benchmarks
 from .benchmarks import get as get_benchmark
 from .benchmarks.base import Scoring
 from .data import FeatureBank, image_keys, require_features
@@ -137,16 +138,38 @@ def evaluation_manifests(paths: list[str], log=print) -> list[Manifest]:
     return out
 
 
-def scoring_of(m: Manifest) -> tuple[str, Scoring]:
+GENERIC = {"pairwise": Scoring(task="pairwise", tie_rule="wrong"), "candidates": Scoring(task="candidates",
+                                                                                         tie_rule="wrong")}
+
+
+def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
+    """A manifest's task name and Scoring: its registered benchmark's, or one declared in
+    its metadata ("scoring": {...}), or, for a candidates manifest that declares neither,
+    the generic scoring: accuracy, pooled, a tie counted wrong (docs/manifests.md)."""
     name = m.meta.get("benchmark")
-    if not name:
-        raise FlowclipError(f"{m.path}: no 'benchmark' in the manifest's flowclip.meta; build it with "
-                            f"`flowclip manifest build` or write_manifest(..., meta={{'benchmark': NAME}})")
-    bench = get_benchmark(name)
-    if bench.scoring is None or m.kind == "training":
-        raise FlowclipError(f"{m.path}: {name} is a training set; score takes evaluation manifests "
-                            f"(keep training manifests out of the folders you score, or name files one by one)")
-    sc = bench.scoring
+    if name and name in all_benchmarks():
+        bench = get_benchmark(name)
+        if bench.scoring is None or m.kind == "training":
+            raise FlowclipError(f"{m.path}: {name} is a training set; score takes evaluation manifests "
+                                f"(keep training manifests out of the folders you score, or name files one by one)")
+        sc = bench.scoring
+    elif m.kind == "training":
+        raise FlowclipError(f"{m.path}: a training manifest; score takes evaluation manifests")
+    elif m.kind != "candidates":
+        raise FlowclipError(f"{m.path}: {'unknown benchmark ' + repr(name) if name else 'no benchmark'} in its "
+                            f"flowclip.meta; a {m.kind} manifest needs a registered one "
+                            f"({', '.join(sorted(all_benchmarks()))})")
+    else:
+        name = m.meta.get("name") or name or os.path.splitext(os.path.basename(m.path))[0]
+        if "scoring" in m.meta:
+            sc = Scoring.declared(m.meta["scoring"], f"{m.path}: flowclip.meta")
+            how = "the scoring its metadata declares"
+        else:
+            two = all(len(c) == 2 for c in m.table.column("captions").to_pylist())
+            sc = GENERIC["pairwise" if two else "candidates"]
+            how = f"generic {'pairwise' if two else 'candidate-set'} accuracy, a tie counted wrong"
+        if log is not None:
+            log(f"note: {m.path} names no registered benchmark: scored as {name!r} with {how}")
     needed = {"candidates": ("captions", "gold"), "pairwise": ("captions", "gold"),
               "retrieval": ("captions",), "classification": ("label",)}[sc.task]
     for col in needed + tuple(c for c in (sc.group_by, sc.exclude_column, *sc.report_by) if c):
@@ -225,7 +248,7 @@ def _named_group(correct, groups, members, per_group: dict, weighting: str) -> f
     return float(np.mean([per_group[m] for m in present]))
 
 
-def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_root=None):
+def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_root=None, task: str | None = None):
     t = m.table.to_pydict()
     ikeys = image_keys(store, m, image_root)
     captions = t["captions"]
@@ -243,7 +266,7 @@ def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_
     cap_ids = torch.tensor([cap_index[c] for cs in captions for c in cs], device=device)
     out = {}
     for control in controls:
-        imgs_rec = control_images(rec_img, control, seed, m.meta["benchmark"])
+        imgs_rec = control_images(rec_img, control, seed, task or m.meta["benchmark"])
         imgs = torch.as_tensor(imgs_rec[rec_of], device=device)
         for s in scorers:
             flat = _chunked_matched(s.head, bank, imgs, cap_ids)
@@ -389,7 +412,11 @@ def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list
     """compare: (baseline, other) method pairs for the bootstrap; default every pair."""
     outputs.check_replaceable(out, "score-results", overwrite)
     scorers = load_scorers(scorer_specs, store, device)
-    checked = [(m, *scoring_of(m)) for m in evaluation_manifests(manifest_paths, log)]   # fail before any work
+    checked = [(m, *scoring_of(m, log)) for m in evaluation_manifests(manifest_paths, log)]   # fail before any work
+    names = [n for _, n, _ in checked]
+    if len(set(names)) < len(names):
+        raise FlowclipError(f"two manifests score as the same task ({', '.join(sorted({n for n in names if names.count(n) > 1}))}); "
+                            f"give one a different flowclip.meta 'name'")
     tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
@@ -416,7 +443,7 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
         log(f"scoring {name} ({len(m)} records, {sc.task})")
         records_bar.update(len(m))
         if sc.task in ("pairwise", "candidates"):
-            mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root)
+            mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root, name)
             correct_real = {}
             ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
             for (control, run), mat in mats.items():

@@ -236,3 +236,24 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
                       log=lambda *_: None)["results"]["real|flow"]["coco-retrieval"]
     assert short["approximate"] and not full["approximate"]
     assert {k: v for k, v in short.items() if "@" in k} == {k: v for k, v in full.items() if "@" in k}
+
+
+def test_own_candidate_sets_get_generic_or_declared_scoring(tmp_path):
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.score import scoring_of
+    rows = [{"record_id": "a", "image": "x.png", "captions": ["p", "q"], "gold": 0, "g": "u"}]
+    notes = []
+    write_manifest(tmp_path / "pairs.parquet", pa.Table.from_pylist(rows), "candidates")
+    name, sc = scoring_of(Manifest.read(tmp_path / "pairs.parquet"), notes.append)
+    assert name == "pairs" and sc.task == "pairwise" and sc.tie_rule == "wrong" and sc.aggregate == "mean"
+    assert "generic pairwise accuracy, a tie counted wrong" in notes[0]
+    write_manifest(tmp_path / "b.parquet", pa.Table.from_pylist([dict(rows[0], captions=["p", "q", "r"])]),
+                   "candidates", {"benchmark": "not-registered"})
+    name, sc = scoring_of(Manifest.read(tmp_path / "b.parquet"))
+    assert name == "not-registered" and sc.task == "candidates"
+    for bad, why in [({"task": "retrieval"}, "must be one of"), ({"task": "pairwise", "tie": "x"}, "unknown scoring keys"),
+                     ({"task": "pairwise", "aggregate": "macro"}, "needs 'group_by'"),
+                     ({"task": "pairwise", "group_by": "nope"}, "needs column 'nope'")]:
+        write_manifest(tmp_path / "c.parquet", pa.Table.from_pylist(rows), "candidates", {"scoring": bad})
+        with pytest.raises(FlowclipError, match=why):
+            scoring_of(Manifest.read(tmp_path / "c.parquet"))

@@ -40,6 +40,41 @@ class Scoring:
     # controls6 = Tab. 4's 6-task average
     joins: tuple[tuple[str, str], ...] = ()
 
+    @classmethod
+    def declared(cls, d: dict, source: str) -> "Scoring":
+        """A Scoring declared in a manifest's flowclip.meta ("scoring": {...}), for one's own
+        candidate sets (docs/manifests.md): task pairwise|candidates, tie_rule, aggregate,
+        group_by, min_group, exclude_column, report_by, groups, group_weighting,
+        headline_groups, recall_at. Cross-task means (joins) belong to registered benchmarks."""
+        from ..errors import FlowclipError
+        allowed = {"task": ("pairwise", "candidates"), "tie_rule": ("wrong", "correct"),
+                   "aggregate": ("mean", "macro", "subset_mean", "group_means"),
+                   "group_weighting": ("groups", "records")}
+        if not isinstance(d, dict):
+            raise FlowclipError(f"{source}: 'scoring' must be a JSON object")
+        known = {"task", "tie_rule", "aggregate", "group_by", "min_group", "exclude_column", "report_by", "groups",
+                 "group_weighting", "headline_groups", "recall_at"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise FlowclipError(f"{source}: unknown scoring keys {unknown}; known: {sorted(known)}")
+        for k, choices in allowed.items():
+            if k in d and d[k] not in choices:
+                raise FlowclipError(f"{source}: scoring {k!r} must be one of {list(choices)}, got {d[k]!r}")
+        if "task" not in d:
+            raise FlowclipError(f"{source}: scoring needs 'task' (pairwise or candidates)")
+        if d.get("aggregate", "mean") != "mean" and not d.get("group_by"):
+            raise FlowclipError(f"{source}: aggregate {d['aggregate']!r} needs 'group_by' (a column)")
+        try:
+            out = dict(d)
+            out["report_by"] = tuple(str(c) for c in d.get("report_by", ()))
+            out["groups"] = tuple((str(n), tuple(str(m) for m in ms)) for n, ms in d.get("groups", ()))
+            out["headline_groups"] = tuple(str(g) for g in d.get("headline_groups", ()))
+            out["recall_at"] = tuple(int(k) for k in d.get("recall_at", (1,)))
+            out["min_group"] = int(d.get("min_group", 0))
+        except (TypeError, ValueError) as e:
+            raise FlowclipError(f"{source}: malformed scoring declaration ({e})") from None
+        return cls(**out)
+
     def breakdowns(self) -> list[tuple[str, str]]:
         """(title, result key) of each breakdown the results tables show for this
         benchmark, in order: per group, named group means, each report_by column."""
