@@ -16,3 +16,16 @@ def test_demo_end_to_end(tmp_path):
     # a second run finds everything done
     r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1"])
     assert r.exit_code == 0 and "the study is finished" in r.output
+
+
+def test_demo_report_reads_itself(tmp_path):
+    """One seed: no spread; the controls explained; a conclusion from the intervals; the
+    profile as a table with chance levels."""
+    out = str(tmp_path / "demo")
+    r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1", "--quiet"])
+    assert r.exit_code == 0, r.output
+    md = open(os.path.join(out, "summary.md")).read()
+    assert "± 0.00" not in md and "one seed, so no spread" in md
+    assert "**Shuffle**" in md and "## Conclusions" in md and "95% interval" in md
+    assert "| chance | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 |" in md and "docs/results-synthetic.md" in md
+    assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output

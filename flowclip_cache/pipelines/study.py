@@ -168,7 +168,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         own[method] = {k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0}
                        for k, v in per.items()}
     return {"units": "percent (mean, std); points (delta, bootstrap)",
-            "columns": tasks + means, "table": tables["real"] if "real" in tables else {}, "controls": tables,
+            "columns": tasks + means, "tasks": tasks, "table": tables["real"] if "real" in tables else {}, "controls": tables,
             "own_training_accuracy": own, "bootstrap": score["bootstrap"],
             "decision_changes": score["decision_changes"],
             "store_fingerprint": score["store_fingerprint"], "git_revision": score["git_revision"]}
@@ -196,10 +196,11 @@ def conclusions(summary: dict) -> list[str]:
         for method, row in table.items():
             if method == "clip":
                 continue
-            deltas = [v["delta"] for v in row.values()]
+            tasks = summary.get("tasks", list(row))
+            deltas = [row[t]["delta"] for t in tasks if t in row]
             if deltas:
-                lines.append(f"- {control.capitalize()} images (lower is better): {method}'s accuracy moves by "
-                             f"{np.mean(deltas):+.2f} points from CLIP's on average over {len(deltas)} columns.")
+                lines.append(f"- {control.capitalize()} images (lower is better): {method}'s accuracy differs from "
+                             f"CLIP's by {np.mean(deltas):+.2f} points on average over its {len(deltas)} tasks.")
     return lines
 
 
