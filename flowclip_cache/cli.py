@@ -195,11 +195,15 @@ def _train_option(name, typ, help):
 @_train_option("seed", int, "Default 0.")
 @_train_option("checkpoint_every", int, "Steps between checkpoints. Default 500.")
 @click.option("--device", default="auto", show_default=True)
+@click.option("--data-placement", type=click.Choice(["auto", "device", "host", "store"]), default="auto",
+              show_default=True, help="Where the training features live: on the device, in host memory (batches "
+              "copied ahead), or read from the store batch by batch; auto chooses from a memory estimate.")
 @click.option("--image-root", type=click.Path(), help="Only where the store saw the same paths under several roots.")
 @click.option("--resume", is_flag=True, help="Continue an unfinished run in --out.")
 @click.option("--overwrite", is_flag=True, help="Replace a run in --out.")
 @click.option("--quiet", is_flag=True)
-def train_head_cmd(store, train_manifest, out, config_file, device, image_root, resume, overwrite, quiet, **flags):
+def train_head_cmd(store, train_manifest, out, config_file, device, data_placement, image_root, resume, overwrite,
+                   quiet, **flags):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
     from .config import load_yaml
     from .store import FeatureStore
@@ -212,7 +216,8 @@ def train_head_cmd(store, train_manifest, out, config_file, device, image_root, 
     values.update({k: v for k, v in flags.items() if v is not None})
     cfg = TrainConfig.from_dict(values, config_file or "flags")
     state = train_head(FeatureStore(store), train_manifest, out, cfg, device=_device(device), resume=resume,
-                       overwrite=overwrite, image_root=image_root, progress=not quiet, log=click.echo)
+                       overwrite=overwrite, image_root=image_root, progress=not quiet, placement=data_placement,
+                       log=click.echo)
     click.echo(f"done: {out} ({state['global_step']} steps)")
 
 

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-
+from .banks import FeatureBank  # noqa: F401  (re-exported: banks.py holds every placement)
 from .errors import FlowclipError
 from .hashing import caption_key
 from .manifest import Manifest
@@ -68,40 +64,3 @@ def _pretrained_arg(enc: dict) -> str:
     return "none" if src == "random-init" else "<checkpoint file>"
 
 
-@dataclass
-class FeatureBank:
-    """Cached features gathered once into memory (on the device): what training and
-    scoring index into. Images and captions are numbered in the order loaded."""
-    img_global: torch.Tensor      # [n_img, d] fp16
-    img_patches: torch.Tensor     # [n_img, N, d] fp16 (empty when no head needs tokens)
-    cap_global: torch.Tensor      # [n_cap, d] fp16
-    cap_tokens: torch.Tensor      # [n_tok, d] fp16, flat
-    cap_offsets: torch.Tensor     # [n_cap+1] int64
-
-    @classmethod
-    def load(cls, store: FeatureStore, image_keys: list[str], caption_texts: list[str], need_tokens: bool,
-             device: str = "cpu") -> "FeatureBank":
-        im = store.load_images(image_keys)
-        cp = store.load_captions([caption_key(c) for c in caption_texts])
-        to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
-        return cls(to(im.global_), to(im.patches) if need_tokens else torch.empty(0, device=device),
-                   to(cp.global_), to(cp.tokens) if need_tokens else torch.empty(0, device=device),
-                   to(cp.offsets))
-
-    def tokens(self, caps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Ragged token rows -> padded [n, Lmax, d] FP32 and mask, Lmax = longest in this batch."""
-        starts = self.cap_offsets[caps]
-        lengths = self.cap_offsets[caps + 1] - starts
-        ar = torch.arange(int(lengths.max()), device=caps.device)
-        mask = ar[None, :] < lengths[:, None]
-        idx = torch.where(mask, starts[:, None] + ar[None, :], torch.zeros_like(starts)[:, None])
-        return self.cap_tokens[idx].float() * mask[..., None], mask
-
-    def features(self, imgs: torch.Tensor, caps: torch.Tensor, need_tokens: bool):
-        """FP32 features of a batch, re-normalised: FP16 storage moves norms by up to ~1e-3."""
-        v = F.normalize(self.img_global[imgs].float(), dim=-1)
-        t = F.normalize(self.cap_global[caps].float(), dim=-1)
-        if not need_tokens:
-            return v, None, t, None, None
-        H, mask = self.tokens(caps)
-        return v, F.normalize(self.img_patches[imgs].float(), dim=-1), t, F.normalize(H, dim=-1), mask

@@ -29,7 +29,8 @@ import torch
 
 from . import checkpoint, outputs
 from .config import build
-from .data import FeatureBank, image_keys, require_features
+from .banks import choose_placement, estimate_bytes, make_bank, prefetch
+from .data import image_keys, require_features
 from .errors import FlowclipError
 from .progress import bar as progress_bar
 from .hashing import file_sha256
@@ -78,19 +79,23 @@ class TrainConfig:
 # -- data: everything the manifest needs, in memory once ------------------------------------
 @dataclass
 class TrainingData:
-    bank: FeatureBank
+    bank: object                  # FeatureBank (device / host placement) or StoreBank (store placement)
     rec_image: torch.Tensor       # [R] index into the bank's images
     rec_pos: torch.Tensor         # [R] index into the bank's captions
     rec_neg: torch.Tensor         # [R, K] index into the bank's captions, -1 = none
     rec_neg_kind: list            # [R][K] negative kind names ("" when unknown)
     split: np.ndarray             # [R] str
+    placement: str = "device"
 
     def features(self, imgs, caps, need_tokens: bool):
         return self.bank.features(imgs, caps, need_tokens)
 
 
 def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bool, device: str,
-                       image_root: str | None = None) -> TrainingData:
+                       image_root: str | None = None, placement: str = "device", log=print) -> TrainingData:
+    """The manifest's records as indices into a bank of their features; placement
+    auto|device|host|store says where the features live (banks.py), chosen from a memory
+    estimate made before anything is loaded."""
     if manifest.kind != "training":
         raise FlowclipError(f"{manifest.path}: train-head needs a 'training' manifest "
                             f"(record_id, image, positive, negatives, split), got {manifest.kind!r}")
@@ -106,7 +111,8 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
     cap_index = {c: i for i, c in enumerate(texts)}
-    bank = FeatureBank.load(store, uimg, texts, need_patches, device)
+    placement = choose_placement(placement, estimate_bytes(store, uimg, texts, need_patches), device, log)
+    bank = make_bank(store, uimg, texts, need_patches, device, placement, log)
     K = max(map(len, negs))
     rec_neg = torch.full((len(negs), K), -1, dtype=torch.long)
     for r, ns in enumerate(negs):
@@ -115,7 +121,7 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
     return TrainingData(
         bank=bank, rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
         rec_pos=torch.tensor([cap_index[c] for c in t["positive"]], device=device),
-        rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]))
+        rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]), placement=placement)
 
 
 # -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------
@@ -222,7 +228,7 @@ def batch_loss(head: FlowHead, cfg: TrainConfig, img, pos, neg, feats):
 def seconds_per_step(data: "TrainingData", cfg: TrainConfig, device: str, repeats: int = 3) -> float:
     """A measured optimiser step of this head on the first batch of training records
     (the dry run's time estimate): best of a few, after one warm-up."""
-    head = FlowHead(data.bank.img_global.shape[1], cfg.head, cfg.alpha, cfg.tau_p).to(device)
+    head = FlowHead(data.bank.dim, cfg.head, cfg.alpha, cfg.tau_p).to(device)
     params = list(head.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr) if params else None
     rec = torch.as_tensor(np.nonzero(data.split == "train")[0][:cfg.batch_size], device=data.rec_image.device)
@@ -282,7 +288,7 @@ class HeadRun:
 
     def __init__(self, store: FeatureStore, out: str, cfg: TrainConfig, data: TrainingData, device: str,
                  started: bool, log):
-        if cfg.head == "flow" and data.bank.img_patches.numel() == 0:
+        if cfg.head == "flow" and not data.bank.has_patches:
             raise FlowclipError("the training data hold no patches, which a flow head needs")
         self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
         self.head = FlowHead(store.meta["dim"], cfg.head, cfg.alpha, cfg.tau_p).to(device)
@@ -371,7 +377,8 @@ class HeadRun:
 
 def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, TrainConfig]], *, device: str = "cpu",
                 resume: bool = False, overwrite: bool = False, image_root: str | None = None, progress: bool = True,
-                max_steps: int | None = None, data: TrainingData | None = None, log=print) -> list[dict]:
+                max_steps: int | None = None, data: TrainingData | None = None, placement: str = "auto",
+                log=print) -> list[dict]:
     """Train several heads side by side on the same batches: each batch is gathered once
     and every head takes its own step on it. The runs must share seed, batch size and
     epochs (the data order); each ends exactly as it would alone."""
@@ -394,7 +401,7 @@ def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, T
         started_flags = [HeadRun.prepare_folder(store, manifest_path, out, cfg, device, resume, overwrite)
                          for out, cfg in runs]
         return _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps,
-                      data, log)
+                      data, placement, log)
     except BaseException:
         for out in new:        # a failure leaves nothing behind but what --resume needs
             if not checkpoint.exists(out):
@@ -402,7 +409,8 @@ def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, T
         raise
 
 
-def _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps, data, log):
+def _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps, data,
+           placement, log):
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     torch.manual_seed(ref.seed)
@@ -410,7 +418,8 @@ def _train(store, manifest, manifest_path, runs, started_flags, device, image_ro
         torch.use_deterministic_algorithms(True, warn_only=True)
     # 1. data, once, on the device
     if data is None:
-        data = load_training_data(store, manifest, any(c.head == "flow" for c in cfgs), device, image_root)
+        data = load_training_data(store, manifest, any(c.head == "flow" for c in cfgs), device, image_root,
+                                  placement, log)
     train_rec = np.nonzero(data.split == "train")[0]
     if len(train_rec) < 2:
         raise FlowclipError(f"{manifest_path}: fewer than 2 records with split == 'train'")
@@ -444,11 +453,16 @@ def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, r
         order = torch.as_tensor(train_rec)[torch.randperm(len(train_rec), generator=g)].to(device)
         n_neg = (data.rec_neg >= 0).sum(1)
         neg_pick = (torch.rand(len(data.split), generator=g).to(device) * n_neg).long()
-        for step in range(first_step, steps_per_epoch):
+        def batch(step):
             rec = order[step * B:(step + 1) * B]
             img = data.rec_image[rec]
             pos, neg = data.rec_pos[rec], data.rec_neg[rec, neg_pick[rec]]
-            feats = data.features(img, torch.cat([pos, neg]), need_tokens)      # gathered once for all heads
+            return img, pos, neg, data.features(img, torch.cat([pos, neg]), need_tokens)   # once for all heads
+
+        steps = range(first_step, steps_per_epoch)
+        # the in-device bank gathers in no time; the others read ahead on a worker thread
+        batches = map(batch, steps) if data.placement == "device" else prefetch(batch, steps, 2, device)
+        for img, pos, neg, feats in batches:
             for h in group:
                 h.step(img, pos, neg, feats)
             bar.update(1)
@@ -467,7 +481,8 @@ def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, r
 def train_head(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, *, device: str = "cpu",
                resume: bool = False, overwrite: bool = False, image_root: str | None = None,
                progress: bool = True, max_steps: int | None = None, data: TrainingData | None = None,
-               log=print) -> dict:
+               placement: str = "auto", log=print) -> dict:
     """One head. data: features already gathered for this manifest (a study shares one copy)."""
     return train_heads(store, manifest_path, [(out, cfg)], device=device, resume=resume, overwrite=overwrite,
+                       placement=placement,
                        image_root=image_root, progress=progress, max_steps=max_steps, data=data, log=log)[0]

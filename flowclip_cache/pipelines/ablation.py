@@ -37,6 +37,7 @@ class AblationConfig:
     world: dict[str, Any] | None = None       # build the synthetic world (build_world kwargs) and its store
     encoder: dict[str, Any] = field(default_factory=lambda: {"model": "flowclip-tiny-clip", "pretrained": "synthetic"})
     device: str = "cpu"
+    data_placement: str = "auto"              # where training features live: auto | device | host | store
     side_by_side: bool = True                 # heads sharing a data order train on the same batches
 
 
@@ -107,7 +108,7 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
     return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
                    compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device,
-                   side_by_side=cfg.side_by_side, world=cfg.world, progress=progress, log=log)
+                   side_by_side=cfg.side_by_side, placement=cfg.data_placement, world=cfg.world, progress=progress, log=log)
 
 
 CONFIG = AblationConfig

@@ -25,6 +25,7 @@ class SensitivityConfig:
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 0
     device: str = "cpu"
+    data_placement: str = "auto"              # where training features live: auto | device | host | store
     side_by_side: bool = True                 # heads sharing a data order train on the same batches
 
 
@@ -42,7 +43,7 @@ def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print, progress: b
     return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
                    compare=[], dry_run=dry_run, jobs=jobs, device=cfg.device,
-                   side_by_side=cfg.side_by_side, progress=progress, log=log)
+                   side_by_side=cfg.side_by_side, placement=cfg.data_placement, progress=progress, log=log)
 
 
 CONFIG = SensitivityConfig

@@ -50,7 +50,7 @@ def run_status(path: str) -> str:
 def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], out: str, runs: list[RunSpec],
             base_train: dict, controls: list[str], bootstrap: int, compare: list[list[str]], dry_run: bool,
             jobs: int = 1, device: str = "cpu", side_by_side: bool = True, world=None, progress: bool = True,
-            log=print) -> dict | None:
+            placement: str = "auto", log=print) -> dict | None:
     from .. import outputs
     from .checks import check_study, plan_lines
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
@@ -82,7 +82,8 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
         from ..manifest import Manifest
         # one in-memory copy of the features serves every run (patches kept if any head needs them)
         need_patches = any(checked.cfgs[r.folder].head == "flow" for r in todo)
-        data = load_training_data(store, Manifest.read(train_manifest), need_patches, device)
+        data = load_training_data(store, Manifest.read(train_manifest), need_patches, device,
+                                  placement=placement, log=lambda m: log(f"  {m}"))
 
         cfgs = checked.cfgs
         # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches

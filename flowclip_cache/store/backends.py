@@ -165,6 +165,24 @@ class ZarrBackend:
 
         return read_blocks(flat, [(a, min(n, a + rows)) for a in range(0, n, rows)], read_chunk)
 
+    def row_locator(self, path: str, name: str):
+        """fn(start, stop) -> [(file, byte offset, first row, end row)] covering rows
+        [start, stop) of an array, split at chunk ends (for reading single rows)."""
+        meta = self._array_meta(path, name)
+        rows = meta["chunk_grid"]["configuration"]["chunk_shape"][0]
+        row_bytes = int(np.prod(meta["shape"][1:], dtype=np.int64)) * np.dtype(meta["data_type"]).itemsize
+        tail = ["0"] * (len(meta["shape"]) - 1)
+
+        def locate(start, stop):
+            out = []
+            while start < stop:
+                c = start // rows
+                end = min(stop, (c + 1) * rows)
+                out.append((os.path.join(path, name, "c", str(c), *tail), (start - c * rows) * row_bytes, start, end))
+                start = end
+            return out
+        return locate
+
     def read_legacy(self, path: str, name: str) -> np.ndarray:
         """Format 1 stores wrote no zero chunks: zarr's own reader fills them (upgrade only)."""
         import zarr
@@ -240,6 +258,16 @@ class HDF5Backend:
             if not out.size:
                 return 0
             return read_blocks(out, [(a, min(n, a + rows)) for a in range(0, n, rows)], read_rows)
+
+    def row_locator(self, path: str, name: str):
+        """As ZarrBackend's: a contiguous dataset is one run of bytes in the file."""
+        with self._open(path) as f:
+            ds = f[name]
+            base = ds.id.get_offset()
+            row_bytes = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
+        if base is None and ds.size:
+            raise SegmentDamaged(path, f"{name} is not stored contiguously")
+        return lambda start, stop: [(path, (base or 0) + start * row_bytes, start, stop)] if stop > start else []
 
     def read_legacy(self, path: str, name: str) -> np.ndarray:
         shape, dtype = self.shape(path, name)

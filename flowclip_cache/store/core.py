@@ -276,6 +276,17 @@ class FeatureStore:
     def has(self, kind: str, keys: list[str]) -> np.ndarray:
         return self._index[kind].find(hex_to_fixed(keys)) >= 0
 
+    def count_tokens(self, caption_keys: list[str]) -> int:
+        """Valid tokens of these captions, from the segments' offsets alone."""
+        with self._damage():
+            seg, row = self._locate(CAPTION, caption_keys)
+            total = 0
+            for s in np.unique(seg):
+                off = self._offsets(int(s))
+                r = row[seg == s]
+                total += int((off[r + 1] - off[r]).sum())
+            return total
+
     def caption_with_tokens(self, token_keys: list[str]) -> list[str | None]:
         """A stored caption key with these token ids, or None, for each token key: a new
         caption whose tokens are already encoded gets the same features (exact ties)."""
