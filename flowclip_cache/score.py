@@ -26,6 +26,7 @@ from .benchmarks import all_benchmarks
 from .benchmarks import get as get_benchmark
 from .benchmarks.base import Scoring
 from .data import FeatureBank, image_keys, require_features
+from .hashing import caption_key
 from .errors import FlowclipError
 from .heads import FlowHead
 from .manifest import Manifest
@@ -248,7 +249,12 @@ def _named_group(correct, groups, members, per_group: dict, weighting: str) -> f
     return float(np.mean([per_group[m] for m in present]))
 
 
-def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_root=None, task: str | None = None):
+def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_root=None, task: str | None = None,
+                     max_memory_mb: int | None = None):
+    """Scores [records, candidates] per (control, scorer). Records are scored in chunks
+    whose features (own and control images, captions) fit max_memory_mb; a record's
+    scores depend on its own features only (chunking moves them by FP32 round-off, from
+    batches of another size)."""
     t = m.table.to_pydict()
     ikeys = image_keys(store, m, image_root)
     captions = t["captions"]
@@ -256,24 +262,42 @@ def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_
     require_features(store, m, ikeys, texts)
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
-    cap_index = {c: i for i, c in enumerate(texts)}
     need_tokens = any(s.head.uses_tokens for s in scorers)
-    bank = FeatureBank.load(store, uimg, texts, need_tokens, device)
     rec_img = np.array([img_index[k] for k in ikeys])
+    per_control = {c: control_images(rec_img, c, seed, task or m.meta["benchmark"]) for c in controls}
     kmax = max(map(len, captions))
-    rec_of = np.repeat(np.arange(len(captions)), [len(c) for c in captions])
-    slot = np.concatenate([np.arange(len(c)) for c in captions])
-    cap_ids = torch.tensor([cap_index[c] for cs in captions for c in cs], device=device)
-    out = {}
-    for control in controls:
-        imgs_rec = control_images(rec_img, control, seed, task or m.meta["benchmark"])
-        imgs = torch.as_tensor(imgs_rec[rec_of], device=device)
-        for s in scorers:
-            flat = _chunked_matched(s.head, bank, imgs, cap_ids)
-            mat = np.full((len(captions), kmax), np.nan, np.float32)
-            mat[rec_of, slot] = flat
-            out[(control, s.run)] = mat
+    out = {(c, s.run): np.full((len(captions), kmax), np.nan, np.float32) for c in controls for s in scorers}
+    for chunk in _record_chunks(store, captions, texts, len(uimg), need_tokens, len(controls), max_memory_mb):
+        imgs_needed = sorted({int(per_control[c][r]) for c in controls for r in chunk})
+        texts_needed = sorted({x for r in chunk for x in captions[r]})
+        bank = FeatureBank.load(store, [uimg[i] for i in imgs_needed], texts_needed, need_tokens, device)
+        local_img = {g: i for i, g in enumerate(imgs_needed)}
+        cap_index = {c: i for i, c in enumerate(texts_needed)}
+        rec_of = np.repeat(chunk, [len(captions[r]) for r in chunk])
+        slot = np.concatenate([np.arange(len(captions[r])) for r in chunk])
+        cap_ids = torch.tensor([cap_index[c] for r in chunk for c in captions[r]], device=device)
+        for control in controls:
+            imgs = torch.as_tensor([local_img[int(per_control[control][r])] for r in rec_of], device=device)
+            for s in scorers:
+                out[(control, s.run)][rec_of, slot] = _chunked_matched(s.head, bank, imgs, cap_ids)
     return out, np.array(t["gold"]), t, np.array(ikeys)
+
+
+def _record_chunks(store, captions, texts, n_images, need_tokens, n_controls, max_memory_mb) -> list[np.ndarray]:
+    """Consecutive record ranges whose features take about max_memory_mb at most (all
+    records at once when they fit, or when no bound is given)."""
+    n = len(captions)
+    if not max_memory_mb:
+        return [np.arange(n)]
+    d, P = store.meta["dim"], store.meta["num_patches"]
+    tokens_per_caption = (store.count_tokens([caption_key(c) for c in texts]) / len(texts)) if need_tokens else 0
+    per_image = d * 2 * (1 + (P if need_tokens else 0))
+    per_record = per_image * (1 + n_controls) + np.mean([len(c) for c in captions]) * d * 2 * (1 + tokens_per_caption)
+    whole = n_images * per_image + len(texts) * d * 2 * (1 + tokens_per_caption)
+    if whole <= max_memory_mb * 2**20:
+        return [np.arange(n)]
+    size = max(1, int(max_memory_mb * 2**20 / per_record))
+    return [np.arange(a, min(n, a + size)) for a in range(0, n, size)]
 
 
 def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: int, shortlist: int | None,
@@ -443,7 +467,8 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
         log(f"scoring {name} ({len(m)} records, {sc.task})")
         records_bar.update(len(m))
         if sc.task in ("pairwise", "candidates"):
-            mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root, name)
+            mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root, name,
+                                                       max_memory_mb)
             correct_real = {}
             ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
             for (control, run), mat in mats.items():

@@ -257,3 +257,20 @@ def test_own_candidate_sets_get_generic_or_declared_scoring(tmp_path):
         write_manifest(tmp_path / "c.parquet", pa.Table.from_pylist(rows), "candidates", {"scoring": bad})
         with pytest.raises(FlowclipError, match=why):
             scoring_of(Manifest.read(tmp_path / "c.parquet"))
+
+
+def test_candidate_scoring_in_memory_bounded_chunks_changes_nothing(scored_world):
+    """A tiny --max-memory forces one chunk per few records: every score is the same to FP32
+    round-off (pair batches of another size), and every decision is the same."""
+    fs, s, run, tmp = scored_world
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.score import load_scorers, score_candidates
+    m = Manifest.read(s["candidates"])
+    scorers = load_scorers(["clip", run], fs, "cpu")
+    whole = score_candidates(fs, m, scorers, ("real", "shuffle", "fixed"), 0, "cpu", task="sample")[0]
+    small = score_candidates(fs, m, scorers, ("real", "shuffle", "fixed"), 0, "cpu", task="sample",
+                             max_memory_mb=0.02)[0]
+    gold = np.zeros(len(m), int)
+    for k in whole:
+        np.testing.assert_allclose(whole[k], small[k], rtol=1e-5, atol=1e-6)
+        assert (metrics.decisions(whole[k], gold)[0] == metrics.decisions(small[k], gold)[0]).all()
