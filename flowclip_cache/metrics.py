@@ -69,17 +69,62 @@ def retrieval_recall(sim: np.ndarray, caption_image: np.ndarray, ks=(1, 5, 10)) 
     Ties count against the query in both directions: the rank of the right answer is
     the number of wrong candidates scoring at least as high. Queries whose right
     answer ties a wrong one are counted (i2t_ties, t2i_ties)."""
-    n_img, n_cap = sim.shape
-    pos = caption_image[None, :] == np.arange(n_img)[:, None]          # [n_img, n_cap]
-    best_pos = np.where(pos, sim, -np.inf).max(1)                      # each image's best caption
-    neg = np.where(pos, -np.inf, sim)
-    i_rank = (neg >= best_pos[:, None]).sum(1)
-    i_tie = (neg == best_pos[:, None]).any(1)
-    s_true = sim[caption_image, np.arange(n_cap)]
-    others = sim.copy()
-    others[caption_image, np.arange(n_cap)] = -np.inf
-    t_rank = (others >= s_true[None, :]).sum(0)
-    t_tie = (others == s_true[None, :]).any(0)
+    return retrieval_recall_blocks(lambda: [(0, sim)], caption_image, sim.shape[0], ks)
+
+
+def retrieval_recall_blocks(row_blocks, caption_image: np.ndarray, n_images: int, ks=(1, 5, 10)) -> dict:
+    """retrieval_recall over a matrix seen as row blocks: row_blocks() yields (first row,
+    rows [b, n_captions]) and is called twice (the caption's true score, then its rank),
+    so memory holds one block at a time. The same numbers as the whole matrix."""
+    n_cap = len(caption_image)
+    i_rank = np.zeros(n_images, np.int64)
+    i_tie = np.zeros(n_images, bool)
+    s_true = np.full(n_cap, np.nan, np.float32)
+    for a, block in row_blocks():                           # pass 1: images' ranks, captions' true scores
+        rows = np.arange(a, a + len(block))
+        pos = caption_image[None, :] == rows[:, None]
+        best = np.where(pos, block, -np.inf).max(1)
+        neg = np.where(pos, -np.inf, block)
+        i_rank[rows] = (neg >= best[:, None]).sum(1)
+        i_tie[rows] = (neg == best[:, None]).any(1)
+        mine = (caption_image >= a) & (caption_image < a + len(block))
+        s_true[mine] = block[caption_image[mine] - a, np.flatnonzero(mine)]
+    t_rank = np.zeros(n_cap, np.int64)
+    t_tie = np.zeros(n_cap, bool)
+    for a, block in row_blocks():                           # pass 2: captions' ranks
+        rows = np.arange(a, a + len(block))
+        wrong = caption_image[None, :] != rows[:, None]
+        t_rank += ((block >= s_true[None, :]) & wrong).sum(0)
+        t_tie |= ((block == s_true[None, :]) & wrong).any(0)
+    out = {}
+    for k in ks:
+        out[f"i2t_R@{k}"] = float(np.mean(i_rank < k))
+        out[f"t2i_R@{k}"] = float(np.mean(t_rank < k))
+    out["i2t_ties"], out["t2i_ties"] = int(i_tie.sum()), int(t_tie.sum())
+    return out
+
+
+def retrieval_recall_pairs(img: np.ndarray, cap: np.ndarray, val: np.ndarray, caption_image: np.ndarray,
+                           n_images: int, ks=(1, 5, 10)) -> dict:
+    """retrieval_recall when only some pairs were scored (a shortlist): every pair not
+    listed scores -inf, below all scored ones. A query whose right answer was not scored
+    ranks below everything (and counts no tie)."""
+    n_cap = len(caption_image)
+    positive = caption_image[cap] == img
+    best = np.full(n_images, -np.inf)
+    np.maximum.at(best, img[positive], val[positive])
+    n_pos = np.bincount(caption_image, minlength=n_images)
+    i_rank = np.where(np.isinf(best), n_cap - n_pos, 0)
+    i_tie = np.zeros(n_images, bool)
+    wrong = ~positive
+    np.add.at(i_rank, img[wrong], (val[wrong] >= best[img[wrong]]) & ~np.isinf(best[img[wrong]]))
+    np.logical_or.at(i_tie, img[wrong], val[wrong] == best[img[wrong]])
+    s_true = np.full(n_cap, -np.inf)
+    s_true[cap[positive]] = val[positive]
+    t_rank = np.where(np.isinf(s_true), n_images - 1, 0)
+    t_tie = np.zeros(n_cap, bool)
+    np.add.at(t_rank, cap[wrong], (val[wrong] >= s_true[cap[wrong]]) & ~np.isinf(s_true[cap[wrong]]))
+    np.logical_or.at(t_tie, cap[wrong], val[wrong] == s_true[cap[wrong]])
     out = {}
     for k in ks:
         out[f"i2t_R@{k}"] = float(np.mean(i_rank < k))

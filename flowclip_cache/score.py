@@ -301,7 +301,12 @@ def _record_chunks(store, captions, texts, n_images, need_tokens, n_controls, ma
 
 
 def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: int, shortlist: int | None,
-                    image_root=None) -> dict:
+                    image_root=None, spill_dir: str | None = None) -> dict:
+    """Recall@k both ways over the whole gallery, in memory bounded by max_memory_mb: the
+    pair scores are computed in blocks; when the score matrix itself does not fit, it
+    goes to a file in spill_dir (the score's own temporary folder) and is read back in
+    row blocks. With shortlist, each query's global top K (kept blockwise) is re-ranked
+    by the head, and the result is labelled approximate."""
     t = m.table.to_pydict()
     ikeys = image_keys(store, m, image_root)
     caps = [c for cs in t["captions"] for c in cs]
@@ -312,40 +317,91 @@ def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: i
     bank = FeatureBank.load(store, list(ikeys), texts, scorer.head.uses_tokens, device)
     cid = torch.tensor([cap_index[c] for c in caps], device=device)
     n_i, n_t = len(ikeys), len(caps)
-    head = scorer.head
+    budget = max_memory_mb * 2**20
     with torch.no_grad():
-        if shortlist and head.uses_tokens:
-            from .heads import global_scores
-            v, _, tt, _, _ = bank.features(torch.arange(n_i, device=device), cid, False)
-            coarse = global_scores(v, tt, head.M).cpu().numpy()
-            sim = np.full((n_i, n_t), -np.inf, np.float32)
-            k = min(shortlist, n_t)
-            top_t = np.argsort(-coarse, 1)[:, :k]                     # i2t shortlist
-            top_i = np.argsort(-coarse, 0)[:min(shortlist, n_i), :]   # t2i shortlist
-            pairs = np.unique(np.concatenate([
-                np.stack([np.repeat(np.arange(n_i), k), top_t.ravel()], 1),
-                np.stack([top_i.ravel(), np.tile(np.arange(n_t), top_i.shape[0])], 1)]), axis=0)
-            vals = _chunked_matched(head, bank, torch.as_tensor(pairs[:, 0], device=device), cid[pairs[:, 1]])
-            sim[pairs[:, 0], pairs[:, 1]] = vals
-        else:
-            sim = np.empty((n_i, n_t), np.float32)
-            L = int((bank.cap_offsets[1:] - bank.cap_offsets[:-1]).max()) if head.uses_tokens else 1
-            P = bank.img_patches.shape[1] if head.uses_tokens else 1
-            per_pair = 4 * 12 * L * P if head.uses_tokens else 8       # bytes of intermediates per pair
-            block = max(1, int(max_memory_mb * 2**20 / per_pair))
-            bi = max(1, min(n_i, int(block ** 0.5)))
-            bt = max(1, min(n_t, block // bi))
-            for i0 in range(0, n_i, bi):
-                ii = torch.arange(i0, min(n_i, i0 + bi), device=device)
-                for t0 in range(0, n_t, bt):
-                    tc = cid[t0:t0 + bt]
-                    v, Pp, tt, H, mask = bank.features(ii, tc, head.uses_tokens)
-                    sim[i0:i0 + len(ii), t0:t0 + len(tc)] = head(v, Pp, tt, H, mask).cpu().numpy()
-    res = metrics.retrieval_recall(sim, cap_image)
-    res["approximate"] = bool(shortlist and head.uses_tokens)
-    if res["approximate"]:
-        res["shortlist"] = shortlist
+        if shortlist and scorer.head.uses_tokens:
+            img, cap = _shortlist_pairs(scorer.head, bank, cid, n_i, shortlist, budget, device)
+            val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap])
+            res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
+            res.update(approximate=True, shortlist=shortlist)
+            return res
+        row_blocks = _score_matrix(scorer.head, bank, cid, n_i, budget, device, spill_dir)
+        res = metrics.retrieval_recall_blocks(row_blocks, cap_image, n_i)
+    res["approximate"] = False
     return res
+
+
+def _pair_blocks(head, bank, n_i: int, n_t: int, budget: int) -> tuple[int, int]:
+    """Images x captions per block so that the head's intermediates fit the budget."""
+    if head.uses_tokens:
+        per_pair = 4 * 12 * bank.max_tokens() * bank.img_patches.shape[1]     # bytes of intermediates per pair
+    else:
+        per_pair = 8
+    block = max(1, int(budget / 2 / per_pair))
+    bi = max(1, min(n_i, int(block ** 0.5)))
+    return bi, max(1, min(n_t, block // bi))
+
+
+def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
+    """The [n_i, n_t] scores as row_blocks() for metrics.retrieval_recall_blocks: kept in
+    memory when they take at most a quarter of the budget, else spilled to a file."""
+    n_t = len(cid)
+    bi, bt = _pair_blocks(head, bank, n_i, n_t, budget)
+    rows_per_block = max(bi, int(budget / 4 / (4 * n_t)) // bi * bi or bi)
+    in_memory = 4 * n_i * n_t <= budget / 4 or spill_dir is None
+    path = None if in_memory else os.path.join(spill_dir, f".retrieval-{uuid.uuid4().hex[:8]}.f32")
+    sim = np.empty((n_i, n_t), np.float32) if in_memory else None
+    for r0 in range(0, n_i, rows_per_block):
+        rows = np.empty((min(n_i, r0 + rows_per_block) - r0, n_t), np.float32)
+        for i0 in range(r0, r0 + len(rows), bi):
+            ii = torch.arange(i0, min(r0 + len(rows), i0 + bi), device=device)
+            for t0 in range(0, n_t, bt):
+                tc = cid[t0:t0 + bt]
+                rows[i0 - r0:i0 - r0 + len(ii), t0:t0 + len(tc)] = head(*bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
+        if in_memory:
+            sim[r0:r0 + len(rows)] = rows
+        else:
+            with open(path, "ab") as f:
+                rows.tofile(f)
+    if in_memory:
+        return lambda: [(0, sim)]
+
+    def from_file():
+        with open(path, "rb") as f:
+            for r0 in range(0, n_i, rows_per_block):
+                n = min(n_i, r0 + rows_per_block) - r0
+                yield r0, np.fromfile(f, np.float32, n * n_t).reshape(n, n_t)
+    return from_file
+
+
+def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> tuple[np.ndarray, np.ndarray]:
+    """(image, caption index) pairs: each image's top k captions and each caption's top k
+    images by the head's global score, found block by block (no full matrix)."""
+    from .heads import global_scores
+    n_t = len(cid)
+    k_t, k_i = min(k, n_t), min(k, n_i)
+    _, _, tt, _, _ = bank.features(torch.arange(1, device=device), cid, False)
+    rows = max(1, int(budget / 4 / (4 * n_t)))
+    best_v = np.full((k_i, n_t), -np.inf, np.float32)
+    best_i = np.zeros((k_i, n_t), np.int64)
+    img_top = []
+    for i0 in range(0, n_i, rows):
+        ii = torch.arange(i0, min(n_i, i0 + rows), device=device)
+        v = bank.features(ii, cid[:1], False)[0]
+        block = global_scores(v, tt, head.M).cpu().numpy()
+        img_top.append(np.argpartition(-block, k_t - 1, axis=1)[:, :k_t] if k_t < n_t
+                       else np.tile(np.arange(n_t), (len(ii), 1)))
+        cand_v = np.concatenate([best_v, block])
+        cand_i = np.concatenate([best_i, np.repeat(ii.cpu().numpy()[:, None], n_t, 1)])
+        keep = np.argpartition(-cand_v, k_i - 1, axis=0)[:k_i] if len(cand_v) > k_i else np.arange(len(cand_v))[:, None]
+        best_v = np.take_along_axis(cand_v, keep, 0) if len(cand_v) > k_i else cand_v
+        best_i = np.take_along_axis(cand_i, keep, 0) if len(cand_i) > k_i else cand_i
+    top_t = np.concatenate(img_top)
+    pairs = np.unique(np.concatenate([
+        np.stack([np.repeat(np.arange(n_i), k_t), top_t.ravel()], 1),
+        np.stack([best_i[np.isfinite(best_v)].ravel(), np.tile(np.arange(n_t), (k_i, 1))[np.isfinite(best_v)]], 1)]),
+        axis=0)
+    return pairs[:, 0], pairs[:, 1]
 
 
 def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None) -> dict:
@@ -488,7 +544,7 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
         elif sc.task == "retrieval":
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_retrieval(store, m, s, device, max_memory_mb,
-                                                                                shortlist, image_root)
+                                                                                shortlist, image_root, tmp)
         else:
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)

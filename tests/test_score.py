@@ -274,3 +274,46 @@ def test_candidate_scoring_in_memory_bounded_chunks_changes_nothing(scored_world
     for k in whole:
         np.testing.assert_allclose(whole[k], small[k], rtol=1e-5, atol=1e-6)
         assert (metrics.decisions(whole[k], gold)[0] == metrics.decisions(small[k], gold)[0]).all()
+
+
+def test_retrieval_in_blocks_and_from_pairs_equals_the_whole_matrix():
+    """The streamed and the shortlist forms of the metric against the whole-matrix one."""
+    rng = np.random.default_rng(7)
+    sim = rng.integers(0, 6, (9, 20)).astype(np.float32)          # many exact ties
+    cap_img = rng.integers(0, 9, 20)
+    whole = metrics.retrieval_recall(sim, cap_img)
+    blocks = lambda: [(a, sim[a:a + 2]) for a in range(0, 9, 2)]
+    assert metrics.retrieval_recall_blocks(blocks, cap_img, 9) == whole
+    keep = rng.random(sim.shape) < 0.5                             # a shortlist: the rest is -inf
+    keep[cap_img, np.arange(20)] = True                            # (every right answer scored)
+    i, t = np.nonzero(keep)
+    sparse = np.where(keep, sim, -np.inf)
+    assert metrics.retrieval_recall_pairs(i, t, sim[i, t], cap_img, 9) == metrics.retrieval_recall(sparse, cap_img)
+    # a caption whose image was left out of the shortlist is a miss, at every k below the gallery size
+    keep[:, 0] = False
+    keep[(cap_img[0] + 1) % 9, 0] = True
+    i, t = np.nonzero(keep)
+    r = metrics.retrieval_recall_pairs(i, t, sim[i, t], cap_img, 9, ks=(8,))      # caption 0 ranks 8th: a miss
+    assert r["t2i_R@8"] < 1.0
+
+
+def test_retrieval_spilled_to_disk_equals_in_memory(scored_world):
+    fs, s, run, tmp = scored_world
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.score import load_scorers, score_retrieval
+    cand = Manifest.read(s["candidates"]).table.to_pylist()
+    gallery = tmp / "g.parquet"
+    write_manifest(gallery, pa.Table.from_pylist([{"image": r["image"], "captions": r["captions"]} for r in cand]),
+                   "retrieval", {"benchmark": "coco-retrieval"})
+    from flowclip_cache.encoders import EncoderSpec, resolve
+    from flowclip_cache.extract import run_extract
+    run_extract(fs, resolve(EncoderSpec("flowclip-tiny-vit")), [str(gallery)], s["image_root"], workers=0,
+                progress=False)
+    fs.refresh()
+    m = Manifest.read(gallery)
+    flow = load_scorers([run], fs, "cpu")[0]
+    big = score_retrieval(fs, m, flow, "cpu", 2048, None)
+    spill = tmp / "spill"
+    spill.mkdir()
+    small = score_retrieval(fs, m, flow, "cpu", 0.001, None, spill_dir=str(spill))
+    assert {k: v for k, v in small.items()} == big
