@@ -180,7 +180,12 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
 
 
 def _chunked_matched(head: FlowHead, bank: FeatureBank, imgs: torch.Tensor, caps: torch.Tensor,
-                     chunk: int = 4096) -> np.ndarray:
+                     max_memory_mb: float = 2048) -> np.ndarray:
+    """Scores of matched pairs, in chunks whose gathered features (FP32: each pair's
+    patches and tokens, a few copies) take about max_memory_mb at most."""
+    d = bank.dim
+    per_pair = 4 * d * (3 * (bank.img_patches.shape[1] + bank.max_tokens()) + 4) if head.uses_tokens else 16 * d
+    chunk = int(min(4096, max(1, max_memory_mb * 2**20 / per_pair)))
     out = []
     with torch.no_grad():
         for s in range(0, len(imgs), chunk):
@@ -279,7 +284,8 @@ def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_
         for control in controls:
             imgs = torch.as_tensor([local_img[int(per_control[control][r])] for r in rec_of], device=device)
             for s in scorers:
-                out[(control, s.run)][rec_of, slot] = _chunked_matched(s.head, bank, imgs, cap_ids)
+                out[(control, s.run)][rec_of, slot] = _chunked_matched(s.head, bank, imgs, cap_ids,
+                                                                       max_memory_mb or 2048)
     return out, np.array(t["gold"]), t, np.array(ikeys)
 
 
@@ -321,7 +327,7 @@ def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: i
     with torch.no_grad():
         if shortlist and scorer.head.uses_tokens:
             img, cap = _shortlist_pairs(scorer.head, bank, cid, n_i, shortlist, budget, device)
-            val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap])
+            val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap], max_memory_mb)
             res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
             res.update(approximate=True, shortlist=shortlist)
             return res
