@@ -33,3 +33,27 @@ def test_train_head_on_cuda(tmp_path, tiny_encoder):
     state = train_head(fs, s["training"], str(tmp_path / "run"), TrainConfig(epochs=1, batch_size=8),
                        device="cuda", progress=False, log=lambda *_: None)
     assert state["global_step"] > 0
+
+
+def test_placements_on_cuda_train_the_same_weights(tmp_path, tiny_encoder):
+    """device (features on the GPU), host (pinned, copied ahead on a side stream) and
+    store placements give the same weights on CUDA."""
+    from safetensors.torch import load_file
+
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.sample import make_sample
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.train import TrainConfig, train_head
+    torch.backends.cuda.matmul.allow_tf32 = False
+    s = make_sample(str(tmp_path / "s"), n_images=24)
+    fs = FeatureStore.open_or_create(str(tmp_path / "st"), tiny_encoder.config)
+    run_extract(fs, tiny_encoder, [s["training"]], s["image_root"], workers=0, progress=False)
+    fs.refresh()
+    out = {}
+    for placement in ("device", "host", "store"):
+        run = str(tmp_path / placement)
+        train_head(fs, s["training"], run, TrainConfig(epochs=1, batch_size=8), device="cuda", placement=placement,
+                   progress=False, log=lambda *_: None)
+        out[placement] = load_file(f"{run}/head.safetensors")
+    for k in out["device"]:
+        assert torch.equal(out["device"][k], out["host"][k]) and torch.equal(out["device"][k], out["store"][k]), k

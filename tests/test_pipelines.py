@@ -135,3 +135,11 @@ def test_profile_command_writes_and_guards_the_profile(tmp_path):
     assert r.exit_code == 2 and "--overwrite" in r.output
     r = CliRunner().invoke(main, ["profile", SYNTH, out, *small, "--overwrite"])   # ... unless asked
     assert r.exit_code == 0 and json.load(open(tmp_path / "p" / "profile.json"))["accuracy"]["object"] > 0
+
+
+def test_a_study_trains_from_the_store_placement(tmp_path):
+    """data_placement is a study key: several heads share one bank read from the store."""
+    r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/s", *REDUCED, "seeds=[0]", "bootstrap=0",
+                                  "compare=[]", "data_placement=store", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "placement 'store'" in r.output and os.path.exists(tmp_path / "s" / "summary.md")
