@@ -78,7 +78,7 @@ def write_store(root: str, fraction: float, log=print) -> tuple[str, str]:
     return store_dir, man
 
 
-def worker(store: str, manifest: str, placement: str, steps: int, out: str) -> dict:
+def worker(store: str, manifest: str, placement: str, steps: int, out: str, device: str = "cpu") -> dict:
     """One placement in this process: time to first step, step time, peak RSS."""
     import resource
 
@@ -88,7 +88,7 @@ def worker(store: str, manifest: str, placement: str, steps: int, out: str) -> d
     cfg = TrainConfig(head="flow", epochs=1, batch_size=32, train_eval_records=256, checkpoint_every=10**9)
     said = []
     train_head(FeatureStore(store), manifest, out, cfg, placement=placement, progress=False, max_steps=steps,
-               log=said.append, device="cpu")
+               log=said.append, device=device)
     wall = time.perf_counter() - t0
     rates = [json.loads(x)["steps_per_s"] for x in open(os.path.join(out, "log.jsonl")) if '"steps_per_s"' in x]
     step = float(np.median([1 / r for r in rates[1:]]))            # the first one includes data loading
@@ -152,6 +152,7 @@ def main():
     ap.add_argument("--root", default="/tmp/flowclip-scale")
     ap.add_argument("--fractions", default="0.1,1")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda: then host placement is measured too")
     ap.add_argument("--max-memory", type=int, default=512)
     ap.add_argument("--exact-images", type=int, default=400, help="gallery size scored exactly")
     ap.add_argument("--shortlist", type=int, default=10)
@@ -160,7 +161,7 @@ def main():
     ap.add_argument("--score-worker", nargs=6)
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(worker(a.worker[0], a.worker[1], a.worker[2], a.steps, a.worker[3])))
+        print(json.dumps(worker(a.worker[0], a.worker[1], a.worker[2], a.steps, a.worker[3], a.device)))
         return
     if a.score_worker:
         st, man, run, mm, k, out = a.score_worker
@@ -172,9 +173,12 @@ def main():
         store, man = write_store(a.root, f)
         n_train = int(COCO_RECORDS * f) - int(COCO_RECORDS * f) // 500 - 1
         placements = ["device", "store"] if f <= 0.25 else ["store"]      # full size does not fit in 24 GiB
+        if a.device.startswith("cuda"):
+            placements = ["device", "host", "store"] if f <= 0.25 else ["host", "store"]
         for pl in placements:
             out = os.path.join(a.root, f"run-x{f:g}-{pl}-{time.time_ns()}")
-            r = subprocess.run([sys.executable, __file__, "--steps", str(a.steps), "--worker", store, man, pl, out],
+            r = subprocess.run([sys.executable, __file__, "--steps", str(a.steps), "--device", a.device,
+                                "--worker", store, man, pl, out],
                                capture_output=True, text=True)
             if r.returncode:
                 print(f"x{f:g} {pl}: failed\n{r.stderr[-2000:]}")

@@ -387,7 +387,7 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
     n_t = len(cid)
     k_t, k_i = min(k, n_t), min(k, n_i)
     _, _, tt, _, _ = bank.features(torch.arange(1, device=device), cid, False)
-    rows = max(1, int(budget / 4 / (4 * n_t)))
+    rows = max(1, int(budget / (40 * n_t)))      # a block's float32 scores, their copies and int64 indices
     best_v = np.full((k_i, n_t), -np.inf, np.float32)
     best_i = np.zeros((k_i, n_t), np.int64)
     img_top = []

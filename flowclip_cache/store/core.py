@@ -355,36 +355,13 @@ class FeatureStore:
                         out.append(key)
         return out
 
-    def _plan_read(self, kind: str, keys: list[str]):
-        """Which segments to read and where each requested key lands.
-
-        Returns (parts, pos, total): parts = [(segment, rows or None for all, start in
-        buffer)], pos[i] = buffer row of keys[i]. A segment more than half needed is read
-        straight into the buffer; otherwise it is read whole (checksums cover whole
-        arrays) and only its needed rows are copied."""
+    def _groups(self, kind: str, keys: list[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(segment, positions in the request, rows in the segment) for each segment the
+        requested keys live in."""
         seg, row = self._locate(kind, keys)
-        pos = np.empty(len(keys), np.int64)
-        parts, start = [], 0
         order = np.argsort(seg, kind="stable")
         bounds = np.flatnonzero(np.diff(seg[order])) + 1
-        for group in np.split(order, bounds) if len(order) else []:
-            s = int(seg[group[0]])
-            need = np.unique(row[group])
-            if 2 * len(need) >= self.segments[s].rows:
-                parts.append((s, None, start))
-                pos[group] = start + row[group]
-                start += self.segments[s].rows
-            else:
-                parts.append((s, need, start))
-                pos[group] = start + np.searchsorted(need, row[group])
-                start += len(need)
-        return parts, pos, start
-
-    def _read_rows(self, seg: int, name: str, rows, out: np.ndarray) -> None:
-        if rows is None:
-            self.read_array(self.segments[seg], name, out)
-        else:
-            out[...] = self.read_array(self.segments[seg], name)[rows]
+        return [(int(seg[g[0]]), g, row[g]) for g in (np.split(order, bounds) if len(order) else [])]
 
     def _run(self, jobs: list) -> list:
         """Run read jobs (callables) on a few threads: reading and checksumming release
@@ -396,22 +373,28 @@ class FeatureStore:
             futures = [pool.submit(j) for j in jobs]
             return [f.result() for f in futures]
 
+    def _fill(self, s: int, name: str, pos: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+        """out[pos] = the segment's rows. A whole segment asked in order is read straight
+        into place; otherwise the array is read whole (its checksum covers it whole) and
+        the rows are copied out, so memory holds one segment's array beyond the result."""
+        n = self.segments[s].rows
+        if len(rows) == n and pos[-1] - pos[0] == n - 1 and (np.diff(pos) == 1).all() and (rows == np.arange(n)).all():
+            self.read_array(self.segments[s], name, out[pos[0]:pos[0] + n])
+        else:
+            out[pos] = self.read_array(self.segments[s], name)[rows]
+
     def load_images(self, keys: list[str]) -> ImageFeatures:
         """Every requested image row, in the order asked, as two contiguous arrays."""
+        d, P = self.meta["dim"], self.meta["num_patches"]
+        g = np.empty((len(keys), d), np.float16)
+        p = np.empty((len(keys), P, d), np.float16)
         with self._damage():
-            d, P = self.meta["dim"], self.meta["num_patches"]
-            parts, pos, total = self._plan_read(IMAGE, keys)
-            g = np.empty((total, d), np.float16)
-            p = np.empty((total, P, d), np.float16)
             jobs = []
-            for s, rows, start in parts:
-                n = self.segments[s].rows if rows is None else len(rows)
-                jobs += [lambda s=s, r=rows, o=g[start:start + n]: self._read_rows(s, "global", r, o),
-                         lambda s=s, r=rows, o=p[start:start + n]: self._read_rows(s, "patches", r, o)]
+            for s, pos, rows in self._groups(IMAGE, keys):
+                jobs += [lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
+                         lambda s=s, pos=pos, rows=rows: self._fill(s, "patches", pos, rows, p)]
             self._run(jobs)
-        if len(pos) == total and (pos == np.arange(total)).all():
-            return ImageFeatures(g, p)          # asked in storage order: no reordering copy
-        return ImageFeatures(g[pos], np.take(p, pos, axis=0))
+        return ImageFeatures(g, p)
 
     def load_captions(self, keys: list[str]) -> CaptionFeatures:
         """Requested captions in order; tokens flat with offsets (no padding)."""
@@ -420,31 +403,32 @@ class FeatureStore:
 
     def _load_captions(self, keys: list[str]) -> CaptionFeatures:
         d = self.meta["dim"]
-        parts, pos, total = self._plan_read(CAPTION, keys)
-        g = np.empty((total, d), np.float16)
-        trunc = np.empty(total, np.uint8)
-        lengths = np.empty(total, np.int64)
-        offs = self._run([lambda s=s: self._offsets(s) for s, _, _ in parts])
-        for (s, rows, start), off in zip(parts, offs):
-            r = np.arange(self.segments[s].rows) if rows is None else rows
-            lengths[start:start + len(r)] = off[r + 1] - off[r]
-        buf_off = np.zeros(total + 1, np.int64)
-        np.cumsum(lengths, out=buf_off[1:])
-        tokens = np.empty((int(buf_off[-1]), d), np.float16)
+        groups = self._groups(CAPTION, keys)
+        offs = self._run([lambda s=s: self._offsets(s) for s, _, _ in groups])
+        lengths = np.empty(len(keys), np.int64)
+        for (s, pos, rows), off in zip(groups, offs):
+            lengths[pos] = off[rows + 1] - off[rows]
+        offsets = np.zeros(len(keys) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        g = np.empty((len(keys), d), np.float16)
+        trunc = np.empty(len(keys), np.uint8)
+        tokens = np.empty((int(offsets[-1]), d), np.float16)
         jobs = []
-        for (s, rows, start), off in zip(parts, offs):
-            n = self.segments[s].rows if rows is None else len(rows)
-            dst = tokens[buf_off[start]:buf_off[start + n]]
-            jobs += [lambda s=s, r=rows, o=g[start:start + n]: self._read_rows(s, "global", r, o),
-                     lambda s=s, r=rows, o=trunc[start:start + n]: self._read_rows(s, "truncated", r, o),
-                     lambda s=s, r=rows, o=dst, off=off: self._read_tokens(s, r, off, o)]
+        for (s, pos, rows), off in zip(groups, offs):
+            jobs += [lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
+                     lambda s=s, pos=pos, rows=rows: self._fill(s, "truncated", pos, rows, trunc),
+                     lambda s=s, pos=pos, rows=rows, off=off: self._fill_tokens(s, pos, rows, off, offsets, tokens)]
         self._run(jobs)
-        if len(pos) == total and (pos == np.arange(total)).all():
-            return CaptionFeatures(g, tokens, buf_off, trunc.astype(bool))
-        offsets = np.zeros(len(pos) + 1, np.int64)
-        np.cumsum(lengths[pos], out=offsets[1:])
-        return CaptionFeatures(g[pos], tokens[_ranges(buf_off[pos], buf_off[pos + 1])], offsets,
-                               trunc[pos].astype(bool))
+        return CaptionFeatures(g, tokens, offsets, trunc.astype(bool))
+
+    def _fill_tokens(self, s: int, pos, rows, off, offsets, tokens) -> None:
+        """Each requested caption's token rows to its place in the flat output."""
+        dst = _ranges(offsets[pos], offsets[pos + 1])
+        n = self.segments[s].rows
+        if len(rows) == n and (np.diff(pos) == 1).all() and (rows == np.arange(n)).all():
+            self.read_array(self.segments[s], "tokens", tokens[offsets[pos[0]]:offsets[pos[-1] + 1]])
+        else:
+            tokens[dst] = self.read_array(self.segments[s], "tokens")[_ranges(off[rows], off[rows + 1])]
 
     def _offsets(self, s: int) -> np.ndarray:
         seg = self.segments[s]
@@ -452,12 +436,6 @@ class FeatureStore:
         if len(off) != seg.rows + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
             raise SegmentDamaged(seg.path, "offsets are not increasing from 0")
         return off
-
-    def _read_tokens(self, s: int, rows, off: np.ndarray, out: np.ndarray) -> None:
-        if rows is None:
-            self.read_array(self.segments[s], "tokens", out)
-        else:
-            out[...] = self.read_array(self.segments[s], "tokens")[_ranges(off[rows], off[rows + 1])]
 
     @contextlib.contextmanager
     def _damage(self):
