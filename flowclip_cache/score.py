@@ -395,8 +395,8 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
         ii = torch.arange(i0, min(n_i, i0 + rows), device=device)
         v = bank.features(ii, cid[:1], False)[0]
         block = global_scores(v, tt, head.M).cpu().numpy()
-        img_top.append(np.argpartition(-block, k_t - 1, axis=1)[:, :k_t] if k_t < n_t
-                       else np.tile(np.arange(n_t), (len(ii), 1)))
+        img_top.append(np.argpartition(-block, k_t - 1, axis=1)[:, :k_t].copy() if k_t < n_t   # (not a view
+                       else np.tile(np.arange(n_t), (len(ii), 1)))                              # of the block)
         cand_v = np.concatenate([best_v, block])
         cand_i = np.concatenate([best_i, np.repeat(ii.cpu().numpy()[:, None], n_t, 1)])
         keep = np.argpartition(-cand_v, k_i - 1, axis=0)[:k_i] if len(cand_v) > k_i else np.arange(len(cand_v))[:, None]
