@@ -113,7 +113,7 @@ def main():
     # the cached side as train-head runs it: FP16 tensors in memory, batches by indexing
     import numpy as np
 
-    from flowclip_cache.data import FeatureBank
+    from flowclip_cache.banks import FeatureBank
     from flowclip_cache.train import TrainingData
     R = 1024
     lengths = torch.randint(10, L + 1, (2 * R,), generator=g)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import FlowclipError, SegmentDamaged, StoreDamaged
-from .hashing import caption_key, hex_to_fixed
+from .hashing import caption_key
 from .store import CAPTION, IMAGE, FeatureStore
 
 PLACEMENTS = ("auto", "device", "host", "store")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 
-from .banks import FeatureBank  # noqa: F401  (re-exported: banks.py holds every placement)
 from .errors import FlowclipError
 from .hashing import caption_key
 from .manifest import Manifest
@@ -30,6 +29,16 @@ def image_keys(store: FeatureStore, manifest: Manifest, image_root: str | None =
                 f"{manifest.path}: row {ref.row}: image {ref.path!r} was extracted from several image roots "
                 f"with different content ({', '.join(sorted(by_root))}); pass --image-root to choose")
     return out
+
+
+def manifest_keys(store: FeatureStore, manifest: Manifest, caption_texts: list[str],
+                  image_root: str | None = None) -> list[str]:
+    """The image key of every row, once every image and caption the manifest needs is
+    known to be stored (else the error naming what is missing and the extract command):
+    the prelude of every reader of a manifest's features."""
+    ikeys = image_keys(store, manifest, image_root)
+    require_features(store, manifest, ikeys, caption_texts)
+    return ikeys
 
 
 def require_features(store: FeatureStore, manifest: Manifest, img_keys: list[str | None],

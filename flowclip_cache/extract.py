@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field

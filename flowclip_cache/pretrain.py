@@ -13,7 +13,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -25,7 +24,6 @@ from . import checkpoint
 from .config import build
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .features import image_forward, text_forward
-from .errors import FlowclipError
 from .progress import bar as progress_bar
 from .world import COLOURS, SHAPES, describe, render, sample_scene
 

@@ -25,7 +25,8 @@ from .report import results_markdown
 from .benchmarks import all_benchmarks
 from .benchmarks import get as get_benchmark
 from .benchmarks.base import Scoring
-from .data import FeatureBank, image_keys, require_features
+from .banks import FeatureBank
+from .data import manifest_keys
 from .hashing import caption_key
 from .errors import FlowclipError
 from .heads import FlowHead
@@ -261,10 +262,9 @@ def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_
     scores depend on its own features only (chunking moves them by FP32 round-off, from
     batches of another size)."""
     t = m.table.to_pydict()
-    ikeys = image_keys(store, m, image_root)
     captions = t["captions"]
     texts = sorted({c for cs in captions for c in cs})
-    require_features(store, m, ikeys, texts)
+    ikeys = manifest_keys(store, m, texts, image_root)
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
     need_tokens = any(s.head.uses_tokens for s in scorers)
@@ -314,15 +314,14 @@ def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: i
     row blocks. With shortlist, each query's global top K (kept blockwise) is re-ranked
     by the head, and the result is labelled approximate."""
     t = m.table.to_pydict()
-    ikeys = image_keys(store, m, image_root)
     caps = [c for cs in t["captions"] for c in cs]
-    require_features(store, m, ikeys, sorted(set(caps)))
+    ikeys = manifest_keys(store, m, sorted(set(caps)), image_root)
     cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
     texts = sorted(set(caps))
     cap_index = {c: i for i, c in enumerate(texts)}
     bank = FeatureBank.load(store, list(ikeys), texts, scorer.head.uses_tokens, device)
     cid = torch.tensor([cap_index[c] for c in caps], device=device)
-    n_i, n_t = len(ikeys), len(caps)
+    n_i = len(ikeys)
     budget = max_memory_mb * 2**20
     with torch.no_grad():
         if shortlist and scorer.head.uses_tokens:
@@ -411,10 +410,9 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
 
 
 def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None) -> dict:
-    ikeys = image_keys(store, m, image_root)
     prompts = m.meta["prompts"]
     flat = [p for ps in prompts for p in ps]
-    require_features(store, m, ikeys, sorted(set(flat)))
+    ikeys = manifest_keys(store, m, sorted(set(flat)), image_root)
     uimg = sorted(set(ikeys))
     texts = sorted(set(flat))
     bank = FeatureBank.load(store, uimg, texts, scorer.head.uses_tokens, device)

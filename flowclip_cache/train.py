@@ -20,7 +20,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -30,7 +29,7 @@ import torch
 from . import checkpoint, outputs
 from .config import build
 from .banks import choose_placement, estimate_bytes, make_bank, prefetch
-from .data import image_keys, require_features
+from .data import manifest_keys
 from .errors import FlowclipError
 from .progress import bar as progress_bar
 from .hashing import file_sha256
@@ -104,9 +103,8 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
     if any(not n for n in negs):
         bad = [i for i, n in enumerate(negs) if not n][:5]
         raise FlowclipError(f"{manifest.path}: rows {bad} have no negatives")
-    ikeys = image_keys(store, manifest, image_root)
     texts = sorted(set(t["positive"]) | {n for ns in negs for n in ns})
-    require_features(store, manifest, ikeys, texts)
+    ikeys = manifest_keys(store, manifest, texts, image_root)
 
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
@@ -129,7 +127,6 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
 def pairwise_accuracy(head: FlowHead, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
     """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
     correct: dict[str, list[int]] = {}
-    margins_tok = []
     for s in range(0, len(records), chunk):
         r = torch.as_tensor(records[s:s + chunk], device=data.rec_image.device)
         for k in range(data.rec_neg.shape[1]):

@@ -7,7 +7,7 @@ import torch
 from flowclip_cache import metrics
 from flowclip_cache.benchmarks import get
 from flowclip_cache.benchmarks.base import Scoring
-from flowclip_cache.data import FeatureBank
+from flowclip_cache.banks import FeatureBank
 from flowclip_cache.heads import FlowHead
 from flowclip_cache.pipelines.study import RunSpec, summarise
 from flowclip_cache.score import aggregate, bootstrap_task, cross_task_means, write_outputs

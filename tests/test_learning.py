@@ -8,12 +8,11 @@ of the CIMR term, the seed of the data order."""
 import numpy as np
 import pyarrow as pa
 import pytest
-import torch
 
 from flowclip_cache.hashing import caption_key
 from flowclip_cache.manifest import write_manifest
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
-from flowclip_cache.train import TrainConfig, pairwise_accuracy, train_head
+from flowclip_cache.train import TrainConfig, train_head
 
 D, P, L = 16, 6, 3
 

@@ -14,7 +14,7 @@ from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import StoreDamaged, StoreError
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
-from flowclip_cache.store.integrity import compact, quarantine, verify_store
+from flowclip_cache.store.integrity import compact, verify_store
 from flowclip_cache.store.writer import WriterDir
 
 from test_store import config, keys, rand, write_captions, write_images
@@ -240,8 +240,6 @@ def test_overlapping_writers_at_once_then_compact(tmp_path, sample, tiny_encoder
     """Two extracts over overlapping manifests, both opened before either wrote (the
     race made certain): both succeed, verify accepts the duplicate rows, every key
     reads as in a one-writer store, and compact removes the duplicates."""
-    import pyarrow.parquet as pq
-
     from flowclip_cache.manifest import Manifest, write_manifest
     m = Manifest.read(sample["candidates"])
     part = str(tmp_path / "part.parquet")           # overlapping, not equal: other unit cuts

@@ -13,10 +13,10 @@ from PIL import Image
 
 from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
-from flowclip_cache.errors import FlowclipError, ManifestError
+from flowclip_cache.errors import FlowclipError
 from flowclip_cache.images import load_image
 from flowclip_cache.manifest import Manifest, write_manifest
-from flowclip_cache.store import CAPTION, FeatureStore
+from flowclip_cache.store import FeatureStore
 
 from test_benchmarks import _tar, build
 

@@ -65,7 +65,7 @@ def check_study(*, store_path, train_manifest, eval_manifests, runs, run_dirs, b
 
 
 def _check_training(out: Checked, path) -> None:
-    from ..data import image_keys, require_features
+    from ..data import manifest_keys
     from ..manifest import Manifest
     m = _try(out, Manifest.read, path) if path else None
     if m is None:
@@ -78,13 +78,13 @@ def _check_training(out: Checked, path) -> None:
     t = m.table.to_pydict()
     texts = sorted(set(t["positive"]) | {n for ns in t["negatives"] for n in ns})
     out.train_path, out.train_records = path, sum(s == "train" for s in t["split"])
-    if _ok(out, lambda: require_features(out.store, m, image_keys(out.store, m), texts)):
+    if _ok(out, manifest_keys, out.store, m, texts):
         out.lines.append(f"train: {path} ({len(m)} records, {out.train_records} with split == 'train'), "
                          f"every feature stored")
 
 
 def _check_evaluation(out: Checked, paths, log) -> None:
-    from ..data import image_keys, require_features
+    from ..data import manifest_keys
     from ..score import evaluation_manifests, scoring_of
     if not paths:
         out.problems.append("no eval=[...] manifests given")
@@ -96,7 +96,7 @@ def _check_evaluation(out: Checked, paths, log) -> None:
             continue
         name, sc = got
         texts = sorted({c.text for c in m.caption_refs()})
-        if _ok(out, lambda: require_features(out.store, m, image_keys(out.store, m), texts)):
+        if _ok(out, manifest_keys, out.store, m, texts):
             out.lines.append(f"eval: {m.path} ({name}, {len(m)} records, {sc.task}), every feature stored")
 
 

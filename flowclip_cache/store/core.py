@@ -30,7 +30,7 @@ import numpy as np
 from ..encoders import diff_configs, fingerprint_of
 from ..errors import FingerprintMismatch, SegmentDamaged, StoreDamaged, StoreError
 from ..hashing import KEY_BYTES, as_fixed, bytes_to_keys, hex_to_fixed, keys_to_bytes
-from .backends import BACKENDS, crc32, fsync_dir, fsync_tree
+from .backends import BACKENDS, crc32, fsync_dir
 from .writer import WriterDir
 
 FORMAT_NAME = "flowclip-feature-store"
