@@ -42,6 +42,10 @@ def kind_of(folder: str) -> str | None:
                     return kind
         except (OSError, ValueError, TypeError):
             continue
+    runs = os.path.join(folder, "runs")            # a study of an older flowclip: run folders inside
+    if os.path.exists(os.path.join(folder, "STUDY_DONE")) or (os.path.isdir(runs) and any(
+            kind_of(os.path.join(runs, r)) == "head-run" for r in os.listdir(runs))):
+        return "study"
     return None
 
 

@@ -179,3 +179,16 @@ def test_scorer_typos_and_mixed_seeds_are_named(scored_world, tmp):
     with pytest.raises(FlowclipError, match=r"grouped as seeds of one method but differ in .*head \(flow vs global\)"):
         run_score(fs, [s["candidates"]], [f"m={run}", f"m={other}"], str(tmp / "y"), bootstrap_draws=0, **quiet)
     assert not os.path.exists(tmp / "x") and not os.path.exists(tmp / "y")
+
+
+def test_folders_of_an_older_flowclip_are_recognised(tmp):
+    """Run, score and study folders written before the marker existed are still ours."""
+    import json
+    from flowclip_cache import outputs
+    run = tmp / "study" / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"store_fingerprint": "x", "train": {}}))
+    (tmp / "res").mkdir()
+    (tmp / "res" / "results.json").write_text(json.dumps({"store_fingerprint": "x", "results": {}}))
+    assert outputs.kind_of(str(run)) == "head-run" and outputs.kind_of(str(tmp / "study")) == "study"
+    assert outputs.kind_of(str(tmp / "res")) == "score-results" and outputs.kind_of(str(tmp)) is None
