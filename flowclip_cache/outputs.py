@@ -38,8 +38,9 @@ def kind_of(folder: str) -> str | None:
     for kind, (file, keys) in _LEGACY.items():
         try:
             with open(os.path.join(folder, file)) as f:
-                if all(k in json.load(f) for k in keys):
-                    return kind
+                content = json.load(f)
+            if isinstance(content, dict) and all(k in content for k in keys):
+                return kind
         except (OSError, ValueError, TypeError):
             continue
     runs = os.path.join(folder, "runs")            # a study of an older flowclip: run folders inside
