@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.heads import FlowHead
+from flowclip_cache.heads import build_head
 from flowclip_cache.losses import cimr_loss, donor_map, hnb_loss
 
 B, N, D, L = 32, 49, 512, 16
@@ -78,7 +78,7 @@ def main():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     feats = batch(g, dev)
-    head = FlowHead(D, "flow").to(dev)
+    head = build_head("flow", D).to(dev)
     with torch.no_grad():                     # a trained-looking head, so W is not zero
         head.W.normal_(0, 0.02)
         head.M_tok.add_(torch.randn(D, D, generator=g).to(dev) * 0.01)

@@ -9,6 +9,7 @@ import sys
 import click
 
 from .errors import FlowclipError
+from .heads import REGISTRY
 
 
 _OS_HINTS = {errno.ENOSPC: "the disk is full: free space (or choose another folder) and rerun; "
@@ -181,7 +182,8 @@ def _train_option(name, typ, help):
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
               help="YAML file of TrainConfig keys; flags override it.")
-@_train_option("head", click.Choice(["clip", "global", "flow"]), "Head: clip (frozen), global (Global-M), flow.")
+@_train_option("head", click.Choice(list(REGISTRY)), "Head kind: " + "; ".join(f"{k}: {h.title}" for k, h in REGISTRY.items())
+              + ". Default flow.")
 @_train_option("cimr", float, "lambda_CIMR (0 = HNB alone). Default: the paper's row for the head (Tab. 2): "
               "0 for global (Global-M), 0.1 for flow (complete Flow-CLIP).")
 @_train_option("alpha", float, "Weight of s_token. Default 1.")

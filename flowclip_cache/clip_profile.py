@@ -7,7 +7,7 @@ import numpy as np
 
 from . import metrics
 from .hashing import caption_key
-from .heads import FlowHead
+from .heads import Head, build_head
 from .manifest import Manifest
 from .store import FeatureStore
 from .world import GRID
@@ -15,10 +15,10 @@ from .world import GRID
 PROFILE_FAMILIES = ("object", "swap-att", "swap-obj", "relation", "order", "add", "replace", "heldout-swap-att")
 
 
-def accuracies(store: FeatureStore, paths: dict, head: FlowHead | None = None) -> tuple[dict, dict]:
+def accuracies(store: FeatureStore, paths: dict, head: Head | None = None) -> tuple[dict, dict]:
     """(accuracy per family, chance per family: the mean of 1 / candidates per record)."""
     from .score import Scorer, score_candidates
-    head = head or FlowHead(store.meta["dim"], "clip")
+    head = head or build_head("clip", store.meta["dim"])
     scorer = Scorer("clip", "clip", head, "frozen")
     out, chance = {}, {}
     for fam in PROFILE_FAMILIES:

@@ -29,7 +29,7 @@ from .banks import FeatureBank
 from .data import manifest_keys
 from .hashing import caption_key
 from .errors import FlowclipError
-from .heads import FlowHead
+from .heads import Head, build_head
 from .manifest import Manifest
 from .stats import paired_bootstrap
 from .store import FeatureStore
@@ -42,7 +42,7 @@ CONTROLS = ("real", "shuffle", "fixed")
 class Scorer:
     method: str          # runs of one method (seeds) share this name
     run: str             # unique label
-    head: FlowHead
+    head: Head
     head_sha256: str     # of the weights file; "frozen" for clip
 
 
@@ -55,7 +55,7 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
         if not sep or "/" in name or os.path.exists(spec):      # a bare path
             name, path = "", spec
         if path == "clip":
-            scorer = Scorer(name or "clip", "clip", FlowHead(store.meta["dim"], "clip").to(device), "frozen")
+            scorer = Scorer(name or "clip", "clip", build_head("clip", store.meta["dim"]).to(device), "frozen")
         else:
             if not os.path.isdir(path):
                 raise FlowclipError(f"--scorer {spec}: the folder {path} does not exist" + _nearest(path))
@@ -180,12 +180,13 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
     return name, sc
 
 
-def _chunked_matched(head: FlowHead, bank: FeatureBank, imgs: torch.Tensor, caps: torch.Tensor,
+def _chunked_matched(head: Head, bank: FeatureBank, imgs: torch.Tensor, caps: torch.Tensor,
                      max_memory_mb: float = 2048) -> np.ndarray:
     """Scores of matched pairs, in chunks whose gathered features (FP32: each pair's
     patches and tokens, a few copies) take about max_memory_mb at most."""
     d = bank.dim
     per_pair = 4 * d * (3 * (bank.img_patches.shape[1] + bank.max_tokens()) + 4) if head.uses_tokens else 16 * d
+    # (the gathered FP32 features of each pair: patches and tokens, a few copies)
     chunk = int(min(4096, max(1, max_memory_mb * 2**20 / per_pair)))
     out = []
     with torch.no_grad():
@@ -324,7 +325,7 @@ def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: i
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
     with torch.no_grad():
-        if shortlist and scorer.head.uses_tokens:
+        if shortlist and scorer.head.uses_tokens:           # (token heads give coarse global scores)
             img, cap = _shortlist_pairs(scorer.head, bank, cid, n_i, shortlist, budget, device)
             val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap], max_memory_mb)
             res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
@@ -338,10 +339,7 @@ def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: i
 
 def _pair_blocks(head, bank, n_i: int, n_t: int, budget: int) -> tuple[int, int]:
     """Images x captions per block so that the head's intermediates fit the budget."""
-    if head.uses_tokens:
-        per_pair = 4 * 12 * bank.max_tokens() * bank.img_patches.shape[1]     # bytes of intermediates per pair
-    else:
-        per_pair = 8
+    per_pair = head.pair_bytes(bank.max_tokens(), bank.img_patches.shape[1] if head.uses_tokens else 1, bank.dim)
     block = max(1, int(budget / 2 / per_pair))
     bi = max(1, min(n_i, int(block ** 0.5)))
     return bi, max(1, min(n_t, block // bi))
@@ -382,7 +380,6 @@ def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
 def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> tuple[np.ndarray, np.ndarray]:
     """(image, caption index) pairs: each image's top k captions and each caption's top k
     images by the head's global score, found block by block (no full matrix)."""
-    from .heads import global_scores
     n_t = len(cid)
     k_t, k_i = min(k, n_t), min(k, n_i)
     _, _, tt, _, _ = bank.features(torch.arange(1, device=device), cid, False)
@@ -393,7 +390,7 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
     for i0 in range(0, n_i, rows):
         ii = torch.arange(i0, min(n_i, i0 + rows), device=device)
         v = bank.features(ii, cid[:1], False)[0]
-        block = global_scores(v, tt, head.M).cpu().numpy()
+        block = head.coarse(v, tt).cpu().numpy()
         img_top.append(np.argpartition(-block, k_t - 1, axis=1)[:, :k_t].copy() if k_t < n_t   # (not a view
                        else np.tile(np.arange(n_t), (len(ii), 1)))                              # of the block)
         cand_v = np.concatenate([best_v, block])

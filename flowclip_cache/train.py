@@ -33,15 +33,10 @@ from .data import manifest_keys
 from .errors import FlowclipError
 from .progress import bar as progress_bar
 from .hashing import file_sha256
-from .heads import HEAD_KINDS, FlowHead
+from .heads import HEAD_KINDS, Head, build_head, head_class
 from .losses import cimr_loss, donor_map, hnb_loss
 from .manifest import Manifest
 from .store import FeatureStore
-
-
-# The defaults of each head kind are the paper's Tab. 2 rows: Global-M is trained with HNB
-# alone, the complete Flow-CLIP with HNB + CIMR (lambda 0.1). Pass --cimr for the other rows.
-HEAD_DEFAULT_CIMR = {"clip": 0.0, "global": 0.0, "flow": 0.1}
 
 
 @dataclass
@@ -63,8 +58,15 @@ class TrainConfig:
     train_eval_records: int = field(default=2000, metadata={"min": 0})  # fixed training sample scored each epoch
 
     def __post_init__(self):
-        if self.cimr is None:       # each head kind's row of the paper's Tab. 2
-            self.cimr = HEAD_DEFAULT_CIMR.get(self.head, 0.0)
+        if self.cimr is None:       # each head kind's default: its row of the paper's Tab. 2
+            self.cimr = head_class(self.head).default_cimr if self.head in HEAD_KINDS else 0.0
+
+    def build_head(self, dim: int) -> Head:
+        return build_head(self.head, dim, **dataclasses.asdict(self))
+
+    @property
+    def uses_tokens(self) -> bool:
+        return head_class(self.head).uses_tokens
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "TrainConfig":
@@ -124,7 +126,7 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
 
 # -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------
 @torch.no_grad()
-def pairwise_accuracy(head: FlowHead, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
+def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
     """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
     correct: dict[str, list[int]] = {}
     for s in range(0, len(records), chunk):
@@ -163,11 +165,11 @@ def _atomic_write(path: str, write) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(out: str, head: FlowHead, opt, state: dict) -> None:
+def save_checkpoint(out: str, head: Head, opt, state: dict) -> None:
     checkpoint.save(out, head.state_dict(), checkpoint.optimizer_tensors(list(head.parameters()), opt), state)
 
 
-def load_checkpoint(out: str, head: FlowHead, opt, device: str) -> dict:
+def load_checkpoint(out: str, head: Head, opt, device: str) -> dict:
     weights, moments, state = checkpoint.load(out, device)
     head.load_state_dict(weights)
     if opt is not None:
@@ -175,7 +177,7 @@ def load_checkpoint(out: str, head: FlowHead, opt, device: str) -> dict:
     return state
 
 
-def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
+def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
     """A trained head and its run config (for flowclip score); a malformed run folder
     is refused naming what is wrong, never scored."""
     from safetensors import SafetensorError
@@ -184,17 +186,14 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
     try:
         cfg = json.load(open(os.path.join(run_dir, "config.json")))
         hp = cfg["head"]
-        kind, dim, alpha, tau_p = hp["kind"], hp["dim"], hp["alpha"], hp["tau_p"]
+        kind, dim = hp["kind"], hp["dim"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
     if kind not in HEAD_KINDS:
         raise FlowclipError(f"{where}: head kind {kind!r} is not one of {HEAD_KINDS}")
     if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
         raise FlowclipError(f"{where}: head dim {dim!r} is not a positive integer")
-    for name, v, positive in (("alpha", alpha, False), ("tau_p", tau_p, True)):
-        if not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
-            raise FlowclipError(f"{where}: {name} = {v!r} must be a finite number" + (" > 0" if positive else ""))
-    head = FlowHead(dim, kind, float(alpha), float(tau_p))
+    head = build_head(kind, dim, **head_class(kind).check_hparams(hp, where))
     try:
         weights = load_file(os.path.join(run_dir, "head.safetensors"), device=device)
     except (OSError, SafetensorError) as e:
@@ -212,11 +211,12 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[FlowHead, dict]:
 
 
 # -- one step's loss: what train-head, studies and the dry run's timing share ---------------------
-def batch_loss(head: FlowHead, cfg: TrainConfig, img, pos, neg, feats):
-    """(loss, HNB term, CIMR term, s_token or None) of one batch whose features are gathered."""
+def batch_loss(head: Head, cfg: TrainConfig, img, pos, neg, feats):
+    """(loss, HNB term, CIMR term, s_token or None) of one batch whose features are gathered.
+    The head scores all pairs itself; the loop never recombines a head's parts."""
     v, P, t, H, mask = feats
-    s_global, s_token = head.score_parts(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
-    S = s_global if s_token is None else s_global + cfg.alpha * s_token
+    S, terms = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
+    s_token = terms.get("s_token")
     l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
     l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
     return l_hnb + cfg.cimr * l_cimr, l_hnb, l_cimr, s_token
@@ -225,7 +225,7 @@ def batch_loss(head: FlowHead, cfg: TrainConfig, img, pos, neg, feats):
 def seconds_per_step(data: "TrainingData", cfg: TrainConfig, device: str, repeats: int = 3) -> float:
     """A measured optimiser step of this head on the first batch of training records
     (the dry run's time estimate): best of a few, after one warm-up."""
-    head = FlowHead(data.bank.dim, cfg.head, cfg.alpha, cfg.tau_p).to(device)
+    head = cfg.build_head(data.bank.dim).to(device)
     params = list(head.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr) if params else None
     rec = torch.as_tensor(np.nonzero(data.split == "train")[0][:cfg.batch_size], device=data.rec_image.device)
@@ -270,7 +270,7 @@ class HeadRun:
         run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
                       "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
                       "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
-                      "head": {"kind": cfg.head, "dim": store.meta["dim"], "alpha": cfg.alpha, "tau_p": cfg.tau_p},
+                      "head": cfg.build_head(store.meta["dim"]).hparams(),
                       "torch": torch.__version__, "device": device}
         if started:
             old = json.load(open(os.path.join(out, "config.json")))
@@ -285,10 +285,10 @@ class HeadRun:
 
     def __init__(self, store: FeatureStore, out: str, cfg: TrainConfig, data: TrainingData, device: str,
                  started: bool, log):
-        if cfg.head == "flow" and not data.bank.has_patches:
+        if cfg.uses_tokens and not data.bank.has_patches:
             raise FlowclipError("the training data hold no patches, which a flow head needs")
         self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
-        self.head = FlowHead(store.meta["dim"], cfg.head, cfg.alpha, cfg.tau_p).to(device)
+        self.head = cfg.build_head(store.meta["dim"]).to(device)
         self.params = list(self.head.parameters())
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                      weight_decay=cfg.weight_decay) if self.params else None
@@ -415,7 +415,7 @@ def _train(store, manifest, manifest_path, runs, started_flags, device, image_ro
         torch.use_deterministic_algorithms(True, warn_only=True)
     # 1. data, once, on the device
     if data is None:
-        data = load_training_data(store, manifest, any(c.head == "flow" for c in cfgs), device, image_root,
+        data = load_training_data(store, manifest, any(c.uses_tokens for c in cfgs), device, image_root,
                                   placement, log)
     train_rec = np.nonzero(data.split == "train")[0]
     if len(train_rec) < 2:

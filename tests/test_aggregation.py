@@ -8,7 +8,7 @@ from flowclip_cache import metrics
 from flowclip_cache.benchmarks import get
 from flowclip_cache.benchmarks.base import Scoring
 from flowclip_cache.banks import FeatureBank
-from flowclip_cache.heads import FlowHead
+from flowclip_cache.heads import build_head
 from flowclip_cache.pipelines.study import RunSpec, summarise
 from flowclip_cache.score import aggregate, bootstrap_task, cross_task_means, write_outputs
 from flowclip_cache.train import TrainingData, pairwise_accuracy
@@ -52,7 +52,7 @@ def test_pairwise_accuracy_by_hand():
     data = TrainingData(bank=bank, rec_image=torch.tensor([0, 1]), rec_pos=torch.tensor([0, 2]),
                         rec_neg=torch.tensor([[1, 4], [3, -1]]), rec_neg_kind=[["swap", "dup"], ["swap"]],
                         split=np.array(["train", "train"]))
-    acc = pairwise_accuracy(FlowHead(2, "clip"), data, np.array([0, 1]))
+    acc = pairwise_accuracy(build_head("clip", 2), data, np.array([0, 1]))
     assert acc["swap"] == 1.0 and acc["dup"] == 0.0
     assert acc["all"] == pytest.approx(2 / 3) and acc["pairs"] == 3
 
@@ -97,7 +97,7 @@ def test_bootstrap_task_drops_small_groups_and_excluded_records():
 def test_results_md_for_a_hand_built_case(tmp_path):
     class S:
         def __init__(self, run, kind):
-            self.run, self.method, self.head = run, run, FlowHead(2, kind)
+            self.run, self.method, self.head = run, run, build_head(kind, 2)
     scorers = [S("clip", "clip"), S("flow", "flow")]
     benches = {"t1": Scoring("pairwise", group_by="subset", joins=(("m", ""),)),
                "t2": Scoring("pairwise", joins=(("m", ""),))}

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.heads import FlowHead, global_scores, token_scores, token_scores_direct
+from flowclip_cache.heads import build_head, global_scores, token_scores, token_scores_direct
 
 
 def case(I=3, T=4, L=6, N=7, d=16, seed=0, dtype=torch.float32):
@@ -21,9 +21,9 @@ def case(I=3, T=4, L=6, N=7, d=16, seed=0, dtype=torch.float32):
 
 
 def test_parameter_count_vit_b32():
-    assert sum(p.numel() for p in FlowHead(512, "flow").parameters()) == 786_432
-    assert sum(p.numel() for p in FlowHead(512, "global").parameters()) == 512 * 512
-    assert sum(p.numel() for p in FlowHead(512, "clip").parameters()) == 0
+    assert sum(p.numel() for p in build_head("flow", 512).parameters()) == 786_432
+    assert sum(p.numel() for p in build_head("global", 512).parameters()) == 512 * 512
+    assert sum(p.numel() for p in build_head("clip", 512).parameters()) == 0
 
 
 @pytest.mark.parametrize("tau_p", [0.05, 0.5])
@@ -96,12 +96,12 @@ def test_untrained_head_scores_like_the_encoder():
     g = torch.Generator().manual_seed(1)
     v = F.normalize(torch.randn(3, 16, generator=g), dim=-1)
     t = F.normalize(torch.randn(4, 16, generator=g), dim=-1)
-    clip = FlowHead(16, "clip")(v, P, t, H, mask)
+    clip = build_head("clip", 16)(v, P, t, H, mask)
     torch.testing.assert_close(clip, v @ t.T)
     for kind in ("global", "flow"):
-        s = FlowHead(16, kind)(v, P, t, H, mask)
+        s = build_head(kind, 16)(v, P, t, H, mask)
         torch.testing.assert_close(s, clip, rtol=0, atol=1e-6)
-    s_glob, s_tok = FlowHead(16, "flow").score_parts(v, P, t, H, mask)
+    s_glob, s_tok = build_head("flow", 16).score_parts(v, P, t, H, mask)
     assert s_tok.abs().max() < 1e-6
 
 

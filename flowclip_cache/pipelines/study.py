@@ -81,7 +81,7 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
     if todo:
         from ..manifest import Manifest
         # one in-memory copy of the features serves every run (patches kept if any head needs them)
-        need_patches = any(checked.cfgs[r.folder].head == "flow" for r in todo)
+        need_patches = any(checked.cfgs[r.folder].uses_tokens for r in todo)
         data = load_training_data(store, Manifest.read(train_manifest), need_patches, device,
                                   placement=placement, log=lambda m: log(f"  {m}"))
 

@@ -1,4 +1,4 @@
-"""The Flow-CLIP heads and their score (docs/method.md; METHOD.md in the design notes).
+"""The Flow-CLIP head and its score (docs/method.md; METHOD.md in the design notes).
 
     GCC:   z = norm(M t)                       s_global = v . z
     ICER:  q_l = norm(M_tok h_l)
@@ -23,14 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-HEAD_KINDS = ("clip", "global", "flow")
-
-
-def global_scores(v: torch.Tensor, t: torch.Tensor, M: torch.Tensor | None) -> torch.Tensor:
-    """v [I,d], t [T,d] -> [I,T]. M None is the frozen encoder (v . t)."""
-    z = t if M is None else F.normalize(t @ M.T, dim=-1)
-    return v @ z.T
-
+from ..errors import FlowclipError
+from .global_m import GlobalHead, global_scores
 
 def _pooled_evidence(logits: torch.Tensor, tau_p: float) -> torch.Tensor:
     """tau_p * log mean_j exp(logits_j / tau_p) over the last axis."""
@@ -106,43 +100,41 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
     return out[:, 0] if paired else out
 
 
-class FlowHead(nn.Module):
-    """kind 'clip': no parameters (v . t); 'global': M; 'flow': M, M_tok, W.
-    Initialised as identity maps and W = 0: an untrained head scores like the encoder."""
+class FlowHead(GlobalHead):
+    """Flow-CLIP: GCC (M) plus ICER (M_tok, W), s = s_global + alpha s_token. Initialised
+    as identity maps and W = 0: an untrained head scores like the encoder. 3 d^2
+    parameters (786,432 at d = 512)."""
+    kind = "flow"
+    title = "Flow-CLIP: GCC (M) + ICER (M_tok, W), s = s_global + alpha s_token"
+    uses_tokens = True
+    default_cimr = 0.1          # the complete Flow-CLIP row of Tab. 2: HNB + CIMR
+    hparam_names = ("alpha", "tau_p")
 
-    def __init__(self, dim: int, kind: str = "flow", alpha: float = 1.0, tau_p: float = 0.05):
-        super().__init__()
-        if kind not in HEAD_KINDS:
-            raise ValueError(f"head kind must be one of {HEAD_KINDS}, got {kind!r}")
-        self.kind, self.dim, self.alpha, self.tau_p = kind, dim, alpha, tau_p
-        if kind in ("global", "flow"):
-            self.M = nn.Parameter(torch.eye(dim))
-        if kind == "flow":
-            self.M_tok = nn.Parameter(torch.eye(dim))
-            self.W = nn.Parameter(torch.zeros(dim, dim))
-
-    @property
-    def uses_tokens(self) -> bool:
-        return self.kind == "flow"
+    def __init__(self, dim: int, alpha: float = 1.0, tau_p: float = 0.05):
+        super().__init__(dim)
+        self.alpha, self.tau_p = alpha, tau_p
+        self.M_tok = nn.Parameter(torch.eye(dim))
+        self.W = nn.Parameter(torch.zeros(dim, dim))
 
     def score_parts(self, v, P, t, H, mask, direct: bool = False):
-        """All pairs of I images x T captions -> (s_global [I,T], s_token [I,T] or None)."""
-        s_global = global_scores(v, t, getattr(self, "M", None))
-        if self.kind != "flow":
-            return s_global, None
+        """All pairs of I images x T captions -> (s_global [I,T], s_token [I,T])."""
         fn = token_scores_direct if direct else token_scores
-        return s_global, fn(P, H, mask, self.M_tok, self.W, self.tau_p)
+        return global_scores(v, t, self.M), fn(P, H, mask, self.M_tok, self.W, self.tau_p)
+
+    def forward_terms(self, v, P, t, H, mask):
+        s_global, s_token = self.score_parts(v, P, t, H, mask)
+        return s_global + self.alpha * s_token, {"s_token": s_token}
 
     def score_matched(self, v, P, t, H, mask) -> torch.Tensor:
-        """Scores of n matched pairs (row i of each input belongs together) -> [n]."""
-        s = (v * (t if self.kind == "clip" else F.normalize(t @ self.M.T, dim=-1))).sum(-1)
-        if self.kind == "flow":
-            s = s + self.alpha * token_scores(P, H, mask, self.M_tok, self.W, self.tau_p, paired=True)
-        return s
+        return super().score_matched(v, P, t, H, mask) + self.alpha * token_scores(
+            P, H, mask, self.M_tok, self.W, self.tau_p, paired=True)
 
-    def forward(self, v, P, t, H, mask, direct: bool = False):
-        s_global, s_token = self.score_parts(v, P, t, H, mask, direct)
-        return s_global if s_token is None else s_global + self.alpha * s_token
+    def pair_bytes(self, L: int, N: int, d: int) -> int:
+        return 4 * 12 * L * N          # the [I, T, L, N] intermediates of the factorised form
 
-    def hparams(self) -> dict:
-        return {"kind": self.kind, "dim": self.dim, "alpha": self.alpha, "tau_p": self.tau_p}
+    @classmethod
+    def check_hparams(cls, hp: dict, where: str) -> dict:
+        out = super().check_hparams(hp, where)
+        if out["tau_p"] <= 0:
+            raise FlowclipError(f"{where}: tau_p = {out['tau_p']!r} must be a finite number > 0")
+        return out

@@ -1,0 +1,67 @@
+"""The contract every scoring head meets (docs/architecture.md, "Adding a head").
+
+A head scores images against captions from cached features:
+
+    v [I, d]  image globals      P [I, N, d]  patches (None unless uses_tokens)
+    t [T, d]  caption globals    H [T, L, d]  token states, mask [T, L] (None unless uses_tokens)
+
+and declares what training, scoring and run folders need from it, so that nothing
+outside its file knows which head it is.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..errors import FlowclipError
+
+
+class Head(nn.Module):
+    kind: str = ""                       # the registry name (train-head --head KIND)
+    title: str = ""                      # one line for --help and docs
+    uses_tokens: bool = False            # needs patches and token states
+    default_cimr: float = 0.0            # lambda_CIMR when a config does not set one (the paper's row)
+    hparam_names: tuple[str, ...] = ()   # TrainConfig keys the head is built with (kept in the run config)
+
+    def __init__(self, dim: int, **hparams):
+        super().__init__()
+        self.dim = dim
+
+    # -- scores ---------------------------------------------------------------------------
+    def forward(self, v, P, t, H, mask) -> torch.Tensor:
+        """All pairs: [I, T]."""
+        return self.forward_terms(v, P, t, H, mask)[0]
+
+    def forward_terms(self, v, P, t, H, mask) -> tuple[torch.Tensor, dict]:
+        """All pairs [I, T] and named parts worth logging in training (e.g. s_token)."""
+        raise NotImplementedError
+
+    def score_matched(self, v, P, t, H, mask) -> torch.Tensor:
+        """Matched pairs (row i of each input together): [n]."""
+        raise NotImplementedError
+
+    def coarse(self, v, t) -> torch.Tensor | None:
+        """Cheap all-pairs scores for retrieval shortlists, or None (score exactly)."""
+        return None
+
+    def pair_bytes(self, L: int, N: int, d: int) -> int:
+        """Bytes of intermediates one all-pairs score takes (sizes scoring blocks)."""
+        return 8
+
+    # -- run folders ------------------------------------------------------------------------
+    def hparams(self) -> dict:
+        return {"kind": self.kind, "dim": self.dim, **{k: getattr(self, k) for k in self.hparam_names}}
+
+    @classmethod
+    def check_hparams(cls, hp: dict, where: str) -> dict:
+        """The head's hyper-parameters from a run config, checked: finite numbers; a
+        malformed run folder is refused, never scored."""
+        out = {}
+        for name in cls.hparam_names:
+            v = hp.get(name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                raise FlowclipError(f"{where}: {name} = {v!r} must be a finite number")
+            out[name] = float(v)
+        return out
