@@ -131,31 +131,36 @@ class StoreBank:
 
     def __init__(self, store: FeatureStore, image_keys: list[str], caption_texts: list[str], need_tokens: bool,
                  device: str = "cpu", log=None):
-        from .progress import bar
         self.store, self.device, self.need_tokens = store, device, need_tokens
         self.d, self.P = store.meta["dim"], store.meta["num_patches"]
         self.files = _Files()
         self.img_seg, self.img_row = store._locate(IMAGE, image_keys)
         self.cap_seg, self.cap_row = store._locate(CAPTION, [caption_key(c) for c in caption_texts])
         used = sorted(set(self.img_seg.tolist()) | set(self.cap_seg.tolist()))
-        check = bar(len(used), "checking segments", "seg", log is not None)
-        self.offsets = {}
+        self.offsets = self._check(used, log is not None)
+        self.locate = {(s, n): store.backend.row_locator(store.segments[s].path, n)
+                       for s in used for n in store.backend.array_names(store.segments[s].path)}
+        self.cap_lengths = np.array([self.offsets[s][r + 1] - self.offsets[s][r]
+                                     for s, r in zip(self.cap_seg, self.cap_row)], np.int64)
+
+    def _check(self, used: list[int], progress: bool) -> dict[int, np.ndarray]:
+        """Read every array of every segment used once, checking its checksum (then
+        dropping it): damage is refused before training starts. Returns caption offsets."""
+        from .progress import bar
+        store, offsets = self.store, {}
+        check = bar(len(used), "checking segments", "seg", progress)
         try:
             for s in used:
                 seg = store.segments[s]
                 for name in store.backend.array_names(seg.path):
-                    a = store.read_array(seg, name)          # checksum checked, then dropped
+                    a = store.read_array(seg, name)
                     if name == "offsets":
-                        self.offsets[s] = a
+                        offsets[s] = a
                 check.update(1)
         except SegmentDamaged as e:
             raise StoreDamaged(store.root, [f"{os.path.relpath(e.path, store.root)}: {e.reason}"]) from None
         check.close()
-        self.locate = {(s, n): store.backend.row_locator(store.segments[s].path, n)
-                       for s in used for n in store.backend.array_names(store.segments[s].path)}
-        lengths = np.array([self.offsets[s][r + 1] - self.offsets[s][r] for s, r in zip(self.cap_seg, self.cap_row)],
-                           np.int64)
-        self.cap_lengths = lengths
+        return offsets
 
     @property
     def dim(self) -> int:
