@@ -111,3 +111,28 @@ def test_global_scores_by_hand():
     M = torch.tensor([[0.0, 1.0], [1.0, 0.0]])      # swaps the axes: M t = (0.8, 0.6)
     assert global_scores(v, t, M).item() == pytest.approx(0.8)
     assert global_scores(v, t, None).item() == pytest.approx(0.6)
+
+
+def test_filip_late_interaction_against_loops():
+    """The registry's FILIP head against a float64 loop over pairs, tokens and patches."""
+    g = torch.Generator().manual_seed(3)
+    I, T, L, N, d = 3, 4, 5, 6, 8
+    P = F.normalize(torch.randn(I, N, d, generator=g, dtype=torch.float64), dim=-1)
+    H = F.normalize(torch.randn(T, L, d, generator=g, dtype=torch.float64), dim=-1)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    head = build_head("filip", d).double()
+    with torch.no_grad():
+        head.A.add_(0.1 * torch.randn(d, d, generator=g, dtype=torch.float64))
+        head.B.add_(0.1 * torch.randn(d, d, generator=g, dtype=torch.float64))
+    got = head(None, P, None, H, mask).detach()
+    A, B = head.A.detach(), head.B.detach()
+    for i in range(I):
+        for t in range(T):
+            q = [F.normalize(A @ H[t, l], dim=0) for l in range(L) if mask[t, l]]
+            p = [F.normalize(B @ P[i, j], dim=0) for j in range(N)]
+            t2i = sum(max(float(x @ y) for y in p) for x in q) / len(q)
+            i2t = sum(max(float(x @ y) for x in q) for y in p) / len(p)
+            assert abs(float(got[i, t]) - 0.5 * (t2i + i2t)) < 1e-12
+    idx = torch.arange(T) % I
+    paired = head.score_matched(None, P[idx], None, H, mask).detach()
+    torch.testing.assert_close(paired, got[idx, torch.arange(T)], rtol=0, atol=1e-12)

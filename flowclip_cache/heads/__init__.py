@@ -6,10 +6,11 @@ from __future__ import annotations
 from ..errors import FlowclipError
 from .base import Head
 from .clip import ClipHead
+from .filip import FilipHead
 from .flow import FlowHead, token_scores, token_scores_direct
 from .global_m import GlobalHead, global_scores
 
-REGISTRY: dict[str, type[Head]] = {h.kind: h for h in (ClipHead, GlobalHead, FlowHead)}
+REGISTRY: dict[str, type[Head]] = {h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead)}
 HEAD_KINDS = tuple(REGISTRY)
 
 
@@ -25,5 +26,5 @@ def build_head(kind: str, dim: int, **hparams) -> Head:
     return cls(dim, **{k: v for k, v in hparams.items() if k in cls.hparam_names})
 
 
-__all__ = ["Head", "REGISTRY", "HEAD_KINDS", "head_class", "build_head", "ClipHead", "GlobalHead", "FlowHead",
+__all__ = ["Head", "REGISTRY", "HEAD_KINDS", "head_class", "build_head", "ClipHead", "GlobalHead", "FlowHead", "FilipHead",
            "global_scores", "token_scores", "token_scores_direct"]

@@ -1,0 +1,54 @@
+"""FILIP-style late interaction (Yao et al., ICLR 2022) as a head over cached features:
+each valid caption token takes its best-matching patch, each patch its best-matching
+valid token, and the score is the mean of the two directions' averages:
+
+    q_l = norm(A h_l),  p'_j = norm(B p_j)
+    s = 1/2 [ mean_{l valid} max_j q_l . p'_j  +  mean_j max_{l valid} q_l . p'_j ]
+
+A and B (token and patch maps) start as identities. FILIP is a pretraining recipe, not a
+head with a paper row here: it trains with HNB by default (CIMR 0)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import Head
+
+NEG = -1e4        # below any cosine: masks padding out of a max
+
+
+def late_interaction(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
+    """P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] (paired: P [T,N,d] -> [T])."""
+    q = F.normalize(H @ A.T, dim=-1)
+    p = F.normalize(P @ B.T, dim=-1)
+    sim = torch.einsum("tld,tnd->tln", q, p)[None] if paired else torch.einsum("tld,ind->itln", q, p)
+    m = mask[None, :, :, None]                                               # [1,T,L,1]
+    t2i = sim.max(-1).values                                                 # each token's best patch
+    t2i = (t2i * m[..., 0]).sum(-1) / m[..., 0].sum(-1).clamp_min(1)
+    i2t = sim.masked_fill(~m, NEG).max(-2).values.mean(-1)                   # each patch's best valid token
+    out = 0.5 * (t2i + i2t)
+    return out[0] if paired else out
+
+
+class FilipHead(Head):
+    kind = "filip"
+    title = "FILIP-style late interaction: token-wise max over patches and back, learned token/patch maps"
+    uses_tokens = True
+
+    def __init__(self, dim: int, **_):
+        super().__init__(dim)
+        self.A = nn.Parameter(torch.eye(dim))
+        self.B = nn.Parameter(torch.eye(dim))
+
+    def forward_terms(self, v, P, t, H, mask):
+        return late_interaction(P, H, mask, self.A, self.B), {}
+
+    def score_matched(self, v, P, t, H, mask):
+        return late_interaction(P, H, mask, self.A, self.B, paired=True)
+
+    def coarse(self, v, t):
+        return v @ t.T                  # the frozen global score shortlists for it
+
+    def pair_bytes(self, L: int, N: int, d: int) -> int:
+        return 4 * 4 * L * N
