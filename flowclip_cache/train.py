@@ -70,7 +70,11 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "TrainConfig":
-        """Unknown keys, wrong types, NaN and out-of-range values are refused (config.build)."""
+        """Unknown keys, wrong types, NaN and out-of-range values are refused (config.build).
+        Keys the dict leaves out take the head's published defaults, then the dataclass's."""
+        head = d.get("head", "flow") if isinstance(d, dict) else None
+        if isinstance(head, str) and head in HEAD_KINDS:
+            d = {**head_class(head).train_defaults, **d}
         return build(cls, d, source)
 
     def describe(self) -> str:
@@ -212,14 +216,13 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
 
 # -- one step's loss: what train-head, studies and the dry run's timing share ---------------------
 def batch_loss(head: Head, cfg: TrainConfig, img, pos, neg, feats):
-    """(loss, HNB term, CIMR term, s_token or None) of one batch whose features are gathered.
+    """(loss, HNB term, CIMR term, the head's named parts) of one batch whose features are gathered.
     The head scores all pairs itself; the loop never recombines a head's parts."""
     v, P, t, H, mask = feats
     S, terms = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
-    s_token = terms.get("s_token")
     l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
     l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
-    return l_hnb + cfg.cimr * l_cimr, l_hnb, l_cimr, s_token
+    return l_hnb + cfg.cimr * l_cimr, l_hnb, l_cimr, terms
 
 
 def seconds_per_step(data: "TrainingData", cfg: TrainConfig, device: str, repeats: int = 3) -> float:
@@ -327,7 +330,7 @@ class HeadRun:
     def step(self, img, pos, neg, feats) -> None:
         """One optimiser step on a batch whose features are already gathered."""
         cfg = self.cfg
-        loss, l_hnb, l_cimr, s_token = batch_loss(self.head, cfg, img, pos, neg, feats)
+        loss, l_hnb, l_cimr, terms = batch_loss(self.head, cfg, img, pos, neg, feats)
         epoch, step = self.position
         if not torch.isfinite(loss):
             raise FlowclipError(f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
@@ -342,6 +345,8 @@ class HeadRun:
                    "cimr": l_cimr.item(), "lr": self.opt.param_groups[0]["lr"], "grad_norm": grad_norm.item(),
                    "steps_per_s": 1.0 / max(now - self.t_last, 1e-9)}
         self.t_last = now
+        s_token = terms.get("s_token")
+        rec_log.update({k: v.item() for k, v in terms.items() if v.numel() == 1})    # e.g. a learned temperature
         if s_token is not None:
             b = torch.arange(len(img), device=img.device)
             rec_log["mean_abs_s_token"] = s_token.detach().abs().mean().item()

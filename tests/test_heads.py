@@ -136,3 +136,27 @@ def test_filip_late_interaction_against_loops():
     idx = torch.arange(T) % I
     paired = head.score_matched(None, P[idx], None, H, mask).detach()
     torch.testing.assert_close(paired, got[idx, torch.arange(T)], rtol=0, atol=1e-12)
+
+
+def test_labclip_ranks_by_its_linear_map_and_learns_its_temperature():
+    """s = v . norm(A t); the loop sees s * tau_c / tau, so HNB's logits are s / tau, and at
+    the start (tau = tau_c, A = I) LABCLIP's loss equals Global-M's."""
+    from flowclip_cache.train import TrainConfig, batch_loss
+    g = torch.Generator().manual_seed(4)
+    v = F.normalize(torch.randn(4, 8, generator=g), dim=-1)
+    t = F.normalize(torch.randn(8, 8, generator=g), dim=-1)
+    img, pos, neg = torch.arange(4), torch.arange(4), torch.arange(4, 8)
+    cfg = TrainConfig.from_dict({"head": "labclip", "tau_c": 0.02})
+    assert (cfg.batch_size, cfg.lr, cfg.epochs) == (1024, 1e-3, 10)              # its published recipe
+    lab, glob = cfg.build_head(8), build_head("global", 8)
+    feats = (v, None, t, None, None)
+    assert torch.equal(batch_loss(lab, cfg, img, pos, neg, feats)[0], batch_loss(glob, cfg, img, pos, neg, feats)[0])
+    with torch.no_grad():
+        lab.A.add_(0.3 * torch.randn(8, 8, generator=g))
+        lab.log_tau.fill_(math.log(0.05))
+    want = v @ F.normalize(t @ lab.A.T, dim=-1).T
+    torch.testing.assert_close(lab(v, None, t, None, None), want * (0.02 / 0.05))
+    torch.testing.assert_close(lab.score_matched(v, None, t[:4], None, None), torch.diagonal(want) * 0.4)
+    loss = batch_loss(lab, cfg, img, pos, neg, feats)[0]
+    loss.backward()
+    assert lab.log_tau.grad is not None and lab.log_tau.grad != 0                 # the temperature learns

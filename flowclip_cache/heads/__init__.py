@@ -9,8 +9,9 @@ from .clip import ClipHead
 from .filip import FilipHead
 from .flow import FlowHead, token_scores, token_scores_direct
 from .global_m import GlobalHead, global_scores
+from .labclip import LabclipHead
 
-REGISTRY: dict[str, type[Head]] = {h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead)}
+REGISTRY: dict[str, type[Head]] = {h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead)}
 HEAD_KINDS = tuple(REGISTRY)
 
 
@@ -26,5 +27,5 @@ def build_head(kind: str, dim: int, **hparams) -> Head:
     return cls(dim, **{k: v for k, v in hparams.items() if k in cls.hparam_names})
 
 
-__all__ = ["Head", "REGISTRY", "HEAD_KINDS", "head_class", "build_head", "ClipHead", "GlobalHead", "FlowHead", "FilipHead",
+__all__ = ["Head", "REGISTRY", "HEAD_KINDS", "head_class", "build_head", "ClipHead", "GlobalHead", "FlowHead", "FilipHead", "LabclipHead",
            "global_scores", "token_scores", "token_scores_direct"]

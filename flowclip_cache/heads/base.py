@@ -24,6 +24,7 @@ class Head(nn.Module):
     uses_tokens: bool = False            # needs patches and token states
     default_cimr: float = 0.0            # lambda_CIMR when a config does not set one (the paper's row)
     hparam_names: tuple[str, ...] = ()   # TrainConfig keys the head is built with (kept in the run config)
+    train_defaults: dict = {}            # TrainConfig defaults of its published recipe (config keys override)
 
     def __init__(self, dim: int, **hparams):
         super().__init__()
