@@ -160,3 +160,58 @@ def test_labclip_ranks_by_its_linear_map_and_learns_its_temperature():
     loss = batch_loss(lab, cfg, img, pos, neg, feats)[0]
     loss.backward()
     assert lab.log_tau.grad is not None and lab.log_tau.grad != 0                 # the temperature learns
+
+
+def _pairs_case(seed=5, I=2, T=3, L=4, N=9, d=6):
+    g = torch.Generator().manual_seed(seed)
+    P = F.normalize(torch.randn(I, N, d, generator=g, dtype=torch.float64), dim=-1)
+    H = F.normalize(torch.randn(T, L, d, generator=g, dtype=torch.float64), dim=-1)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    return g, P, H, mask
+
+
+def test_fsc_local_score_against_loops():
+    g, P, H, mask = _pairs_case()
+    head = build_head("fsc-local", 6).double()
+    with torch.no_grad():
+        head.A.add_(0.2 * torch.randn(6, 6, generator=g, dtype=torch.float64))
+    got = head(None, P, None, H, mask).detach()
+    A, B = head.A.detach(), head.B.detach()
+    for i in range(2):
+        for t in range(3):
+            ps = [F.normalize(B @ P[i, j], dim=0) for j in range(9)]
+            cs = []
+            for l in range(4):
+                if not mask[t, l]:
+                    continue
+                q = F.normalize(A @ H[t, l], dim=0)
+                m = [float(q @ p) for p in ps]
+                w = [(x - min(m)) / (max(m) - min(m)) for x in m]
+                w = [x if x >= 1 / 9 else 0.0 for x in w]
+                e = F.normalize(sum(wj / sum(w) * p for wj, p in zip(w, ps)), dim=0)
+                cs.append(float(e @ q))
+            assert abs(float(got[i, t]) - sum(cs) / len(cs)) < 1e-12
+    idx = torch.arange(3) % 2
+    torch.testing.assert_close(head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)],
+                               rtol=0, atol=1e-12)
+
+
+def test_dcsm_score_against_loops():
+    g, P, H, mask = _pairs_case()
+    head = build_head("dcsm", 6).double()
+    got = head(None, P, None, H, mask).detach()
+    net = head.net
+    for i in range(2):
+        for t in range(3):
+            valid = [l for l in range(4) if mask[t, l]]
+            m = torch.stack([H[t, l] @ P[i].T for l in valid])                # [valid, N]
+            z = (m - m.mean()) / m.std(unbiased=False)
+            rows = []
+            for r in z:                                                        # 3x3 grid -> 7x7 average pooling
+                grid = r.reshape(1, 1, 3, 3)
+                pooled = F.adaptive_avg_pool2d(grid, 7).reshape(49)
+                rows.append(float(net(pooled).detach()))
+            assert abs(float(got[i, t]) - sum(rows) / len(rows)) < 1e-10
+    idx = torch.arange(3) % 2
+    torch.testing.assert_close(head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)],
+                               rtol=0, atol=1e-12)

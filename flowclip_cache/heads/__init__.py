@@ -6,12 +6,15 @@ from __future__ import annotations
 from ..errors import FlowclipError
 from .base import Head
 from .clip import ClipHead
+from .dcsm import DcsmHead
 from .filip import FilipHead
 from .flow import FlowHead, token_scores, token_scores_direct
+from .fsc_local import FscLocalHead
 from .global_m import GlobalHead, global_scores
 from .labclip import LabclipHead
 
-REGISTRY: dict[str, type[Head]] = {h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead)}
+REGISTRY: dict[str, type[Head]] = {h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead, FscLocalHead,
+                                                           DcsmHead)}
 HEAD_KINDS = tuple(REGISTRY)
 
 
@@ -27,5 +30,5 @@ def build_head(kind: str, dim: int, **hparams) -> Head:
     return cls(dim, **{k: v for k, v in hparams.items() if k in cls.hparam_names})
 
 
-__all__ = ["Head", "REGISTRY", "HEAD_KINDS", "head_class", "build_head", "ClipHead", "GlobalHead", "FlowHead", "FilipHead", "LabclipHead",
+__all__ = ["Head", "REGISTRY", "HEAD_KINDS", "head_class", "build_head", "ClipHead", "GlobalHead", "FlowHead", "FilipHead", "LabclipHead", "FscLocalHead", "DcsmHead",
            "global_scores", "token_scores", "token_scores_direct"]
