@@ -308,7 +308,7 @@ class HeadRun:
         self.seconds_before = self.state.get("seconds", 0.0)
         self.t_last = self.t_start = time.perf_counter()
         if not self.state["metrics"]:
-            self.state["metrics"].append(self.evaluate(0))    # the untrained head = the frozen encoder
+            self.state["metrics"].append(self.evaluate(0))    # before training (the starting point)
 
     @property
     def position(self):
@@ -322,7 +322,8 @@ class HeadRun:
         self.head.train()
         self.logf.write(json.dumps({"eval": m}) + "\n")
         self.logf.flush()
-        what = "start (the untrained head scores as the frozen encoder)" if epoch == 0 else f"epoch {epoch}"
+        what = "start (before training; CLIP, Global-M and Flow-CLIP then score as the frozen encoder)" \
+            if epoch == 0 else f"epoch {epoch}"
         self.log(f"{what}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
                  + (f", val {m['val']['all']:.4f}" if "val" in m else ""))
         return m

@@ -213,7 +213,7 @@ def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):
             "global", "--epochs", "1", "--batch-size", "8", "--quiet"]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
-    assert "head=global" in r.output and "cimr=0.0" in r.output and "start (the untrained head" in r.output
+    assert "head=global" in r.output and "cimr=0.0" in r.output and "start (before training" in r.output
     r = CliRunner().invoke(main, args + ["--resume"])
     assert r.exit_code == 0 and "already finished" in r.output
 
