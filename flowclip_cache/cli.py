@@ -433,11 +433,12 @@ def negatives(inp, out, kinds, seed, attributes, objects):
 @click.option("--scenes", default=1500, show_default=True, help="Head-training scenes of the world.")
 @click.option("--epochs", default=2, show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def demo(out, scenes, epochs, quiet):
+@click.option("--zoo", is_flag=True, help="Also train and score the head zoo (LABCLIP, FILIP, FSC local, DCSM).")
+def demo(out, scenes, epochs, quiet, zoo):
     """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""
     from .demo import run_demo
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    summary = run_demo(out, scenes, epochs, log=click.echo, progress=not quiet)
+    summary = run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo)
     click.echo(open(os.path.join(out, "summary.md")).read())
     click.echo(f"report: {os.path.join(out, 'summary.md')} (tables), {os.path.join(out, 'score')} (every record)")
 

@@ -14,6 +14,8 @@ from .pipelines.ablation import AblationConfig, run
 
 HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow_hnb": {"head": "flow", "cimr": 0.0},
          "flow_hnb_cimr": {"head": "flow", "cimr": 0.1}}
+ZOO = {"labclip": {"head": "labclip"}, "filip": {"head": "filip"}, "fsc_local": {"head": "fsc-local"},
+       "dcsm": {"head": "dcsm"}}      # --zoo: at the demo's size, with the demo's training settings
 
 
 def demo_encoder() -> dict:
@@ -27,15 +29,16 @@ def demo_encoder() -> dict:
 
 
 def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap_draws: int = 1000,
-             progress: bool = True) -> dict:
+             progress: bool = True, zoo: bool = False) -> dict:
     enc = demo_encoder()
     if enc["pretrained"] == "none":
         log("note: no shipped synthetic-world weights; the tiny CLIP runs with random weights")
     cfg = AblationConfig(kind="ablation", out=os.path.abspath(out),
                          world={"seed": 0, "train_scenes": scenes, "eval_scenes": max(100, scenes // 5),
                                 "heldout_scenes": max(100, scenes // 6)},
-                         encoder=enc, seeds=[0], heads=dict(HEADS),
+                         encoder=enc, seeds=[0], heads={**HEADS, **(ZOO if zoo else {})},
                          train_config={"epochs": epochs, "batch_size": 32, "lr": 1e-3},
                          controls=["real", "shuffle", "fixed"], bootstrap=bootstrap_draws,
-                         compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"]])
+                         compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"]]
+                         + ([["flow_hnb_cimr", k] for k in ZOO] if zoo else []))
     return run(cfg, dry_run=False, jobs=1, log=log, progress=progress)

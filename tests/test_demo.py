@@ -29,3 +29,12 @@ def test_demo_report_reads_itself(tmp_path):
     assert "**Shuffle**" in md and "## Conclusions" in md and "95% interval" in md
     assert "| chance | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 |" in md and "docs/results-synthetic.md" in md
     assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output
+
+
+def test_demo_with_the_head_zoo(tmp_path):
+    out = str(tmp_path / "zoo")
+    r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1", "--quiet", "--zoo"])
+    assert r.exit_code == 0, r.output
+    md = open(os.path.join(out, "summary.md")).read()
+    for method in ("labclip", "filip", "fsc_local", "dcsm"):
+        assert f"| {method} |" in md and f"{method} - flow_hnb_cimr" in md
