@@ -6,28 +6,14 @@ form, measured side by side in one run (inference, one block of images x caption
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 import torch.nn.functional as F
 
+from bench_score import best_of            # (this folder: run as python benchmarks/bench_heads.py)
 from flowclip_cache.heads import REGISTRY, build_head
 
 N, D, L = 49, 512, 16
-
-
-def best_of(fn, reps, device):
-    fn()
-    times = []
-    for _ in range(reps):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main():

@@ -229,8 +229,7 @@ def available_bytes(device: str) -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import psutil  # pragma: no cover  (non-Linux hosts)
-    return psutil.virtual_memory().available
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")      # elsewhere: free pages
 
 
 def choose_placement(requested: str, need: int, device: str, log=print) -> str:

@@ -66,3 +66,31 @@ class Head(nn.Module):
                 raise FlowclipError(f"{where}: {name} = {v!r} must be a finite number")
             out[name] = float(v)
         return out
+
+
+class TokenMapHead(Head):
+    """A head scored from the token x patch interactions alone (FILIP-style, FSC local,
+    DCSM-style): subclasses give `pair_scores(P, H, mask, paired)`; the frozen global
+    score shortlists for them."""
+    uses_tokens = True
+
+    def pair_scores(self, P, H, mask, paired: bool = False) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward_terms(self, v, P, t, H, mask):
+        return self.pair_scores(P, H, mask), {}
+
+    def score_matched(self, v, P, t, H, mask):
+        return self.pair_scores(P, H, mask, paired=True)
+
+    def coarse(self, v, t):
+        return v @ t.T
+
+
+class LearnedMapsHead(TokenMapHead):
+    """A token-map head with learned token (A) and patch (B) maps, both starting as the identity."""
+
+    def __init__(self, dim: int, **_):
+        super().__init__(dim)
+        self.A = nn.Parameter(torch.eye(dim))
+        self.B = nn.Parameter(torch.eye(dim))

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Head
+from .base import TokenMapHead
 
 HIDDEN = 64
 GRID = 7
@@ -46,10 +46,9 @@ def dcsm_score(P, H, mask, net: nn.Module, paired: bool = False) -> torch.Tensor
     return out[0] if paired else out
 
 
-class DcsmHead(Head):
+class DcsmHead(TokenMapHead):
     kind = "dcsm"
     title = "DCSM-style: the standardised token x patch cosine map read by a small learned network"
-    uses_tokens = True
 
     def __init__(self, dim: int, **_):
         super().__init__(dim)
@@ -59,14 +58,8 @@ class DcsmHead(Head):
             for p in self.net.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * (1.0 / p.shape[-1] ** 0.5 if p.dim() > 1 else 0.0))
 
-    def forward_terms(self, v, P, t, H, mask):
-        return dcsm_score(P, H, mask, self.net), {}
-
-    def score_matched(self, v, P, t, H, mask):
-        return dcsm_score(P, H, mask, self.net, paired=True)
-
-    def coarse(self, v, t):
-        return v @ t.T
+    def pair_scores(self, P, H, mask, paired=False):
+        return dcsm_score(P, H, mask, self.net, paired)
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         return 4 * L * (3 * N + GRID * GRID + 2 * HIDDEN)

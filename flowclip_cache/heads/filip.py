@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from .base import Head
+from .base import LearnedMapsHead
 
 NEG = -1e4        # below any cosine: masks padding out of a max
 
@@ -31,24 +30,12 @@ def late_interaction(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
     return out[0] if paired else out
 
 
-class FilipHead(Head):
+class FilipHead(LearnedMapsHead):
     kind = "filip"
     title = "FILIP-style late interaction: token-wise max over patches and back, learned token/patch maps"
-    uses_tokens = True
 
-    def __init__(self, dim: int, **_):
-        super().__init__(dim)
-        self.A = nn.Parameter(torch.eye(dim))
-        self.B = nn.Parameter(torch.eye(dim))
-
-    def forward_terms(self, v, P, t, H, mask):
-        return late_interaction(P, H, mask, self.A, self.B), {}
-
-    def score_matched(self, v, P, t, H, mask):
-        return late_interaction(P, H, mask, self.A, self.B, paired=True)
-
-    def coarse(self, v, t):
-        return v @ t.T                  # the frozen global score shortlists for it
+    def pair_scores(self, P, H, mask, paired=False):
+        return late_interaction(P, H, mask, self.A, self.B, paired)
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         return 4 * 4 * L * N

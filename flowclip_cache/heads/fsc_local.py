@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from .base import Head
+from .base import LearnedMapsHead
 
 
 def local_score(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
@@ -37,24 +36,12 @@ def local_score(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
     return out[0] if paired else out
 
 
-class FscLocalHead(Head):
+class FscLocalHead(LearnedMapsHead):
     kind = "fsc-local"
     title = "FSC-CLIP's local score: SPARC-style token-patch alignment (sparse weights), pooled over tokens"
-    uses_tokens = True
 
-    def __init__(self, dim: int, **_):
-        super().__init__(dim)
-        self.A = nn.Parameter(torch.eye(dim))
-        self.B = nn.Parameter(torch.eye(dim))
-
-    def forward_terms(self, v, P, t, H, mask):
-        return local_score(P, H, mask, self.A, self.B), {}
-
-    def score_matched(self, v, P, t, H, mask):
-        return local_score(P, H, mask, self.A, self.B, paired=True)
-
-    def coarse(self, v, t):
-        return v @ t.T
+    def pair_scores(self, P, H, mask, paired=False):
+        return local_score(P, H, mask, self.A, self.B, paired)
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         return 4 * (4 * L * N + 2 * L * d)

@@ -126,10 +126,10 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
             step_time[cfg.head] = (cfg, step_time[cfg.head][1] + max(0, steps - done))
     if measure and left and checked.store is not None and not checked.problems:
         m = Manifest.read(checked.train_path)
-        if m is not None:
-            small = Manifest(m.path, m.kind, m.table.slice(0, 4 * max(c.batch_size for c, _ in step_time.values())),
-                             m.meta)
-            data = load_training_data(checked.store, small, True, checked.device)
-            total = sum(seconds_per_step(data, cfg, checked.device) * n for cfg, n in step_time.values())
-            log(f"  time left: about {total / 60:.1f} min of training ({left} steps, measured on one batch "
-                f"per head kind here; runs that share a data order train side by side and share batches)")
+        small = Manifest(m.path, m.kind, m.table.slice(0, 4 * max(c.batch_size for c, _ in step_time.values())),
+                         m.meta)
+        data = load_training_data(checked.store, small, True, checked.device, placement="device",
+                                  log=lambda *_: None)
+        total = sum(seconds_per_step(data, cfg, checked.device) * n for cfg, n in step_time.values())
+        log(f"  time left: about {total / 60:.1f} min of training ({left} steps, measured on one batch "
+            f"per head kind here; runs that share a data order train side by side and share batches)")

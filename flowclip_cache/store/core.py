@@ -150,7 +150,7 @@ class FeatureStore:
         self.backend = BACKENDS[self.meta["backend"]]
         self.segments: list[Segment] = []
         self._index = {IMAGE: _Index(), CAPTION: _Index()}
-        self._token_index = _Index()
+        self._token_index: _Index | None = None
         self._paths = None                 # path index, read on first use and kept until refresh()
         self._writer: WriterDir | None = None
         self.refresh()
@@ -208,9 +208,9 @@ class FeatureStore:
     def segment_dir(self) -> str:
         return os.path.join(self.root, "segments")
 
-    def scan(self) -> tuple[list[tuple[Segment, np.ndarray, np.ndarray | None]], list[tuple[str, str]]]:
-        """Every committed segment with its keys (and token keys), checked against its
-        name and checksums; and the problems found as (path, reason)."""
+    def scan(self) -> tuple[list[tuple[Segment, np.ndarray]], list[tuple[str, str]]]:
+        """Every committed segment with its keys, checked against its name and checksums;
+        and the problems found as (path, reason)."""
         found, problems = [], []
         for name in sorted(os.listdir(self.segment_dir)):
             if name.startswith("."):
@@ -225,11 +225,10 @@ class FeatureStore:
                 keys = self.read_array(seg, "keys")
                 if hashlib.sha256(keys.tobytes()).hexdigest()[:24] != m.group(2):
                     raise SegmentDamaged(path, "its keys do not hash to its name")
-                tkeys = self.read_array(seg, "token_keys") if seg.kind == CAPTION else None
             except SegmentDamaged as e:
                 problems.append((path, e.reason))
                 continue
-            found.append((seg, keys, tkeys))
+            found.append((seg, keys))
         return found, problems
 
     def _segment(self, kind: str, name: str, path: str) -> Segment:
@@ -246,15 +245,12 @@ class FeatureStore:
         found, problems = self.scan()
         if problems:
             raise StoreDamaged(self.root, [f"{os.path.relpath(p, self.root)}: {r}" for p, r in problems])
-        self.segments = [s for s, _, _ in found]
-        self._segment_keys = [k for _, k, _ in found]          # kept: keys() needs no second read
+        self.segments = [s for s, _ in found]
+        self._segment_keys = [k for _, k in found]          # kept: keys() needs no second read
         self._paths = None
+        self._token_index = None                            # read on first use (extract alone needs it)
         for kind in (IMAGE, CAPTION):
-            self._index[kind].build([(i, k) for i, (s, k, _) in enumerate(found) if s.kind == kind])
-        known = [(i, t[~(t == 0).all(1)]) for i, (s, _, t) in enumerate(found) if s.kind == CAPTION]
-        self._token_rows = {i: np.flatnonzero(~(t == 0).all(1)) for i, (s, _, t) in enumerate(found)
-                            if s.kind == CAPTION}
-        self._token_index.build(known)
+            self._index[kind].build([(i, k) for i, (s, k) in enumerate(found) if s.kind == kind])
 
     def read_array(self, seg: Segment, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """A whole array of a segment, its checksum checked (SegmentDamaged otherwise)."""
@@ -290,7 +286,7 @@ class FeatureStore:
     def caption_with_tokens(self, token_keys: list[str]) -> list[str | None]:
         """A stored caption key with these token ids, or None, for each token key: a new
         caption whose tokens are already encoded gets the same features (exact ties)."""
-        idx = self._token_index
+        idx = self._token_keys_index()
         pos = idx.find(hex_to_fixed(token_keys)) if token_keys else np.zeros(0, np.int64)
         out = []
         for p in pos:
@@ -300,6 +296,21 @@ class FeatureStore:
             s, r = int(idx.seg[p]), int(idx.row[p])
             out.append(bytes(self._segment_keys[s][self._token_rows[s][r]]).hex())
         return out
+
+    def _token_keys_index(self) -> _Index:
+        """Token key -> (caption segment, row), skipping unknown (all-zero) token keys."""
+        if self._token_index is None:
+            with self._damage():
+                parts, self._token_rows = [], {}
+                for i, seg in enumerate(self.segments):
+                    if seg.kind == CAPTION:
+                        t = self.read_array(seg, "token_keys")
+                        known = ~(t == 0).all(1)
+                        self._token_rows[i] = np.flatnonzero(known)
+                        parts.append((i, t[known]))
+            self._token_index = _Index()
+            self._token_index.build(parts)
+        return self._token_index
 
     # -- writing -----------------------------------------------------------------------
     def writer_dir(self) -> str:

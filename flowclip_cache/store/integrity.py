@@ -43,11 +43,12 @@ class _Lenient(FeatureStore):
 
     def refresh(self) -> None:
         found, self.scan_problems = self.scan()
-        self.segments = [s for s, _, _ in found]
-        self._segment_keys = [k for _, k, _ in found]
+        self.segments = [s for s, _ in found]
+        self._segment_keys = [k for _, k in found]
         self._paths = None
+        self._token_index = None
         for kind in (IMAGE, CAPTION):
-            self._index[kind].build([(i, k) for i, (s, k, _) in enumerate(found) if s.kind == kind])
+            self._index[kind].build([(i, k) for i, (s, k) in enumerate(found) if s.kind == kind])
 
 
 def verify_store(root: str) -> Report:
