@@ -399,16 +399,20 @@ def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, T
     for out, cfg in runs:
         log(f"{os.path.basename(os.path.normpath(out))}: {cfg.describe()}")
     manifest = Manifest.read(manifest_path)
-    new = [out for out, _ in runs if not os.path.exists(out) or not os.listdir(out)]
+    new = {out: os.path.isdir(out) for out, _ in runs if not os.path.exists(out) or not os.listdir(out)}
     try:
         started_flags = [HeadRun.prepare_folder(store, manifest_path, out, cfg, device, resume, overwrite)
                          for out, cfg in runs]
         return _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps,
                       data, placement, log)
     except BaseException:
-        for out in new:        # a failure leaves nothing behind but what --resume needs
-            if not checkpoint.exists(out):
-                shutil.rmtree(out, ignore_errors=True)
+        for out, existed in new.items():   # a failure leaves nothing behind but what --resume needs
+            if not checkpoint.exists(out) and os.path.isdir(out):
+                for name in os.listdir(out) if existed else []:       # the user's empty folder stays
+                    path = os.path.join(out, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+                if not existed:
+                    shutil.rmtree(out, ignore_errors=True)
         raise
 
 
