@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import checkpoint
+from . import checkpoint, outputs
 from .config import build
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .features import image_forward, text_forward
@@ -118,7 +118,9 @@ def _load_state(out: str, model, opt) -> dict:
 def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, export_to: str | None = None) -> str:
     import open_clip
     register_package_configs()
+    outputs.require_own(out, "pretrain-run")          # never writes into a folder it did not make
     os.makedirs(out, exist_ok=True)
+    outputs.mark(out, "pretrain-run")
     json.dump(dataclasses.asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
     torch.manual_seed(cfg.seed)
     log(f"rendering {cfg.scenes} scenes")

@@ -51,3 +51,11 @@ def test_unknown_or_mistyped_recipe_keys_are_refused():
         PretrainConfig.from_dict({"steps": "ten"})
     with pytest.raises(FlowclipError, match="at least 1"):
         PretrainConfig.from_dict({"checkpoint_every": 0})
+
+
+def test_pretraining_never_writes_into_a_folder_it_did_not_make(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.json").write_text("my own config")
+    with pytest.raises(FlowclipError, match="not a folder flowclip wrote"):
+        pretrain(str(tmp_path / "mine"), PretrainConfig.from_dict(dict(SMALL)), log=lambda *_: None, progress=False)
+    assert (tmp_path / "mine" / "config.json").read_text() == "my own config"
