@@ -74,7 +74,8 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     enc = resolve(EncoderSpec(args.model))
-    model, preprocess, tok = load_model(enc)
+    loaded = load_model(enc)
+    model, preprocess = loaded.model, loaded.preprocess
     with tempfile.TemporaryDirectory() as root:
         names, caps = make_data(root, args.images, args.captions)
         paths = [f"{root}/images/{n}" for n in names]
@@ -88,7 +89,7 @@ def main():
             # below is a cold run that also hashes, plans and builds the model
             fs_ = FeatureStore.open_or_create(f"{root}/st-{tag}", enc.config)
             s_ = run_extract(fs_, enc, [f"{root}/images.parquet"], f"{root}/images", batch_size=args.batch_size,
-                             workers=workers, progress=False, loaded=(model, preprocess, tok))
+                             workers=workers, progress=False, loaded=loaded)
             cold = FeatureStore.open_or_create(f"{root}/cold-{tag}", enc.config)
             s_cold = run_extract(cold, enc, [f"{root}/images.parquet"], f"{root}/images",
                                  batch_size=args.batch_size, workers=workers, progress=False)
@@ -110,7 +111,7 @@ def main():
         t_ours_img_all = whole
         fs = FeatureStore.open_or_create(f"{root}/st-{args.workers}-0", enc.config)
         # captions
-        t_bare_c = bare_captions(model, tok, caps, 256)
+        t_bare_c = bare_captions(model, loaded.tokenizer, caps, 256)
         fs.refresh()
         s = run_extract(fs, enc, [f"{root}/captions.parquet"], f"{root}/images", workers=0, progress=False)
         t_ours_c = s.caption_seconds

@@ -100,9 +100,9 @@ def main():
     # cached features vs encoding inside the loop (random-weight ViT-B-32, same scorer)
     from flowclip_cache.encoders import EncoderSpec, load_model, resolve
     from flowclip_cache.features import encode_images, encode_texts
-    model, _, tok = load_model(resolve(EncoderSpec("ViT-B-32")), dev)
+    model = load_model(resolve(EncoderSpec("ViT-B-32")), dev)
     images = torch.randn(B, 3, 224, 224, generator=g).to(dev)
-    caps = tok(["a photo of a small red cube to the left of a large blue sphere on the table"] * (2 * B)).to(dev)
+    caps = model.tokenize(["a photo of a small red cube to the left of a large blue sphere on the table"] * (2 * B)).to(dev)
 
     def encoding_step():
         with torch.no_grad():

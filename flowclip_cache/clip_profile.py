@@ -78,20 +78,22 @@ def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: lis
 
 def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
     """grounding_hits over a manifest's gold captions, from the stored features."""
-    import open_clip
-
     from .data import image_keys
+    from .encoder_families import family_of
+    from .encoders import EncoderSpec, ResolvedEncoder
     m = Manifest.read(manifest_path)
     rows = m.table.to_pylist()
-    tok = open_clip.get_tokenizer(store.encoder_config["model"])
+    cfg = store.encoder_config
+    fam = family_of(cfg).text_only(ResolvedEncoder(EncoderSpec(cfg["model"]), None, cfg))
+    tok = fam.tokenizer
     if getattr(tok, "decoder", None) is None:
-        raise ValueError("patch grounding needs open_clip's SimpleTokenizer")
+        raise ValueError("patch grounding needs open_clip's SimpleTokenizer (the OpenAI-style family)")
     golds = [r["captions"][r["gold"]] for r in rows]
     im = store.load_images(image_keys(store, m))
     cp = store.load_captions([caption_key(c) for c in golds])
     shift = 1 if store.encoder_config["token_mask"] == "content" else 0
-    ids_all = tok(golds)
-    ids = [[int(x) for x in row if int(x) != 0] for row in ids_all]
+    t = fam.tokenize(golds)
+    ids = [row[m].tolist() for row, m in zip(t.ids, t.mask)]
     toks = [cp.tokens[cp.offsets[i]:cp.offsets[i + 1]].astype(np.float32) for i in range(len(rows))]
     return grounding_hits(im.patches.astype(np.float32), toks, ids, [r["objects"] for r in rows], tok.decoder, shift)
 

@@ -1,5 +1,5 @@
-"""Encoders: open_clip models named by config, resolved to one exact configuration
-whose hash (the *fingerprint*) a feature store records.
+"""Encoders: models named by config, resolved by their family (encoder_families/) to one
+exact configuration whose hash (the *fingerprint*) a feature store records.
 
 The fingerprint covers everything that changes the features: the model config with
 QuickGELU resolved, preprocessing (size, mean, std, interpolation, resize mode), the
@@ -9,7 +9,6 @@ alone, so a run with nothing new to encode never builds the model.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -20,7 +19,6 @@ from pathlib import Path
 from .errors import FlowclipError, WeightsUnavailable
 from .hashing import file_sha256
 
-FEATURE_DEFINITION_VERSION = 1   # bump when features.py changes what is computed
 TOKEN_MASK_POLICIES = ("nonpad", "content")
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -46,6 +44,7 @@ class EncoderSpec:
     init_seed: int = 0
     token_mask: str = "nonpad"
     force_quick_gelu: bool | None = None
+    tokenizer: str | None = None    # a local tokenizer folder instead of the config's (HF tokenizers)
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,11 @@ class ResolvedEncoder:
     @property
     def fingerprint(self) -> str:
         return fingerprint_of(self.config)
+
+    @property
+    def family(self):
+        from .encoder_families import family_of
+        return family_of(self.config)
 
     @property
     def dim(self) -> int:
@@ -86,75 +90,23 @@ def diff_configs(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def resolve(spec: EncoderSpec) -> ResolvedEncoder:
-    import open_clip
-    import torch
-
-    register_package_configs()
+    """The fingerprinted configuration of `spec`, from configs and file hashes alone."""
+    from .encoder_families import family_for
     if spec.token_mask not in TOKEN_MASK_POLICIES:
         raise FlowclipError(f"unknown token-mask policy {spec.token_mask!r}; use one of {TOKEN_MASK_POLICIES}")
-    model_cfg = open_clip.get_model_config(spec.model)
-    if model_cfg is None:
+    if spec.model.startswith("blip:") is False and _model_config_missing(spec.model):
         raise FlowclipError(
             f"unknown model config {spec.model!r}; known: open_clip.list_models() "
-            f"(e.g. ViT-B-32) or flowclip's own ({', '.join(p.stem for p in _CONFIG_DIR.glob('*.json'))})")
-    model_cfg = copy.deepcopy(model_cfg)
-    vision = model_cfg.get("vision_cfg", {})
-    if "patch_size" not in vision or vision.get("timm_model_name") or "hf_model_name" in model_cfg.get("text_cfg", {}):
-        raise FlowclipError(f"{spec.model}: flowclip extracts patch and token features from open_clip's own "
-                            f"ViT and text transformer; this config uses another tower")
-
-    tag_cfg: dict = {}
-    checkpoint: str | None = None
-    weights: dict
-    if spec.pretrained.lower() in ("none", "random", ""):
-        weights = {"source": "random-init", "init_seed": spec.init_seed}
-    elif spec.pretrained == "synthetic":
-        checkpoint = shipped_weights(spec.model)
-        weights = {"source": "flowclip:synthetic", "sha256": file_sha256(checkpoint)}
-    elif os.path.isfile(spec.pretrained):
-        checkpoint = os.path.abspath(spec.pretrained)
-        weights = {"source": "file", "sha256": file_sha256(checkpoint)}
-    else:
-        tag_cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
-        if not tag_cfg:
-            tags = [t for m, t in open_clip.list_pretrained() if m == spec.model]
-            if _has_shipped(spec.model):
-                tags.append("synthetic (ships with flowclip)")
-            raise FlowclipError(f"{spec.model}: no pretrained tag {spec.pretrained!r} and no such file; "
-                                f"known tags: {', '.join(tags) or 'none'} (and 'none' for random weights); "
-                                f"or pass a local checkpoint path")
-        checkpoint = locate_pretrained(spec.model, spec.pretrained, tag_cfg)
-        weights = {"source": f"open_clip:{spec.pretrained}", "sha256": file_sha256(checkpoint)}
-
-    quick_gelu = spec.force_quick_gelu
-    if quick_gelu is None:
-        quick_gelu = bool(tag_cfg.get("quick_gelu", model_cfg.get("quick_gelu", False)))
-    model_cfg["quick_gelu"] = quick_gelu
-    image_size = vision["image_size"]
-    grid = (image_size // vision["patch_size"]) ** 2 if isinstance(image_size, int) else \
-        (image_size[0] // vision["patch_size"]) * (image_size[1] // vision["patch_size"])
-    config = {
-        "feature_definition": FEATURE_DEFINITION_VERSION,
-        "model": spec.model,
-        "model_cfg": model_cfg,
-        "num_patches": grid,
-        "preprocess": {
-            "image_size": image_size,
-            "mean": list(tag_cfg.get("mean", OPENAI_MEAN)),
-            "std": list(tag_cfg.get("std", OPENAI_STD)),
-            "interpolation": tag_cfg.get("interpolation", "bicubic"),
-            "resize_mode": tag_cfg.get("resize_mode", "shortest"),
-        },
-        "tokenizer": {
-            "name": model_cfg.get("text_cfg", {}).get("hf_tokenizer_name", "open_clip.SimpleTokenizer"),
-            "context_length": model_cfg.get("text_cfg", {}).get("context_length", 77),
-        },
-        "weights": weights,
-        "token_mask": spec.token_mask,
-        "dtype": {"compute": "float32", "tf32": False, "storage": "float16", "l2_normalised": True},
-        "versions": {"open_clip": open_clip.__version__, "torch": torch.__version__.split("+")[0]},
-    }
+            f"(e.g. ViT-B-32) or flowclip's own ({', '.join(p.stem for p in _CONFIG_DIR.glob('*.json'))}), "
+            f"or blip:<repo or folder>")
+    config, checkpoint = family_for(spec.model).resolve_config(spec)
     return ResolvedEncoder(spec, checkpoint, config)
+
+
+def _model_config_missing(model: str) -> bool:
+    import open_clip
+    register_package_configs()
+    return open_clip.get_model_config(model) is None
 
 
 def _has_shipped(model: str) -> bool:
@@ -235,20 +187,6 @@ def _network_reachable(host: str = "huggingface.co", port: int = 443, timeout: f
 
 
 def load_model(enc: ResolvedEncoder, device: str = "cpu"):
-    """Build the model in FP32 eval mode; returns (model, preprocess, tokenizer)."""
-    import open_clip
-    import torch
-
-    register_package_configs()
-    cfg = enc.config
-    if enc.checkpoint is None:
-        torch.manual_seed(cfg["weights"]["init_seed"])
-    pre = cfg["preprocess"]
-    model, _, preprocess = open_clip.create_model_and_transforms(
-        enc.spec.model, pretrained=enc.checkpoint, precision="fp32", device=device,
-        force_quick_gelu=cfg["model_cfg"]["quick_gelu"],
-        image_mean=tuple(pre["mean"]), image_std=tuple(pre["std"]),
-        image_interpolation=pre["interpolation"], image_resize_mode=pre["resize_mode"])
-    model.eval()
-    tokenizer = open_clip.get_tokenizer(enc.spec.model)
-    return model, preprocess, tokenizer
+    """The encoder built in FP32 eval mode: its family's object, with .model, .preprocess,
+    .tokenize, .image_forward and .text_forward."""
+    return enc.family.load(enc, device)

@@ -151,29 +151,31 @@ class Plan:
 @dataclass
 class CaptionTokens:
     """Token ids of the captions to encode: what orders, cuts and deduplicates them."""
-    ids: dict[str, "object"]        # caption key -> token ids [ctx] (torch, 0 = padding)
-    lengths: dict[str, int]         # caption key -> valid tokens (start to end)
+    ids: dict[str, "object"]        # caption key -> Tokens of one row (ids and attention mask)
+    lengths: dict[str, int]         # caption key -> valid tokens (the attention mask's count)
     token_key: dict[str, str]       # caption key -> sha256 of its token ids: equal ids, equal features
     truncated: dict[str, bool]
 
 
-def tokenize_captions(enc, col: Collected, summary: "Summary") -> CaptionTokens:
-    """Tokenise every caption once; a caption with no valid token under the token-mask
-    policy (content: nothing between start and end) becomes a failure row."""
-    import open_clip
-    tokenizer = open_clip.get_tokenizer(enc.spec.model)
-    ctx = enc.config["tokenizer"]["context_length"]
+def tokenize_captions(enc, col: Collected, summary: "Summary", text_encoder=None) -> CaptionTokens:
+    """Tokenise every caption once with the family's tokenizer; a caption with no valid
+    token under the token-mask policy (content: nothing between the specials) becomes a
+    failure row. text_encoder: the family object (built from the tokenizer alone if None)."""
+    fam = text_encoder or enc.family.text_only(enc)
     ckeys = sorted(col.captions)
-    ids = tokenizer([col.captions[k] for k in ckeys], context_length=ctx)
+    toks = fam.tokenize([col.captions[k] for k in ckeys])
+    specials = sum(fam.special_tokens)
     out = CaptionTokens({}, {}, {}, {})
-    for k, row, n in zip(ckeys, ids, (ids != 0).sum(1).tolist()):
-        if enc.spec.token_mask == "content" and n <= 2:
+    for i, (k, n) in enumerate(zip(ckeys, toks.mask.sum(1).tolist())):
+        if enc.spec.token_mask == "content" and n <= specials:
             summary.failures.append(Failure("caption", k, col.captions.pop(k), col.caption_source[k],
                                             "no content tokens under --token-mask content"))
             continue
+        row = toks[i:i + 1]
         out.ids[k], out.lengths[k] = row, n
-        out.token_key[k] = hashlib.sha256(np.asarray(row[:n], "<i8").tobytes()).hexdigest()
-        out.truncated[k] = n == ctx and len(tokenizer.encode(col.captions[k])) + 2 > ctx
+        # right-padded: the valid ids and the family's padding fix the whole row
+        out.token_key[k] = hashlib.sha256(np.asarray(row.ids[0, :n], "<i8").tobytes()).hexdigest()
+        out.truncated[k] = n == fam.context_length and fam.untruncated_length(col.captions[k]) > n
     return out
 
 
@@ -266,7 +268,7 @@ def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str 
                 rank: int = 0, world_size: int = 1, progress: bool = True,
                 image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT, loaded=None,
                 rehash: bool = False, log=print) -> Summary:
-    """loaded: (model, preprocess, tokenizer) already built for `enc` (a caller that
+    """loaded: the encoder (encoders.load_model) already built for `enc` (a caller that
     extracts several times reuses one model); built here only when there is work."""
     try:
         return _run_extract(store, enc, manifests, image_root, device=device, batch_size=batch_size,
@@ -288,7 +290,7 @@ def _run_extract(store, enc, manifests, image_root, *, device, batch_size, text_
     ckeys = sorted(col.captions)
     tokens = None
     if ckeys and not store.has(CAPTION, ckeys).all():
-        tokens = tokenize_captions(enc, col, summary)
+        tokens = tokenize_captions(enc, col, summary, loaded)
     if on_error == "fail" and summary.failures:
         f = summary.failures[0]
         raise FlowclipError(f"{f.kind} {f.item!r} ({f.source}): {f.reason} (--on-error fail)")
@@ -301,7 +303,8 @@ def _run_extract(store, enc, manifests, image_root, *, device, batch_size, text_
         from .encoders import load_model
         from .features import disable_tf32
         disable_tf32()
-        model, preprocess, _ = loaded if loaded is not None else load_model(enc, device)
+        model = loaded if loaded is not None else load_model(enc, device)
+        preprocess = model.preprocess
         with torch.no_grad():
             if mine.n_images:
                 t = time.perf_counter()
@@ -389,8 +392,8 @@ def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, 
     """token key -> (global [d], valid tokens [n, d]) FP16, for every distinct token
     sequence of a unit: taken from the store where a stored caption has the same token
     ids, else encoded once. So captions with equal token ids get bit-identical features."""
-    import torch
 
+    from .encoder_families import Tokens
     from .features import encode_texts
     first = {}
     for k, t in zip(unit, tks):
@@ -405,8 +408,7 @@ def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, 
     todo = [t for t in distinct if t not in stored]
     for b in range(0, len(todo), text_batch_size):
         batch = todo[b:b + text_batch_size]
-        ids = torch.stack([tokens.ids[first[t]] for t in batch]).to(device)
-        f = encode_texts(model, ids, mask_policy)
+        f = encode_texts(model, Tokens.stack([tokens.ids[first[t]] for t in batch]).to(device), mask_policy)
         g, h, mask = f.sentence.half().cpu().numpy(), f.tokens.half().cpu().numpy(), f.mask.cpu().numpy()
         for i, t in enumerate(batch):
             feats[t] = (g[i], h[i][mask[i]])

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from . import checkpoint, outputs
 from .config import build
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
-from .features import image_forward, text_forward
+from .encoder_families.openai_clip import OpenAIClip
 from .progress import bar as progress_bar
 from .world import COLOURS, SHAPES, describe, render, sample_scene
 
@@ -87,21 +87,22 @@ def probe_set(cfg: PretrainConfig):
 
 
 @torch.no_grad()
-def grounding_probe(model, tokenizer, probe, mean, std) -> dict:
+def grounding_probe(clip: OpenAIClip, probe, mean, std) -> dict:
     """clip_profile's grounding measure on the probe scenes, straight from the model (the
     same features extract stores, before FP16 rounding; token mask 'nonpad')."""
     from .clip_profile import grounding_hits
     images, captions, objects = probe
-    was = model.training
-    model.eval()
+    was = clip.model.training
+    clip.model.eval()
     x = (torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255) - mean) / std
-    patches = F.normalize(image_forward(model, x)[1], dim=-1).numpy()
-    _, states, ids = text_forward(model, tokenizer(captions))
+    patches = F.normalize(clip.image_forward(x)[1], dim=-1).numpy()
+    _, states, mask = clip.text_forward(clip.tokenize(captions))
     states = F.normalize(states, dim=-1).numpy()
-    model.train(was)
-    id_rows = [[int(t) for t in row if int(t) != 0] for row in ids]
+    clip.model.train(was)
+    ids = clip.tokenize(captions)
+    id_rows = [row[m].tolist() for row, m in zip(ids.ids, ids.mask)]
     return grounding_hits(patches, [states[i, :len(r)] for i, r in enumerate(id_rows)], id_rows, objects,
-                          tokenizer.decoder, 0)
+                          clip.tokenizer.decoder, 0)
 
 
 def _save_state(out: str, model, opt, state: dict) -> None:
@@ -130,6 +131,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
     model = open_clip.create_model(cfg.model, pretrained=None)
     tokenizer = open_clip.get_tokenizer(cfg.model)
+    clip = OpenAIClip(model, None, tokenizer, {"tokenizer": {"context_length": tokenizer.context_length}})
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     state = {"step": 0, "loss": []}
     if checkpoint.exists(out):
@@ -148,8 +150,8 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        img = F.normalize(image_forward(model, x)[0], dim=-1)
-        txt = F.normalize(text_forward(model, tokenizer(caps))[0], dim=-1)     # cut to the longest caption
+        img = F.normalize(clip.image_forward(x)[0], dim=-1)
+        txt = F.normalize(clip.text_forward(clip.tokenize(caps))[0], dim=-1)     # cut to the longest caption
         same = torch.tensor([[a == b for b in caps] for a in caps])
         loss = soft_contrastive(model.logit_scale.exp() * img @ txt.T, same)
         opt.zero_grad(set_to_none=True)
@@ -165,7 +167,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         if state["step"] % cfg.checkpoint_every == 0 or state["step"] == cfg.steps:
             state["seconds"] = state.get("seconds", 0) + time.perf_counter() - t0
             if probe is not None:       # not counted in the training seconds
-                g = grounding_probe(model, tokenizer, probe, mean, std)
+                g = grounding_probe(clip, probe, mean, std)
                 state.setdefault("grounding", []).append({"step": state["step"], **g})
                 log(f"step {state['step']}: patch grounding {100 * g['hit_rate']:.1f}% "
                     f"(chance {100 * g['chance']:.1f}%), object contrast {100 * g['object_hit_rate']:.1f}% "

@@ -43,7 +43,7 @@ def test_extract_once_and_equal_to_direct_encoding(tmp_path, sample, tiny_encode
     assert s.images_new == 12 and s.captions_new == len(texts) and not s.failures
     fs.refresh()
     assert fs.verify() == []
-    model, preprocess, tok = tiny_model
+    model, preprocess = tiny_model, tiny_model.preprocess
     # every stored row equals a direct encoding of the file / caption, rounded to FP16
     names = sorted(os.listdir(sample["image_root"]))[:3]
     x = torch.stack([preprocess(Image.open(os.path.join(sample["image_root"], n)).convert("RGB")) for n in names])
@@ -52,7 +52,7 @@ def test_extract_once_and_equal_to_direct_encoding(tmp_path, sample, tiny_encode
     np.testing.assert_allclose(got.global_.astype(np.float32), g.half().float().numpy(), atol=1e-3)
     np.testing.assert_allclose(got.patches.astype(np.float32), p.half().float().numpy(), atol=1e-3)
     cap = sorted(texts)[0]
-    f = encode_texts(model, tok([cap]))
+    f = encode_texts(model, model.tokenize([cap]))
     c = fs.load_captions([caption_key(cap)])
     np.testing.assert_allclose(c.tokens.astype(np.float32), f.tokens[0].half().float().numpy(), atol=1e-3)
     assert c.offsets.tolist() == [0, int(f.mask.sum())]
@@ -221,7 +221,7 @@ def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, 
     """ABC-6K's abc/1887: two captions whose token ids are equal, either side of a batch
     boundary, must score as a tie. Features are a function of the token ids: encoded
     once per distinct sequence in a run, and reused from the store by a later run."""
-    tokenizer = tiny_model[2]
+    tokenize = tiny_model.tokenize
     m = Manifest.read(sample["candidates"])
     rows = m.table.to_pylist()
     rows[0]["captions"] = ["A red square near a blue circle.", "a red square near a blue circle."]  # tokenizer lowercases
@@ -233,7 +233,8 @@ def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, 
     monkeypatch.setattr(features_mod, "encode_texts", lambda model, ids, *a: (encoded.append(ids), real(model, ids, *a))[1])
     fs, s = run(tmp_path / "st", tiny_encoder, [str(man)], sample["image_root"], text_batch_size=3,
                 caption_unit=3)
-    distinct = {tuple(r[r != 0].tolist()) for r in tokenizer([c.text for c in Manifest.read(man).caption_refs()])}
+    t = tokenize([c.text for c in Manifest.read(man).caption_refs()])
+    distinct = {tuple(r[m].tolist()) for r, m in zip(t.ids, t.mask)}
     assert sum(len(x) for x in encoded) == len(distinct) == s.captions_new - 1      # the pair encoded once
     a = fs.load_captions([caption_key(c) for c in rows[0]["captions"]])
     np.testing.assert_array_equal(a.global_[0], a.global_[1])

@@ -10,8 +10,8 @@ from flowclip_cache.features import encode_images, encode_texts, valid_mask
 
 @pytest.fixture(scope="module", params=["flowclip-tiny-vit", "ViT-B-32"])
 def model_and_tok(request):
-    model, _, tok = load_model(resolve(EncoderSpec(request.param)))
-    return model, tok
+    enc = load_model(resolve(EncoderSpec(request.param)))
+    return enc.model, enc
 
 
 def direct_patches(model, images):
@@ -35,10 +35,10 @@ def direct_token_states(model, ids):
 
 @torch.no_grad()
 def test_image_features_match_open_clip(model_and_tok):
-    model, _ = model_and_tok
+    model, enc = model_and_tok
     size = model.visual.image_size[0]
     x = torch.randn(3, 3, size, size, generator=torch.Generator().manual_seed(0))
-    g, p = encode_images(model, x)
+    g, p = encode_images(enc, x)
     torch.testing.assert_close(g, F.normalize(model.encode_image(x), dim=-1), rtol=0, atol=1e-6)
     torch.testing.assert_close(p, direct_patches(model, x), rtol=0, atol=1e-6)
     grid = size // model.visual.patch_size[0]
@@ -48,10 +48,10 @@ def test_image_features_match_open_clip(model_and_tok):
 
 @torch.no_grad()
 def test_text_features_match_open_clip_with_truncated_batches(model_and_tok):
-    model, tok = model_and_tok
+    model, enc = model_and_tok
     caps = ["a red cube", "two blue spheres to the left of a large green cylinder on a table", "x"]
-    ids = tok(caps)
-    f = encode_texts(model, ids)
+    ids = enc.tokenizer(caps)
+    f = encode_texts(enc, enc.tokenize(caps))
     full = model.encode_text(ids)
     torch.testing.assert_close(f.sentence, F.normalize(full, dim=-1), rtol=0, atol=2e-6)
     L = f.tokens.shape[1]
@@ -69,10 +69,13 @@ def test_text_features_match_open_clip_with_truncated_batches(model_and_tok):
 
 def test_masks():
     ids = torch.tensor([[49406, 10, 11, 49407, 0, 0], [49406, 49407, 0, 0, 0, 0]])
-    assert valid_mask(ids, "nonpad").sum(1).tolist() == [4, 2]
-    content = valid_mask(ids, "content")
+    assert valid_mask(ids != 0, "nonpad").sum(1).tolist() == [4, 2]
+    content = valid_mask(ids != 0, "content")
     assert content.tolist()[0] == [False, True, True, False, False, False]
     assert content.sum(1).tolist() == [2, 0]
+    # a family without a start token (SigLIP: tokens then </s>) drops the end only
+    siglip = valid_mask(torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]]).bool(), "content", (0, 1))
+    assert siglip.tolist() == [[True, True, False, False], [False, False, False, False]]
 
 
 def test_quick_gelu_is_part_of_the_fingerprint():
@@ -96,12 +99,12 @@ def test_weights_unavailable_fail_fast(monkeypatch):
 
 def test_local_checkpoint_is_hashed_and_loads(tmp_path, tiny_model, tiny_encoder):
     from safetensors.torch import save_file
-    model = tiny_model[0]
+    model = tiny_model.model
     path = tmp_path / "tiny.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     enc = resolve(EncoderSpec("flowclip-tiny-vit", str(path)))
     assert enc.config["weights"]["source"] == "file" and len(enc.config["weights"]["sha256"]) == 64
-    loaded, _, _ = load_model(enc)
+    loaded = load_model(enc)
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
-        torch.testing.assert_close(encode_images(loaded, x)[0], encode_images(model, x)[0])
+        torch.testing.assert_close(encode_images(loaded, x)[0], encode_images(tiny_model, x)[0])
