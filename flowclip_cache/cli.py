@@ -55,11 +55,18 @@ def _device(name: str) -> str:
 
 @main.command()
 @click.option("--store", required=True, type=click.Path(file_okay=False), help="Store folder (created if absent).")
-@click.option("--model", required=True, help="open_clip model config name, e.g. ViT-B-32.")
+@click.option("--model", required=True,
+              help="An open_clip config (OpenAI-style CLIP: ViT-B-32, ViT-B-16, ViT-L-14, ViT-L-14-336; SigLIP: "
+                   "ViT-B-16-SigLIP, ViT-B-16-SigLIP2, ...) or blip:<HF repo or folder> (BLIP ITC). "
+                   "docs/encoders.md lists the families.")
 @click.option("--pretrained", default="none", show_default=True,
               help="open_clip pretrained tag (e.g. openai), a local checkpoint file, 'synthetic' (the tiny CLIP "
-                   "that ships: --model flowclip-tiny-clip), or 'none': RANDOM weights, the default.")
+                   "that ships: --model flowclip-tiny-clip), for BLIP 'hf' (the repo's or folder's "
+                   "model.safetensors), or 'none': RANDOM weights, the default.")
 @click.option("--init-seed", default=0, show_default=True, help="Seed of random weights (--pretrained none).")
+@click.option("--tokenizer", type=click.Path(exists=True, file_okay=False),
+              help="A local Hugging Face tokenizer folder instead of the model config's (SigLIP); fingerprinted "
+                   "by its files' content.")
 @click.option("--manifest", "manifests", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="A manifest (Parquet); repeat for several.")
 @click.option("--image-root", type=click.Path(), help="Folder the manifests' image paths are relative to.")
@@ -80,7 +87,7 @@ def _device(name: str) -> str:
 @click.option("--rehash", is_flag=True, help="Hash every image file again, even those whose size, mtime and "
               "inode the store recorded (for files edited in place without a new mtime).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def extract(store, model, pretrained, init_seed, manifests, image_root, backend, device, batch_size,
+def extract(store, model, pretrained, init_seed, tokenizer, manifests, image_root, backend, device, batch_size,
             text_batch_size, workers, token_mask, on_error, allow_outside_root, rank, world_size, image_unit,
             caption_unit, rehash, quiet):
     """Encode every image and caption the manifests name, once, into a feature store."""
@@ -90,7 +97,7 @@ def extract(store, model, pretrained, init_seed, manifests, image_root, backend,
 
     if not 0 <= rank < world_size:
         raise FlowclipError(f"--rank {rank} must lie in [0, --world-size {world_size})")
-    enc = resolve(EncoderSpec(model, pretrained, init_seed, token_mask))
+    enc = resolve(EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer))
     fs = FeatureStore.open_or_create(store, enc.config, backend)
     summary = run_extract(fs, enc, list(manifests), image_root, device=_device(device), batch_size=batch_size,
                           text_batch_size=text_batch_size, workers=workers, on_error=on_error,

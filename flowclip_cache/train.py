@@ -247,6 +247,11 @@ def seconds_per_step(data: "TrainingData", cfg: TrainConfig, device: str, repeat
     return best
 
 
+def head_parameters(cfg: TrainConfig, dim: int) -> int:
+    """Trainable parameters of the configured head at dimension `dim` (Flow-CLIP: 3d^2)."""
+    return sum(p.numel() for p in cfg.build_head(dim).parameters())
+
+
 # -- the run ------------------------------------------------------------------------------------
 class HeadRun:
     """One run folder: its head, optimiser, state, log and evaluation."""
@@ -274,6 +279,7 @@ class HeadRun:
                       "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
                       "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
                       "head": cfg.build_head(store.meta["dim"]).hparams(),
+                      "dim": store.meta["dim"], "parameters": head_parameters(cfg, store.meta["dim"]),
                       "torch": torch.__version__, "device": device}
         if started:
             old = json.load(open(os.path.join(out, "config.json")))
@@ -293,6 +299,7 @@ class HeadRun:
         self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
         self.head = cfg.build_head(store.meta["dim"]).to(device)
         self.params = list(self.head.parameters())
+        log(f"{cfg.head} head at d={store.meta['dim']}: {sum(p.numel() for p in self.params):,} parameters")
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                      weight_decay=cfg.weight_decay) if self.params else None
         self.state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}

@@ -33,7 +33,7 @@ class OpenAIClip(Family):
         if cfg is None:
             return False
         vision, text = cfg.get("vision_cfg", {}), cfg.get("text_cfg", {})
-        return ("patch_size" in vision and not vision.get("timm_model_name") and not cfg.get("custom_text")
+        return (isinstance(vision.get("patch_size"), int) and not vision.get("timm_model_name") and not cfg.get("custom_text")
                 and "hf_model_name" not in text and "hf_tokenizer_name" not in text)
 
     @classmethod

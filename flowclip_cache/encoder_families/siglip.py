@@ -104,7 +104,7 @@ class SigLIP(Family):
 
     def text_forward(self, tokens, truncate=True):
         text = self.model.text
-        out = text.forward_intermediates(tokens.ids, indices=1, normalize_intermediates=True)
+        out = text.forward_intermediates(tokens.ids, indices=1, normalize_intermediates=True, output_fmt="NLC")
         return out["text_features"], project(out["text_intermediates"][-1], text.text_projection), tokens.mask
 
 

@@ -568,6 +568,7 @@ class FeatureStore:
                 n_tok += self.backend.shape(s.path, "tokens")[0][0]
         return {"root": self.root, "format_version": self.meta["version"], "backend": self.meta["backend"],
                 "fingerprint": self.fingerprint, "model": self.encoder_config["model"],
+                "family": self.encoder_config.get("adapter", {}).get("name", "openai-clip"),
                 "weights": self.encoder_config["weights"], "dim": self.meta["dim"],
                 "num_patches": self.meta["num_patches"], "token_mask": self.encoder_config["token_mask"],
                 "images": self.count(IMAGE), "captions": self.count(CAPTION), "caption_tokens": n_tok,
