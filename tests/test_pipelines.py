@@ -23,7 +23,7 @@ def test_every_pipeline_file_names_its_command_and_parses():
     from flowclip_cache.config import build
     import yaml
     from flowclip_cache.config import find_config
-    for name in ("ablation", "sensitivity", "synthetic", "zoo"):
+    for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders"):
         path = find_config(name)
         first = open(path).readline()
         assert first.startswith(f"# flowclip run {name}"), name
@@ -143,3 +143,41 @@ def test_a_study_trains_from_the_store_placement(tmp_path):
                                   "compare=[]", "data_placement=store", "--quiet"])
     assert r.exit_code == 0, r.output
     assert "placement 'store'" in r.output and os.path.exists(tmp_path / "s" / "summary.md")
+
+
+def test_encoders_study_dry_run_then_side_by_side(tmp_path, sample, blip_folder):
+    """backbones.yaml / encoders.yaml: a dry run names each missing store with its extract
+    command and creates nothing; with stores it checks each, refuses a store made by
+    another model than its row names, and runs one study per encoder plus a combined table."""
+    from flowclip_cache.encoders import EncoderSpec, resolve
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.store import FeatureStore
+    for name in ("backbones", "encoders"):
+        r = CliRunner().invoke(main, ["run", name, f"out={tmp_path}/{name}", "--dry-run"])
+        assert r.exit_code == 2 and "no store at cache/" in r.output and "flowclip extract --store" in r.output
+        assert not os.path.exists(tmp_path / name)
+    stores = {}
+    for label, model in (("tiny", "flowclip-tiny-vit"), ("blip", f"blip:{blip_folder}")):
+        fs = FeatureStore.open_or_create(str(tmp_path / label), resolve(EncoderSpec(model)).config)
+        run_extract(fs, resolve(EncoderSpec(model)), [sample["candidates"], sample["training"]],
+                    sample["image_root"], workers=0, progress=False)
+        stores[label] = (model, fs.root)
+    rows = ", ".join(f"{k}: {{model: '{m}', store: '{p}'}}" for k, (m, p) in stores.items())
+    base = ["run", "backbones", f"encoders={{{rows}}}", f"train={sample['training']}",
+            f"eval=[{sample['candidates']}]", f"out={tmp_path}/study", "seeds=[0]", "train_config.epochs=1",
+            "train_config.batch_size=4", "bootstrap=50", "device=cpu"]
+    r = CliRunner().invoke(main, [*base, "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("[todo   ]") == 4 and not os.path.exists(tmp_path / "study")
+    swapped = ", ".join(f"{k}: {{model: 'ViT-B-32', store: '{p}'}}" for k, (m, p) in stores.items())
+    r = CliRunner().invoke(main, [*base[:2], f"encoders={{{swapped}}}", *base[3:], "--dry-run"])
+    assert r.exit_code == 2 and "was made by flowclip-tiny-vit, not ViT-B-32" in r.output
+    r = CliRunner().invoke(main, [*base, "--quiet"])
+    assert r.exit_code == 0, r.output
+    combined = json.load(open(tmp_path / "study" / "summary.json"))
+    assert sorted(combined["encoders"]) == ["blip", "tiny"]
+    md = open(tmp_path / "study" / "summary.md").read()
+    for enc in ("tiny", "blip"):
+        assert os.path.exists(tmp_path / "study" / enc / "summary.md")
+        for method in ("clip", "global", "flow"):
+            assert f"| {enc} | {method} |" in md

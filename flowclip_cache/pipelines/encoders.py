@@ -1,0 +1,108 @@
+"""One study per encoder, the same heads, seeds and benchmarks for each (the paper's
+Tab. 5 for SigLIP and BLIP, Tab. 6 for the CLIP backbones): each encoder's study runs in
+OUT/<encoder name>/ exactly as an ablation on its store, and OUT/summary.md puts their
+real-image tables side by side.
+
+Each encoder names its store, extracted beforehand with `flowclip extract` (the YAML's
+header gives the commands); the study refuses a store made by another model than the
+one its row is labelled with."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import FlowclipError
+from .study import RunSpec, claim_folder, execute
+
+DEFAULT_HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow": {"head": "flow", "cimr": 0.1}}
+
+
+@dataclass
+class EncodersConfig:
+    kind: str
+    out: str
+    encoders: dict[str, dict[str, Any]]        # name -> {model, store} (pretrained: for the record)
+    train: str | None = None
+    eval: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    heads: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEFAULT_HEADS))
+    train_config: dict[str, Any] = field(default_factory=dict)
+    controls: list[str] = field(default_factory=lambda: ["real"])
+    bootstrap: int = 10000
+    compare: list[list[str]] = field(default_factory=lambda: [["global", "flow"]])
+    device: str = "cpu"
+    data_placement: str = "auto"
+    side_by_side: bool = True
+
+
+def plan(cfg: EncodersConfig) -> list[RunSpec]:
+    return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
+
+
+def check_encoder(name: str, enc: dict) -> str:
+    """The store path of one encoder row, after checking the row's keys and that the store
+    was made by the model the row names."""
+    from ..store import FeatureStore
+    unknown = sorted(set(enc) - {"model", "pretrained", "store"})
+    if unknown or "store" not in enc or "model" not in enc:
+        raise FlowclipError(f"encoders.{name}: give model and store (and optionally pretrained)"
+                            + (f"; unknown keys {unknown}" if unknown else ""))
+    if not os.path.isdir(enc["store"]):
+        raise FlowclipError(f"encoders.{name}: no store at {enc['store']}; build it with: flowclip extract "
+                            f"--store {enc['store']} --model {enc['model']} --pretrained "
+                            f"{enc.get('pretrained', '...')} --manifest ... --image-root ...")
+    made_by = FeatureStore(enc["store"]).encoder_config["model"]
+    if made_by not in (enc["model"], enc["model"].split(":", 1)[-1]) and not (
+            enc["model"].startswith("blip:") and made_by == "local"):
+        raise FlowclipError(f"encoders.{name}: {enc['store']} was made by {made_by}, not {enc['model']}")
+    return enc["store"]
+
+
+def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
+    if not cfg.encoders:
+        raise FlowclipError("the encoders study needs encoders={name: {model: ..., store: ...}}")
+    for key in ("train",):
+        if not getattr(cfg, key):
+            raise FlowclipError(f"the encoders study needs {key}=... (a training manifest)")
+    if not cfg.eval:
+        raise FlowclipError("the encoders study needs eval=[manifests or folders] to score")
+    stores = {name: check_encoder(name, enc) for name, enc in cfg.encoders.items()}
+    if not dry_run:
+        claim_folder(cfg.out)
+    summaries = {}
+    for name, store in stores.items():
+        log(f"encoder {name} ({cfg.encoders[name]['model']}):")
+        summaries[name] = execute(
+            store_path=store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=os.path.join(cfg.out, name),
+            runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
+            compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device, side_by_side=cfg.side_by_side,
+            placement=cfg.data_placement, progress=progress, log=lambda m: log(f"  {m}"))
+    if dry_run:
+        return None
+    combined = {"encoders": {n: {"model": cfg.encoders[n]["model"], "store_fingerprint": s["store_fingerprint"],
+                                 "table": s["table"], "columns": s["columns"]} for n, s in summaries.items()}}
+    write_combined(cfg.out, combined)
+    return combined
+
+
+def write_combined(out: str, combined: dict) -> None:
+    from ..report import table
+    cols = next(iter(combined["encoders"].values()))["columns"]
+    rows = []
+    for name, e in combined["encoders"].items():
+        for method, row in e["table"].items():
+            rows.append([name, method] + [f"{row[c]['mean']:.2f}" + (f" ± {row[c]['std']:.2f}" if row[c]["n"] > 1
+                                                                     else "") if c in row else "" for c in cols])
+    md = ["# Encoders side by side", "", "Real images; accuracy (%), mean ± sample std across seeds. Each "
+          "encoder's own study (bootstrap, controls, conclusions): <encoder>/summary.md.", "",
+          *table(["encoder", "method"] + cols, rows), ""]
+    json.dump(combined, open(os.path.join(out, "summary.json.tmp"), "w"), indent=1)
+    os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
+    with open(os.path.join(out, "summary.md.tmp"), "w") as f:
+        f.write("\n".join(md))
+    os.replace(os.path.join(out, "summary.md.tmp"), os.path.join(out, "summary.md"))
+
+
+CONFIG = EncodersConfig
