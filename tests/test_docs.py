@@ -29,3 +29,12 @@ def test_own_candidates_example(tmp_path):
     md = (tmp_path / "myresults" / "results.md").read_text()
     assert "my-shapes" in md and "### my-shapes: per colour_count" in md
     assert "names no registered benchmark: scored as 'my-shapes' with the scoring its metadata declares" in r.stdout
+
+
+def test_offline_families_example(tmp_path):
+    pytest.importorskip("transformers", reason="the example needs transformers (pip install 'flowclip[hf]')")
+    for lang, code in examples("encoders.md")["offline-families"]:
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path,
+                           env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True)
+        assert r.returncode == 0, f"{code}\n{r.stdout}\n{r.stderr}"
+    assert "family          blip-itc" in r.stdout and "num_patches     16" in r.stdout
