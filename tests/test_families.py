@@ -149,6 +149,8 @@ def test_siglip_tokenizer_offline_fails_fast(monkeypatch):
     t = time.perf_counter()
     with pytest.raises(WeightsUnavailable, match="or pass a local folder"):
         resolve(EncoderSpec("ViT-B-16-SigLIP"))          # timm/ViT-B-16-SigLIP is not in the cache
+    with pytest.raises(WeightsUnavailable, match="huggingface-cli download Salesforce/blip-itm-base-coco"):
+        resolve(EncoderSpec("blip:Salesforce/blip-itm-base-coco"))
     assert time.perf_counter() - t < 5
 
 
