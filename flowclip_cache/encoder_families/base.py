@@ -34,6 +34,10 @@ class Tokens:
         return Tokens(torch.cat([r.ids for r in rows]), torch.cat([r.mask for r in rows]))
 
 
+# how every family's features are computed and stored (part of every fingerprint)
+DTYPE_POLICY = {"compute": "float32", "tf32": False, "storage": "float16", "l2_normalised": True}
+
+
 class Family:
     name: str = ""
     version: int = 1

@@ -18,7 +18,7 @@ import os
 
 from ..errors import FlowclipError
 from . import hf_common as hf
-from .base import Family
+from .base import DTYPE_POLICY, Family
 
 ADAPTER_VERSION = 1
 PREFIX = "blip:"
@@ -65,7 +65,7 @@ class BlipITC(Family):
                           "context_length": TEXT_LENGTH, "pad_id": tok.pad_token_id},
             "weights": weights,
             "token_mask": spec.token_mask,
-            "dtype": {"compute": "float32", "tf32": False, "storage": "float16", "l2_normalised": True},
+            "dtype": dict(DTYPE_POLICY),
             "versions": _versions(),
         }
         return config, checkpoint

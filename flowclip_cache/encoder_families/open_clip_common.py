@@ -7,6 +7,7 @@ import os
 from ..encoders import OPENAI_MEAN, OPENAI_STD
 from ..errors import FlowclipError
 from ..hashing import file_sha256
+from .base import Family
 
 
 def model_config(model: str) -> dict | None:
@@ -80,3 +81,11 @@ def build(enc, device: str):
         image_interpolation=pre["interpolation"], image_resize_mode=pre["resize_mode"])
     model.eval()
     return model, transform
+
+
+class OpenClipFamily(Family):
+    """A family whose model open_clip builds from its config (OpenAI-style CLIP, SigLIP)."""
+
+    @classmethod
+    def build(cls, enc, device="cpu"):
+        return build(enc, device)

@@ -15,12 +15,12 @@ from open_clip.transformer import text_global_pool
 
 from ..errors import FlowclipError
 from . import open_clip_common as oc
-from .base import Family, Tokens, project
+from .base import DTYPE_POLICY, Family, Tokens, project
 
 FEATURE_DEFINITION_VERSION = 1
 
 
-class OpenAIClip(Family):
+class OpenAIClip(oc.OpenClipFamily):
     name = "openai-clip"
     version = FEATURE_DEFINITION_VERSION
     causal_text = True
@@ -59,14 +59,10 @@ class OpenAIClip(Family):
                           "context_length": model_cfg.get("text_cfg", {}).get("context_length", 77)},
             "weights": weights,
             "token_mask": spec.token_mask,
-            "dtype": {"compute": "float32", "tf32": False, "storage": "float16", "l2_normalised": True},
+            "dtype": dict(DTYPE_POLICY),
             "versions": oc.versions(),
         }
         return config, checkpoint
-
-    @classmethod
-    def build(cls, enc, device="cpu"):
-        return oc.build(enc, device)
 
     @classmethod
     def make_tokenizer(cls, enc):

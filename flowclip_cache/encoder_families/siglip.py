@@ -21,12 +21,12 @@ import re
 from ..errors import FlowclipError
 from . import hf_common as hf
 from . import open_clip_common as oc
-from .base import Family, project
+from .base import DTYPE_POLICY, Family, project
 
 ADAPTER_VERSION = 1
 
 
-class SigLIP(Family):
+class SigLIP(oc.OpenClipFamily):
     name = "siglip"
     version = ADAPTER_VERSION
     causal_text = False
@@ -71,14 +71,10 @@ class SigLIP(Family):
             # rankings ignore it, but it is part of what the weights are
             "logit_bias": _logit_bias(checkpoint, model_cfg),
             "token_mask": spec.token_mask,
-            "dtype": {"compute": "float32", "tf32": False, "storage": "float16", "l2_normalised": True},
+            "dtype": dict(DTYPE_POLICY),
             "versions": oc.versions("timm", "transformers"),
         }
         return config, checkpoint
-
-    @classmethod
-    def build(cls, enc, device="cpu"):
-        return oc.build(enc, device)
 
     @classmethod
     def make_tokenizer(cls, enc):
