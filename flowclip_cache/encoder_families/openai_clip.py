@@ -10,12 +10,11 @@ keep their fingerprint, and feature_definition 1 stands for this adapter's versi
 """
 from __future__ import annotations
 
-import torch
 from open_clip.transformer import text_global_pool
 
 from ..errors import FlowclipError
 from . import open_clip_common as oc
-from .base import DTYPE_POLICY, Family, Tokens, project
+from .base import DTYPE_POLICY, Tokens, project
 
 FEATURE_DEFINITION_VERSION = 1
 

@@ -21,7 +21,7 @@ import re
 from ..errors import FlowclipError
 from . import hf_common as hf
 from . import open_clip_common as oc
-from .base import DTYPE_POLICY, Family, project
+from .base import DTYPE_POLICY, project
 
 ADAPTER_VERSION = 1
 
