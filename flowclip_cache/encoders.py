@@ -139,7 +139,6 @@ def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:
 
     open_clip's own download retries for ~46 s before failing on a machine without a
     network. We look in the local caches first, and fail at once when offline."""
-    import open_clip
     from open_clip import pretrained as ocp
 
     hf = tag_cfg.get("hf_hub", "")
