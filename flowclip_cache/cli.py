@@ -67,6 +67,10 @@ def _device(name: str) -> str:
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False),
               help="A local Hugging Face tokenizer folder instead of the model config's (SigLIP); fingerprinted "
                    "by its files' content.")
+@click.option("--patch-readout", type=click.Choice(["standard", "maskclip", "clearclip", "sclip", "naclip"]),
+              default="standard", show_default=True,
+              help="How the last ViT block is read out into patch features (OpenAI-style CLIP only; "
+                   "docs/method.md, 'Patch readouts'). The global is unchanged.")
 @click.option("--manifest", "manifests", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="A manifest (Parquet); repeat for several.")
 @click.option("--image-root", type=click.Path(), help="Folder the manifests' image paths are relative to.")
@@ -87,7 +91,7 @@ def _device(name: str) -> str:
 @click.option("--rehash", is_flag=True, help="Hash every image file again, even those whose size, mtime and "
               "inode the store recorded (for files edited in place without a new mtime).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def extract(store, model, pretrained, init_seed, tokenizer, manifests, image_root, backend, device, batch_size,
+def extract(store, model, pretrained, init_seed, tokenizer, patch_readout, manifests, image_root, backend, device, batch_size,
             text_batch_size, workers, token_mask, on_error, allow_outside_root, rank, world_size, image_unit,
             caption_unit, rehash, quiet):
     """Encode every image and caption the manifests name, once, into a feature store."""
@@ -97,7 +101,8 @@ def extract(store, model, pretrained, init_seed, tokenizer, manifests, image_roo
 
     if not 0 <= rank < world_size:
         raise FlowclipError(f"--rank {rank} must lie in [0, --world-size {world_size})")
-    enc = resolve(EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer))
+    enc = resolve(EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer,
+                              patch_readout=patch_readout))
     fs = FeatureStore.open_or_create(store, enc.config, backend)
     summary = run_extract(fs, enc, list(manifests), image_root, device=_device(device), batch_size=batch_size,
                           text_batch_size=text_batch_size, workers=workers, on_error=on_error,

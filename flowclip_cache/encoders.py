@@ -45,6 +45,7 @@ class EncoderSpec:
     token_mask: str = "nonpad"
     force_quick_gelu: bool | None = None
     tokenizer: str | None = None    # a local tokenizer folder instead of the config's (HF tokenizers)
+    patch_readout: str = "standard"  # how the last ViT block is read out into patches (patch_readouts.py)
 
 
 @dataclass(frozen=True)
@@ -99,14 +100,25 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
             f"unknown model config {spec.model!r}; known: open_clip.list_models() "
             f"(e.g. ViT-B-32) or flowclip's own ({', '.join(p.stem for p in _CONFIG_DIR.glob('*.json'))}), "
             f"or blip:<repo or folder>")
-    config, checkpoint = family_for(spec.model).resolve_config(spec)
+    from .patch_readouts import check_readout
+    family = family_for(spec.model)
+    if spec.patch_readout != "standard":
+        check_readout(spec.patch_readout, spec.model, None if spec.model.startswith("blip:")
+                      else _model_config(spec.model))
+    config, checkpoint = family.resolve_config(spec)
+    if spec.patch_readout != "standard":      # absent for standard: every existing store keeps its fingerprint
+        config["patch_readout"] = spec.patch_readout
     return ResolvedEncoder(spec, checkpoint, config)
 
 
-def _model_config_missing(model: str) -> bool:
+def _model_config(model: str) -> dict | None:
     import open_clip
     register_package_configs()
-    return open_clip.get_model_config(model) is None
+    return open_clip.get_model_config(model)
+
+
+def _model_config_missing(model: str) -> bool:
+    return _model_config(model) is None
 
 
 def _has_shipped(model: str) -> bool:

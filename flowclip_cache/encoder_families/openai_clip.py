@@ -79,6 +79,11 @@ class OpenAIClip(oc.OpenClipFamily):
         visual = self.model.visual
         if getattr(visual, "attn_pool", None) is not None:
             raise FlowclipError("attention-pooled vision towers have no patch tokens in the global's space")
+        readout = self.config.get("patch_readout", "standard")
+        if readout != "standard":          # the global as always; the patches from the last block read out anew
+            from ..patch_readouts import last_block_input, readout_patches
+            pooled, x = last_block_input(visual, images)
+            return pooled, readout_patches(visual, x, readout)
         out = visual.forward_intermediates(images, indices=1, normalize_intermediates=True, output_fmt="NLC")
         # normalize_intermediates applies ln_post, as the pooled path does; the class token is split off
         return out["image_features"], project(out["image_intermediates"][-1], visual.proj)
