@@ -296,18 +296,28 @@ def run_pipeline(config, overrides, dry_run, jobs, quiet):
 @click.option("--overwrite", is_flag=True, help="Replace a different profile.json in the study folder.")
 def profile(config, overrides, overwrite):
     """The frozen encoder's profile on a study's synthetic world, without training heads:
-    accuracy per family and patch grounding (the gate before any head experiment)."""
-    from .clip_profile import profile_table
+    accuracy per family and patch grounding (the gate before any head experiment). With
+    encoder.patch_readout=[standard,sclip,...] one row per readout."""
+    from .clip_profile import profile_rows
     from .config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from .pipelines import ablation
+    from .pipelines.study import claim_folder
+    from .report import table
     config = find_config(config)
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     cfg = build(ablation.CONFIG, data, config)
     if cfg.world is None:
         raise FlowclipError(f"{config}: profile needs a synthetic world (world: {{...}})")
-    store, paths, _ = ablation.world_store(cfg, click.echo)
-    prof = ablation.write_profile(cfg, store, paths, lambda *_: None, recompute=True, overwrite=overwrite)
-    click.echo(profile_table(prof, f"{cfg.encoder.get('model')} ({cfg.encoder.get('pretrained')})"))
+    grid = ablation.readout_grid(cfg)
+    if len(grid) > 1:
+        claim_folder(cfg.out)
+    profiles = {}
+    for readout, sub in grid:
+        ablation.encoder_spec(sub.encoder)
+        store, paths, _ = ablation.world_store(sub, click.echo)
+        profiles[f"{cfg.encoder.get('model')} ({cfg.encoder.get('pretrained')}, {readout})"] = \
+            ablation.write_profile(sub, store, paths, lambda *_: None, recompute=True, overwrite=overwrite)
+    click.echo("\n".join(table(*profile_rows(profiles))))
 
 
 @main.command("pretrain-tiny-clip")
@@ -446,11 +456,13 @@ def negatives(inp, out, kinds, seed, attributes, objects):
 @click.option("--epochs", default=2, show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.option("--zoo", is_flag=True, help="Also train and score the head zoo (LABCLIP, FILIP, FSC local, DCSM).")
-def demo(out, scenes, epochs, quiet, zoo):
+@click.option("--patch-readout", type=click.Choice(["standard", "maskclip", "clearclip", "sclip", "naclip"]),
+              default=None, help="The tiny CLIP's patch readout (default: the demo's, see docs/results-synthetic.md).")
+def demo(out, scenes, epochs, quiet, zoo, patch_readout):
     """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""
     from .demo import run_demo
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    summary = run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo)
+    run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo, patch_readout=patch_readout)
     click.echo(open(os.path.join(out, "summary.md")).read())
     click.echo(f"report: {os.path.join(out, 'summary.md')} (tables), {os.path.join(out, 'score')} (every record)")
 

@@ -103,13 +103,22 @@ def clip_profile(store: FeatureStore, paths: dict) -> dict:
     return {"accuracy": acc, "chance": chance, "grounding": patch_grounding(store, paths["eval-swap-att"])}
 
 
-def profile_table(prof: dict, name: str) -> str:
-    """The encoder's row (accuracy per family, both grounding measures, in %) above the
-    chance row each is read against (order: 1 in 5; pairs: 50%)."""
-    from .report import fmt, table
-    acc, g, chance = prof["accuracy"], prof["grounding"], prof.get("chance", {})
+def profile_rows(profiles: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): one row per named profile (accuracy per family, both grounding
+    measures, in %), then the chance row each is read against (order: 1 in 5; pairs: 50%)."""
+    from .report import fmt
     pct = lambda v: fmt(None if v is None else 100 * v, 1)
     head = ["", *PROFILE_FAMILIES, "patch in cell", "object contrast"]
-    rows = [[name, *(pct(acc[f]) for f in PROFILE_FAMILIES), pct(g["hit_rate"]), pct(g.get("object_hit_rate"))],
-            ["chance", *(pct(chance.get(f)) for f in PROFILE_FAMILIES), pct(g["chance"]), pct(g.get("object_chance"))]]
-    return "\n".join(table(head, rows))
+    rows = [[name, *(pct(p["accuracy"][f]) for f in PROFILE_FAMILIES), pct(p["grounding"]["hit_rate"]),
+             pct(p["grounding"].get("object_hit_rate"))] for name, p in profiles.items()]
+    last = list(profiles.values())[-1]
+    chance, g = last.get("chance", {}), last["grounding"]
+    rows.append(["chance", *(pct(chance.get(f)) for f in PROFILE_FAMILIES), pct(g["chance"]),
+                 pct(g.get("object_chance"))])
+    return head, rows
+
+
+def profile_table(prof: dict, name: str) -> str:
+    """The encoder's row above the chance row (profile_rows for one profile)."""
+    from .report import table
+    return "\n".join(table(*profile_rows({name: prof})))

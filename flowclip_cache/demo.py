@@ -28,9 +28,15 @@ def demo_encoder() -> dict:
         return {"model": "flowclip-tiny-clip", "pretrained": "none"}
 
 
+DEMO_READOUT = "standard"    # the tiny CLIP's patch readout in the demo (docs/results-synthetic.md, section 6)
+
+
 def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap_draws: int = 1000,
-             progress: bool = True, zoo: bool = False) -> dict:
+             progress: bool = True, zoo: bool = False, patch_readout: str | None = None) -> dict:
     enc = demo_encoder()
+    readout = patch_readout or DEMO_READOUT
+    if readout != "standard":
+        enc["patch_readout"] = readout
     if enc["pretrained"] == "none":
         log("note: no shipped synthetic-world weights; the tiny CLIP runs with random weights")
     cfg = AblationConfig(kind="ablation", out=os.path.abspath(out),

@@ -35,6 +35,7 @@ class AblationConfig:
     bootstrap: int = 10000
     compare: list[list[str]] = field(default_factory=lambda: [["global", "flow_hnb_cimr"]])
     world: dict[str, Any] | None = None       # build the synthetic world (build_world kwargs) and its store
+    world_folder: str | None = None           # where that world is written (default OUT/world)
     encoder: dict[str, Any] = field(default_factory=lambda: {"model": "flowclip-tiny-clip", "pretrained": "synthetic"})
     device: str = "cpu"
     data_placement: str = "auto"              # where training features live: auto | device | host | store
@@ -45,6 +46,35 @@ def plan(cfg: AblationConfig) -> list[RunSpec]:
     return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
 
 
+ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout"}
+
+
+def encoder_spec(encoder: dict):
+    """The study's `encoder:` mapping -> EncoderSpec (one patch readout)."""
+    from ..encoders import EncoderSpec
+    from ..errors import FlowclipError
+    unknown = sorted(set(encoder) - ENCODER_KEYS)
+    if unknown:
+        raise FlowclipError(f"encoder: unknown keys {unknown}; known: {sorted(ENCODER_KEYS)}")
+    return EncoderSpec(encoder.get("model", "flowclip-tiny-clip"), encoder.get("pretrained", "none"),
+                       int(encoder.get("init_seed", 0)), patch_readout=encoder.get("patch_readout", "standard"))
+
+
+def readout_grid(cfg: AblationConfig) -> list[tuple[str, AblationConfig]]:
+    """encoder.patch_readout as a grid axis: [(readout, the study of that readout in
+    OUT/readout-<name>/)]; a single readout is the study itself."""
+    import dataclasses
+    readouts = cfg.encoder.get("patch_readout", "standard")
+    if not isinstance(readouts, list):
+        return [(readouts, cfg)]
+    if len(set(readouts)) != len(readouts) or not readouts:
+        from ..errors import FlowclipError
+        raise FlowclipError(f"encoder.patch_readout: a list of distinct readouts, got {readouts}")
+    world = cfg.world_folder or os.path.join(cfg.out, "world")      # one world serves every readout
+    return [(r, dataclasses.replace(cfg, out=os.path.join(cfg.out, f"readout-{r}"), world_folder=world,
+                                    encoder={**cfg.encoder, "patch_readout": r})) for r in readouts]
+
+
 def world_store(cfg: AblationConfig, log, progress: bool = True):
     """The synthetic world, extracted once with the configured encoder -> (store, paths, evals)."""
     from ..encoders import EncoderSpec, resolve
@@ -53,9 +83,8 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     from ..world import FAMILIES, build_world
     from .study import claim_folder
     claim_folder(cfg.out)
-    paths = build_world(os.path.join(cfg.out, "world"), **cfg.world)
-    enc = resolve(EncoderSpec(cfg.encoder.get("model", "flowclip-tiny-clip"), cfg.encoder.get("pretrained", "none"),
-                              int(cfg.encoder.get("init_seed", 0))))
+    paths = build_world(cfg.world_folder or os.path.join(cfg.out, "world"), **cfg.world)
+    enc = resolve(encoder_spec(cfg.encoder))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config)
     evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
     s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0,
@@ -96,6 +125,10 @@ def prepare_world(cfg: AblationConfig, log, progress: bool = True) -> AblationCo
 
 
 def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
+    grid = readout_grid(cfg)
+    if len(grid) > 1 or grid[0][1] is not cfg:
+        return run_readouts(cfg, grid, dry_run, jobs, log, progress)
+    encoder_spec(cfg.encoder)                      # unknown encoder keys fail before anything runs
     if cfg.world is not None and not cfg.store and not dry_run:
         cfg = prepare_world(cfg, log, progress)
     if not dry_run:
@@ -109,6 +142,31 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
                    compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device,
                    side_by_side=cfg.side_by_side, placement=cfg.data_placement, world=cfg.world, progress=progress, log=log)
+
+
+def run_readouts(cfg: AblationConfig, grid, dry_run: bool, jobs: int, log, progress: bool):
+    """One study per patch readout (each with its own store of the same world), then their
+    real-image tables side by side in OUT/summary.md."""
+    from .encoders import write_combined
+    from .study import claim_folder
+    if cfg.store:
+        from ..errors import FlowclipError
+        raise FlowclipError("encoder.patch_readout as a list needs world={...}: each readout extracts its own "
+                            "store; for real data extract one store per readout and use `kind: encoders`")
+    if not dry_run:
+        claim_folder(cfg.out)
+    summaries = {}
+    for readout, sub in grid:
+        log(f"patch readout {readout}:")
+        summaries[readout] = run(sub, dry_run, jobs, log=lambda m: log(f"  {m}"), progress=progress)
+    if dry_run:
+        return None
+    combined = {"encoders": {f"{cfg.encoder.get('model')} / {r}": {
+        "model": cfg.encoder.get("model"), "patch_readout": r, "store_fingerprint": s["store_fingerprint"],
+        "table": s["table"], "columns": s["columns"], "encoder_profile": s.get("encoder_profile")}
+        for r, s in summaries.items()}}
+    write_combined(cfg.out, combined, label="encoder / readout")
+    return combined
 
 
 CONFIG = AblationConfig

@@ -87,7 +87,8 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
     return combined
 
 
-def write_combined(out: str, combined: dict) -> None:
+def write_combined(out: str, combined: dict, label: str = "encoder") -> None:
+    from ..clip_profile import profile_rows
     from ..report import table
     cols = next(iter(combined["encoders"].values()))["columns"]
     rows = []
@@ -97,7 +98,11 @@ def write_combined(out: str, combined: dict) -> None:
                                                                      else "") if c in row else "" for c in cols])
     md = ["# Encoders side by side", "", "Real images; accuracy (%), mean ± sample std across seeds. Each "
           "encoder's own study (bootstrap, controls, conclusions): <encoder>/summary.md.", "",
-          *table(["encoder", "method"] + cols, rows), ""]
+          *table([label, "method"] + cols, rows), ""]
+    profiles = {n: e["encoder_profile"] for n, e in combined["encoders"].items() if e.get("encoder_profile")}
+    if profiles:
+        head, body = profile_rows(profiles)
+        md += ["## The frozen encoders' profiles (%)", "", *table(head, body), ""]
     json.dump(combined, open(os.path.join(out, "summary.json.tmp"), "w"), indent=1)
     os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
     with open(os.path.join(out, "summary.md.tmp"), "w") as f:
