@@ -181,3 +181,30 @@ def test_encoders_study_dry_run_then_side_by_side(tmp_path, sample, blip_folder)
         assert os.path.exists(tmp_path / "study" / enc / "summary.md")
         for method in ("clip", "global", "flow"):
             assert f"| {enc} | {method} |" in md
+
+
+def test_patch_readout_is_a_grid_axis_and_profile_prints_each(tmp_path):
+    """encoder.patch_readout=[standard, sclip]: one world, one store and one study per
+    readout, the tables side by side; profile prints a row per readout."""
+    reduced = [a for a in REDUCED if not a.startswith(("encoder=", "seeds=", "controls="))]
+    enc = "encoder={model: flowclip-tiny-vit, pretrained: none, patch_readout: [standard, sclip]}"
+    args = ["run", SYNTH, f"out={tmp_path}/s", *reduced, enc, "seeds=[0]", "controls=[real]"]
+    r = CliRunner().invoke(main, [*args, "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("[todo   ]") == 4 and not os.path.exists(tmp_path / "s")
+    r = CliRunner().invoke(main, [*args, "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(tmp_path / "s")) == ["FLOWCLIP_OUTPUT.json", "readout-sclip", "readout-standard",
+                                                  "summary.json", "summary.md", "world"]
+    md = open(tmp_path / "s" / "summary.md").read()
+    assert "| flowclip-tiny-vit / sclip | flow |" in md and "| flowclip-tiny-vit / standard | global |" in md
+    assert "(synthetic" not in md and "patch in cell" in md             # the profiles, one row per readout
+    stores = {r: json.load(open(tmp_path / "s" / f"readout-{r}" / "store" / "store.json"))["encoder"]
+              for r in ("standard", "sclip")}
+    assert stores["sclip"]["patch_readout"] == "sclip" and "patch_readout" not in stores["standard"]
+    r = CliRunner().invoke(main, ["profile", SYNTH, f"out={tmp_path}/p", REDUCED[0], enc])
+    assert r.exit_code == 0, r.output
+    assert "flowclip-tiny-vit (none, standard)" in r.output and "flowclip-tiny-vit (none, sclip)" in r.output
+    bad = "encoder={model: flowclip-tiny-vit, patch_readout: sclip, readout: x}"
+    r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/b", *reduced, bad, "--dry-run"])
+    assert r.exit_code == 2 and "unknown keys ['readout']" in r.output
