@@ -23,7 +23,7 @@ def test_every_pipeline_file_names_its_command_and_parses():
     from flowclip_cache.config import build
     import yaml
     from flowclip_cache.config import find_config
-    for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders"):
+    for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders", "readouts"):
         path = find_config(name)
         first = open(path).readline()
         assert first.startswith(f"# flowclip run {name}"), name
