@@ -451,6 +451,30 @@ def negatives(inp, out, kinds, seed, attributes, objects):
 
 
 @main.command()
+@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--manifest", "manifests", multiple=True, required=True, type=click.Path(exists=True),
+              help="A candidates/pairwise manifest or a folder of them; repeatable.")
+@click.option("--scorer", "scorers", multiple=True, required=True,
+              help="As for score: 'clip', a run folder or NAME=folder. Repairs and regressions are between the "
+                   "first and the last.")
+@click.option("--records", default="changed", show_default=True,
+              help="repairs, regressions, changed (both), all, or record ids separated by commas.")
+@click.option("--max", "limit", default=40, show_default=True, help="Records explained (largest margin change first; 0 = all).")
+@click.option("--image-root", type=click.Path(), help="Folder the manifests' image paths are relative to (for display).")
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--device", default="auto", show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an explain folder flowclip wrote (nothing else).")
+def explain(store, manifests, scorers, records, limit, image_root, out, device, overwrite):
+    """Where each word found its evidence: token->patch maps before and after the
+    refinement, patch sensitivity of the gold-foil margin, every scorer's margins; PNGs and
+    one self-contained HTML explorer (explorer.html)."""
+    from .explain import run_explain
+    from .store import FeatureStore
+    run_explain(FeatureStore(store), list(manifests), list(scorers), out, records=records, limit=limit,
+                image_root=image_root, device=_device(device), overwrite=overwrite, log=click.echo)
+
+
+@main.command()
 @click.option("--out", default="flowclip-demo", show_default=True, type=click.Path(file_okay=False))
 @click.option("--scenes", default=1500, show_default=True, help="Head-training scenes of the world.")
 @click.option("--epochs", default=2, show_default=True)

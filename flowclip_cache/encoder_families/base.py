@@ -88,6 +88,10 @@ class Family:
         """Tokens the caption would have without the context limit (for the truncated flag)."""
         raise NotImplementedError
 
+    def token_strings(self, ids: list[int]) -> list[str]:
+        """Readable text of each token id (flowclip explain's labels)."""
+        raise NotImplementedError
+
     def image_forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """images [B,3,H,W] -> (global [B,d], patches [B,N,d]), not normalised."""
         raise NotImplementedError

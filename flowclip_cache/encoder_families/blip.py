@@ -117,6 +117,9 @@ class BlipITC(Family):
     def tokenize(self, texts):
         return hf.hf_tokenize(self.tokenizer, texts, self.context_length)
 
+    def token_strings(self, ids):
+        return self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+
     def untruncated_length(self, text):
         return len(self.tokenizer(text)["input_ids"])
 

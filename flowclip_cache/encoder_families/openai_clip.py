@@ -66,11 +66,17 @@ class OpenAIClip(oc.OpenClipFamily):
     @classmethod
     def make_tokenizer(cls, enc):
         import open_clip
+
+        from ..encoders import register_package_configs
+        register_package_configs()             # flowclip's own configs (the tiny CLIP) name their tokenizer too
         return open_clip.get_tokenizer(enc.spec.model)
 
     def tokenize(self, texts):
         ids = self.tokenizer(texts, context_length=self.context_length)
         return Tokens(ids, ids != self.pad_id)
+
+    def token_strings(self, ids):
+        return [self.tokenizer.decoder.get(int(i), "?").replace("</w>", "") for i in ids]
 
     def untruncated_length(self, text: str) -> int:
         return len(self.tokenizer.encode(text)) + 2      # with <start_of_text> and <end_of_text>

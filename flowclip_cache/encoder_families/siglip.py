@@ -90,6 +90,9 @@ class SigLIP(oc.OpenClipFamily):
         return hf.hf_tokenize(self.tokenizer.tokenizer, [self.tokenizer.clean_fn(t) for t in texts],
                               self.context_length)
 
+    def token_strings(self, ids):
+        return [t.replace("\u2581", "") for t in self.tokenizer.tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
+
     def untruncated_length(self, text):
         return len(self.tokenizer.tokenizer(self.tokenizer.clean_fn(text))["input_ids"])
 

@@ -132,6 +132,33 @@ class FlowHead(GlobalHead):
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         return 4 * 12 * L * N          # the [I, T, L, N] intermediates of the factorised form
 
+    def token_evidence(self, v, P, t, H, mask) -> dict:
+        """Where each word looked, for one image and T captions (flowclip explain), from
+        the ICER equations: v [d], P [N,d], t [T,d], H [T,L,d], mask [T,L] ->
+        before/after [T,L,N] (softmax_j of q_l.p_j and of qres_l.p_j over tau_p: each
+        token's patch support before and after the refinement), contrib [T,L] (each
+        valid token's share of s_token: m_l (E(qres_l) - E(q_l)) / sum m), s_global,
+        s_token and s [T]."""
+        q = F.normalize(H @ self.M_tok.T, dim=-1)                             # [T,L,d]
+        logits = q @ P.T                                                      # [T,L,N]
+        before = torch.softmax(logits / self.tau_p, dim=-1)
+        r = before @ (P - P.mean(0))                                          # c_l
+        r = r - (q * r).sum(-1, keepdim=True) * q
+        q_res = F.normalize(q + r @ self.W.T, dim=-1)
+        res_logits = q_res @ P.T
+        m = mask.to(P.dtype)
+        contrib = m * (_pooled_evidence(res_logits, self.tau_p) - _pooled_evidence(logits, self.tau_p)) \
+            / m.sum(-1, keepdim=True).clamp_min(1)
+        s_global = global_scores(v[None], t, self.M)[0]
+        s_token = contrib.sum(-1)
+        return {"before": before, "after": torch.softmax(res_logits / self.tau_p, dim=-1), "contrib": contrib,
+                "s_global": s_global, "s_token": s_token, "s": s_global + self.alpha * s_token}
+
+    def token_margin(self, P, H, mask, gold: int, foil: int) -> torch.Tensor:
+        """s_token(gold) - s_token(foil) of one image P [N,d] (differentiable in P)."""
+        s = token_scores_direct(P[None], H[[gold, foil]], mask[[gold, foil]], self.M_tok, self.W, self.tau_p)[0]
+        return s[0] - s[1]
+
     @classmethod
     def check_hparams(cls, hp: dict, where: str) -> dict:
         out = super().check_hparams(hp, where)

@@ -1,0 +1,188 @@
+"""flowclip explain: its numbers are score's (records.parquet), its maps are distributions,
+its sensitivity is a derivative (finite differences), its PNGs print the same numbers, and
+its page works in a real browser (headless Chromium)."""
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+
+from conftest import ROOT
+from flowclip_cache.cli import main
+
+
+@pytest.fixture(scope="module")
+def explained(tmp_path_factory):
+    """A small store, Global-M and Flow-CLIP heads, their score, and explain of every record."""
+    from flowclip_cache.sample import make_sample
+    root = tmp_path_factory.mktemp("explain")
+    s = make_sample(str(root / "sample"), n_images=30)
+    st, g, f, res, ex = (str(root / n) for n in ("store", "global", "flow", "res", "ex"))
+    run = lambda args: CliRunner().invoke(main, args)
+    r = run(["extract", "--store", st, "--model", "flowclip-tiny-vit", "--manifest", s["candidates"],
+             "--manifest", s["training"], "--image-root", s["image_root"], "--workers", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    for out, head, extra in ((g, "global", []), (f, "flow", ["--lr", "1e-2", "--epochs", "2"])):
+        r = run(["train-head", "--store", st, "--train", s["training"], "--out", out, "--head", head, "--epochs", "1",
+                 *extra, "--quiet"])
+        assert r.exit_code == 0, r.output
+    r = run(["score", "--store", st, "--manifests", s["candidates"], "--scorer", "clip", "--scorer", f"global={g}",
+             "--scorer", f"flow={f}", "--out", res, "--bootstrap", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = run(["explain", "--store", st, "--manifest", s["candidates"], "--scorer", "clip", "--scorer", f"global={g}",
+             "--scorer", f"flow={f}", "--records", "all", "--max", "0", "--image-root", s["image_root"], "--out", ex])
+    assert r.exit_code == 0, r.output
+    return {"root": root, "sample": s, "store": st, "global": g, "flow": f, "res": res, "ex": ex,
+            "data": json.load(open(os.path.join(ex, "explain.json")))}
+
+
+def test_numbers_equal_the_score_records(explained):
+    rows = pq.read_table(os.path.join(explained["res"], "records.parquet")).to_pylist()
+    real = {(r["record_id"], r["scorer"]): r for r in rows if r["control"] == "real"}
+    data = explained["data"]
+    assert len(data["records"]) == 30 and data["scorers"] == ["clip", "global", "flow"]
+    for rec in data["records"]:
+        for run, scores in rec["scores"].items():
+            want = real[(rec["record_id"], run)]
+            np.testing.assert_allclose(scores, want["scores"], rtol=0, atol=1e-6)
+            assert rec["correct"][run] == want["correct"] and rec["gold"] == want["gold"]
+        a, b = rec["correct"]["clip"], rec["correct"]["flow"]
+        assert rec["status"] == ("repair" if b and not a else "regression" if a and not b else "unchanged")
+        flow = rec["maps"]["flow"]
+        assert set(rec["maps"]) == {"flow"}                 # clip and Global-M have no token evidence
+        for cap in flow["captions"]:
+            # the maps' own numbers add up to the scorer's score of that caption
+            assert math.isclose(cap["s"], rec["scores"]["flow"][cap["index"]], abs_tol=1e-5)
+            assert math.isclose(sum(cap["contrib"]), cap["s_token"], abs_tol=1e-6)
+            for before, after in zip(cap["before"], cap["after"]):
+                assert math.isclose(sum(before), 1, abs_tol=1e-5) and math.isclose(sum(after), 1, abs_tol=1e-5)
+            assert len(cap["tokens"]) == len(cap["contrib"]) and all(isinstance(t, str) for t in cap["tokens"])
+        assert len(flow["sensitivity"]) == 16 and len(flow["top_patches"]) == 3
+
+
+def test_pngs_print_the_same_margins(explained, monkeypatch, tmp_path):
+    """Every text the figures draw, captured at savefig: each record figure's title carries
+    every scorer's margin as the records give them."""
+    import matplotlib.figure
+    drawn = []
+    real_save = matplotlib.figure.Figure.savefig
+
+    def capture(fig, path, *a, **k):
+        drawn.append((str(path), [t.get_text() for t in fig.texts] + [ax.get_title() for ax in fig.axes]))
+        return real_save(fig, path, *a, **k)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", capture)
+    e = explained
+    r = CliRunner().invoke(main, ["explain", "--store", e["store"], "--manifest", e["sample"]["candidates"],
+                                  "--scorer", "clip", "--scorer", f"flow={e['flow']}", "--records", "changed",
+                                  "--image-root", e["sample"]["image_root"], "--out", str(tmp_path / "ex")])
+    assert r.exit_code == 0, r.output
+    data = json.load(open(tmp_path / "ex" / "explain.json"))
+    rows = pq.read_table(os.path.join(e["res"], "records.parquet")).to_pylist()
+    real = {(x["record_id"], x["scorer"]): x for x in rows if x["control"] == "real"}
+    figs = {os.path.basename(p): texts for p, texts in drawn}
+    assert data["records"] and all(rec["status"] != "unchanged" for rec in data["records"])
+    for rec in data["records"]:
+        texts = " ".join(figs[os.path.basename(rec["png"])])
+        for run in ("clip", "flow"):
+            sc, gold = real[(rec["record_id"], run)]["scores"], rec["gold"]
+            m = sc[gold] - max(x for j, x in enumerate(sc) if j != gold)
+            assert f"{run} {m:+.4f}" in texts
+    assert "grid.png" in figs
+
+
+def test_sensitivity_is_the_directional_derivative():
+    from flowclip_cache.explain import sensitivity
+    from flowclip_cache.heads.flow import FlowHead
+    torch.manual_seed(0)
+    head = FlowHead(12, tau_p=0.1).double()
+    with torch.no_grad():
+        head.W.normal_(0, 0.4)
+        head.M_tok.add_(0.2 * torch.randn(12, 12, dtype=torch.float64))
+    P = F.normalize(torch.randn(9, 12, dtype=torch.float64), dim=-1)
+    H = F.normalize(torch.randn(3, 4, 12, dtype=torch.float64), dim=-1)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[2, 3] = False
+    sens = sensitivity(head, P, H, mask, 0, 2)
+    eps = 1e-6
+    for j in range(9):
+        d = torch.zeros_like(P)
+        d[j] = P[j] - P.mean(0)
+        fd = (head.token_margin(P + eps * d, H, mask, 0, 2) - head.token_margin(P - eps * d, H, mask, 0, 2)) / (2 * eps)
+        assert math.isclose(float(sens[j]), float(fd), rel_tol=1e-5, abs_tol=1e-9)
+
+
+def test_selections_and_refusals(explained, tmp_path):
+    e = explained
+    base = ["explain", "--store", e["store"], "--manifest", e["sample"]["candidates"], "--scorer", "clip",
+            "--scorer", f"flow={e['flow']}", "--image-root", e["sample"]["image_root"]]
+    data = e["data"]["records"]
+    repairs = sorted(r["record_id"] for r in data if r["status"] == "repair")
+    r = CliRunner().invoke(main, [*base, "--records", "repairs", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    got = json.load(open(tmp_path / "a" / "explain.json"))["records"]
+    assert sorted(x["record_id"] for x in got) == repairs
+    changes = [x["margin_change"] for x in got]
+    assert [abs(c) for c in changes] == sorted((abs(c) for c in changes), reverse=True)
+    one = data[0]["record_id"]
+    r = CliRunner().invoke(main, [*base, "--records", f"{one},nope", "--out", str(tmp_path / "b")])
+    assert r.exit_code != 0 and "no candidate record with id nope" in r.output
+    r = CliRunner().invoke(main, [*base, "--records", one, "--out", e["res"], "--overwrite"])
+    assert r.exit_code != 0 and "is a score results folder, not an explain folder" in r.output
+
+
+def _chromium():
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: F401
+    except ImportError:
+        pytest.skip("the browser test needs playwright (pip install -e '.[test]')")
+    for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", shutil.which("chromium") or ""):
+        if path and os.path.exists(path):
+            return path
+    pytest.skip("no Chromium on this machine (Debian: apt-get install chromium; .ci/run installs it)")
+
+
+def test_the_page_in_a_real_browser(explained):
+    from playwright.sync_api import sync_playwright
+    exe = _chromium()
+    page_path = os.path.join(explained["ex"], "explorer.html")
+    records = explained["data"]["records"]
+    art = os.environ.get("FLOWCLIP_TEST_ARTIFACTS", os.path.join(ROOT, "test-artifacts"))
+    os.makedirs(art, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        errors = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: errors.append(f"network request {r.url}")
+                if not r.url.startswith(("file:", "data:")) else None)
+        page.goto("file://" + page_path)
+        assert page.locator("tr.rec").count() == len(records) == int(page.inner_text("#count"))
+        page.select_option("#f-status", "regression")
+        regressions = [r for r in records if r["status"] == "regression"]
+        assert page.locator("tr.rec").count() == len(regressions)
+        page.select_option("#f-status", "")
+        page.fill("#f-min", "0")
+        assert page.locator("tr.rec").count() == sum(r["margin_change"] >= 0 for r in records)
+        page.fill("#f-min", "")
+        first = page.locator("tr.rec").first
+        rid = int(first.get_attribute("data-id"))
+        first.click()
+        rec = next(r for r in records if r["id"] == rid)
+        assert rec["record_id"] in page.inner_text("#rec-title")
+        shown = [float(x) for x in page.locator("td.score").all_inner_texts()]
+        want = [x for run in explained["data"]["scorers"] for x in rec["scores"][run]]
+        np.testing.assert_allclose(shown, want, rtol=0, atol=1e-6)
+        n_tokens = sum(len(c["contrib"]) for c in rec["maps"]["flow"]["captions"]
+                       if c["index"] in (rec["gold"], rec["maps"]["flow"]["foil"]))
+        assert page.locator(".scorer-maps canvas").count() == 1 + 3 * n_tokens
+        page.wait_for_timeout(300)
+        page.screenshot(path=os.path.join(art, "explain-explorer.png"), full_page=True)
+        browser.close()
+    assert errors == []
