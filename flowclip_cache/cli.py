@@ -250,9 +250,12 @@ def train_head_cmd(store, train_manifest, out, config_file, device, data_placeme
 @click.option("--shortlist", type=int, help="Re-rank the global top K in retrieval (approximate; labelled).")
 @click.option("--image-root", type=click.Path())
 @click.option("--overwrite", is_flag=True, help="Replace a results folder flowclip score wrote (nothing else).")
+@click.option("--explain", "explain_n", default=0, show_default=True,
+              help="Also explain the N largest repairs and N largest regressions between the first and the last "
+                   "scorer (OUT/explain/explorer.html; needs --image-root to show the images).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def score(store, manifests, scorers, controls, out, device, seed, draws, max_memory, shortlist, image_root,
-          overwrite, quiet):
+          overwrite, explain_n, quiet):
     """Score every benchmark manifest with every scorer, from one store."""
     from .score import CONTROLS, run_score
     from .store import FeatureStore
@@ -260,11 +263,16 @@ def score(store, manifests, scorers, controls, out, device, seed, draws, max_mem
     bad = [c for c in ctl if c not in CONTROLS]
     if bad:
         raise FlowclipError(f"--controls: unknown {bad}; use {', '.join(CONTROLS)}")
-    summary = run_score(FeatureStore(store), list(manifests), list(scorers), out, controls=ctl,
+    run_score(FeatureStore(store), list(manifests), list(scorers), out, controls=ctl,
                         device=_device(device), seed=seed, bootstrap_draws=draws, max_memory_mb=max_memory,
                         shortlist=shortlist, overwrite=overwrite, image_root=image_root, progress=not quiet,
                         log=click.echo)
     click.echo(open(os.path.join(out, "results.md")).read())
+    if explain_n:
+        from .explain import run_explain
+        run_explain(FeatureStore(store), list(manifests), list(scorers), os.path.join(out, "explain"),
+                    records="changed", limit=explain_n, per_status=True, image_root=image_root,
+                    device=_device(device), log=click.echo)
 
 
 @main.command("run", context_settings={"ignore_unknown_options": False})

@@ -47,4 +47,32 @@ def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap
                          controls=["real", "shuffle", "fixed"], bootstrap=bootstrap_draws,
                          compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"]]
                          + ([["flow_hnb_cimr", k] for k in ZOO] if zoo else []))
-    return run(cfg, dry_run=False, jobs=1, log=log, progress=progress)
+    summary = run(cfg, dry_run=False, jobs=1, log=log, progress=progress)
+    explain_demo(cfg, log)
+    return summary
+
+
+def explain_demo(cfg: AblationConfig, log, most: int = 15) -> None:
+    """The evidence explorer of the binding task (Global-M -> Flow-CLIP HNB + CIMR, seed 0),
+    linked from the demo's summary."""
+    from .explain import run_explain
+    from .store import FeatureStore
+    folder = lambda method: os.path.join(cfg.out, "runs", _folder(cfg, method))
+    out = os.path.join(cfg.out, "explain")
+    if os.path.exists(os.path.join(out, "explorer.html")):
+        return                                       # a finished demo run again: already explained
+    binding = next(m for m in cfg.eval if "swap-att" in os.path.basename(m) and "heldout" not in m)
+    run_explain(FeatureStore(cfg.store), [binding], [f"global={folder('global')}",
+                                                     f"flow_hnb_cimr={folder('flow_hnb_cimr')}"], out,
+                records="changed", limit=most, per_status=True, image_root=os.path.join(cfg.world_folder or os.path.join(cfg.out, "world"), "images"),
+                overwrite=True, log=log)
+    with open(os.path.join(cfg.out, "summary.md"), "a") as f:
+        f.write("\n## Where the words looked\n\nThe evidence explorer of the binding task (swap-att), Global-M -> "
+                "Flow-CLIP (HNB + CIMR), the largest repairs and regressions: "
+                "[explain/explorer.html](explain/explorer.html) (one self-contained page), "
+                "figures in explain/records/ and explain/grid.png.\n")
+
+
+def _folder(cfg: AblationConfig, method: str) -> str:
+    from .pipelines.ablation import plan
+    return next(r.folder for r in plan(cfg) if r.method == method and r.seed == cfg.seeds[0])

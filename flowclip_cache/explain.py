@@ -33,9 +33,11 @@ PAGE = os.path.join(os.path.dirname(__file__), "explain_page.html")
 
 
 # -- select ---------------------------------------------------------------------------------------
-def select_records(store, manifests, scorers, selection, limit, image_root, device) -> list[dict]:
+def select_records(store, manifests, scorers, selection, limit, image_root, device,
+                   per_status: bool = False) -> list[dict]:
     """Score every record with every scorer (score_candidates, as `flowclip score` does) and
-    keep the chosen ones, the largest margin changes first."""
+    keep the chosen ones, the largest margin changes first: `limit` in all, or with
+    per_status `limit` of each decision (repairs, regressions, ...)."""
     from .score import evaluation_manifests, score_candidates, scoring_of
     ids = None if selection in SELECTIONS else set(selection.split(","))
     chosen = []
@@ -68,6 +70,9 @@ def select_records(store, manifests, scorers, selection, limit, image_root, devi
     if ids is not None and len(chosen) < len(ids):
         missing = sorted(ids - {r["record_id"] for r in chosen})
         raise FlowclipError(f"--records: no candidate record with id {', '.join(missing[:5])} in the manifests")
+    if limit and per_status:
+        kept = {st: [r for r in chosen if r["status"] == st][:limit] for st in ("repair", "regression", "unchanged")}
+        return sorted((r for rs in kept.values() for r in rs), key=lambda r: -abs(r["margin_change"]))
     return chosen[:limit] if limit else chosen
 
 
@@ -165,13 +170,13 @@ def png_data_url(im) -> str:
 # -- write ----------------------------------------------------------------------------------------
 def run_explain(store, manifests: list[str], scorer_specs: list[str], out: str, *, records: str = "changed",
                 limit: int = 40, image_root: str | None = None, device: str = "cpu", overwrite: bool = False,
-                log=print) -> dict:
+                per_status: bool = False, log=print) -> dict:
     from .score import load_scorers
     outputs.check_replaceable(out, "explain", overwrite)
     if len(scorer_specs) < 1:
         raise FlowclipError("give at least one --scorer (two to find repairs and regressions)")
     scorers = load_scorers(scorer_specs, store, device)
-    chosen = select_records(store, manifests, scorers, records, limit, image_root, device)
+    chosen = select_records(store, manifests, scorers, records, limit, image_root, device, per_status)
     log(f"explaining {len(chosen)} records ({records}; {scorers[0].run} -> {scorers[-1].run})")
     grid = int(round(np.sqrt(store.meta["num_patches"])))
     tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"

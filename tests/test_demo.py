@@ -13,9 +13,13 @@ def test_demo_end_to_end(tmp_path):
     for f in ("summary.md", "summary.json", "profile.json", "score/results.json", "score/records.parquet"):
         assert os.path.exists(os.path.join(out, f)), f
     assert "## Fixed images" in r.output and "| flow_hnb_cimr |" in r.output
+    # the report links its evidence explorer
+    assert "[explain/explorer.html](explain/explorer.html)" in open(os.path.join(out, "summary.md")).read()
+    assert os.path.exists(os.path.join(out, "explain", "explorer.html"))
     # a second run finds everything done
     r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1"])
     assert r.exit_code == 0 and "the study is finished" in r.output
+    assert open(os.path.join(out, "summary.md")).read().count("explain/explorer.html") == 2   # linked once
 
 
 def test_demo_report_reads_itself(tmp_path):

@@ -186,3 +186,19 @@ def test_the_page_in_a_real_browser(explained):
         page.screenshot(path=os.path.join(art, "explain-explorer.png"), full_page=True)
         browser.close()
     assert errors == []
+
+
+def test_score_explain_n(explained, tmp_path):
+    e = explained
+    out = str(tmp_path / "res")
+    r = CliRunner().invoke(main, ["score", "--store", e["store"], "--manifests", e["sample"]["candidates"],
+                                  "--scorer", "clip", "--scorer", f"flow={e['flow']}", "--out", out,
+                                  "--bootstrap", "0", "--quiet", "--explain", "2",
+                                  "--image-root", e["sample"]["image_root"]])
+    assert r.exit_code == 0, r.output
+    got = json.load(open(os.path.join(out, "explain", "explain.json")))["records"]
+    every = e["data"]["records"]
+    for status in ("repair", "regression"):
+        want = sorted((x for x in every if x["status"] == status), key=lambda x: -abs(x["margin_change"]))[:2]
+        assert sorted(x["record_id"] for x in got if x["status"] == status) == sorted(x["record_id"] for x in want)
+    assert not any(x["status"] == "unchanged" for x in got)
