@@ -18,11 +18,14 @@ def disable_tf32() -> None:
     torch.backends.cudnn.allow_tf32 = False
 
 
-@torch.no_grad()
-def encode_images(encoder, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """images [B,3,H,W] -> (global [B,d], patches [B,N,d]), both L2-normalised FP32."""
+def image_features(encoder, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """images [B,3,H,W] -> (global [B,d], patches [B,N,d]), both L2-normalised FP32;
+    differentiable (flowclip adapt trains through it)."""
     pooled, patches = encoder.image_forward(images)
     return F.normalize(pooled, dim=-1), F.normalize(patches, dim=-1)
+
+
+encode_images = torch.no_grad()(image_features)       # what extract stores
 
 
 @dataclass
@@ -48,8 +51,11 @@ def valid_mask(attention: torch.Tensor, policy: str = "nonpad", special: tuple[i
     return mask
 
 
-@torch.no_grad()
-def encode_texts(encoder, tokens: Tokens, policy: str = "nonpad", truncate: bool = True) -> TextFeatures:
+def text_features(encoder, tokens: Tokens, policy: str = "nonpad", truncate: bool = True) -> TextFeatures:
+    """Sentence, token states (L2-normalised FP32) and the valid mask; differentiable."""
     pooled, states, attention = encoder.text_forward(tokens, truncate)
     return TextFeatures(F.normalize(pooled, dim=-1), F.normalize(states, dim=-1),
                         valid_mask(attention, policy, encoder.special_tokens))
+
+
+encode_texts = torch.no_grad()(text_features)         # what extract stores

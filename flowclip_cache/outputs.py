@@ -18,7 +18,7 @@ from .errors import FlowclipError
 MARKER = "FLOWCLIP_OUTPUT.json"
 KINDS = {"score-results": "a score results folder", "head-run": "a train-head run folder",
          "study": "a study folder", "pretrain-run": "a pretrain-tiny-clip run folder",
-         "explain": "an explain folder"}
+         "explain": "an explain folder", "adapt-run": "an adapt run folder"}
 _LEGACY = {"score-results": ("results.json", ("store_fingerprint", "results")),
            "head-run": ("config.json", ("store_fingerprint", "train")),
            "pretrain-run": ("config.json", ("scenes", "steps", "attribute_rate"))}

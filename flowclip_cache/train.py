@@ -452,28 +452,39 @@ def _train(store, manifest, manifest_path, runs, started_flags, device, image_ro
     return [h.finish() for h in heads]
 
 
+def epoch_order(train_rec: np.ndarray, rec_neg: torch.Tensor, seed: int, epoch: int, device: str):
+    """(record order, the negative drawn for each record) of one epoch: a function of
+    (seed, epoch) only, so a resumed run and flowclip adapt see the same batches."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.as_tensor(train_rec)[torch.randperm(len(train_rec), generator=g)].to(device)
+    n_neg = (rec_neg >= 0).sum(1)
+    neg_pick = (torch.rand(len(rec_neg), generator=g).to(device) * n_neg.to(device)).long()
+    return order, neg_pick
+
+
+def steps_per_epoch(n_train: int, batch_size: int) -> int:
+    return n_train // batch_size if n_train >= batch_size else 1
+
+
 def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, ref: TrainConfig, device: str,
               progress: bool, max_steps: int | None) -> bool:
     """Epochs of batches for heads at the same position; False if max_steps cut it short."""
     B = ref.batch_size
-    steps_per_epoch = len(train_rec) // B if len(train_rec) >= B else 1
+    n_steps = steps_per_epoch(len(train_rec), B)
     need_tokens = any(h.head.uses_tokens for h in group)
-    bar = progress_bar(steps_per_epoch * ref.epochs, "train", "step", progress, group[0].state["global_step"])
+    bar = progress_bar(n_steps * ref.epochs, "train", "step", progress, group[0].state["global_step"])
     steps_run = 0
     # the order and the negative drawn depend only on (seed, epoch)
     while group[0].state["epoch"] < ref.epochs:
         epoch, first_step = group[0].position
-        g = torch.Generator().manual_seed(ref.seed * 1_000_003 + epoch)
-        order = torch.as_tensor(train_rec)[torch.randperm(len(train_rec), generator=g)].to(device)
-        n_neg = (data.rec_neg >= 0).sum(1)
-        neg_pick = (torch.rand(len(data.split), generator=g).to(device) * n_neg).long()
+        order, neg_pick = epoch_order(train_rec, data.rec_neg, ref.seed, epoch, device)
         def batch(step):
             rec = order[step * B:(step + 1) * B]
             img = data.rec_image[rec]
             pos, neg = data.rec_pos[rec], data.rec_neg[rec, neg_pick[rec]]
             return img, pos, neg, data.features(img, torch.cat([pos, neg]), need_tokens)   # once for all heads
 
-        steps = range(first_step, steps_per_epoch)
+        steps = range(first_step, n_steps)
         # the in-device bank gathers in no time; the others read ahead on a worker thread
         batches = map(batch, steps) if data.placement == "device" else prefetch(batch, steps, 2, device)
         for img, pos, neg, feats in batches:

@@ -1,0 +1,377 @@
+"""flowclip adapt: the unfrozen path. Both encoders train together with a head (none =
+NegCLIP-style fine-tuning, global = Global-M, flow = Flow-CLIP) under HNB and CIMR, from
+the images themselves; everything downstream goes through the cache as for a frozen
+encoder (the exported encoder is a new checkpoint: new fingerprint, new store).
+
+    records   the training manifest as in train-head (same records, ids and negatives)
+    order     train.epoch_order: the same batches and negatives as train-head
+    features  features.image_features / text_features: extract's definitions, with grads
+    loss      train.batch_loss: the same HNB and CIMR on the same head code
+    ranks     under torchrun each rank encodes its slice of the global batch; features are
+              gathered (with gradients) so negatives and CIMR donors span the global batch,
+              and DDP averages the gradients: N ranks with B/N records each train what one
+              process with B records trains
+    outputs   OUT/encoder.safetensors (open_clip-loadable), OUT/head.safetensors and
+              config.json (a head run folder whose store fingerprint is the exported
+              encoder's), checkpoints ckpt-<n>/ (encoder, head, AdamW state) for --resume
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import checkpoint, outputs
+from .config import build
+from .errors import FlowclipError
+from .heads import HEAD_KINDS, head_class
+from .manifest import Manifest
+from .train import TrainConfig, batch_loss, epoch_order, steps_per_epoch
+
+ADAPT_HEADS = {"none": "clip", "global": "global", "flow": "flow"}
+
+
+@dataclass
+class AdaptConfig(TrainConfig):
+    head: str = field(default="flow", metadata={"choices": ("clip", "global", "flow")})
+    encoder_lr: float = field(default=1e-5, metadata={"min": 0.0})   # AdamW lr of both encoders (lr: the head's)
+    precision: str = field(default="fp32", metadata={"choices": ("fp32", "bf16")})    # bf16: autocast, CUDA only
+    grad_checkpointing: bool = False
+    workers: int = field(default=2, metadata={"min": 0})               # image decoding processes
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "AdaptConfig":
+        head = d.get("head", "flow") if isinstance(d, dict) else None
+        if isinstance(head, str) and head in HEAD_KINDS:
+            d = {**head_class(head).train_defaults, **d}
+        return build(cls, d, source)
+
+
+# -- records: the training manifest, as train-head reads it ----------------------------------------
+@dataclass
+class AdaptRecords:
+    images: list                  # [U] (absolute path, crop) of each distinct image
+    texts: list[str]              # [C] distinct captions
+    rec_image: torch.Tensor       # [R] index into images
+    rec_pos: torch.Tensor         # [R] index into texts
+    rec_neg: torch.Tensor         # [R, K] index into texts, -1 = none
+    split: np.ndarray
+
+
+def read_records(manifest_path: str, image_root: str) -> AdaptRecords:
+    from .hashing import file_sha256, image_key
+    from .images import BadImage, resolve_image_path
+    m = Manifest.read(manifest_path)
+    if m.kind != "training":
+        raise FlowclipError(f"{manifest_path}: adapt needs a 'training' manifest, got {m.kind!r}")
+    t = m.table.to_pydict()
+    refs = list(m.image_refs())
+    keys, where = [], {}
+    for r in refs:                # images by content, as extract keys them: same image, same id
+        try:
+            path = resolve_image_path(image_root, r.path)
+            key = image_key(file_sha256(path), r.crop)
+        except (BadImage, OSError) as e:
+            raise FlowclipError(f"{manifest_path}:{r.row}: image {r.path!r}: {e}") from None
+        keys.append(key)
+        where.setdefault(key, (path, r.crop))
+    uimg = sorted(where)
+    img_index = {k: i for i, k in enumerate(uimg)}
+    negs = t["negatives"]
+    texts = sorted(set(t["positive"]) | {n for ns in negs for n in ns})
+    cap_index = {c: i for i, c in enumerate(texts)}
+    rec_neg = torch.full((len(negs), max(map(len, negs))), -1, dtype=torch.long)
+    for r, ns in enumerate(negs):
+        rec_neg[r, :len(ns)] = torch.tensor([cap_index[n] for n in ns])
+    return AdaptRecords([where[k] for k in uimg], texts, torch.tensor([img_index[k] for k in keys]),
+                        torch.tensor([cap_index[c] for c in t["positive"]]), rec_neg, np.array(t["split"]))
+
+
+class _Images:
+    """Decoded, preprocessed images of record indices (a DataLoader dataset)."""
+
+    def __init__(self, recs: AdaptRecords, preprocess):
+        self.recs, self.preprocess = recs, preprocess
+
+    def __len__(self):
+        return len(self.recs.rec_image)
+
+    def __getitem__(self, r):
+        from .images import load_image
+        path, crop = self.recs.images[int(self.recs.rec_image[r])]
+        return self.preprocess(load_image(path, crop))
+
+
+# -- ranks ---------------------------------------------------------------------------------------
+@dataclass
+class Ranks:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    def share(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous slice of a global batch."""
+        n = len(batch)
+        if n % self.world:
+            raise FlowclipError(f"batch_size {n} is not divisible by the {self.world} ranks")
+        k = n // self.world
+        return batch[self.rank * k:(self.rank + 1) * k]
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Every rank's rows, in rank order, with gradients flowing back to each rank."""
+        if not self.distributed:
+            return x
+        from torch.distributed.nn.functional import all_gather
+        return torch.cat(all_gather(x.contiguous()))
+
+    def max(self, n: int) -> int:
+        if not self.distributed:
+            return n
+        import torch.distributed as dist
+        t = torch.tensor([n], device=self.device_of_backend())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t)
+
+    def device_of_backend(self) -> str:
+        import torch.distributed as dist
+        return f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+
+
+def init_ranks(device: str) -> tuple[Ranks, str]:
+    """Ranks from torchrun's environment (gloo on CPU, NCCL on CUDA, one GPU per rank)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Ranks(), device
+    import torch.distributed as dist
+    cuda = device.startswith("cuda")
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return Ranks(dist.get_rank(), dist.get_world_size()), device
+
+
+# -- the model: both encoders and the head, one module for DDP ------------------------------------
+class Adapted(torch.nn.Module):
+    def __init__(self, encoder, head):
+        super().__init__()
+        self.encoder_model, self.head = encoder.model, head
+        self.encoder = encoder            # the family object (forwards, tokenizer); its model is above
+
+    def forward(self, images, tokens, policy: str):
+        from .features import image_features, text_features
+        v, P = image_features(self.encoder, images)
+        f = text_features(self.encoder, tokens, policy)
+        return v, P, f.sentence, f.tokens, f.mask
+
+
+def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: str, device: str):
+    """(v, P, t, H, mask) of the global batch: this rank's slice encoded, then gathered.
+    Captions come [this rank's positives, this rank's negatives]; the gathered batch is
+    reordered to [all positives, all negatives] as train-head lays it out."""
+    autocast = torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else _null()
+    with autocast:
+        v, P, t, H, mask = model(images, tokens, policy)
+    v, P, t, H = v.float(), P.float(), t.float(), H.float()
+    L = ranks.max(H.shape[1])                         # causal cuts differ per rank: pad to one length
+    if H.shape[1] < L:
+        H = torch.nn.functional.pad(H, (0, 0, 0, L - H.shape[1]))
+        mask = torch.nn.functional.pad(mask, (0, L - mask.shape[1]))
+    b = len(v)
+    halves = lambda x: (ranks.gather(x[:b]), ranks.gather(x[b:]))
+    tp, tn = halves(t)
+    Hp, Hn = halves(H)
+    mp, mn = halves(mask.to(torch.uint8))
+    return (ranks.gather(v), ranks.gather(P), torch.cat([tp, tn]), torch.cat([Hp, Hn]),
+            torch.cat([mp, mn]).bool())
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptConfig, *, device: str = "cpu",
+              resume: bool = False, overwrite: bool = False, progress: bool = True, max_steps: int | None = None,
+              log=print) -> dict:
+    """Adapt the encoders of `spec` with cfg's head; returns the final state."""
+    from .encoders import load_model, resolve
+    ranks, device = init_ranks(device)
+    if ranks.rank != 0:
+        log = lambda *_: None
+    if cfg.precision == "bf16" and not device.startswith("cuda"):
+        raise FlowclipError("precision bf16 runs on CUDA; use fp32 on the CPU")
+    if cfg.batch_size % ranks.world:
+        raise FlowclipError(f"batch_size {cfg.batch_size} is the global batch: it must be divisible by the "
+                            f"{ranks.world} ranks")
+    enc = resolve(spec)
+    _prepare_folder(out, enc, manifest_path, cfg, resume, overwrite, ranks)
+    recs = read_records(manifest_path, image_root)
+    train_rec = np.nonzero(recs.split == "train")[0]
+    if len(train_rec) < 2:
+        raise FlowclipError(f"{manifest_path}: fewer than 2 records with split == 'train'")
+    torch.manual_seed(cfg.seed)
+    encoder = load_model(enc, device)
+    head = cfg.build_head(enc.dim).to(device)
+    model = Adapted(encoder, head).to(device).train()
+    for name in ("logit_scale", "logit_bias"):        # not in the objective (tau_c is fixed)
+        p = getattr(encoder.model, name, None)
+        if isinstance(p, torch.nn.Parameter):
+            p.requires_grad_(False)
+    if cfg.grad_checkpointing:
+        encoder.model.set_grad_checkpointing(True)
+    enc_params = [p for p in encoder.model.parameters() if p.requires_grad]
+    head_params = list(head.parameters())
+    groups = [{"params": enc_params, "lr": cfg.encoder_lr}] + ([{"params": head_params, "lr": cfg.lr}]
+                                                               if head_params else [])
+    opt = torch.optim.AdamW(groups, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    params = enc_params + head_params
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "loss": [], "seconds": 0.0}
+    if checkpoint.exists(out):
+        weights, moments, state = checkpoint.load(out, device)
+        model.load_state_dict(weights)
+        checkpoint.load_optimizer(params, opt, moments)
+        log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
+    ddp = model
+    if ranks.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+        ddp = DistributedDataParallel(model, device_ids=[device] if device.startswith("cuda") else None)
+    log(f"adapt {enc.spec.model}: {len(train_rec)} training records, head {cfg.head} "
+        f"({sum(p.numel() for p in head_params):,} parameters), encoders {sum(p.numel() for p in enc_params):,} "
+        f"parameters, {ranks.world} rank(s), global batch {cfg.batch_size}")
+    done = _epochs(ddp, model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
+                   log)
+    if done:
+        _export(out, model, enc, cfg, state, ranks, log)
+    return state
+
+
+def _epochs(ddp, model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
+            log) -> bool:
+    from torch.utils.data import DataLoader
+
+    from .progress import bar as progress_bar
+    B = cfg.batch_size
+    n_steps = steps_per_epoch(len(train_rec), B)
+    images = _Images(recs, model.encoder.preprocess)
+    policy = model.encoder.config["token_mask"]
+    bar = progress_bar(n_steps * cfg.epochs, "adapt", "step", progress and ranks.rank == 0, state["global_step"])
+    t0, steps_run, before = time.perf_counter(), 0, state.get("seconds", 0.0)
+    save = lambda: _save(out, model, opt, params, state, ranks, before + time.perf_counter() - t0)
+    while state["epoch"] < cfg.epochs:
+        order, neg_pick = epoch_order(train_rec, recs.rec_neg, cfg.seed, state["epoch"], "cpu")
+        batches = [ranks.share(order[s * B:(s + 1) * B]) for s in range(state["step_in_epoch"], n_steps)]
+        loader = DataLoader(images, batch_sampler=[b.tolist() for b in batches], num_workers=cfg.workers,
+                            prefetch_factor=2 if cfg.workers else None)
+        for mine, x in zip(batches, loader):
+            glob = order[state["step_in_epoch"] * B:(state["step_in_epoch"] + 1) * B]
+            loss = step(ddp, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy)
+            state["loss"].append(loss)
+            state["step_in_epoch"] += 1
+            state["global_step"] += 1
+            bar.update(1)
+            steps_run += 1
+            if state["global_step"] % cfg.checkpoint_every == 0 or (max_steps and steps_run >= max_steps):
+                save()
+            if max_steps and steps_run >= max_steps:
+                bar.close()
+                return False
+        state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
+        log(f"epoch {state['epoch']}: mean loss {np.mean(state['loss'][-n_steps:]):.4f}")
+        save()
+    bar.close()
+    return True
+
+
+def step(ddp, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy) -> float:
+    """One optimiser step on the global batch `glob` (this rank holds `mine`)."""
+    img = recs.rec_image[glob].to(device)
+    pos, neg = recs.rec_pos[glob].to(device), recs.rec_neg[glob, neg_pick[glob]].to(device)
+    mine_pos, mine_neg = recs.rec_pos[mine], recs.rec_neg[mine, neg_pick[mine]]
+    enc = ddp.module.encoder if hasattr(ddp, "module") else ddp.encoder
+    tokens = enc.tokenize([recs.texts[int(i)] for i in torch.cat([mine_pos, mine_neg])]).to(device)
+    feats = batch_features(ddp, ranks, x.to(device), tokens, policy, cfg.precision, device)
+    head = ddp.module.head if hasattr(ddp, "module") else ddp.head
+    loss = batch_loss(head, cfg, img, pos, neg, feats)[0]
+    if not torch.isfinite(loss):
+        raise FlowclipError(f"non-finite loss ({loss.item()}); the last good checkpoint is kept (try a lower lr)")
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    opt.step()
+    return loss.item()
+
+
+def _save(out, model, opt, params, state, ranks, seconds: float) -> None:
+    if ranks.rank == 0:
+        state["seconds"] = seconds
+        checkpoint.save(out, model.state_dict(), checkpoint.optimizer_tensors(params, opt), state)
+    if ranks.distributed:
+        import torch.distributed as dist
+        dist.barrier()
+
+
+def _prepare_folder(out, enc, manifest_path, cfg, resume, overwrite, ranks) -> None:
+    if ranks.rank == 0:
+        outputs.require_own(out, "adapt-run")
+        if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
+            raise FlowclipError(f"{out} is a finished adapt run; pass --overwrite to replace it")
+        if overwrite and os.path.exists(out):
+            shutil.rmtree(out)
+        if checkpoint.exists(out) and not resume:
+            raise FlowclipError(f"{out} holds an unfinished adapt run; pass --resume to continue it or --overwrite")
+        os.makedirs(out, exist_ok=True)
+        outputs.mark(out, "adapt-run")
+        cfg_path = os.path.join(out, "adapt.json")
+        run_cfg = {"adapt": dataclasses.asdict(cfg), "base_encoder": enc.config, "manifest": os.path.abspath(manifest_path)}
+        if checkpoint.exists(out):
+            old = json.load(open(cfg_path))
+            if old["adapt"] != run_cfg["adapt"] or old["base_encoder"] != enc.config:
+                raise FlowclipError(f"{out}: --resume with other settings or another encoder than the run began with")
+        else:
+            json.dump(run_cfg, open(cfg_path, "w"), indent=1)
+    if ranks.distributed:
+        import torch.distributed as dist
+        dist.barrier()
+
+
+def _export(out, model, enc, cfg, state, ranks, log) -> None:
+    """encoder.safetensors (open_clip loads it), then the head run folder's files, DONE last."""
+    from safetensors.torch import save_file
+
+    from .encoders import EncoderSpec, resolve
+    if ranks.rank == 0:
+        enc_path = os.path.join(out, "encoder.safetensors")
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.encoder_model.state_dict().items()},
+                  enc_path + ".tmp")
+        os.replace(enc_path + ".tmp", enc_path)
+        adapted = resolve(EncoderSpec(enc.spec.model, enc_path, token_mask=enc.spec.token_mask,
+                                      force_quick_gelu=enc.config["model_cfg"].get("quick_gelu")))
+        head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
+        save_file(head, os.path.join(out, "head.safetensors"))
+        json.dump({"train": dataclasses.asdict(cfg), "store_fingerprint": adapted.fingerprint,
+                   "encoder": enc.spec.model, "head": model.head.hparams(), "dim": enc.dim,
+                   "parameters": sum(p.numel() for p in model.head.parameters()), "adapted_from": enc.fingerprint,
+                   "note": "extract with --pretrained OUT/encoder.safetensors to score this head"},
+                  open(os.path.join(out, "config.json"), "w"), indent=1)
+        with open(os.path.join(out, "DONE"), "w") as f:
+            f.write(json.dumps({"global_step": state["global_step"], "final_loss": state["loss"][-1]}))
+        log(f"wrote {enc_path} (fingerprint {adapted.fingerprint[:16]}) and the head run folder {out}")
+    if ranks.distributed:
+        import torch.distributed as dist
+        dist.barrier()
