@@ -9,8 +9,8 @@ encoder (the exported encoder is a new checkpoint: new fingerprint, new store).
     loss      train.batch_loss: the same HNB and CIMR on the same head code
     ranks     under torchrun each rank encodes its slice of the global batch; features are
               gathered (with gradients) so negatives and CIMR donors span the global batch,
-              and DDP averages the gradients: N ranks with B/N records each train what one
-              process with B records trains
+              and the ranks' gradients are averaged (one all_reduce per step): N ranks with
+              B/N records each train what one process with B records trains
     outputs   OUT/encoder.safetensors (open_clip-loadable), OUT/head.safetensors and
               config.json (a head run folder whose store fingerprint is the exported
               encoder's), checkpoints ckpt-<n>/ (encoder, head, AdamW state) for --resume
@@ -113,6 +113,7 @@ class _Images:
 class Ranks:
     rank: int = 0
     world: int = 1
+    group: object = None      # the feature gathers' own process group (see init_ranks)
 
     @property
     def distributed(self) -> bool:
@@ -130,8 +131,22 @@ class Ranks:
         """Every rank's rows, in rank order, with gradients flowing back to each rank."""
         if not self.distributed:
             return x
-        from torch.distributed.nn.functional import all_gather
-        return torch.cat(all_gather(x.contiguous()))
+        return _GatherRows.apply(x.contiguous(), self.group, self.rank, self.world)
+
+    def average_gradients(self, params) -> None:
+        """Data parallelism: every rank ends the step with the mean of the ranks' gradients
+        (one all_reduce of the flattened gradients; see _GatherRows for why the mean is
+        the one-process gradient)."""
+        if not self.distributed:
+            return
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        flat /= self.world
+        for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
+            p.grad = g
 
     def max(self, n: int) -> int:
         if not self.distributed:
@@ -144,6 +159,29 @@ class Ranks:
     def device_of_backend(self) -> str:
         import torch.distributed as dist
         return f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+
+
+class _GatherRows(torch.autograd.Function):
+    """cat(all_gather(x)) whose backward sums every rank's gradient of the whole and keeps
+    this rank's rows: each rank's loss is the same function of the gathered batch, so the
+    sum is N x dL/dx and the average over ranks makes it the one-process gradient. (An all_reduce of
+    a contiguous copy: torch.distributed.nn's all_gather backward sends the gradient's
+    views through all_to_all as they are, which gloo got wrong for strided gradients.)"""
+
+    @staticmethod
+    def forward(ctx, x, group, rank, world):
+        import torch.distributed as dist
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x, group=group)
+        ctx.group, ctx.rank, ctx.n = group, rank, len(x)
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad[ctx.rank * ctx.n:(ctx.rank + 1) * ctx.n], None, None, None
 
 
 def init_ranks(device: str) -> tuple[Ranks, str]:
@@ -159,10 +197,18 @@ def init_ranks(device: str) -> tuple[Ranks, str]:
         device = f"cuda:{local}"
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo")
-    return Ranks(dist.get_rank(), dist.get_world_size()), device
+    return Ranks(dist.get_rank(), dist.get_world_size(), gather_group()), device
 
 
-# -- the model: both encoders and the head, one module for DDP ------------------------------------
+def gather_group():
+    """A second process group for the features' gathers: their backward runs while DDP's
+    reducer all-reduces gradient buckets, and two streams of collectives on one group
+    could meet in a different order on each rank."""
+    import torch.distributed as dist
+    return dist.new_group(backend=dist.get_backend())
+
+
+# -- the model: both encoders and the head, one module ----------------------------------------------
 class Adapted(torch.nn.Module):
     def __init__(self, encoder, head):
         super().__init__()
@@ -248,9 +294,10 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
         checkpoint.load_optimizer(params, opt, moments)
         log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
     ddp = model
-    if ranks.distributed:
-        from torch.nn.parallel import DistributedDataParallel
-        ddp = DistributedDataParallel(model, device_ids=[device] if device.startswith("cuda") else None)
+    if ranks.distributed:              # the same initial weights on every rank, whatever each loaded
+        import torch.distributed as dist
+        for t in model.state_dict().values():
+            dist.broadcast(t, 0)
     log(f"adapt {enc.spec.model}: {len(train_rec)} training records, head {cfg.head} "
         f"({sum(p.numel() for p in head_params):,} parameters), encoders {sum(p.numel() for p in enc_params):,} "
         f"parameters, {ranks.world} rank(s), global batch {cfg.batch_size}")
@@ -303,15 +350,16 @@ def step(ddp, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, po
     img = recs.rec_image[glob].to(device)
     pos, neg = recs.rec_pos[glob].to(device), recs.rec_neg[glob, neg_pick[glob]].to(device)
     mine_pos, mine_neg = recs.rec_pos[mine], recs.rec_neg[mine, neg_pick[mine]]
-    enc = ddp.module.encoder if hasattr(ddp, "module") else ddp.encoder
+    enc = ddp.encoder
     tokens = enc.tokenize([recs.texts[int(i)] for i in torch.cat([mine_pos, mine_neg])]).to(device)
     feats = batch_features(ddp, ranks, x.to(device), tokens, policy, cfg.precision, device)
-    head = ddp.module.head if hasattr(ddp, "module") else ddp.head
+    head = ddp.head
     loss = batch_loss(head, cfg, img, pos, neg, feats)[0]
     if not torch.isfinite(loss):
         raise FlowclipError(f"non-finite loss ({loss.item()}); the last good checkpoint is kept (try a lower lr)")
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    ranks.average_gradients(params)
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     opt.step()
     return loss.item()

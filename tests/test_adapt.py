@@ -1,0 +1,235 @@
+"""flowclip adapt (the unfrozen path): the same records, batches, losses and feature
+definitions as train-head and extract; exact resume; torchrun ranks train what one
+process trains; the exported encoder goes through extract and score like any other; and
+extract under torchrun builds the store one process builds."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from flowclip_cache.adapt import AdaptConfig, Adapted, Ranks, _Images, batch_features, read_records, run_adapt
+from flowclip_cache.cli import main
+from flowclip_cache.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.errors import FlowclipError
+from flowclip_cache.manifest import Manifest
+from flowclip_cache.train import TrainConfig, batch_loss, epoch_order, load_training_data, train_head
+
+TINY = "flowclip-tiny-vit"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.sample import make_sample
+    from flowclip_cache.store import FeatureStore
+    root = tmp_path_factory.mktemp("adapt")
+    s = make_sample(str(root / "sample"), n_images=24)
+    enc = resolve(EncoderSpec(TINY))
+    fs = FeatureStore.open_or_create(str(root / "store"), enc.config)
+    run_extract(fs, enc, [s["training"], s["candidates"]], s["image_root"], workers=0, progress=False)
+    fs.refresh()
+    return {"root": root, "sample": s, "store": fs, "enc": enc}
+
+
+def quiet(*_):
+    pass
+
+
+def test_first_step_equals_train_heads_with_frozen_encoders(world, tmp_path):
+    """Encoder lr 0: adapt's first batch, loss and head gradient are train-head's on the
+    store extracted from the same images, to the FP16 rounding of the cached features."""
+    s, fs = world["sample"], world["store"]
+    cfg = TrainConfig(head="flow", batch_size=8, epochs=1, seed=3, lr=1e-3)
+    data = load_training_data(fs, Manifest.read(s["training"]), True, "cpu", log=quiet)
+    recs = read_records(s["training"], s["image_root"])
+    for a, b in ((data.rec_image, recs.rec_image), (data.rec_pos, recs.rec_pos), (data.rec_neg, recs.rec_neg)):
+        assert torch.equal(a.cpu(), b)                           # the same records, ids and negatives
+    train_rec = np.nonzero(data.split == "train")[0]
+    order, pick = epoch_order(train_rec, data.rec_neg, cfg.seed, 0, "cpu")
+    rec = order[:8]
+    img, pos, neg = data.rec_image[rec], data.rec_pos[rec], data.rec_neg[rec, pick[rec]]
+    head = cfg.build_head(fs.meta["dim"])
+    loss_c = batch_loss(head, cfg, img, pos, neg, data.features(img, torch.cat([pos, neg]), True))[0]
+    grad_c = torch.autograd.grad(loss_c, list(head.parameters()))
+    encoder = load_model(world["enc"])
+    model = Adapted(encoder, cfg.build_head(fs.meta["dim"]))
+    x = torch.stack([_Images(recs, encoder.preprocess)[int(r)] for r in rec])
+    tokens = encoder.tokenize([recs.texts[int(i)] for i in torch.cat([pos, neg])])
+    loss_a = batch_loss(model.head, cfg, img, pos, neg, batch_features(model, Ranks(), x, tokens, "nonpad", "fp32",
+                                                                       "cpu"))[0]
+    grad_a = torch.autograd.grad(loss_a, list(model.head.parameters()))
+    assert abs(loss_a.item() - loss_c.item()) < 2e-3 * abs(loss_c.item())
+    for ga, gc in zip(grad_a, grad_c):
+        if gc.norm() < 1e-5:          # M_tok at W = 0: q_res = q, so its gradient is zero but for round-off
+            assert ga.norm() < 1e-5
+            continue
+        cos = torch.nn.functional.cosine_similarity(ga.flatten(), gc.flatten(), dim=0)
+        assert cos > 0.999 and abs(ga.norm() / gc.norm() - 1) < 0.01
+    # and the commands' own first steps: adapt (encoder lr 0) and train-head log the same loss
+    acfg = AdaptConfig(head="flow", batch_size=8, epochs=1, seed=3, lr=1e-3, encoder_lr=0.0, workers=0)
+    st = run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], str(tmp_path / "a"), acfg, progress=False,
+                   max_steps=1, log=quiet)
+    train_head(fs, s["training"], str(tmp_path / "h"), cfg, progress=False, max_steps=1, log=quiet)
+    first = [json.loads(x) for x in open(tmp_path / "h" / "log.jsonl") if '"loss"' in x][0]
+    assert st["loss"][0] == pytest.approx(loss_a.item(), rel=1e-6)
+    assert first["loss"] == pytest.approx(loss_c.item(), rel=1e-6)
+
+
+def test_resume_is_bit_identical_and_export_goes_through_extract_and_score(world, tmp_path):
+    s = world["sample"]
+    cfg = AdaptConfig(head="flow", batch_size=4, epochs=2, seed=1, lr=1e-3, encoder_lr=1e-4, workers=0,
+                      checkpoint_every=100)
+    whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], whole, cfg, progress=False, log=quiet)
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, max_steps=5, log=quiet)
+    with pytest.raises(FlowclipError, match="pass --resume"):
+        run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, log=quiet)
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, resume=True, log=quiet)
+    for f in ("encoder.safetensors", "head.safetensors"):
+        a, b = load_file(os.path.join(whole, f)), load_file(os.path.join(cut, f))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    base = load_file(os.path.join(whole, "encoder.safetensors"))
+    # the encoder moved; open_clip loads it; extract makes a new store that scores the head
+    import open_clip
+    model = open_clip.create_model(TINY, pretrained=os.path.join(whole, "encoder.safetensors"))
+    assert torch.equal(model.state_dict()["visual.proj"], base["visual.proj"])
+    store = str(tmp_path / "store")
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", TINY, "--pretrained",
+                                  os.path.join(whole, "encoder.safetensors"), "--manifest", s["candidates"],
+                                  "--image-root", s["image_root"], "--workers", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    fp = json.load(open(os.path.join(store, "store.json")))["fingerprint"]
+    assert fp != world["store"].fingerprint == world["enc"].fingerprint
+    assert json.load(open(os.path.join(whole, "config.json")))["store_fingerprint"] == fp
+    r = CliRunner().invoke(main, ["score", "--store", store, "--manifests", s["candidates"], "--scorer", "clip",
+                                  "--scorer", f"adapted={whole}", "--out", str(tmp_path / "res"), "--bootstrap", "0",
+                                  "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["score", "--store", world["store"].root, "--manifests", s["candidates"],
+                                  "--scorer", whole, "--out", str(tmp_path / "res2"), "--bootstrap", "0", "--quiet"])
+    assert r.exit_code != 0 and "refused" in r.output          # not on the frozen encoder's store
+
+
+def test_refusals_and_negclip(world, tmp_path):
+    s = world["sample"]
+    args = ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"], "--workers", "0",
+            "--epochs", "1", "--batch-size", "8", "--quiet"]
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "n"), "--head", "none"])
+    assert r.exit_code == 0, r.output
+    assert json.load(open(tmp_path / "n" / "config.json"))["head"]["kind"] == "clip"
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b"), "--precision", "bf16", "--device", "cpu"])
+    assert r.exit_code != 0 and "bf16 runs on CUDA" in r.output
+    r = CliRunner().invoke(main, [*args, "--out", world["store"].root])
+    assert r.exit_code != 0 and "not an adapt run folder" in r.output
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "n")])
+    assert r.exit_code != 0 and "finished adapt run" in r.output
+
+
+def _torchrun(n, args, cwd):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-port",
+           str(29500 + os.getpid() % 1000), "-m", "flowclip_cache", *args]
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def _rank_gradients(rank, world, init_file, sample, out):
+    """One global batch of 8 records on `world` gloo ranks: loss and every gradient (rank 0 saves them)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    from flowclip_cache.adapt import gather_group
+    ranks = Ranks(rank, world, gather_group())
+    grads = _gradients(ranks, sample)
+    if rank == 0:
+        torch.save(grads, out)
+    dist.destroy_process_group()
+
+
+def _gradients(ranks, sample):
+    torch.manual_seed(0)
+    cfg = TrainConfig(head="flow", batch_size=8, seed=2)
+    encoder = load_model(resolve(EncoderSpec(TINY)))
+    head = cfg.build_head(64)
+    with torch.no_grad():
+        head.W.normal_(0, 0.1)          # a head away from its initialisation: every part has a gradient
+    model = Adapted(encoder, head)
+    recs = read_records(sample["training"], sample["image_root"])
+    order, pick = epoch_order(np.nonzero(recs.split == "train")[0], recs.rec_neg, cfg.seed, 0, "cpu")
+    glob = order[:8]
+    mine = ranks.share(glob)
+    x = torch.stack([_Images(recs, encoder.preprocess)[int(r)] for r in mine])
+    tokens = encoder.tokenize([recs.texts[int(i)] for i in torch.cat([recs.rec_pos[mine],
+                                                                      recs.rec_neg[mine, pick[mine]]])])
+    feats = batch_features(model, ranks, x, tokens, "nonpad", "fp32", "cpu")
+    loss = batch_loss(head, cfg, recs.rec_image[glob], recs.rec_pos[glob], recs.rec_neg[glob, pick[glob]], feats)[0]
+    loss.backward()
+    ranks.average_gradients(list(model.parameters()))
+    return {"loss": loss.item(), **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}
+
+
+def test_two_ranks_compute_the_one_process_gradient(world, tmp_path):
+    """Two gloo ranks with 4 records each (features gathered with gradients, gradients averaged)
+    give the loss and every encoder and head gradient of one process with the batch of 8."""
+    import torch.multiprocessing as mp
+    out = str(tmp_path / "grads.pt")
+    mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), world["sample"], out), nprocs=2)
+    two, one = torch.load(out), _gradients(Ranks(), world["sample"])
+    assert two["loss"] == pytest.approx(one["loss"], rel=1e-6)
+    assert set(one) <= set(two) and len(one) > 10
+    assert all(not two[k].any() for k in set(two) - set(one))        # unused (logit_scale): zero on both
+    for k in one:
+        if k != "loss":
+            scale = max(float(one[k].abs().max()), 1e-12)
+            assert float((two[k] - one[k]).abs().max()) <= 1e-4 * scale + 1e-9, k
+
+
+@pytest.mark.slow
+def test_torchrun_adapt_trains_what_one_process_trains(world, tmp_path):
+    """torchrun --nproc-per-node 2 (gloo, CPU), global batch 8 vs one process with batch 8:
+    the same loss at every step (1e-5 relative), the same weights on average (mean
+    difference below 1e-8), and every weight within 2 x lr x steps (AdamW moves a weight
+    about lr per step whatever its gradient's size, so round-off in a near-zero gradient
+    can flip a step: measured 1.1e-5 at lr 1e-4 over 3 steps)."""
+    s = world["sample"]
+    lr_enc, lr_head = 1e-4, 1e-3
+    args = ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"], "--workers", "0",
+            "--epochs", "1", "--batch-size", "8", "--encoder-lr", str(lr_enc), "--lr", str(lr_head),
+            "--device", "cpu", "--quiet"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    r = CliRunner().invoke(main, [*args, "--out", one])
+    assert r.exit_code == 0, r.output
+    _torchrun(2, [*args, "--out", two], tmp_path)
+    from flowclip_cache import checkpoint
+    la, lb = checkpoint.read_state(one)["loss"], checkpoint.read_state(two)["loss"]
+    assert len(la) == len(lb) >= 2
+    np.testing.assert_allclose(la, lb, rtol=1e-5)
+    for f, lr in (("encoder.safetensors", lr_enc), ("head.safetensors", lr_head)):
+        a, b = load_file(os.path.join(one, f)), load_file(os.path.join(two, f))
+        diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a])
+        assert diff.max() <= 2 * lr * len(la) and diff.mean() < 1e-8, f
+
+
+@pytest.mark.slow
+def test_extract_under_torchrun_builds_the_one_process_store(world, tmp_path):
+    from flowclip_cache.store import IMAGE, CAPTION, FeatureStore
+    s = world["sample"]
+    args = ["extract", "--store", str(tmp_path / "two"), "--model", TINY, "--manifest", s["training"],
+            "--manifest", s["candidates"], "--image-root", s["image_root"], "--workers", "0", "--quiet",
+            "--image-unit", "4", "--caption-unit", "8"]
+    _torchrun(2, args, tmp_path)
+    a, b = world["store"], FeatureStore(str(tmp_path / "two"))
+    assert b.verify() == [] and a.fingerprint == b.fingerprint
+    for kind, load in ((IMAGE, "load_images"), (CAPTION, "load_captions")):
+        keys = a.keys(kind)
+        assert sorted(keys) == sorted(b.keys(kind))
+        fa, fb = getattr(a, load)(keys), getattr(b, load)(keys)
+        for name in vars(fa):
+            np.testing.assert_array_equal(getattr(fa, name), getattr(fb, name))
+    assert a.path_index().keys() == b.path_index().keys()
