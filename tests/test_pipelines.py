@@ -23,7 +23,7 @@ def test_every_pipeline_file_names_its_command_and_parses():
     from flowclip_cache.config import build
     import yaml
     from flowclip_cache.config import find_config
-    for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders", "readouts"):
+    for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders", "readouts", "adaptation"):
         path = find_config(name)
         first = open(path).readline()
         assert first.startswith(f"# flowclip run {name}"), name
@@ -208,3 +208,24 @@ def test_patch_readout_is_a_grid_axis_and_profile_prints_each(tmp_path):
     bad = "encoder={model: flowclip-tiny-vit, patch_readout: sclip, readout: x}"
     r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/b", *reduced, bad, "--dry-run"])
     assert r.exit_code == 2 and "unknown keys ['readout']" in r.output
+
+
+def test_adaptation_study_dry_run_and_a_reduced_run(tmp_path):
+    """adaptation.yaml: the plan (frozen runs, adapted seeds) with nothing created; then a
+    reduced run: frozen and adapted sides, the adapted store a new encoder, the table and
+    the paired bootstrap of adapted - frozen."""
+    small = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10}",
+             "encoder={model: flowclip-tiny-vit, pretrained: none}", "seeds=[0]", "train_config.epochs=1",
+             "train_config.batch_size=8", "adapt_config={encoder_lr: 1.0e-5, workers: 0}", "bootstrap=100"]
+    r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "[todo   ] adapted encoder + head, seed 0" in r.output and not os.path.exists(tmp_path / "a")
+    r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, "adapt_config={lr_enc: 1}",
+                                  "--dry-run"])
+    assert r.exit_code == 2 and "unknown keys ['lr_enc']" in r.output
+    r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, "--quiet"])
+    assert r.exit_code == 0, r.output
+    s = json.load(open(tmp_path / "a" / "summary.json"))
+    assert set(s["table"]) == {"frozen", "adapted_clip", "adapted"} and "synthetic-swap-att" in s["table"]["adapted"]
+    assert s["adapted_stores"]["0"] != s["frozen_store"]
+    assert "adapted - frozen" in open(tmp_path / "a" / "summary.md").read() and s["bootstrap"]["synthetic-swap-att"]

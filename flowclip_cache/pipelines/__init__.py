@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-KINDS = {"ablation": "ablation", "sensitivity": "sensitivity", "encoders": "encoders"}
+KINDS = {"ablation": "ablation", "sensitivity": "sensitivity", "encoders": "encoders", "adaptation": "adaptation"}
 
 
 def pipeline_module(kind: str):
