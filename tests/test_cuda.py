@@ -57,3 +57,22 @@ def test_placements_on_cuda_train_the_same_weights(tmp_path, tiny_encoder):
         out[placement] = load_file(f"{run}/head.safetensors")
     for k in out["device"]:
         assert torch.equal(out["device"][k], out["host"][k]) and torch.equal(out["device"][k], out["store"][k]), k
+
+
+def test_adapt_on_cuda_fp32_and_bf16(tmp_path, sample):
+    """adapt on the GPU: FP32 follows the CPU run's losses; bf16 autocast and gradient
+    checkpointing run and stay finite."""
+    from flowclip_cache import checkpoint
+    from flowclip_cache.adapt import AdaptConfig, run_adapt
+    from flowclip_cache.encoders import EncoderSpec
+    torch.backends.cuda.matmul.allow_tf32 = False
+    base = dict(head="flow", batch_size=8, epochs=1, seed=0, lr=1e-3, encoder_lr=1e-5, workers=0)
+    losses = {}
+    for name, device, extra in (("cpu", "cpu", {}), ("cuda", "cuda", {}),
+                                ("bf16", "cuda", {"precision": "bf16", "grad_checkpointing": True})):
+        out = str(tmp_path / name)
+        run_adapt(EncoderSpec("flowclip-tiny-vit"), sample["training"], sample["image_root"], out,
+                  AdaptConfig(**base, **extra), device=device, progress=False, log=lambda *_: None)
+        losses[name] = checkpoint.read_state(out)["loss"]
+    assert losses["cuda"][0] == pytest.approx(losses["cpu"][0], rel=1e-4)
+    assert all(torch.isfinite(torch.tensor(losses["bf16"])))
