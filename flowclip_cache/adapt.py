@@ -201,9 +201,8 @@ def init_ranks(device: str) -> tuple[Ranks, str]:
 
 
 def gather_group():
-    """A second process group for the features' gathers: their backward runs while DDP's
-    reducer all-reduces gradient buckets, and two streams of collectives on one group
-    could meet in a different order on each rank."""
+    """A second process group for the features' gathers, apart from the gradients'
+    all-reduce: collectives of two purposes never share one stream."""
     import torch.distributed as dist
     return dist.new_group(backend=dist.get_backend())
 
@@ -293,7 +292,6 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
         model.load_state_dict(weights)
         checkpoint.load_optimizer(params, opt, moments)
         log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
-    ddp = model
     if ranks.distributed:              # the same initial weights on every rank, whatever each loaded
         import torch.distributed as dist
         for t in model.state_dict().values():
@@ -301,14 +299,14 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
     log(f"adapt {enc.spec.model}: {len(train_rec)} training records, head {cfg.head} "
         f"({sum(p.numel() for p in head_params):,} parameters), encoders {sum(p.numel() for p in enc_params):,} "
         f"parameters, {ranks.world} rank(s), global batch {cfg.batch_size}")
-    done = _epochs(ddp, model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
+    done = _epochs(model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
                    log)
     if done:
         _export(out, model, enc, cfg, state, ranks, log)
     return state
 
 
-def _epochs(ddp, model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
+def _epochs(model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
             log) -> bool:
     from torch.utils.data import DataLoader
 
@@ -327,7 +325,7 @@ def _epochs(ddp, model, opt, params, recs, train_rec, cfg, state, ranks, device,
                             prefetch_factor=2 if cfg.workers else None)
         for mine, x in zip(batches, loader):
             glob = order[state["step_in_epoch"] * B:(state["step_in_epoch"] + 1) * B]
-            loss = step(ddp, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy)
+            loss = step(model, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy)
             state["loss"].append(loss)
             state["step_in_epoch"] += 1
             state["global_step"] += 1
@@ -345,16 +343,15 @@ def _epochs(ddp, model, opt, params, recs, train_rec, cfg, state, ranks, device,
     return True
 
 
-def step(ddp, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy) -> float:
+def step(model, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy) -> float:
     """One optimiser step on the global batch `glob` (this rank holds `mine`)."""
     img = recs.rec_image[glob].to(device)
     pos, neg = recs.rec_pos[glob].to(device), recs.rec_neg[glob, neg_pick[glob]].to(device)
     mine_pos, mine_neg = recs.rec_pos[mine], recs.rec_neg[mine, neg_pick[mine]]
-    enc = ddp.encoder
+    enc = model.encoder
     tokens = enc.tokenize([recs.texts[int(i)] for i in torch.cat([mine_pos, mine_neg])]).to(device)
-    feats = batch_features(ddp, ranks, x.to(device), tokens, policy, cfg.precision, device)
-    head = ddp.head
-    loss = batch_loss(head, cfg, img, pos, neg, feats)[0]
+    feats = batch_features(model, ranks, x.to(device), tokens, policy, cfg.precision, device)
+    loss = batch_loss(model.head, cfg, img, pos, neg, feats)[0]
     if not torch.isfinite(loss):
         raise FlowclipError(f"non-finite loss ({loss.item()}); the last good checkpoint is kept (try a lower lr)")
     opt.zero_grad(set_to_none=True)

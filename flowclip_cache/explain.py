@@ -25,7 +25,6 @@ import torch
 from . import metrics, outputs
 from .errors import FlowclipError
 from .images import BadImage, load_image, resolve_image_path
-from .manifest import Manifest
 
 SELECTIONS = ("repairs", "regressions", "changed", "all")
 TOP_PATCHES = 3

@@ -138,7 +138,7 @@ def test_selections_and_refusals(explained, tmp_path):
 
 def _chromium():
     try:
-        from playwright.sync_api import sync_playwright  # noqa: F401
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         pytest.skip("the browser test needs playwright (pip install -e '.[test]')")
     for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", shutil.which("chromium") or ""):

@@ -77,7 +77,7 @@ def readout_grid(cfg: AblationConfig) -> list[tuple[str, AblationConfig]]:
 
 def world_store(cfg: AblationConfig, log, progress: bool = True):
     """The synthetic world, extracted once with the configured encoder -> (store, paths, evals)."""
-    from ..encoders import EncoderSpec, resolve
+    from ..encoders import resolve
     from ..extract import run_extract
     from ..store import FeatureStore
     from ..world import FAMILIES, build_world

@@ -108,7 +108,7 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
     store = FeatureStore.open_or_create(os.path.join(where, "store"), enc.config)
     run_extract(store, enc, evals, root, workers=0, progress=progress)
     store.refresh()
-    return run_score(store, evals, [f"adapted_clip=clip", f"adapted={run_dir}"], score_dir,
+    return run_score(store, evals, ["adapted_clip=clip", f"adapted={run_dir}"], score_dir,
                      controls=tuple(cfg.controls), device=cfg.device, bootstrap_draws=0, overwrite=True,
                      progress=progress, log=lambda m: log(f"  {m}"))
 
