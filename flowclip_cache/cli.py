@@ -48,6 +48,18 @@ def main():
     """flowclip: cached CLIP features, Flow-CLIP heads, compositional benchmarks."""
 
 
+def _config_and_flags(cls, config_file, flags: dict) -> tuple[dict, str]:
+    """A run's settings: the YAML file's keys (checked on their own first, so an error names
+    the file), then the flags given on the command line over them."""
+    from .config import load_yaml
+    values = {}
+    if config_file:
+        values = load_yaml(config_file)
+        cls.from_dict(values, config_file)
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return values, config_file or "flags"
+
+
 def _device(name: str) -> str:
     from .devices import resolve_device
     return resolve_device(name)
@@ -219,16 +231,10 @@ def _train_option(name, typ, help):
 def train_head_cmd(store, train_manifest, out, config_file, device, data_placement, image_root, resume, overwrite,
                    quiet, **flags):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
-    from .config import load_yaml
     from .store import FeatureStore
     from .train import TrainConfig, train_head
 
-    values = {}
-    if config_file:
-        values = load_yaml(config_file)
-        TrainConfig.from_dict(values, config_file)
-    values.update({k: v for k, v in flags.items() if v is not None})
-    cfg = TrainConfig.from_dict(values, config_file or "flags")
+    cfg = TrainConfig.from_dict(*_config_and_flags(TrainConfig, config_file, flags))
     state = train_head(FeatureStore(store), train_manifest, out, cfg, device=_device(device), resume=resume,
                        overwrite=overwrite, image_root=image_root, progress=not quiet, placement=data_placement,
                        log=click.echo)
@@ -492,13 +498,10 @@ def adapt(model, pretrained, init_seed, token_mask, train_manifest, image_root, 
     runs it on several GPUs (or CPU processes). Writes OUT/encoder.safetensors and a head
     run folder: extract with --pretrained OUT/encoder.safetensors, then score --scorer OUT."""
     from .adapt import ADAPT_HEADS, AdaptConfig, run_adapt
-    from .config import load_yaml
     from .encoders import EncoderSpec
-    values = load_yaml(config_file) if config_file else {}
-    values.update({k: v for k, v in flags.items() if v is not None})
-    if "head" in values:
-        values["head"] = ADAPT_HEADS.get(values["head"], values["head"])
-    cfg = AdaptConfig.from_dict(values, config_file or "flags")
+    if flags.get("head"):
+        flags["head"] = ADAPT_HEADS[flags["head"]]
+    cfg = AdaptConfig.from_dict(*_config_and_flags(AdaptConfig, config_file, flags))
     state = run_adapt(EncoderSpec(model, pretrained, init_seed, token_mask), train_manifest, image_root, out, cfg,
                       device=_device(device), resume=resume, overwrite=overwrite, progress=not quiet, log=click.echo)
     click.echo(f"done: {out} ({state['global_step']} steps)")
