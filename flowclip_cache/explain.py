@@ -86,7 +86,9 @@ def best_foil(scores: list[float], gold: int) -> int:
 
 # -- explain --------------------------------------------------------------------------------------
 def explain_record(store, rec: dict, scorers, labels, device) -> dict:
-    """Maps and sensitivities of one record for every scorer that has token evidence."""
+    """Maps and sensitivities of one record for every scorer whose head reads tokens
+    against patches (Flow-CLIP: support before / after the refinement; FILIP-style,
+    FSC-CLIP local, DCSM-style: the map each reads); global-only scorers have none."""
     from .banks import FeatureBank
     bank = FeatureBank.load(store, [rec["image_key"]], rec["captions"], True, device)
     n = len(rec["captions"])
@@ -102,18 +104,20 @@ def explain_record(store, rec: dict, scorers, labels, device) -> dict:
         sens = sensitivity(s.head, P[0], H, mask, rec["gold"], foil)
         caps = []
         for c in range(n):
-            valid = mask[c].cpu().numpy()
-            caps.append({"index": c, "tokens": labels[c][:int(valid.sum())],
-                         "before": _r(ev["before"][c][mask[c]]), "after": _r(ev["after"][c][mask[c]]),
-                         "contrib": _r(ev["contrib"][c][mask[c]]), "s_global": float(ev["s_global"][c]),
-                         "s_token": float(ev["s_token"][c]), "s": float(ev["s"][c])})
+            valid = mask[c]
+            entry = {"index": c, "tokens": labels[c][:int(valid.sum())],
+                     "maps": {name: _r(m[c][valid]) for name, m in ev["maps"].items()},
+                     "contrib": _r(ev["contrib"][c][valid])}
+            entry.update({k: float(ev[k][c]) for k in ("s_global", "s_token", "s") if k in ev})
+            caps.append(entry)
         maps[s.run] = {"foil": foil, "captions": caps, "sensitivity": _r(sens),
                        "top_patches": [int(j) for j in np.argsort(-np.abs(sens.numpy()))[:TOP_PATCHES]]}
     return maps
 
 
 def sensitivity(head, P: torch.Tensor, H, mask, gold: int, foil: int) -> torch.Tensor:
-    """The first-order change of s_token(gold) - s_token(foil) when each patch p_j moves
+    """The first-order change of the head's token-evidence margin (Flow-CLIP: s_token(gold)
+    - s_token(foil); token-map heads: their whole score's) when each patch p_j moves
     along its centred direction p_j - pbar: grad_{p_j} . (p_j - pbar), by autograd."""
     P = P.detach().clone().requires_grad_(True)
     with torch.enable_grad():

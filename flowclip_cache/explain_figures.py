@@ -46,7 +46,7 @@ def _rect(x, y, s):
 
 def record_figure(rec: dict, im, grid: int, path: str) -> None:
     """Gold and foil rows of the last token scorer: the image with the sensitivity map,
-    then before / after / after - before for its most contributing tokens."""
+    then its maps (Flow-CLIP: before / after / moved) for the most contributing tokens."""
     plt = _plt()
     runs = list(rec["maps"])
     if not runs:
@@ -68,12 +68,14 @@ def record_figure(rec: dict, im, grid: int, path: str) -> None:
         draw_map(axes[r, 0], im, mp["sensitivity"], grid,
                  f"{'gold' if c == rec['gold'] else 'foil'}: s={cap['s']:.4f}\nsensitivity", mp["top_patches"])
         order = np.argsort(-np.abs(cap["contrib"]))[:TOKENS_SHOWN]
+        names = list(cap["maps"])[:3]
         for k, l in enumerate(order):
-            name = cap["tokens"][l] if l < len(cap["tokens"]) else f"#{l}"
-            before, after = np.array(cap["before"][l]), np.array(cap["after"][l])
-            for m, (vals, what) in enumerate(((before, "before"), (after, "after"), (after - before, "moved"))):
-                draw_map(axes[r, 1 + 3 * k + m], im, vals, grid,
-                         f"'{name}' {what}" + (f"\n{cap['contrib'][l]:+.4f}" if m == 0 else ""))
+            token = cap["tokens"][l] if l < len(cap["tokens"]) else f"#{l}"
+            for m, what in enumerate(names):
+                draw_map(axes[r, 1 + 3 * k + m], im, cap["maps"][what][l], grid,
+                         f"'{token}' {what}" + (f"\n{cap['contrib'][l]:+.4f}" if m == 0 else ""))
+            for m in range(len(names), 3):
+                axes[r, 1 + 3 * k + m].axis("off")
         for k in range(len(order), TOKENS_SHOWN):
             for m in range(3):
                 axes[r, 1 + 3 * k + m].axis("off")

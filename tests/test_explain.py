@@ -60,8 +60,11 @@ def test_numbers_equal_the_score_records(explained):
             # the maps' own numbers add up to the scorer's score of that caption
             assert math.isclose(cap["s"], rec["scores"]["flow"][cap["index"]], abs_tol=1e-5)
             assert math.isclose(sum(cap["contrib"]), cap["s_token"], abs_tol=1e-6)
-            for before, after in zip(cap["before"], cap["after"]):
+            maps = cap["maps"]
+            assert list(maps) == ["before", "after", "moved"]
+            for before, after, moved in zip(maps["before"], maps["after"], maps["moved"]):
                 assert math.isclose(sum(before), 1, abs_tol=1e-5) and math.isclose(sum(after), 1, abs_tol=1e-5)
+                np.testing.assert_allclose(moved, np.subtract(after, before), atol=2e-6)
             assert len(cap["tokens"]) == len(cap["contrib"]) and all(isinstance(t, str) for t in cap["tokens"])
         assert len(flow["sensitivity"]) == 16 and len(flow["top_patches"]) == 3
 
@@ -181,7 +184,7 @@ def test_the_page_in_a_real_browser(explained):
         np.testing.assert_allclose(shown, want, rtol=0, atol=1e-6)
         n_tokens = sum(len(c["contrib"]) for c in rec["maps"]["flow"]["captions"]
                        if c["index"] in (rec["gold"], rec["maps"]["flow"]["foil"]))
-        assert page.locator(".scorer-maps canvas").count() == 1 + 3 * n_tokens
+        assert page.locator(".scorer-maps canvas").count() == 1 + 3 * n_tokens         # before, after, moved
         page.wait_for_timeout(300)
         page.screenshot(path=os.path.join(art, "explain-explorer.png"), full_page=True)
         browser.close()
@@ -202,3 +205,40 @@ def test_score_explain_n(explained, tmp_path):
         want = sorted((x for x in every if x["status"] == status), key=lambda x: -abs(x["margin_change"]))[:2]
         assert sorted(x["record_id"] for x in got if x["status"] == status) == sorted(x["record_id"] for x in want)
     assert not any(x["status"] == "unchanged" for x in got)
+
+
+@pytest.mark.parametrize("kind", ["filip", "fsc-local", "dcsm"])
+def test_token_map_heads_explain_their_own_maps(kind):
+    """FILIP-style, FSC-CLIP local and DCSM-style heads: their token shares add up to
+    their score (FILIP: its token-to-image half), FSC's alignment weights sum to one, and
+    the sensitivity of their margin is its directional derivative."""
+    from flowclip_cache.explain import sensitivity
+    from flowclip_cache.heads import build_head
+    torch.manual_seed(1)
+    head = build_head(kind, 12).double()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    P = F.normalize(torch.randn(16, 12, dtype=torch.float64), dim=-1)
+    H = F.normalize(torch.randn(2, 5, 12, dtype=torch.float64), dim=-1)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, 4] = False
+    ev = head.token_evidence(None, P, None, H, mask)
+    score = head.pair_scores(P[None], H, mask)[0]
+    torch.testing.assert_close(ev["s"], score)
+    shares = ev["contrib"].sum(-1)
+    if kind == "filip":             # the token-to-image half of FILIP's score
+        q, p = F.normalize(H @ head.A.T, dim=-1), F.normalize(P @ head.B.T, dim=-1)
+        sim = torch.einsum("tld,nd->tln", q, p).masked_fill(~mask[:, :, None], -1e4)
+        torch.testing.assert_close(shares, score - 0.5 * sim.max(1).values.mean(-1))
+    else:
+        torch.testing.assert_close(shares, score)
+    if kind == "fsc-local":
+        torch.testing.assert_close(ev["maps"]["alignment"].sum(-1), torch.ones(2, 5, dtype=torch.float64))
+    sens = sensitivity(head, P, H, mask, 0, 1)
+    eps = 1e-6
+    for j in (0, 7):
+        d = torch.zeros_like(P)
+        d[j] = P[j] - P.mean(0)
+        fd = (head.token_margin(P + eps * d, H, mask, 0, 1) - head.token_margin(P - eps * d, H, mask, 0, 1)) / (2 * eps)
+        assert math.isclose(float(sens[j]), float(fd.detach()), rel_tol=1e-4, abs_tol=1e-8)

@@ -86,6 +86,20 @@ class TokenMapHead(Head):
     def coarse(self, v, t):
         return v @ t.T
 
+    def token_maps(self, P, H, mask) -> tuple[dict, torch.Tensor]:
+        """For flowclip explain, one image P [N,d] and T captions: ({name: [T,L,N] token x
+        patch map the head reads}, [T,L] each valid token's share of the score)."""
+        raise NotImplementedError
+
+    def token_evidence(self, v, P, t, H, mask) -> dict:
+        maps, contrib = self.token_maps(P, H, mask)
+        return {"maps": maps, "contrib": contrib, "s": self.pair_scores(P[None], H, mask)[0]}
+
+    def token_margin(self, P, H, mask, gold: int, foil: int) -> torch.Tensor:
+        """score(gold) - score(foil) of one image P [N,d] (differentiable in P)."""
+        s = self.pair_scores(P[None], H[[gold, foil]], mask[[gold, foil]])[0]
+        return s[0] - s[1]
+
 
 class LearnedMapsHead(TokenMapHead):
     """A token-map head with learned token (A) and patch (B) maps, both starting as the identity."""

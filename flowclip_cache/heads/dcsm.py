@@ -63,3 +63,16 @@ class DcsmHead(TokenMapHead):
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         return 4 * L * (3 * N + GRID * GRID + 2 * HIDDEN)
+
+    def token_maps(self, P, H, mask):
+        """The standardised cosine map the network reads, and each valid token's share of
+        the mean over tokens of its output."""
+        out = {}
+        m = torch.einsum("tld,nd->tln", H, P)
+        mk = mask[:, :, None].to(m.dtype).expand_as(m)
+        n = mk.sum((-1, -2), keepdim=True).clamp_min(1)
+        mean = (m * mk).sum((-1, -2), keepdim=True) / n
+        z = (m - mean) / ((((m - mean) * mk) ** 2).sum((-1, -2), keepdim=True) / n).clamp_min(1e-12).sqrt()
+        out["standardised cosine"] = z
+        tm = mask.to(z.dtype)
+        return out, self.net(to_grid(z)).squeeze(-1) * tm / tm.sum(-1, keepdim=True).clamp_min(1)

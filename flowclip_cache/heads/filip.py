@@ -39,3 +39,12 @@ class FilipHead(LearnedMapsHead):
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         return 4 * 4 * L * N
+
+    def token_maps(self, P, H, mask):
+        """Each token's similarity to every patch; its share is the token-to-image half
+        (half its best patch's similarity over the valid tokens; the image-to-token half
+        belongs to patches, not tokens)."""
+        q, p = F.normalize(H @ self.A.T, dim=-1), F.normalize(P @ self.B.T, dim=-1)
+        sim = torch.einsum("tld,nd->tln", q, p)
+        m = mask.to(sim.dtype)
+        return {"similarity": sim}, 0.5 * sim.max(-1).values * m / m.sum(-1, keepdim=True).clamp_min(1)

@@ -134,8 +134,8 @@ class FlowHead(GlobalHead):
 
     def token_evidence(self, v, P, t, H, mask) -> dict:
         """Where each word looked, for one image and T captions (flowclip explain), from
-        the ICER equations: v [d], P [N,d], t [T,d], H [T,L,d], mask [T,L] ->
-        before/after [T,L,N] (softmax_j of q_l.p_j and of qres_l.p_j over tau_p: each
+        the ICER equations: v [d], P [N,d], t [T,d], H [T,L,d], mask [T,L] -> maps
+        before/after/moved [T,L,N] (softmax_j of q_l.p_j and of qres_l.p_j over tau_p: each
         token's patch support before and after the refinement), contrib [T,L] (each
         valid token's share of s_token: m_l (E(qres_l) - E(q_l)) / sum m), s_global,
         s_token and s [T]."""
@@ -151,7 +151,8 @@ class FlowHead(GlobalHead):
             / m.sum(-1, keepdim=True).clamp_min(1)
         s_global = global_scores(v[None], t, self.M)[0]
         s_token = contrib.sum(-1)
-        return {"before": before, "after": torch.softmax(res_logits / self.tau_p, dim=-1), "contrib": contrib,
+        after = torch.softmax(res_logits / self.tau_p, dim=-1)
+        return {"maps": {"before": before, "after": after, "moved": after - before}, "contrib": contrib,
                 "s_global": s_global, "s_token": s_token, "s": s_global + self.alpha * s_token}
 
     def token_margin(self, P, H, mask, gold: int, foil: int) -> torch.Tensor:

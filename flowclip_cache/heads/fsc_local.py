@@ -45,3 +45,16 @@ class FscLocalHead(LearnedMapsHead):
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         return 4 * (4 * L * N + 2 * L * d)
+
+    def token_maps(self, P, H, mask):
+        """Each token's sparse alignment weights over the patches (summing to one) and its
+        share c_l / (valid tokens) of the local score."""
+        q, p = F.normalize(H @ self.A.T, dim=-1), F.normalize(P @ self.B.T, dim=-1)
+        sim = torch.einsum("tld,nd->tln", q, p)
+        lo, hi = sim.min(-1, keepdim=True).values, sim.max(-1, keepdim=True).values
+        w = (sim - lo) / (hi - lo).clamp_min(1e-8)
+        w = torch.where(w < 1.0 / sim.shape[-1], torch.zeros_like(w), w)
+        w = w / w.sum(-1, keepdim=True).clamp_min(1e-8)
+        c = (F.normalize(w @ p, dim=-1) * q).sum(-1)
+        m = mask.to(c.dtype)
+        return {"alignment": w}, c * m / m.sum(-1, keepdim=True).clamp_min(1)
