@@ -121,7 +121,7 @@ def test_profile_command_writes_and_guards_the_profile(tmp_path):
     small = [REDUCED[0], REDUCED[1]]
     r = CliRunner().invoke(main, ["profile", SYNTH, out, *small])
     assert r.exit_code == 0, r.output
-    assert "| flowclip-tiny-vit (none) |" in r.output and "object contrast" in r.output
+    assert "| flowclip-tiny-vit (none, standard) |" in r.output and "object contrast" in r.output
     prof = json.load(open(tmp_path / "p" / "profile.json"))
     g = prof["grounding"]
     assert set(prof["accuracy"]) == {"object", "swap-att", "swap-obj", "relation", "order", "add", "replace",
