@@ -32,14 +32,19 @@ def to_grid(z: torch.Tensor) -> torch.Tensor:
     return pooled.reshape(*lead, GRID * GRID)
 
 
-def dcsm_score(P, H, mask, net: nn.Module, paired: bool = False) -> torch.Tensor:
-    """P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] (paired: P [T,N,d] -> [T])."""
-    m = torch.einsum("tld,tnd->tln", H, P)[None] if paired else torch.einsum("tld,ind->itln", H, P)
-    mk = mask[None, :, :, None].to(m.dtype).expand_as(m)
+def standardise(m: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """m [..., T, L, N] standardised over each pair's valid entries (mask [..., T, L])."""
+    mk = mask[..., None].to(m.dtype).expand_as(m)
     n = mk.sum((-1, -2), keepdim=True).clamp_min(1)
     mean = (m * mk).sum((-1, -2), keepdim=True) / n
     var = (((m - mean) * mk) ** 2).sum((-1, -2), keepdim=True) / n
-    z = (m - mean) / var.clamp_min(1e-12).sqrt()
+    return (m - mean) / var.clamp_min(1e-12).sqrt()
+
+
+def dcsm_score(P, H, mask, net: nn.Module, paired: bool = False) -> torch.Tensor:
+    """P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] (paired: P [T,N,d] -> [T])."""
+    m = torch.einsum("tld,tnd->tln", H, P)[None] if paired else torch.einsum("tld,ind->itln", H, P)
+    z = standardise(m, mask[None])
     per_token = net(to_grid(z)).squeeze(-1)                              # [I,T,L]
     tm = mask[None].to(per_token.dtype)
     out = (per_token * tm).sum(-1) / tm.sum(-1).clamp_min(1)
@@ -67,12 +72,6 @@ class DcsmHead(TokenMapHead):
     def token_maps(self, P, H, mask):
         """The standardised cosine map the network reads, and each valid token's share of
         the mean over tokens of its output."""
-        out = {}
-        m = torch.einsum("tld,nd->tln", H, P)
-        mk = mask[:, :, None].to(m.dtype).expand_as(m)
-        n = mk.sum((-1, -2), keepdim=True).clamp_min(1)
-        mean = (m * mk).sum((-1, -2), keepdim=True) / n
-        z = (m - mean) / ((((m - mean) * mk) ** 2).sum((-1, -2), keepdim=True) / n).clamp_min(1e-12).sqrt()
-        out["standardised cosine"] = z
+        z = standardise(torch.einsum("tld,nd->tln", H, P), mask)
         tm = mask.to(z.dtype)
-        return out, self.net(to_grid(z)).squeeze(-1) * tm / tm.sum(-1, keepdim=True).clamp_min(1)
+        return {"standardised cosine": z}, self.net(to_grid(z)).squeeze(-1) * tm / tm.sum(-1, keepdim=True).clamp_min(1)

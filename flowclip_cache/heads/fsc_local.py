@@ -16,16 +16,22 @@ import torch.nn.functional as F
 from .base import LearnedMapsHead
 
 
+def alignment_weights(m: torch.Tensor) -> torch.Tensor:
+    """SPARC-style sparse weights over the last (patch) axis: min-max scaled, below 1/N
+    zeroed, summing to one."""
+    lo, hi = m.min(-1, keepdim=True).values, m.max(-1, keepdim=True).values
+    w = (m - lo) / (hi - lo).clamp_min(1e-8)
+    w = torch.where(w < 1.0 / m.shape[-1], torch.zeros_like(w), w)
+    return w / w.sum(-1, keepdim=True).clamp_min(1e-8)
+
+
 def local_score(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
     """P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] (paired: P [T,N,d] -> [T])."""
     q = F.normalize(H @ A.T, dim=-1)
     p = F.normalize(P @ B.T, dim=-1)
     N = p.shape[1]
     m = torch.einsum("tld,tnd->tln", q, p)[None] if paired else torch.einsum("tld,ind->itln", q, p)
-    lo, hi = m.min(-1, keepdim=True).values, m.max(-1, keepdim=True).values
-    w = (m - lo) / (hi - lo).clamp_min(1e-8)
-    w = torch.where(w < 1.0 / N, torch.zeros_like(w), w)
-    w = w / w.sum(-1, keepdim=True).clamp_min(1e-8)
+    w = alignment_weights(m)
     if paired:
         e = F.normalize(torch.einsum("itln,tnd->itld", w, p), dim=-1)
     else:
@@ -51,10 +57,7 @@ class FscLocalHead(LearnedMapsHead):
         share c_l / (valid tokens) of the local score."""
         q, p = F.normalize(H @ self.A.T, dim=-1), F.normalize(P @ self.B.T, dim=-1)
         sim = torch.einsum("tld,nd->tln", q, p)
-        lo, hi = sim.min(-1, keepdim=True).values, sim.max(-1, keepdim=True).values
-        w = (sim - lo) / (hi - lo).clamp_min(1e-8)
-        w = torch.where(w < 1.0 / sim.shape[-1], torch.zeros_like(w), w)
-        w = w / w.sum(-1, keepdim=True).clamp_min(1e-8)
+        w = alignment_weights(sim)
         c = (F.normalize(w @ p, dim=-1) * q).sum(-1)
         m = mask.to(c.dtype)
         return {"alignment": w}, c * m / m.sum(-1, keepdim=True).clamp_min(1)
