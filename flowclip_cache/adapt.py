@@ -17,6 +17,7 @@ encoder (the exported encoder is a new checkpoint: new fingerprint, new store).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -225,7 +226,7 @@ def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: 
     """(v, P, t, H, mask) of the global batch: this rank's slice encoded, then gathered.
     Captions come [this rank's positives, this rank's negatives]; the gathered batch is
     reordered to [all positives, all negatives] as train-head lays it out."""
-    autocast = torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else _null()
+    autocast = torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
     with autocast:
         v, P, t, H, mask = model(images, tokens, policy)
     v, P, t, H = v.float(), P.float(), t.float(), H.float()
@@ -240,14 +241,6 @@ def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: 
     mp, mn = halves(mask.to(torch.uint8))
     return (ranks.gather(v), ranks.gather(P), torch.cat([tp, tn]), torch.cat([Hp, Hn]),
             torch.cat([mp, mn]).bool())
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 # -- the run ---------------------------------------------------------------------------------------
