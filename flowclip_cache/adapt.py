@@ -7,10 +7,10 @@ encoder (the exported encoder is a new checkpoint: new fingerprint, new store).
     order     train.epoch_order: the same batches and negatives as train-head
     features  features.image_features / text_features: extract's definitions, with grads
     loss      train.batch_loss: the same HNB and CIMR on the same head code
-    ranks     under torchrun each rank encodes its slice of the global batch; features are
-              gathered (with gradients) so negatives and CIMR donors span the global batch,
-              and the ranks' gradients are averaged (one all_reduce per step): N ranks with
-              B/N records each train what one process with B records trains
+    ranks     under torchrun the model is DistributedDataParallel; each rank encodes its
+              slice of the global batch, features are gathered (with gradients) so negatives
+              and CIMR donors span the global batch, and DDP averages the ranks' gradients:
+              N ranks with B/N records each train what one process with B records trains
     outputs   OUT/encoder.safetensors (open_clip-loadable), OUT/head.safetensors and
               config.json (a head run folder whose store fingerprint is the exported
               encoder's), checkpoints ckpt-<n>/ (encoder, head, AdamW state) for --resume
@@ -134,20 +134,15 @@ class Ranks:
             return x
         return _GatherRows.apply(x.contiguous(), self.group, self.rank, self.world)
 
-    def average_gradients(self, params) -> None:
-        """Data parallelism: every rank ends the step with the mean of the ranks' gradients
-        (one all_reduce of the flattened gradients; see _GatherRows for why the mean is
-        the one-process gradient)."""
+    def wrap(self, model: torch.nn.Module, device: str) -> torch.nn.Module:
+        """The module every step's forward goes through: DistributedDataParallel across ranks
+        (it broadcasts rank 0's weights once and averages the ranks' gradients during the
+        backward pass; see _GatherRows for why the mean is the one-process gradient)."""
         if not self.distributed:
-            return
-        import torch.distributed as dist
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = _flatten_dense_tensors(grads)
-        dist.all_reduce(flat)
-        flat /= self.world
-        for p, g in zip(params, _unflatten_dense_tensors(flat, grads)):
-            p.grad = g
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+        ids = [torch.device(device).index] if device.startswith("cuda") else None
+        return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
 
     def max(self, n: int) -> int:
         if not self.distributed:
@@ -165,7 +160,7 @@ class Ranks:
 class _GatherRows(torch.autograd.Function):
     """cat(all_gather(x)) whose backward sums every rank's gradient of the whole and keeps
     this rank's rows: each rank's loss is the same function of the gathered batch, so the
-    sum is N x dL/dx and the average over ranks makes it the one-process gradient. (An all_reduce of
+    sum is N x dL/dx and DDP's average over ranks makes it the one-process gradient. (An all_reduce of
     a contiguous copy: torch.distributed.nn's all_gather backward sends the gradient's
     views through all_to_all as they are, which gloo got wrong for strided gradients.)"""
 
@@ -202,8 +197,9 @@ def init_ranks(device: str) -> tuple[Ranks, str]:
 
 
 def gather_group():
-    """A second process group for the features' gathers, apart from the gradients'
-    all-reduce: collectives of two purposes never share one stream."""
+    """A second process group for the features' gathers, apart from DDP's gradient
+    all-reduces (which run during the same backward pass): collectives of two purposes
+    never share one stream."""
     import torch.distributed as dist
     return dist.new_group(backend=dist.get_backend())
 
@@ -222,12 +218,15 @@ class Adapted(torch.nn.Module):
         return v, P, f.sentence, f.tokens, f.mask
 
 
+def _autocast(precision: str):
+    return torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
 def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: str, device: str):
     """(v, P, t, H, mask) of the global batch: this rank's slice encoded, then gathered.
     Captions come [this rank's positives, this rank's negatives]; the gathered batch is
     reordered to [all positives, all negatives] as train-head lays it out."""
-    autocast = torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
-    with autocast:
+    with _autocast(precision):
         v, P, t, H, mask = model(images, tokens, policy)
     v, P, t, H = v.float(), P.float(), t.float(), H.float()
     L = ranks.max(H.shape[1])                         # causal cuts differ per rank: pad to one length
@@ -267,12 +266,9 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
     encoder = load_model(enc, device)
     head = cfg.build_head(enc.dim).to(device)
     model = Adapted(encoder, head).to(device).train()
-    for name in ("logit_scale", "logit_bias"):        # not in the objective (tau_c is fixed)
-        p = getattr(encoder.model, name, None)
-        if isinstance(p, torch.nn.Parameter):
-            p.requires_grad_(False)
     if cfg.grad_checkpointing:
         encoder.model.set_grad_checkpointing(True)
+    frozen = freeze_unreached(model, recs, cfg.precision, device)
     enc_params = [p for p in encoder.model.parameters() if p.requires_grad]
     head_params = list(head.parameters())
     groups = [{"params": enc_params, "lr": cfg.encoder_lr}] + ([{"params": head_params, "lr": cfg.lr}]
@@ -285,21 +281,37 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
         model.load_state_dict(weights)
         checkpoint.load_optimizer(params, opt, moments)
         log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
-    if ranks.distributed:              # the same initial weights on every rank, whatever each loaded
-        import torch.distributed as dist
-        for t in model.state_dict().values():
-            dist.broadcast(t, 0)
+    forward = ranks.wrap(model, device)    # after loading: DDP broadcasts rank 0's weights
     log(f"adapt {enc.spec.model}: {len(train_rec)} training records, head {cfg.head} "
         f"({sum(p.numel() for p in head_params):,} parameters), encoders {sum(p.numel() for p in enc_params):,} "
-        f"parameters, {ranks.world} rank(s), global batch {cfg.batch_size}")
-    done = _epochs(model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
-                   log)
+        f"parameters" + (f" ({frozen:,} that no feature reaches left frozen)" if frozen else "")
+        + f", {ranks.world} rank(s), global batch {cfg.batch_size}")
+    done = _epochs(model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress,
+                   max_steps, log)
     if done:
         _export(out, model, enc, cfg, state, ranks, log)
     return state
 
 
-def _epochs(model, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
+def freeze_unreached(model: Adapted, recs: AdaptRecords, precision: str, device: str) -> int:
+    """Freeze the encoder parameters that the head's features never reach: the logit scale
+    and bias (tau_c is fixed), BLIP's ITM head and text cross-attention, say: DDP would
+    wait for their gradients, which never come. Found by one backward pass of one
+    record's features; returns how many weights."""
+    images = _Images(recs, model.encoder.preprocess)
+    tokens = model.encoder.tokenize([recs.texts[int(recs.rec_pos[0])]]).to(device)
+    with _autocast(precision):
+        v, P, t, H, _ = model(images[0][None].to(device), tokens, model.encoder.config["token_mask"])
+    reached = v.sum() + t.sum() + ((P.sum() + H.sum()) if model.head.uses_tokens else 0)
+    reached.float().backward()
+    unreached = [p for p in model.encoder_model.parameters() if p.requires_grad and p.grad is None]
+    model.zero_grad(set_to_none=True)
+    for p in unreached:
+        p.requires_grad_(False)
+    return sum(p.numel() for p in unreached)
+
+
+def _epochs(model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
             log) -> bool:
     from torch.utils.data import DataLoader
 
@@ -318,7 +330,7 @@ def _epochs(model, opt, params, recs, train_rec, cfg, state, ranks, device, out,
                             prefetch_factor=2 if cfg.workers else None)
         for mine, x in zip(batches, loader):
             glob = order[state["step_in_epoch"] * B:(state["step_in_epoch"] + 1) * B]
-            loss = step(model, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy)
+            loss = step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy)
             state["loss"].append(loss)
             state["step_in_epoch"] += 1
             state["global_step"] += 1
@@ -336,20 +348,20 @@ def _epochs(model, opt, params, recs, train_rec, cfg, state, ranks, device, out,
     return True
 
 
-def step(model, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy) -> float:
-    """One optimiser step on the global batch `glob` (this rank holds `mine`)."""
+def step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy) -> float:
+    """One optimiser step on the global batch `glob` (this rank holds `mine`); `forward` is
+    the model itself or its DDP wrapper."""
     img = recs.rec_image[glob].to(device)
     pos, neg = recs.rec_pos[glob].to(device), recs.rec_neg[glob, neg_pick[glob]].to(device)
     mine_pos, mine_neg = recs.rec_pos[mine], recs.rec_neg[mine, neg_pick[mine]]
     enc = model.encoder
     tokens = enc.tokenize([recs.texts[int(i)] for i in torch.cat([mine_pos, mine_neg])]).to(device)
-    feats = batch_features(model, ranks, x.to(device), tokens, policy, cfg.precision, device)
+    feats = batch_features(forward, ranks, x.to(device), tokens, policy, cfg.precision, device)
     loss = batch_loss(model.head, cfg, img, pos, neg, feats)[0]
     if not torch.isfinite(loss):
         raise FlowclipError(f"non-finite loss ({loss.item()}); the last good checkpoint is kept (try a lower lr)")
     opt.zero_grad(set_to_none=True)
-    loss.backward()
-    ranks.average_gradients(params)
+    loss.backward()                        # under DDP: the ranks' gradients averaged on return
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     opt.step()
     return loss.item()

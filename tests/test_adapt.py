@@ -13,7 +13,8 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from flowclip_cache.adapt import AdaptConfig, Adapted, Ranks, _Images, batch_features, read_records, run_adapt
+from flowclip_cache.adapt import (AdaptConfig, Adapted, Ranks, _Images, batch_features, freeze_unreached, read_records,
+                                  run_adapt)
 from flowclip_cache.cli import main
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
@@ -140,50 +141,69 @@ def _torchrun(n, args, cwd):
     return r
 
 
-def _rank_gradients(rank, world, init_file, sample, out):
+def _rank_gradients(rank, world, init_file, sample, model_name, out):
     """One global batch of 8 records on `world` gloo ranks: loss and every gradient (rank 0 saves them)."""
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     from flowclip_cache.adapt import gather_group
     ranks = Ranks(rank, world, gather_group())
-    grads = _gradients(ranks, sample)
+    grads = _gradients(ranks, sample, model_name)
     if rank == 0:
         torch.save(grads, out)
     dist.destroy_process_group()
 
 
-def _gradients(ranks, sample):
+def _gradients(ranks, sample, model_name):
     torch.manual_seed(0)
     cfg = TrainConfig(head="flow", batch_size=8, seed=2)
-    encoder = load_model(resolve(EncoderSpec(TINY)))
-    head = cfg.build_head(64)
+    enc = resolve(EncoderSpec(model_name))
+    encoder = load_model(enc)
+    head = cfg.build_head(enc.dim)
     with torch.no_grad():
         head.W.normal_(0, 0.1)          # a head away from its initialisation: every part has a gradient
     model = Adapted(encoder, head)
     recs = read_records(sample["training"], sample["image_root"])
+    frozen = freeze_unreached(model, recs, "fp32", "cpu")
+    forward = ranks.wrap(model, "cpu")
     order, pick = epoch_order(np.nonzero(recs.split == "train")[0], recs.rec_neg, cfg.seed, 0, "cpu")
     glob = order[:8]
     mine = ranks.share(glob)
     x = torch.stack([_Images(recs, encoder.preprocess)[int(r)] for r in mine])
     tokens = encoder.tokenize([recs.texts[int(i)] for i in torch.cat([recs.rec_pos[mine],
                                                                       recs.rec_neg[mine, pick[mine]]])])
-    feats = batch_features(model, ranks, x, tokens, "nonpad", "fp32", "cpu")
+    feats = batch_features(forward, ranks, x, tokens, encoder.config["token_mask"], "fp32", "cpu")
     loss = batch_loss(head, cfg, recs.rec_image[glob], recs.rec_pos[glob], recs.rec_neg[glob, pick[glob]], feats)[0]
     loss.backward()
-    ranks.average_gradients(list(model.parameters()))
-    return {"loss": loss.item(), **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}
+    frozen_names = [n for n, p in model.named_parameters() if not p.requires_grad]
+    return {"loss": loss.item(), "frozen": (frozen, frozen_names),
+            **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}
 
 
-def test_two_ranks_compute_the_one_process_gradient(world, tmp_path):
-    """Two gloo ranks with 4 records each (features gathered with gradients, gradients averaged)
-    give the loss and every encoder and head gradient of one process with the batch of 8."""
+@pytest.fixture(params=["tiny", "blip"])
+def adapted_model(request):
+    """The tiny CLIP, and BLIP (whose ITM head and text cross-attention no feature reaches)."""
+    return TINY if request.param == "tiny" else f"blip:{request.getfixturevalue('blip_folder')}"
+
+
+def test_two_ranks_compute_the_one_process_gradient(world, adapted_model, tmp_path):
+    """Two gloo ranks under DistributedDataParallel with 4 records each (features gathered
+    with gradients, gradients averaged by DDP) give the loss and every encoder and head
+    gradient of one process with the batch of 8. Parameters no feature reaches are frozen
+    first (DDP would wait for their gradients): the logit scale; BLIP's ITM head and
+    cross-attention, never its ITC path."""
     import torch.multiprocessing as mp
     out = str(tmp_path / "grads.pt")
-    mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), world["sample"], out), nprocs=2)
-    two, one = torch.load(out), _gradients(Ranks(), world["sample"])
+    mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), world["sample"], adapted_model, out), nprocs=2)
+    two, one = torch.load(out), _gradients(Ranks(), world["sample"], adapted_model)
+    n_frozen, frozen = one.pop("frozen")
+    assert two.pop("frozen")[1] == frozen
+    if adapted_model == TINY:
+        assert frozen == ["encoder_model.logit_scale"] and n_frozen == 1
+    else:
+        assert any("itm_head" in n for n in frozen) and any("crossattention" in n for n in frozen)
+        assert not any(k in n for n in frozen for k in ("vision_model", "vision_proj", "text_proj"))
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-6)
-    assert set(one) <= set(two) and len(one) > 10
-    assert all(not two[k].any() for k in set(two) - set(one))        # unused (logit_scale): zero on both
+    assert set(one) == set(two) and len(one) > 10
     for k in one:
         if k != "loss":
             scale = max(float(one[k].abs().max()), 1e-12)
