@@ -117,6 +117,43 @@ def test_resume_is_bit_identical_and_export_goes_through_extract_and_score(world
     assert r.exit_code != 0 and "refused" in r.output          # not on the frozen encoder's store
 
 
+@pytest.mark.slow
+def test_sigkilled_adapt_resumes_to_the_uninterrupted_weights(world, tmp_path):
+    """`flowclip adapt` SIGKILLed three times at random moments after a checkpoint exists
+    (mid-step, mid-checkpoint-write, whatever), each time resumed with --resume: the final
+    encoder and head are bit-identical to an uninterrupted run's."""
+    import random
+    import signal
+    import time
+    s = world["sample"]
+    args = [sys.executable, "-m", "flowclip_cache", "adapt", "--model", TINY, "--train", s["training"],
+            "--image-root", s["image_root"], "--workers", "0", "--epochs", "3", "--batch-size", "4",
+            "--encoder-lr", "1e-4", "--checkpoint-every", "1", "--seed", "3", "--quiet"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
+    subprocess.run([*args, "--out", whole], env=env, check=True, capture_output=True, timeout=600)
+    rng, kills = random.Random(0), 0
+    for attempt in range(3):
+        proc = subprocess.Popen([*args, "--out", cut, *(["--resume"] if attempt else [])], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = None
+        while proc.poll() is None:
+            if os.path.exists(os.path.join(cut, "checkpoint.json")):
+                first = first or time.monotonic()
+                if time.monotonic() - first > rng.uniform(0.05, 1.0):
+                    proc.send_signal(signal.SIGKILL)
+                    kills += 1
+                    break
+            time.sleep(0.01)
+        proc.wait(timeout=600)
+    assert kills >= 2, "the run finished before it could be killed"
+    if not os.path.exists(os.path.join(cut, "DONE")):
+        subprocess.run([*args, "--out", cut, "--resume"], env=env, check=True, capture_output=True, timeout=600)
+    for f in ("encoder.safetensors", "head.safetensors"):
+        a, b = load_file(os.path.join(whole, f)), load_file(os.path.join(cut, f))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
+
+
 def test_refusals_and_negclip(world, tmp_path):
     s = world["sample"]
     args = ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"], "--workers", "0",
