@@ -1,4 +1,4 @@
-"""The benchmark catalogue: benchmarks/catalogue/<name>.yaml (package data), one per benchmark (official source,
+"""The benchmark catalogue: datasets/catalogue/<name>.yaml (package data), one per benchmark (official source,
 files the converter expects, expected record counts, licence). How a benchmark is
 scored lives in its benchmark file, not here."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 from .errors import FlowclipError
 
-CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks", "catalogue")
+CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datasets", "catalogue")
 KEYS = {"name", "title", "source", "files", "records", "counts", "images", "licence", "notes"}
 
 

@@ -367,8 +367,8 @@ def manifest():
 @click.option("--overwrite", is_flag=True)
 def manifest_build(name, source, out, options, on_error, overwrite):
     """Convert benchmark NAME's official files into a manifest."""
-    from .benchmarks import get
-    from .benchmarks.base import RowErrors
+    from .datasets import get
+    from .datasets.base import RowErrors
     from .catalogue import check_counts
     bench = get(name)
     opts = {}
@@ -412,7 +412,7 @@ def manifest_check(path, image_root):
 @manifest.command("list")
 def manifest_list():
     """The benchmark catalogue: converters, expected counts, sources, options."""
-    from .benchmarks import all_benchmarks
+    from .datasets import all_benchmarks
     from .catalogue import load_catalogue
     cat = load_catalogue()
     for name, b in all_benchmarks().items():

@@ -22,9 +22,9 @@ import torch
 
 from . import metrics, outputs
 from .report import results_markdown
-from .benchmarks import all_benchmarks
-from .benchmarks import get as get_benchmark
-from .benchmarks.base import Scoring
+from .datasets import all_benchmarks
+from .datasets import get as get_benchmark
+from .datasets.base import Scoring
 from .banks import FeatureBank
 from .data import manifest_keys
 from .hashing import caption_key
@@ -477,7 +477,7 @@ def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]
 
 def expected_members() -> dict[str, list[str]]:
     """Every member of every cross-task mean, as the registry declares them."""
-    from .benchmarks import all_benchmarks
+    from .datasets import all_benchmarks
     out: dict[str, list[str]] = {}
     for name, b in all_benchmarks().items():
         for mean_name, group in (b.scoring.joins if b.scoring else ()):

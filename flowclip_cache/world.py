@@ -5,7 +5,7 @@ A scene holds 1-3 objects on a 3x3 grid of cells (so left/right/above/below are
 unambiguous), each a shape (16 procedurally drawn glyphs), a colour (6) and a size (2),
 over a lightly cluttered background; drawn at 4x and downsampled (anti-aliased).
 
-Families (one benchmark each; see benchmarks/_synthetic.py):
+Families (one benchmark each; see datasets/_synthetic.py):
   swap-att   two objects trade colours          (CLEVR / ABC / PUG-style binding)
   swap-obj   two objects trade shapes           (SugarCrepe Swap-O)
   relation   the spatial relation flips         (What's Up)

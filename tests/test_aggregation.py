@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from flowclip_cache import metrics
-from flowclip_cache.benchmarks import get
-from flowclip_cache.benchmarks.base import Scoring
+from flowclip_cache.datasets import get
+from flowclip_cache.datasets.base import Scoring
 from flowclip_cache.banks import FeatureBank
 from flowclip_cache.heads import build_head
 from flowclip_cache.pipelines.study import RunSpec, summarise

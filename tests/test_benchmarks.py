@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from PIL import Image
 
 from conftest import SHARED_BENCHMARKS, needs_shared
-from flowclip_cache.benchmarks import all_benchmarks, get
-from flowclip_cache.benchmarks.base import RowErrors
+from flowclip_cache.datasets import all_benchmarks, get
+from flowclip_cache.datasets.base import RowErrors
 from flowclip_cache.catalogue import check_counts, load_catalogue
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError, ManifestError
@@ -107,7 +107,7 @@ def test_aro_coco_order_with_injected_tags(tmp_path):
         assert sorted(foil.split()) == sorted(gold.split())           # shuffles keep the words
     report2, m2 = build("aro-coco-order", tmp_path, tmp_path / "o2.parquet", tagger=fake_tagger)
     assert m2.table.to_pylist() == rows                               # deterministic
-    from flowclip_cache.benchmarks import _aro
+    from flowclip_cache.datasets import _aro
     try:
         import spacy  # noqa: F401
     except ImportError:

@@ -24,7 +24,7 @@ def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path):
         "import flowclip_cache, os\n"
         "assert os.path.dirname(flowclip_cache.__file__).startswith(%r), flowclip_cache.__file__\n"
         "from flowclip_cache.catalogue import load_catalogue\n"
-        "from flowclip_cache.benchmarks import all_benchmarks\n"
+        "from flowclip_cache.datasets import all_benchmarks\n"
         "from flowclip_cache.config import find_config, packaged_configs\n"
         "from flowclip_cache.encoders import register_package_configs\n"
         "cat = load_catalogue(); assert set(cat) == set(all_benchmarks()), sorted(cat)\n"

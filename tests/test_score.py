@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from flowclip_cache import metrics
-from flowclip_cache.benchmarks import get
-from flowclip_cache.benchmarks.base import Scoring
+from flowclip_cache.datasets import get
+from flowclip_cache.datasets.base import Scoring
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.manifest import write_manifest
 from flowclip_cache.score import aggregate, control_images, run_score
