@@ -96,6 +96,12 @@ def retrieval_recall_blocks(row_blocks, caption_image: np.ndarray, n_images: int
         wrong = caption_image[None, :] != rows[:, None]
         t_rank += ((block >= s_true[None, :]) & wrong).sum(0)
         t_tie |= ((block == s_true[None, :]) & wrong).any(0)
+    return _recalls(i_rank, t_rank, i_tie, t_tie, ks)
+
+
+def _recalls(i_rank, t_rank, i_tie, t_tie, ks) -> dict:
+    """R@k per direction from each query's rank of its right answer (0 = first), and
+    how many queries had a tie with it."""
     out = {}
     for k in ks:
         out[f"i2t_R@{k}"] = float(np.mean(i_rank < k))
@@ -125,12 +131,7 @@ def retrieval_recall_pairs(img: np.ndarray, cap: np.ndarray, val: np.ndarray, ca
     t_tie = np.zeros(n_cap, bool)
     np.add.at(t_rank, cap[wrong], (val[wrong] >= s_true[cap[wrong]]) & ~np.isinf(s_true[cap[wrong]]))
     np.logical_or.at(t_tie, cap[wrong], val[wrong] == s_true[cap[wrong]])
-    out = {}
-    for k in ks:
-        out[f"i2t_R@{k}"] = float(np.mean(i_rank < k))
-        out[f"t2i_R@{k}"] = float(np.mean(t_rank < k))
-    out["i2t_ties"], out["t2i_ties"] = int(i_tie.sum()), int(t_tie.sum())
-    return out
+    return _recalls(i_rank, t_rank, i_tie, t_tie, ks)
 
 
 def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:

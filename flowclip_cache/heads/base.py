@@ -18,6 +18,19 @@ from torch import nn
 from ..errors import FlowclipError
 
 
+def masked_token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of x [..., L] over the valid tokens (mask broadcastable to x): the pooling of
+    every token-level score."""
+    m = mask.to(x.dtype)
+    return (x * m).sum(-1) / m.sum(-1).clamp_min(1)
+
+
+def token_shares(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each valid token's share of masked_token_mean(x, mask) (they sum to it)."""
+    m = mask.to(x.dtype)
+    return x * m / m.sum(-1, keepdim=True).clamp_min(1)
+
+
 class Head(nn.Module):
     kind: str = ""                       # the registry name (train-head --head KIND)
     title: str = ""                      # one line for --help and docs

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import TokenMapHead
+from .base import TokenMapHead, masked_token_mean, token_shares
 
 HIDDEN = 64
 GRID = 7
@@ -46,8 +46,7 @@ def dcsm_score(P, H, mask, net: nn.Module, paired: bool = False) -> torch.Tensor
     m = torch.einsum("tld,tnd->tln", H, P)[None] if paired else torch.einsum("tld,ind->itln", H, P)
     z = standardise(m, mask[None])
     per_token = net(to_grid(z)).squeeze(-1)                              # [I,T,L]
-    tm = mask[None].to(per_token.dtype)
-    out = (per_token * tm).sum(-1) / tm.sum(-1).clamp_min(1)
+    out = masked_token_mean(per_token, mask[None])
     return out[0] if paired else out
 
 
@@ -73,5 +72,4 @@ class DcsmHead(TokenMapHead):
         """The standardised cosine map the network reads, and each valid token's share of
         the mean over tokens of its output."""
         z = standardise(torch.einsum("tld,nd->tln", H, P), mask)
-        tm = mask.to(z.dtype)
-        return {"standardised cosine": z}, self.net(to_grid(z)).squeeze(-1) * tm / tm.sum(-1, keepdim=True).clamp_min(1)
+        return {"standardised cosine": z}, token_shares(self.net(to_grid(z)).squeeze(-1), mask)

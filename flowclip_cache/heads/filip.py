@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import LearnedMapsHead
+from .base import LearnedMapsHead, masked_token_mean, token_shares
 
 NEG = -1e4        # below any cosine: masks padding out of a max
 
@@ -22,10 +22,8 @@ def late_interaction(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
     q = F.normalize(H @ A.T, dim=-1)
     p = F.normalize(P @ B.T, dim=-1)
     sim = torch.einsum("tld,tnd->tln", q, p)[None] if paired else torch.einsum("tld,ind->itln", q, p)
-    m = mask[None, :, :, None]                                               # [1,T,L,1]
-    t2i = sim.max(-1).values                                                 # each token's best patch
-    t2i = (t2i * m[..., 0]).sum(-1) / m[..., 0].sum(-1).clamp_min(1)
-    i2t = sim.masked_fill(~m, NEG).max(-2).values.mean(-1)                   # each patch's best valid token
+    t2i = masked_token_mean(sim.max(-1).values, mask[None])                  # each token's best patch
+    i2t = sim.masked_fill(~mask[None, :, :, None], NEG).max(-2).values.mean(-1)   # each patch's best valid token
     out = 0.5 * (t2i + i2t)
     return out[0] if paired else out
 
@@ -46,5 +44,4 @@ class FilipHead(LearnedMapsHead):
         belongs to patches, not tokens)."""
         q, p = F.normalize(H @ self.A.T, dim=-1), F.normalize(P @ self.B.T, dim=-1)
         sim = torch.einsum("tld,nd->tln", q, p)
-        m = mask.to(sim.dtype)
-        return {"similarity": sim}, 0.5 * sim.max(-1).values * m / m.sum(-1, keepdim=True).clamp_min(1)
+        return {"similarity": sim}, token_shares(0.5 * sim.max(-1).values, mask)

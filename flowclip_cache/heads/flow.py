@@ -24,17 +24,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import FlowclipError
+from .base import masked_token_mean, token_shares
 from .global_m import GlobalHead, global_scores
 
 def _pooled_evidence(logits: torch.Tensor, tau_p: float) -> torch.Tensor:
     """tau_p * log mean_j exp(logits_j / tau_p) over the last axis."""
     return tau_p * (torch.logsumexp(logits / tau_p, dim=-1) - math.log(logits.shape[-1]))
-
-
-def _masked_token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """x [I,T,L], mask [T,L] -> [I,T]: mean over valid tokens."""
-    m = mask.to(x.dtype)
-    return (x * m).sum(-1) / m.sum(-1).clamp_min(1)
 
 
 def token_scores_direct(P, H, mask, M_tok, W, tau_p):
@@ -50,7 +45,7 @@ def token_scores_direct(P, H, mask, M_tok, W, tau_p):
     q_res = F.normalize(q_tilde, dim=-1)
     e_res = _pooled_evidence(torch.einsum("itld,ind->itln", q_res, P), tau_p)
     e_q = _pooled_evidence(logits, tau_p)
-    return _masked_token_mean(e_res - e_q, mask)
+    return masked_token_mean(e_res - e_q, mask)
 
 
 def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
@@ -95,8 +90,7 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
     norm_sq = qq + wc_sq + qc ** 2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
     res_logits = (s_qp + wc_p - qc[..., None] * s_wp) / norm_sq.clamp_min(1e-12).sqrt()[..., None]
     e_diff = _pooled_evidence(res_logits, tau_p) - tau_p * (lse - math.log(N))
-    m = per_token(mask).to(e_diff.dtype)
-    out = (e_diff * m).sum(-1) / m.sum(-1).clamp_min(1)                   # mean over valid tokens
+    out = masked_token_mean(e_diff, per_token(mask))
     return out[:, 0] if paired else out
 
 
@@ -146,9 +140,8 @@ class FlowHead(GlobalHead):
         r = r - (q * r).sum(-1, keepdim=True) * q
         q_res = F.normalize(q + r @ self.W.T, dim=-1)
         res_logits = q_res @ P.T
-        m = mask.to(P.dtype)
-        contrib = m * (_pooled_evidence(res_logits, self.tau_p) - _pooled_evidence(logits, self.tau_p)) \
-            / m.sum(-1, keepdim=True).clamp_min(1)
+        contrib = token_shares(_pooled_evidence(res_logits, self.tau_p) - _pooled_evidence(logits, self.tau_p),
+                               mask)
         s_global = global_scores(v[None], t, self.M)[0]
         s_token = contrib.sum(-1)
         after = torch.softmax(res_logits / self.tau_p, dim=-1)

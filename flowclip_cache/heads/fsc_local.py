@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import LearnedMapsHead
+from .base import LearnedMapsHead, masked_token_mean, token_shares
 
 
 def alignment_weights(m: torch.Tensor) -> torch.Tensor:
@@ -37,8 +37,7 @@ def local_score(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
     else:
         e = F.normalize(torch.einsum("itln,ind->itld", w, p), dim=-1)
     c = (e * q[None]).sum(-1)                                            # [I,T,L]
-    mk = mask[None].to(c.dtype)
-    out = (c * mk).sum(-1) / mk.sum(-1).clamp_min(1)
+    out = masked_token_mean(c, mask[None])
     return out[0] if paired else out
 
 
@@ -59,5 +58,4 @@ class FscLocalHead(LearnedMapsHead):
         sim = torch.einsum("tld,nd->tln", q, p)
         w = alignment_weights(sim)
         c = (F.normalize(w @ p, dim=-1) * q).sum(-1)
-        m = mask.to(c.dtype)
-        return {"alignment": w}, c * m / m.sum(-1, keepdim=True).clamp_min(1)
+        return {"alignment": w}, token_shares(c, mask)
