@@ -267,7 +267,7 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
     head = cfg.build_head(enc.dim).to(device)
     model = Adapted(encoder, head).to(device).train()
     if cfg.grad_checkpointing:
-        encoder.model.set_grad_checkpointing(True)
+        encoder.set_grad_checkpointing()
     frozen = freeze_unreached(model, recs, cfg.precision, device)
     enc_params = [p for p in encoder.model.parameters() if p.requires_grad]
     head_params = list(head.parameters())

@@ -76,6 +76,11 @@ class Family:
         """The tokenizer without the model (planning an extraction needs token ids only)."""
         return cls(None, None, cls.make_tokenizer(enc), enc.config)
 
+    def set_grad_checkpointing(self) -> None:
+        """Recompute each transformer block's activations in the backward pass instead of
+        keeping them (adapt --grad-checkpointing); open_clip's switch."""
+        self.model.set_grad_checkpointing(True)
+
     # -- what a loaded encoder computes -----------------------------------------------------
     @property
     def context_length(self) -> int:

@@ -114,6 +114,13 @@ class BlipITC(Family):
     def make_tokenizer(cls, enc):
         return hf.hf_tokenizer(cls.folder(enc.spec))
 
+    def set_grad_checkpointing(self):
+        kwargs = {"use_reentrant": False}                  # reentrant checkpoints and DDP do not mix
+        if hasattr(self.model, "activation_checkpointing_enable"):      # transformers >= 5.x's name
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
     def tokenize(self, texts):
         return hf.hf_tokenize(self.tokenizer, texts, self.context_length)
 
