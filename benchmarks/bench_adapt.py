@@ -66,7 +66,7 @@ def main():
         x = torch.stack([_Images(recs, enc.preprocess)[int(r)] for r in glob])
         img, pos, neg = recs.rec_image[glob], recs.rec_pos[glob], recs.rec_neg[glob, pick[glob]]
         ids = enc.tokenizer([recs.texts[int(i)] for i in torch.cat([pos, neg])])
-        ours = lambda: step(model, opt, params, recs, glob, glob, x, pick, cfg, Ranks(), "cpu", "nonpad")
+        ours = lambda: step(model, model, opt, params, recs, glob, glob, x, pick, cfg, Ranks(), "cpu", "nonpad")
         bare = lambda: bare_step(enc.model, head, opt, params, x, ids, img, pos, neg, cfg)
         best = {"ours": float("inf"), "bare": float("inf")}
         for i in range(args.repeats + 1):                   # the first round warms up

@@ -124,20 +124,25 @@ def score_worker(store: str, manifest: str, run: str, max_memory: int, shortlist
             "i2t_R@1": r["i2t_R@1"]}
 
 
-def scoring(root: str, store: str, man: str, max_memory: int, exact_images: int, shortlist: int) -> None:
+def scoring(root: str, store: str, man: str, max_memory: int, exact_images: int, shortlist: int,
+            store_images: int) -> bool:
+    """Score an exact and a shortlisted gallery (COCO 5k, or as many images as a small
+    store holds); False when a run failed."""
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.train import TrainConfig, train_head
     run = os.path.join(root, "flow-untrained")
     if not os.path.exists(os.path.join(run, "DONE")):
         train_head(FeatureStore(store), man, run, TrainConfig(head="flow", epochs=0, train_eval_records=0),
                    progress=False, log=lambda *_: None, placement="store")
-    for n, k in ((exact_images, 0), (5000, shortlist)):
+    ok = True
+    for n, k in ((min(exact_images, store_images), 0), (min(5000, store_images), shortlist)):
         g = gallery(root, store, n)
         out = os.path.join(root, f"score-{n}-{k}-{time.time_ns()}")
         r = subprocess.run([sys.executable, __file__, "--score-worker", store, g, run, str(max_memory), str(k), out],
                            capture_output=True, text=True)
         if r.returncode:
             print(f"score {n} images: failed\n{r.stderr[-2000:]}")
+            ok = False
             continue
         res = json.loads(r.stdout.strip().splitlines()[-1])
         pairs = n * 5 * n if not k else None
@@ -145,6 +150,7 @@ def scoring(root: str, store: str, man: str, max_memory: int, exact_images: int,
                f"{5000 * 25000 / (pairs / res['seconds']) / 3600:.1f} h" if pairs else ""
         print(f"score {n:5d} images x {5 * n} captions, {'exact' if not k else f'shortlist {k}'}: "
               f"{res['seconds']:7.1f} s | peak RSS {res['peak_rss_gib']:.2f} GiB (--max-memory {max_memory} MiB)" + rate)
+    return ok
 
 
 def main():
@@ -169,6 +175,7 @@ def main():
         return
     os.makedirs(a.root, exist_ok=True)
     print("SYNTHETIC features (random unit FP16 vectors), COCO-training shapes; CPU, one process per placement")
+    ok = True
     for f in (float(x) for x in a.fractions.split(",")):
         store, man = write_store(a.root, f)
         n_train = int(COCO_RECORDS * f) - int(COCO_RECORDS * f) // 500 - 1
@@ -182,6 +189,7 @@ def main():
                                capture_output=True, text=True)
             if r.returncode:
                 print(f"x{f:g} {pl}: failed\n{r.stderr[-2000:]}")
+                ok = False
                 continue
             res = json.loads(r.stdout.strip().splitlines()[-1])
             epoch = res["seconds_per_step"] * (n_train // 32)
@@ -189,7 +197,8 @@ def main():
                   f"{res['seconds_to_first_step']:6.1f} s | {res['seconds_per_step'] * 1000:6.0f} ms/step | "
                   f"epoch of {n_train // 32} steps ~ {epoch / 60:5.1f} min | {res['chosen'][0] if res['chosen'] else ''}")
         if f == min(float(x) for x in a.fractions.split(",")) and not a.no_scoring:
-            scoring(a.root, store, man, a.max_memory, a.exact_images, a.shortlist)
+            ok &= scoring(a.root, store, man, a.max_memory, a.exact_images, a.shortlist, int(COCO_IMAGES * f))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def batch(g, device):
 
 def step(head, opt, feats, direct):
     ids = torch.arange(B, device=feats[0].device)
-    S = head(*feats, direct=direct)
+    S = head.forward_terms(*feats, direct=direct)[0]
     loss = hnb_loss(S, 0.01, ids, ids, ids + B) + 0.1 * cimr_loss(S, 0.01, donor_map(ids))
     opt.zero_grad()
     loss.backward()
@@ -51,7 +51,7 @@ def saved_bytes(head, feats, direct):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        S = head(*feats, direct=direct)
+        S = head.forward_terms(*feats, direct=direct)[0]
     del S
     return total[0]
 

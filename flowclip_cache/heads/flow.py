@@ -115,8 +115,8 @@ class FlowHead(GlobalHead):
         fn = token_scores_direct if direct else token_scores
         return global_scores(v, t, self.M), fn(P, H, mask, self.M_tok, self.W, self.tau_p)
 
-    def forward_terms(self, v, P, t, H, mask):
-        s_global, s_token = self.score_parts(v, P, t, H, mask)
+    def forward_terms(self, v, P, t, H, mask, direct: bool = False):
+        s_global, s_token = self.score_parts(v, P, t, H, mask, direct)
         return s_global + self.alpha * s_token, {"s_token": s_token}
 
     def score_matched(self, v, P, t, H, mask) -> torch.Tensor:
