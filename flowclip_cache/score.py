@@ -44,6 +44,7 @@ class Scorer:
     run: str             # unique label
     head: Head
     head_sha256: str     # of the weights file; "frozen" for clip
+    train: dict | None = None    # the run's training settings (config.json); None for clip
 
 
 def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Scorer]:
@@ -70,12 +71,12 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
                                     f"holds {store.fingerprint[:12]}; refused")
             sha = hashlib.sha256(open(os.path.join(path, "head.safetensors"), "rb").read()).hexdigest()
             label = os.path.basename(os.path.normpath(path))
-            scorer = Scorer(name or label, label, head, sha)
+            scorer = Scorer(name or label, label, head, sha, cfg["train"])
         if scorer.run in seen:
             raise FlowclipError(f"--scorer {spec}: two scorers named {scorer.run!r}")
         seen.add(scorer.run)
         out.append(scorer)
-    _same_method(out, specs)
+    _same_method(out)
     return out
 
 
@@ -89,17 +90,14 @@ def _nearest(path: str) -> str:
     return f"; did you mean {', '.join(os.path.join(parent, n) for n in near)}?" if near else ""
 
 
-def _same_method(scorers: list, specs: list[str]) -> None:
+def _same_method(scorers: list[Scorer]) -> None:
     """Runs grouped under one name are seeds of one method: the same head and settings,
     differing in the seed only."""
-    import json
     by_name: dict = {}
-    for sc, spec in zip(scorers, specs):
-        if sc.head_sha256 == "frozen":
+    for sc in scorers:
+        if sc.train is None:
             continue
-        path = spec.partition("=")[2] if "=" in spec and not os.path.exists(spec) else spec
-        train = json.load(open(os.path.join(path, "config.json")))["train"]
-        settings = {k: v for k, v in train.items() if k != "seed"}
+        settings = {k: v for k, v in sc.train.items() if k != "seed"}
         by_name.setdefault(sc.method, []).append((sc.run, settings))
     for name, runs in by_name.items():
         first_run, first = runs[0]

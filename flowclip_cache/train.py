@@ -191,6 +191,8 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
         cfg = json.load(open(os.path.join(run_dir, "config.json")))
         hp = cfg["head"]
         kind, dim = hp["kind"], hp["dim"]
+        if not isinstance(cfg["store_fingerprint"], str) or not isinstance(cfg["train"], dict):
+            raise TypeError("store_fingerprint must be a string and train a mapping")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
     if kind not in HEAD_KINDS:

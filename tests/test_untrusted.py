@@ -115,15 +115,18 @@ def test_malformed_head_runs_are_refused_not_scored(tmp_path):
     from safetensors.torch import save_file
 
     from flowclip_cache.train import load_head
-    good_cfg = {"head": {"kind": "global", "dim": 4, "alpha": 1.0, "tau_p": 0.05}}
+    run_keys = {"store_fingerprint": "f" * 64, "train": {"seed": 0}}
+    good_cfg = {"head": {"kind": "global", "dim": 4, "alpha": 1.0, "tau_p": 0.05}, **run_keys}
     M = torch.eye(4)
     flow_cfg = {"kind": "flow", "dim": 4, "alpha": 1.0, "tau_p": 0.05}
     flow_w = {"M": M, "M_tok": M.clone(), "W": torch.zeros(4, 4)}
-    cases = [({"head": {**good_cfg["head"], "kind": "flwo"}}, {"M": M}, "is not one of"),
-             ({"head": {**good_cfg["head"], "dim": -4}}, {"M": M}, "is not a positive integer"),
-             ({"head": {**flow_cfg, "tau_p": 0.0}}, flow_w, "tau_p = 0.0 must be a finite number > 0"),
-             ({"head": {**flow_cfg, "alpha": float("nan")}}, flow_w, "alpha = nan must be a finite"),
-             ({"head": {"kind": "flow", "dim": 4}}, flow_w, "alpha = None must be a finite"),
+    cases = [({"head": {**good_cfg["head"], "kind": "flwo"}, **run_keys}, {"M": M}, "is not one of"),
+             ({"head": {**good_cfg["head"], "dim": -4}, **run_keys}, {"M": M}, "is not a positive integer"),
+             ({"head": {**flow_cfg, "tau_p": 0.0}, **run_keys}, flow_w, "tau_p = 0.0 must be a finite number > 0"),
+             ({"head": {**flow_cfg, "alpha": float("nan")}, **run_keys}, flow_w, "alpha = nan must be a finite"),
+             ({"head": {"kind": "flow", "dim": 4}, **run_keys}, flow_w, "alpha = None must be a finite"),
+             ({"head": good_cfg["head"], "train": {}}, {"M": M}, "KeyError: 'store_fingerprint'"),
+             ({"head": good_cfg["head"], "store_fingerprint": "f", "train": [1]}, {"M": M}, "train a mapping"),
              (good_cfg, {"M": torch.eye(5)}, "M is torch.float32[5, 5], expected torch.float32[4, 4]"),
              (good_cfg, {"M": M.double()}, "expected torch.float32"),
              (good_cfg, {"M": M * float("inf")}, "holds NaN or inf"),
