@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -33,7 +32,7 @@ from .config import build
 from .errors import FlowclipError
 from .heads import HEAD_KINDS, head_class
 from .manifest import Manifest
-from .train import TrainConfig, batch_loss, epoch_order, steps_per_epoch
+from .train import TrainConfig, batch_loss, epoch_order, steps_per_epoch, write_finished_head
 
 ADAPT_HEADS = {"none": "clip", "global": "global", "flow": "flow"}
 
@@ -222,24 +221,24 @@ def _autocast(precision: str):
     return torch.autocast("cuda", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
 
-def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: str, device: str):
-    """(v, P, t, H, mask) of the global batch: this rank's slice encoded, then gathered.
-    Captions come [this rank's positives, this rank's negatives]; the gathered batch is
-    reordered to [all positives, all negatives] as train-head lays it out."""
+def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: str, need_tokens: bool = True):
+    """(v, P, t, H, mask) of the global batch: this rank's slice encoded, then gathered
+    (patches and token states only for a head that reads them; else None). Captions come
+    [this rank's positives, this rank's negatives]; the gathered batch is reordered to
+    [all positives, all negatives] as train-head lays it out."""
     with _autocast(precision):
         v, P, t, H, mask = model(images, tokens, policy)
-    v, P, t, H = v.float(), P.float(), t.float(), H.float()
+    b = len(v)
+    captions = lambda x: torch.cat([ranks.gather(x[:b]), ranks.gather(x[b:])])
+    v, t = ranks.gather(v.float()), captions(t.float())
+    if not need_tokens:
+        return v, None, t, None, None
+    H = H.float()
     L = ranks.max(H.shape[1])                         # causal cuts differ per rank: pad to one length
     if H.shape[1] < L:
         H = torch.nn.functional.pad(H, (0, 0, 0, L - H.shape[1]))
         mask = torch.nn.functional.pad(mask, (0, L - mask.shape[1]))
-    b = len(v)
-    halves = lambda x: (ranks.gather(x[:b]), ranks.gather(x[b:]))
-    tp, tn = halves(t)
-    Hp, Hn = halves(H)
-    mp, mn = halves(mask.to(torch.uint8))
-    return (ranks.gather(v), ranks.gather(P), torch.cat([tp, tn]), torch.cat([Hp, Hn]),
-            torch.cat([mp, mn]).bool())
+    return v, ranks.gather(P.float()), t, captions(H), captions(mask.to(torch.uint8)).bool()
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -356,7 +355,7 @@ def step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks,
     mine_pos, mine_neg = recs.rec_pos[mine], recs.rec_neg[mine, neg_pick[mine]]
     enc = model.encoder
     tokens = enc.tokenize([recs.texts[int(i)] for i in torch.cat([mine_pos, mine_neg])]).to(device)
-    feats = batch_features(forward, ranks, x.to(device), tokens, policy, cfg.precision, device)
+    feats = batch_features(forward, ranks, x.to(device), tokens, policy, cfg.precision, model.head.uses_tokens)
     loss = batch_loss(model.head, cfg, img, pos, neg, feats)[0]
     if not torch.isfinite(loss):
         raise FlowclipError(f"non-finite loss ({loss.item()}); the last good checkpoint is kept (try a lower lr)")
@@ -378,23 +377,15 @@ def _save(out, model, opt, params, state, ranks, seconds: float) -> None:
 
 def _prepare_folder(out, enc, manifest_path, cfg, resume, overwrite, ranks) -> None:
     if ranks.rank == 0:
-        outputs.require_own(out, "adapt-run")
-        if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
-            raise FlowclipError(f"{out} is a finished adapt run; pass --overwrite to replace it")
-        if overwrite and os.path.exists(out):
-            shutil.rmtree(out)
-        if checkpoint.exists(out) and not resume:
-            raise FlowclipError(f"{out} holds an unfinished adapt run; pass --resume to continue it or --overwrite")
-        os.makedirs(out, exist_ok=True)
-        outputs.mark(out, "adapt-run")
+        started = checkpoint.claim_run(out, "adapt-run", "adapt run", resume, overwrite)
         cfg_path = os.path.join(out, "adapt.json")
         run_cfg = {"adapt": dataclasses.asdict(cfg), "base_encoder": enc.config, "manifest": os.path.abspath(manifest_path)}
-        if checkpoint.exists(out):
+        if started:
             old = json.load(open(cfg_path))
             if old["adapt"] != run_cfg["adapt"] or old["base_encoder"] != enc.config:
                 raise FlowclipError(f"{out}: --resume with other settings or another encoder than the run began with")
         else:
-            json.dump(run_cfg, open(cfg_path, "w"), indent=1)
+            outputs.atomic_write(cfg_path, lambda p: json.dump(run_cfg, open(p, "w"), indent=1))
     if ranks.distributed:
         import torch.distributed as dist
         dist.barrier()
@@ -407,20 +398,17 @@ def _export(out, model, enc, cfg, state, ranks, log) -> None:
     from .encoders import EncoderSpec, resolve
     if ranks.rank == 0:
         enc_path = os.path.join(out, "encoder.safetensors")
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.encoder_model.state_dict().items()},
-                  enc_path + ".tmp")
-        os.replace(enc_path + ".tmp", enc_path)
+        weights = {k: v.detach().cpu().contiguous() for k, v in model.encoder_model.state_dict().items()}
+        outputs.atomic_write(enc_path, lambda p: save_file(weights, p))
         adapted = resolve(EncoderSpec(enc.spec.model, enc_path, token_mask=enc.spec.token_mask,
                                       force_quick_gelu=enc.config["model_cfg"].get("quick_gelu")))
-        head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
-        save_file(head, os.path.join(out, "head.safetensors"))
-        json.dump({"train": dataclasses.asdict(cfg), "store_fingerprint": adapted.fingerprint,
-                   "encoder": enc.spec.model, "head": model.head.hparams(), "dim": enc.dim,
-                   "parameters": sum(p.numel() for p in model.head.parameters()), "adapted_from": enc.fingerprint,
-                   "note": "extract with --pretrained OUT/encoder.safetensors to score this head"},
-                  open(os.path.join(out, "config.json"), "w"), indent=1)
-        with open(os.path.join(out, "DONE"), "w") as f:
-            f.write(json.dumps({"global_step": state["global_step"], "final_loss": state["loss"][-1]}))
+        run_config = {"train": dataclasses.asdict(cfg), "store_fingerprint": adapted.fingerprint,
+                      "encoder": enc.spec.model, "head": model.head.hparams(), "dim": enc.dim,
+                      "parameters": sum(p.numel() for p in model.head.parameters()),
+                      "adapted_from": enc.fingerprint,
+                      "note": "extract with --pretrained OUT/encoder.safetensors to score this head"}
+        outputs.atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
+        write_finished_head(out, model.head, {"global_step": state["global_step"], "final_loss": state["loss"][-1]})
         log(f"wrote {enc_path} (fingerprint {adapted.fingerprint[:16]}) and the head run folder {out}")
     if ranks.distributed:
         import torch.distributed as dist

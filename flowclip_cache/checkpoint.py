@@ -25,6 +25,25 @@ from .store.backends import fsync_dir, fsync_tree
 POINTER = "checkpoint.json"
 
 
+def claim_run(out: str, kind: str, noun: str, resume: bool, overwrite: bool, finished_hint: str = "") -> bool:
+    """Make `out` this run's folder (train-head's, adapt's) and say whether the run had
+    started: never another command's output, a finished run only with --overwrite (which
+    replaces it), an unfinished one only with --resume."""
+    from . import outputs
+    outputs.require_own(out, kind)
+    if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
+        raise FlowclipError(f"{out} holds a finished {noun}" + (" (nothing to resume)" if resume else "")
+                            + "; pass --overwrite to replace it" + finished_hint)
+    if overwrite and os.path.exists(out):
+        shutil.rmtree(out)
+    started = exists(out)
+    if started and not resume:
+        raise FlowclipError(f"{out} holds an unfinished {noun}; pass --resume to continue it or --overwrite")
+    os.makedirs(out, exist_ok=True)
+    outputs.mark(out, kind)
+    return started
+
+
 def optimizer_tensors(params, opt) -> dict[str, torch.Tensor]:
     out = {}
     for i, p in enumerate(params):

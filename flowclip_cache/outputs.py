@@ -24,6 +24,13 @@ _LEGACY = {"score-results": ("results.json", ("store_fingerprint", "results")),
            "pretrain-run": ("config.json", ("scenes", "steps", "attribute_rate"))}
 
 
+def atomic_write(path: str, write) -> None:
+    """write(tmp) then one rename: `path` is whole or absent, never half-written."""
+    tmp = f"{path}.tmp"
+    write(tmp)
+    os.replace(tmp, path)
+
+
 def mark(folder: str, kind: str) -> None:
     with open(os.path.join(folder, MARKER), "w") as f:
         json.dump({"kind": kind, "written_by": "flowclip"}, f)

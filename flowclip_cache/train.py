@@ -163,10 +163,13 @@ def _git_revision() -> str:
         return "unknown"
 
 
-def _atomic_write(path: str, write) -> None:
-    tmp = f"{path}.tmp"
-    write(tmp)
-    os.replace(tmp, path)
+def write_finished_head(out: str, head: Head, done: dict) -> None:
+    """A head run folder's last files: head.safetensors (the scored weights), then DONE,
+    written last (a finished run). train-head and adapt both end with it."""
+    from safetensors.torch import save_file
+    weights = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    outputs.atomic_write(os.path.join(out, "head.safetensors"), lambda p: save_file(weights, p))
+    outputs.atomic_write(os.path.join(out, "DONE"), lambda p: open(p, "w").write(json.dumps(done)))
 
 
 def save_checkpoint(out: str, head: Head, opt, state: dict) -> None:
@@ -263,20 +266,10 @@ class HeadRun:
                        resume: bool, overwrite: bool) -> bool:
         """Check the run folder before any data are loaded: never mix two runs, never
         resume on another encoder or with other settings. Returns whether it had started."""
-        outputs.require_own(out, "head-run")
-        if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
-            raise FlowclipError(f"{out} holds a finished run" + (" (nothing to resume)" if resume else "")
-                                + "; pass --overwrite to replace it, or score it: --scorer " + out)
-        if overwrite and os.path.exists(out):
-            shutil.rmtree(out)
-        started = checkpoint.exists(out)
+        started = checkpoint.claim_run(out, "head-run", "run", resume, overwrite, ", or score it: --scorer " + out)
         if not started and os.path.exists(os.path.join(out, "state.json")):
             raise FlowclipError(f"{out} is an unfinished run of an older flowclip (no {checkpoint.POINTER}); "
                                 f"pass --overwrite to start it again")
-        if started and not resume:
-            raise FlowclipError(f"{out} holds an unfinished run; pass --resume to continue it or --overwrite")
-        os.makedirs(out, exist_ok=True)
-        outputs.mark(out, "head-run")
         run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
                       "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
                       "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
@@ -291,7 +284,7 @@ class HeadRun:
             if old["train"] != run_config["train"] or old["manifest_sha256"] != run_config["manifest_sha256"]:
                 raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
         else:
-            _atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
+            outputs.atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
         return started
 
     def __init__(self, store: FeatureStore, out: str, cfg: TrainConfig, data: TrainingData, device: str,
@@ -377,13 +370,10 @@ class HeadRun:
 
     def finish(self) -> dict:
         """The scored weights (head.safetensors), then DONE, written last."""
-        from safetensors.torch import save_file
         if not self.params:
             self.save()
         self.logf.close()
-        weights = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
-        _atomic_write(os.path.join(self.out, "head.safetensors"), lambda p: save_file(weights, p))
-        _atomic_write(os.path.join(self.out, "DONE"), lambda p: open(p, "w").write(json.dumps(self.state["metrics"][-1])))
+        write_finished_head(self.out, self.head, self.state["metrics"][-1])
         return self.state
 
 

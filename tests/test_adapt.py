@@ -62,8 +62,8 @@ def test_first_step_equals_train_heads_with_frozen_encoders(world, tmp_path):
     model = Adapted(encoder, cfg.build_head(fs.meta["dim"]))
     x = torch.stack([_Images(recs, encoder.preprocess)[int(r)] for r in rec])
     tokens = encoder.tokenize([recs.texts[int(i)] for i in torch.cat([pos, neg])])
-    loss_a = batch_loss(model.head, cfg, img, pos, neg, batch_features(model, Ranks(), x, tokens, "nonpad", "fp32",
-                                                                       "cpu"))[0]
+    loss_a = batch_loss(model.head, cfg, img, pos, neg, batch_features(model, Ranks(), x, tokens, "nonpad",
+                                                                       "fp32"))[0]
     grad_a = torch.autograd.grad(loss_a, list(model.head.parameters()))
     assert abs(loss_a.item() - loss_c.item()) < 2e-3 * abs(loss_c.item())
     for ga, gc in zip(grad_a, grad_c):
@@ -178,26 +178,27 @@ def _torchrun(n, args, cwd):
     return r
 
 
-def _rank_gradients(rank, world, init_file, sample, model_name, out):
+def _rank_gradients(rank, world, init_file, sample, model_name, head_kind, out):
     """One global batch of 8 records on `world` gloo ranks: loss and every gradient (rank 0 saves them)."""
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     from flowclip_cache.adapt import gather_group
     ranks = Ranks(rank, world, gather_group())
-    grads = _gradients(ranks, sample, model_name)
+    grads = _gradients(ranks, sample, model_name, head_kind)
     if rank == 0:
         torch.save(grads, out)
     dist.destroy_process_group()
 
 
-def _gradients(ranks, sample, model_name):
+def _gradients(ranks, sample, model_name, head_kind):
     torch.manual_seed(0)
-    cfg = TrainConfig(head="flow", batch_size=8, seed=2)
+    cfg = TrainConfig(head=head_kind, batch_size=8, seed=2)
     enc = resolve(EncoderSpec(model_name))
     encoder = load_model(enc)
     head = cfg.build_head(enc.dim)
     with torch.no_grad():
-        head.W.normal_(0, 0.1)          # a head away from its initialisation: every part has a gradient
+        for p in head.parameters():     # a head away from its initialisation: every part has a gradient
+            p.add_(0.1 * torch.randn_like(p))
     model = Adapted(encoder, head)
     recs = read_records(sample["training"], sample["image_root"])
     frozen = freeze_unreached(model, recs, "fp32", "cpu")
@@ -208,7 +209,7 @@ def _gradients(ranks, sample, model_name):
     x = torch.stack([_Images(recs, encoder.preprocess)[int(r)] for r in mine])
     tokens = encoder.tokenize([recs.texts[int(i)] for i in torch.cat([recs.rec_pos[mine],
                                                                       recs.rec_neg[mine, pick[mine]]])])
-    feats = batch_features(forward, ranks, x, tokens, encoder.config["token_mask"], "fp32", "cpu")
+    feats = batch_features(forward, ranks, x, tokens, encoder.config["token_mask"], "fp32", head.uses_tokens)
     loss = batch_loss(head, cfg, recs.rec_image[glob], recs.rec_pos[glob], recs.rec_neg[glob, pick[glob]], feats)[0]
     loss.backward()
     frozen_names = [n for n, p in model.named_parameters() if not p.requires_grad]
@@ -216,10 +217,13 @@ def _gradients(ranks, sample, model_name):
             **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}
 
 
-@pytest.fixture(params=["tiny", "blip"])
+@pytest.fixture(params=["tiny-flow", "tiny-global", "blip-flow"])
 def adapted_model(request):
-    """The tiny CLIP, and BLIP (whose ITM head and text cross-attention no feature reaches)."""
-    return TINY if request.param == "tiny" else f"blip:{request.getfixturevalue('blip_folder')}"
+    """(model, head): the tiny CLIP with Flow-CLIP and with Global-M (patches and token
+    states then neither gathered nor in the loss), and BLIP (whose ITM head and text
+    cross-attention no feature reaches)."""
+    model, head = request.param.split("-")
+    return (TINY if model == "tiny" else f"blip:{request.getfixturevalue('blip_folder')}"), head
 
 
 def test_two_ranks_compute_the_one_process_gradient(world, adapted_model, tmp_path):
@@ -230,11 +234,12 @@ def test_two_ranks_compute_the_one_process_gradient(world, adapted_model, tmp_pa
     cross-attention, never its ITC path."""
     import torch.multiprocessing as mp
     out = str(tmp_path / "grads.pt")
-    mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), world["sample"], adapted_model, out), nprocs=2)
-    two, one = torch.load(out), _gradients(Ranks(), world["sample"], adapted_model)
+    model_name, head_kind = adapted_model
+    mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), world["sample"], model_name, head_kind, out), nprocs=2)
+    two, one = torch.load(out), _gradients(Ranks(), world["sample"], model_name, head_kind)
     n_frozen, frozen = one.pop("frozen")
     assert two.pop("frozen")[1] == frozen
-    if adapted_model == TINY:
+    if model_name == TINY:
         assert frozen == ["encoder_model.logit_scale"] and n_frozen == 1
     else:
         assert any("itm_head" in n for n in frozen) and any("crossattention" in n for n in frozen)
