@@ -31,6 +31,14 @@ def atomic_write(path: str, write) -> None:
     os.replace(tmp, path)
 
 
+def write_text(path: str, text: str) -> None:
+    """A text file written whole or not at all (summaries, profiles)."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(path, write)
+
+
 def mark(folder: str, kind: str) -> None:
     with open(os.path.join(folder, MARKER), "w") as f:
         json.dump({"kind": kind, "written_by": "flowclip"}, f)

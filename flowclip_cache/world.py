@@ -24,7 +24,6 @@ import os
 import random
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 from PIL import Image, ImageDraw
 

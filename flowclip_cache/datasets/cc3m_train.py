@@ -19,7 +19,6 @@ Older NegCLIP-layout TSVs (``train_neg_clip.tsv`` / ``valid_neg_clip.tsv``) in `
 are still read as they are."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import re

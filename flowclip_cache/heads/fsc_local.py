@@ -29,7 +29,6 @@ def local_score(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
     """P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] (paired: P [T,N,d] -> [T])."""
     q = F.normalize(H @ A.T, dim=-1)
     p = F.normalize(P @ B.T, dim=-1)
-    N = p.shape[1]
     m = torch.einsum("tld,tnd->tln", q, p)[None] if paired else torch.einsum("tld,ind->itln", q, p)
     w = alignment_weights(m)
     if paired:

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..outputs import write_text
 from .study import RunSpec, execute
 
 DEFAULT_HEADS = {
@@ -109,8 +110,7 @@ def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = Fals
     prof = clip_profile(store, paths)
     if old is not None and old != prof and not overwrite:
         raise FlowclipError(f"{prof_path} holds another profile; pass --overwrite to replace it")
-    json.dump(prof, open(prof_path + ".tmp", "w"), indent=1)
-    os.replace(prof_path + ".tmp", prof_path)
+    write_text(prof_path, json.dumps(prof, indent=1))
     from ..clip_profile import profile_table
     log("  frozen encoder profile (%):\n" + profile_table(prof, "frozen encoder"))
     return prof

@@ -20,7 +20,8 @@ import numpy as np
 from ..errors import FlowclipError
 from .ablation import AblationConfig, encoder_spec
 from .ablation import run as run_ablation
-from .study import claim_folder
+from ..outputs import write_text
+from .study import claim_folder, mean_cell, mean_std
 
 
 @dataclass
@@ -125,8 +126,7 @@ def combine(cfg, frozen: dict, adapted: dict, evals, root) -> dict:
             vals = [headline(a["results"][f"real|{run}"][t]) * 100 for a in adapted.values()
                     if t in a["results"].get(f"real|{run}", {})]
             if vals:
-                rows[name][t] = {"mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1
-                                 else 0.0, "n": len(vals)}
+                rows[name][t] = mean_std(vals)
     boot = bootstrap(cfg, evals, root) if cfg.bootstrap else {}
     return {"tasks": tasks, "table": rows, "bootstrap": boot, "seeds": list(cfg.seeds),
             "frozen_store": frozen["store_fingerprint"],
@@ -169,22 +169,19 @@ def bootstrap(cfg, evals, root) -> dict:
 def write(out: str, summary: dict) -> None:
     from ..report import table
     tasks = summary["tasks"]
-    cell = lambda v: f"{v['mean']:.2f}" + (f" ± {v['std']:.2f}" if v.get("n", 1) > 1 else "")
     md = ["# Frozen vs adapted encoders (§4.4)", "",
           f"Real images; accuracy (%), mean ± sample std over seeds {summary['seeds']}. frozen: the head on the "
           "frozen encoder's features; adapted: both encoders and the head trained together (flowclip adapt), "
           "scored from a store of the adapted encoder; adapted_clip: the adapted encoder alone.", "",
-          *table(["method", *tasks], [[m, *(cell(row[t]) if t in row else "" for t in tasks)]
+          *table(["method", *tasks], [[m, *(mean_cell(row[t]) if t in row else "" for t in tasks)]
                                       for m, row in summary["table"].items()]), ""]
     if summary["bootstrap"]:
         md += ["## Paired image-cluster bootstrap, adapted - frozen (points, 95% interval)", "",
                *table(["task", "mean", "95% CI"], [[t, f"{v['mean_pts']:.2f}", f"[{v['ci95_pts'][0]:.2f}, "
                                                    f"{v['ci95_pts'][1]:.2f}]"]
                                                   for t, d in summary["bootstrap"].items() for v in d.values()]), ""]
-    for name, text in (("summary.json", json.dumps(summary, indent=1)), ("summary.md", "\n".join(md))):
-        with open(os.path.join(out, name + ".tmp"), "w") as f:
-            f.write(text)
-        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+    write_text(os.path.join(out, "summary.json"), json.dumps(summary, indent=1))
+    write_text(os.path.join(out, "summary.md"), "\n".join(md))
 
 
 CONFIG = AdaptationConfig

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FlowclipError
-from .study import RunSpec, claim_folder, execute
+from ..outputs import write_text
+from .study import RunSpec, claim_folder, execute, mean_cell
 
 DEFAULT_HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow": {"head": "flow", "cimr": 0.1}}
 
@@ -94,8 +95,7 @@ def write_combined(out: str, combined: dict, label: str = "encoder") -> None:
     rows = []
     for name, e in combined["encoders"].items():
         for method, row in e["table"].items():
-            rows.append([name, method] + [f"{row[c]['mean']:.2f}" + (f" ± {row[c]['std']:.2f}" if row[c]["n"] > 1
-                                                                     else "") if c in row else "" for c in cols])
+            rows.append([name, method] + [mean_cell(row[c]) if c in row else "" for c in cols])
     md = ["# Encoders side by side", "", "Real images; accuracy (%), mean ± sample std across seeds. Each "
           "encoder's own study (bootstrap, controls, conclusions): <encoder>/summary.md.", "",
           *table([label, "method"] + cols, rows), ""]
@@ -103,11 +103,8 @@ def write_combined(out: str, combined: dict, label: str = "encoder") -> None:
     if profiles:
         head, body = profile_rows(profiles)
         md += ["## The frozen encoders' profiles (%)", "", *table(head, body), ""]
-    json.dump(combined, open(os.path.join(out, "summary.json.tmp"), "w"), indent=1)
-    os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
-    with open(os.path.join(out, "summary.md.tmp"), "w") as f:
-        f.write("\n".join(md))
-    os.replace(os.path.join(out, "summary.md.tmp"), os.path.join(out, "summary.md"))
+    write_text(os.path.join(out, "summary.json"), json.dumps(combined, indent=1))
+    write_text(os.path.join(out, "summary.md"), "\n".join(md))
 
 
 CONFIG = EncodersConfig

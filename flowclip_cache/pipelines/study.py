@@ -152,9 +152,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
             for col in tasks + means:
                 vals = [v for v in (value(control, f, col) for f in folders) if v is not None]
                 if vals:
-                    row[col] = {"mean": float(np.mean(vals)),
-                                "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
-                                "n": len(vals), "delta": float(np.mean(vals)) - (clip.get(col) or float("nan"))}
+                    row[col] = {**mean_std(vals), "delta": float(np.mean(vals)) - (clip.get(col) or float("nan"))}
             table[method] = row
         tables[control] = table
     own = {}
@@ -166,8 +164,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
                 for k, v in last.items():
                     if k != "pairs":
                         per.setdefault(k, []).append(v * 100)
-        own[method] = {k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0}
-                       for k, v in per.items()}
+        own[method] = {k: mean_std(v) for k, v in per.items()}
     return {"units": "percent (mean, std); points (delta, bootstrap)",
             "columns": tasks + means, "tasks": tasks, "table": tables["real"] if "real" in tables else {}, "controls": tables,
             "own_training_accuracy": own, "bootstrap": score["bootstrap"],
@@ -175,10 +172,20 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
             "store_fingerprint": score["store_fingerprint"], "git_revision": score["git_revision"]}
 
 
+def mean_std(vals: list[float]) -> dict:
+    """Mean and sample std over seeds (std 0 for one seed) and how many."""
+    return {"mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
+            "n": len(vals)}
+
+
+def mean_cell(v: dict) -> str:
+    """mean ± sample std; one seed shows no spread."""
+    return f"{v['mean']:.2f}" + (f" ± {v['std']:.2f}" if v.get("n", 1) > 1 else "")
+
+
 def _cell(v: dict) -> str:
-    """mean ± sample std (change from CLIP); one seed shows no spread."""
-    spread = f" ± {v['std']:.2f}" if v["n"] > 1 else ""
-    return f"{v['mean']:.2f}{spread} ({v['delta']:+.2f})"
+    """mean ± sample std (change from CLIP)."""
+    return f"{mean_cell(v)} ({v['delta']:+.2f})"
 
 
 def conclusions(summary: dict) -> list[str]:
