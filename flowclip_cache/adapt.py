@@ -34,9 +34,6 @@ from .heads import HEAD_KINDS, head_class
 from .manifest import Manifest
 from .train import TrainConfig, batch_loss, epoch_order, steps_per_epoch, write_finished_head
 
-ADAPT_HEADS = {"none": "clip", "global": "global", "flow": "flow"}
-
-
 @dataclass
 class AdaptConfig(TrainConfig):
     head: str = field(default="flow", metadata={"choices": ("clip", "global", "flow")})
@@ -47,7 +44,10 @@ class AdaptConfig(TrainConfig):
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "AdaptConfig":
+        """head: none (NegCLIP-style: the encoders alone, stored as the 'clip' head), global or flow."""
         head = d.get("head", "flow") if isinstance(d, dict) else None
+        if head == "none":
+            d, head = {**d, "head": "clip"}, "clip"
         if isinstance(head, str) and head in HEAD_KINDS:
             d = {**head_class(head).train_defaults, **d}
         return build(cls, d, source)
@@ -395,13 +395,14 @@ def _export(out, model, enc, cfg, state, ranks, log) -> None:
     """encoder.safetensors (open_clip loads it), then the head run folder's files, DONE last."""
     from safetensors.torch import save_file
 
-    from .encoders import EncoderSpec, resolve
+    from .encoder_families.open_clip_common import TAG_SETTINGS_KEY, tag_settings
+    from .encoders import resolve
     if ranks.rank == 0:
         enc_path = os.path.join(out, "encoder.safetensors")
         weights = {k: v.detach().cpu().contiguous() for k, v in model.encoder_model.state_dict().items()}
-        outputs.atomic_write(enc_path, lambda p: save_file(weights, p))
-        adapted = resolve(EncoderSpec(enc.spec.model, enc_path, token_mask=enc.spec.token_mask,
-                                      force_quick_gelu=enc.config["model_cfg"].get("quick_gelu")))
+        meta = {TAG_SETTINGS_KEY: json.dumps(tag_settings(enc.config))}      # so --pretrained FILE resolves as
+        outputs.atomic_write(enc_path, lambda p: save_file(weights, p, metadata=meta))   # the base did
+        adapted = resolve(dataclasses.replace(enc.spec, pretrained=enc_path))
         run_config = {"train": dataclasses.asdict(cfg), "store_fingerprint": adapted.fingerprint,
                       "encoder": enc.spec.model, "head": model.head.hparams(), "dim": enc.dim,
                       "parameters": sum(p.numel() for p in model.head.parameters()),

@@ -469,6 +469,8 @@ def negatives(inp, out, kinds, seed, attributes, objects):
 @click.option("--pretrained", default="none", show_default=True, help="As for extract: a tag, a file, 'synthetic' or 'none'.")
 @click.option("--init-seed", default=0, show_default=True)
 @click.option("--token-mask", type=click.Choice(["nonpad", "content"]), default="nonpad", show_default=True)
+@click.option("--tokenizer", type=click.Path(exists=True, file_okay=False),
+              help="As for extract: a local Hugging Face tokenizer folder (SigLIP); the adapted encoder keeps it.")
 @click.option("--train", "train_manifest", required=True, type=click.Path(exists=True, dir_okay=False),
               help="A training manifest (record_id, image, positive, negatives, split).")
 @click.option("--image-root", required=True, type=click.Path(exists=True, file_okay=False))
@@ -492,17 +494,16 @@ def negatives(inp, out, kinds, seed, attributes, objects):
 @click.option("--resume", is_flag=True)
 @click.option("--overwrite", is_flag=True, help="Replace an adapt run folder (nothing else).")
 @click.option("--quiet", is_flag=True)
-def adapt(model, pretrained, init_seed, token_mask, train_manifest, image_root, out, config_file, device, resume,
-          overwrite, quiet, **flags):
+def adapt(model, pretrained, init_seed, token_mask, tokenizer, train_manifest, image_root, out, config_file, device,
+          resume, overwrite, quiet, **flags):
     """Adapt both encoders with a head (the unfrozen path); `torchrun -m flowclip_cache adapt ...`
     runs it on several GPUs (or CPU processes). Writes OUT/encoder.safetensors and a head
     run folder: extract with --pretrained OUT/encoder.safetensors, then score --scorer OUT."""
-    from .adapt import ADAPT_HEADS, AdaptConfig, run_adapt
+    from .adapt import AdaptConfig, run_adapt
     from .encoders import EncoderSpec
-    if flags.get("head"):
-        flags["head"] = ADAPT_HEADS[flags["head"]]
     cfg = AdaptConfig.from_dict(*_config_and_flags(AdaptConfig, config_file, flags))
-    state = run_adapt(EncoderSpec(model, pretrained, init_seed, token_mask), train_manifest, image_root, out, cfg,
+    state = run_adapt(EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer), train_manifest,
+                      image_root, out, cfg,
                       device=_device(device), resume=resume, overwrite=overwrite, progress=not quiet, log=click.echo)
     click.echo(f"done: {out} ({state['global_step']} steps)")
 

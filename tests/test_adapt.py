@@ -154,6 +154,45 @@ def test_sigkilled_adapt_resumes_to_the_uninterrupted_weights(world, tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
 
 
+def test_exported_encoder_resolves_as_its_base(world, tmp_path):
+    """What the base's tag set besides the weights (QuickGELU, preprocessing) travels in the
+    exported file's metadata: a plain `extract --pretrained OUT/encoder.safetensors` builds
+    the same architecture and its store is the one the adapted head was trained for. The
+    head also comes from a YAML config, where `head: none` means NegCLIP-style."""
+    import yaml
+    s = world["sample"]
+    cfg = AdaptConfig(head="global", batch_size=8, epochs=1, workers=0)
+    out = str(tmp_path / "run")
+    run_adapt(EncoderSpec(TINY, force_quick_gelu=True), s["training"], s["image_root"], out, cfg, progress=False,
+              log=quiet)
+    store = str(tmp_path / "store")
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", TINY, "--pretrained",
+                                  os.path.join(out, "encoder.safetensors"), "--manifest", s["candidates"],
+                                  "--image-root", s["image_root"], "--workers", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    made = json.load(open(os.path.join(store, "store.json")))
+    assert made["encoder"]["model_cfg"]["quick_gelu"] is True
+    assert made["fingerprint"] == json.load(open(os.path.join(out, "config.json")))["store_fingerprint"]
+    (tmp_path / "negclip.yaml").write_text(yaml.safe_dump({"head": "none", "epochs": 1, "batch_size": 8, "workers": 0}))
+    r = CliRunner().invoke(main, ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"],
+                                  "--config", str(tmp_path / "negclip.yaml"), "--out", str(tmp_path / "n"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert json.load(open(tmp_path / "n" / "config.json"))["head"]["kind"] == "clip"
+
+
+def test_malformed_tag_settings_are_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from flowclip_cache.encoder_families.open_clip_common import TAG_SETTINGS_KEY, file_tag_settings
+    path = str(tmp_path / "w.safetensors")
+    for bad in ('{"quick_gelu": "yes"}', '{"mean": [0.5, 0.5]}', '{"exec": "rm -rf /"}', "not json"):
+        save_file({"x": torch.zeros(1)}, path, metadata={TAG_SETTINGS_KEY: bad})
+        with pytest.raises(FlowclipError, match="is not flowclip's tag settings"):
+            file_tag_settings(path)
+    save_file({"x": torch.zeros(1)}, path)
+    assert file_tag_settings(path) == {}
+
+
 def test_refusals_and_negclip(world, tmp_path):
     s = world["sample"]
     args = ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"], "--workers", "0",

@@ -33,7 +33,7 @@ def weights(spec) -> tuple[str | None, dict, dict]:
         return path, {"source": "flowclip:synthetic", "sha256": file_sha256(path)}, {}
     if os.path.isfile(spec.pretrained):
         path = os.path.abspath(spec.pretrained)
-        return path, {"source": "file", "sha256": file_sha256(path)}, {}
+        return path, {"source": "file", "sha256": file_sha256(path)}, file_tag_settings(path)
     tag_cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
     if not tag_cfg:
         tags = [t for m, t in open_clip.list_pretrained() if m == spec.model]
@@ -44,6 +44,50 @@ def weights(spec) -> tuple[str | None, dict, dict]:
                             f"or pass a local checkpoint path")
     path = locate_pretrained(spec.model, spec.pretrained, tag_cfg)
     return path, {"source": f"open_clip:{spec.pretrained}", "sha256": file_sha256(path)}, tag_cfg
+
+
+# What an open_clip tag sets besides the weights. flowclip adapt writes its base encoder's
+# into the exported checkpoint's metadata, so `--pretrained FILE` resolves as the base did
+# (an OpenAI-tagged ViT-B-32 is QuickGELU; a bare file would otherwise build plain GELU).
+TAG_SETTINGS_KEY = "flowclip.tag_settings"
+
+
+def tag_settings(config: dict) -> dict:
+    """The tag settings of a resolved configuration: activation and preprocessing."""
+    pre = config.get("preprocess", {})
+    out = {k: pre[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in pre}
+    if config.get("model_cfg", {}).get("quick_gelu") is not None:
+        out["quick_gelu"] = bool(config["model_cfg"]["quick_gelu"])
+    return out
+
+
+def file_tag_settings(path: str) -> dict:
+    """Tag settings from a safetensors file's metadata (written by flowclip adapt); {} for
+    any other file. Plain JSON of known keys only; anything else is refused."""
+    import json
+
+    if not path.endswith(".safetensors"):
+        return {}
+    from safetensors import safe_open
+    try:
+        with safe_open(path, "pt") as f:
+            text = (f.metadata() or {}).get(TAG_SETTINGS_KEY)
+    except Exception as e:
+        raise FlowclipError(f"{path}: not a readable safetensors file ({e})") from None
+    if text is None:
+        return {}
+    try:
+        got = json.loads(text)
+        ok = isinstance(got, dict) and set(got) <= {"quick_gelu", "mean", "std", "interpolation", "resize_mode"} \
+            and isinstance(got.get("quick_gelu", False), bool) \
+            and all(isinstance(got.get(k, ""), str) for k in ("interpolation", "resize_mode")) \
+            and all(isinstance(v, (int, float)) for k in ("mean", "std") for v in got.get(k, [0, 0, 0])) \
+            and all(len(got.get(k, [0, 0, 0])) == 3 for k in ("mean", "std"))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise FlowclipError(f"{path}: metadata {TAG_SETTINGS_KEY!r} is not flowclip's tag settings: {text[:200]!r}")
+    return got
 
 
 def preprocess(image_size, tag_cfg: dict, mean=OPENAI_MEAN, std=OPENAI_STD) -> dict:

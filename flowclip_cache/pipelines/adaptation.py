@@ -10,6 +10,7 @@ image-cluster bootstrap compares them directly.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -93,7 +94,7 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
     """adapt -> extract the adapted encoder -> score it (its own CLIP and the adapted head)."""
     from ..adapt import run_adapt
     from ..checkpoint import exists
-    from ..encoders import EncoderSpec, resolve
+    from ..encoders import resolve
     from ..extract import run_extract
     from ..score import run_score
     from ..store import FeatureStore
@@ -105,7 +106,7 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
         log(f"adapting, seed {seed}")
         run_adapt(spec, train, root, run_dir, adapt_config(cfg, seed), device=cfg.device, resume=exists(run_dir),
                   progress=progress, log=lambda m: log(f"  {m}"))
-    enc = resolve(EncoderSpec(spec.model, os.path.join(run_dir, "encoder.safetensors"), token_mask=spec.token_mask))
+    enc = resolve(dataclasses.replace(spec, pretrained=os.path.join(run_dir, "encoder.safetensors")))
     store = FeatureStore.open_or_create(os.path.join(where, "store"), enc.config)
     run_extract(store, enc, evals, root, workers=0, progress=progress)
     store.refresh()
