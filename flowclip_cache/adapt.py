@@ -32,7 +32,8 @@ from .config import build
 from .errors import FlowclipError
 from .heads import HEAD_KINDS, head_class
 from .manifest import Manifest
-from .train import TrainConfig, batch_loss, epoch_order, steps_per_epoch, write_finished_head
+from .train import (TrainConfig, batch_loss, caption_records, epoch_order, steps_per_epoch,
+                    write_finished_head)
 
 @dataclass
 class AdaptConfig(TrainConfig):
@@ -68,9 +69,7 @@ def read_records(manifest_path: str, image_root: str) -> AdaptRecords:
     from .hashing import file_sha256, image_key
     from .images import BadImage, resolve_image_path
     m = Manifest.read(manifest_path)
-    if m.kind != "training":
-        raise FlowclipError(f"{manifest_path}: adapt needs a 'training' manifest, got {m.kind!r}")
-    t = m.table.to_pydict()
+    t, texts, rec_pos, rec_neg = caption_records(m, "adapt")
     refs = list(m.image_refs())
     keys, where = [], {}
     for r in refs:                # images by content, as extract keys them: same image, same id
@@ -83,14 +82,8 @@ def read_records(manifest_path: str, image_root: str) -> AdaptRecords:
         where.setdefault(key, (path, r.crop))
     uimg = sorted(where)
     img_index = {k: i for i, k in enumerate(uimg)}
-    negs = t["negatives"]
-    texts = sorted(set(t["positive"]) | {n for ns in negs for n in ns})
-    cap_index = {c: i for i, c in enumerate(texts)}
-    rec_neg = torch.full((len(negs), max(map(len, negs))), -1, dtype=torch.long)
-    for r, ns in enumerate(negs):
-        rec_neg[r, :len(ns)] = torch.tensor([cap_index[n] for n in ns])
     return AdaptRecords([where[k] for k in uimg], texts, torch.tensor([img_index[k] for k in keys]),
-                        torch.tensor([cap_index[c] for c in t["positive"]]), rec_neg, np.array(t["split"]))
+                        rec_pos, rec_neg, np.array(t["split"]))
 
 
 class _Images:

@@ -95,13 +95,13 @@ class TrainingData:
         return self.bank.features(imgs, caps, need_tokens)
 
 
-def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bool, device: str,
-                       image_root: str | None = None, placement: str = "device", log=print) -> TrainingData:
-    """The manifest's records as indices into a bank of their features; placement
-    auto|device|host|store says where the features live (banks.py), chosen from a memory
-    estimate made before anything is loaded."""
+def caption_records(manifest: Manifest, command: str) -> tuple[dict, list[str], torch.Tensor, torch.Tensor]:
+    """A training manifest's columns, its distinct captions (sorted: their index is the
+    caption id), each record's positive [R] and negatives [R, K] (-1 pads) as caption ids.
+    train-head and adapt both read records with it; refused: another kind of manifest, a
+    record without negatives."""
     if manifest.kind != "training":
-        raise FlowclipError(f"{manifest.path}: train-head needs a 'training' manifest "
+        raise FlowclipError(f"{manifest.path}: {command} needs a 'training' manifest "
                             f"(record_id, image, positive, negatives, split), got {manifest.kind!r}")
     t = manifest.table.to_pydict()
     negs = t["negatives"]
@@ -109,22 +109,29 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
         bad = [i for i, n in enumerate(negs) if not n][:5]
         raise FlowclipError(f"{manifest.path}: rows {bad} have no negatives")
     texts = sorted(set(t["positive"]) | {n for ns in negs for n in ns})
-    ikeys = manifest_keys(store, manifest, texts, image_root)
-
-    uimg = sorted(set(ikeys))
-    img_index = {k: i for i, k in enumerate(uimg)}
     cap_index = {c: i for i, c in enumerate(texts)}
-    placement = choose_placement(placement, estimate_bytes(store, uimg, texts, need_patches), device, log)
-    bank = make_bank(store, uimg, texts, need_patches, device, placement, log)
-    K = max(map(len, negs))
-    rec_neg = torch.full((len(negs), K), -1, dtype=torch.long)
+    rec_neg = torch.full((len(negs), max(map(len, negs))), -1, dtype=torch.long)
     for r, ns in enumerate(negs):
         rec_neg[r, :len(ns)] = torch.tensor([cap_index[n] for n in ns])
-    kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in negs]
+    return t, texts, torch.tensor([cap_index[c] for c in t["positive"]]), rec_neg
+
+
+def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bool, device: str,
+                       image_root: str | None = None, placement: str = "device", log=print) -> TrainingData:
+    """The manifest's records as indices into a bank of their features; placement
+    auto|device|host|store says where the features live (banks.py), chosen from a memory
+    estimate made before anything is loaded."""
+    t, texts, rec_pos, rec_neg = caption_records(manifest, "train-head")
+    ikeys = manifest_keys(store, manifest, texts, image_root)
+    uimg = sorted(set(ikeys))
+    img_index = {k: i for i, k in enumerate(uimg)}
+    placement = choose_placement(placement, estimate_bytes(store, uimg, texts, need_patches), device, log)
+    bank = make_bank(store, uimg, texts, need_patches, device, placement, log)
+    kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in t["negatives"]]
     return TrainingData(
         bank=bank, rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
-        rec_pos=torch.tensor([cap_index[c] for c in t["positive"]], device=device),
-        rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]), placement=placement)
+        rec_pos=rec_pos.to(device), rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]),
+        placement=placement)
 
 
 # -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------

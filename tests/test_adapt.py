@@ -206,6 +206,19 @@ def test_refusals_and_negclip(world, tmp_path):
     assert r.exit_code != 0 and "not an adapt run folder" in r.output
     r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "n")])
     assert r.exit_code != 0 and "finished adapt run" in r.output
+    # records as train-head reads them, refusals included: a row without negatives would
+    # otherwise draw caption -1 (the last caption) as its negative
+    from flowclip_cache.manifest import write_manifest
+    table = Manifest.read(s["training"]).table
+    negs = table.column("negatives").to_pylist()
+    negs[3] = []
+    bad = str(tmp_path / "no-negatives.parquet")
+    write_manifest(bad, table.set_column(table.schema.get_field_index("negatives"), "negatives", [negs]), "training")
+    for manifest, want in ((bad, "rows [3] have no negatives"), (s["candidates"], "adapt needs a 'training' manifest")):
+        r = CliRunner().invoke(main, [*args[:4], manifest, *args[5:], "--out", str(tmp_path / "x")])
+        assert r.exit_code != 0 and want in r.output, r.output
+    with pytest.raises(FlowclipError, match="train-head needs a 'training' manifest"):
+        load_training_data(world["store"], Manifest.read(s["candidates"]), False, "cpu")
 
 
 def _torchrun(n, args, cwd):
