@@ -62,7 +62,7 @@ def select_records(store, manifests, scorers, selection, limit, image_root, devi
                                "image_key": ikeys[i], "captions": list(cols["captions"][i]), "scores": scores,
                                "correct": {r: bool(c[i]) for r, c in correct.items()}})
     for r in chosen:
-        margins = {run: margin(s, r["gold"]) for run, s in r["scores"].items()}
+        margins = {run: metrics.margin(s, r["gold"]) for run, s in r["scores"].items()}
         r["margins"] = margins
         r["margin_change"] = margins[scorers[-1].run] - margins[scorers[0].run]
     chosen.sort(key=lambda r: -abs(r["margin_change"]))
@@ -73,11 +73,6 @@ def select_records(store, manifests, scorers, selection, limit, image_root, devi
         kept = {st: [r for r in chosen if r["status"] == st][:limit] for st in ("repair", "regression", "unchanged")}
         return sorted((r for rs in kept.values() for r in rs), key=lambda r: -abs(r["margin_change"]))
     return chosen[:limit] if limit else chosen
-
-
-def margin(scores: list[float], gold: int) -> float:
-    """gold score minus the best foil's."""
-    return scores[gold] - max(s for j, s in enumerate(scores) if j != gold)
 
 
 def best_foil(scores: list[float], gold: int) -> int:
@@ -146,22 +141,20 @@ def token_labels(store, captions: list[str]) -> list[list[str]]:
 
 # -- images ---------------------------------------------------------------------------------------
 def display_image(store, rec: dict, image_root: str | None):
-    """The image as the encoder saw it (the preprocessing's resize and crop, no
-    normalisation) as a PIL image, or None when the file is not there."""
-    from PIL import Image
+    """The image as the encoder saw it (open_clip's own resize and crop of the store's
+    preprocessing, before ToTensor and Normalize) as a PIL image, or None when the file is
+    not there."""
+    from open_clip.transform import image_transform
+    from torchvision.transforms import Compose, Normalize
     pre = store.encoder_config["preprocess"]
-    size = pre["image_size"] if isinstance(pre["image_size"], int) else pre["image_size"][0]
+    steps = image_transform(pre["image_size"], is_train=False, mean=tuple(pre["mean"]), std=tuple(pre["std"]),
+                            resize_mode=pre["resize_mode"], interpolation=pre["interpolation"]).transforms
+    assert isinstance(steps[-1], Normalize), steps          # [..., to tensor, normalise]
     try:
         im = load_image(resolve_image_path(image_root, rec["image"]), tuple(rec["crop"]) if rec["crop"] else None)
     except (BadImage, TypeError):
         return None
-    if pre.get("resize_mode") == "squash":
-        return im.resize((size, size), Image.BICUBIC)
-    w, h = im.size
-    scale = size / min(w, h)
-    im = im.resize((max(size, round(w * scale)), max(size, round(h * scale))), Image.BICUBIC)
-    left, top = (im.size[0] - size) // 2, (im.size[1] - size) // 2
-    return im.crop((left, top, left + size, top + size))
+    return Compose(steps[:-2])(im)
 
 
 def png_data_url(im) -> str:
@@ -174,6 +167,7 @@ def png_data_url(im) -> str:
 def run_explain(store, manifests: list[str], scorer_specs: list[str], out: str, *, records: str = "changed",
                 limit: int = 40, image_root: str | None = None, device: str = "cpu", overwrite: bool = False,
                 per_status: bool = False, log=print) -> dict:
+    from .explain_figures import grid_figure, record_figure
     from .score import load_scorers
     outputs.check_replaceable(out, "explain", overwrite)
     if len(scorer_specs) < 1:
@@ -193,13 +187,11 @@ def run_explain(store, manifests: list[str], scorer_specs: list[str], out: str, 
             im = display_image(store, rec, image_root)
             rec["picture"] = png_data_url(im) if im is not None else None
             rec["png"] = f"records/{i:04d}.png"
-            from .explain_figures import record_figure
             record_figure(rec, im, grid, os.path.join(tmp, rec["png"]))
         data = {"scorers": [s.run for s in scorers], "grid": [grid, grid], "records": chosen,
                 "selection": records, "store_fingerprint": store.fingerprint}
         with open(os.path.join(tmp, "explain.json"), "w") as f:
             json.dump(data, f)
-        from .explain_figures import grid_figure
         grid_figure(chosen, grid, os.path.join(tmp, "grid.png"))
         write_page(data, os.path.join(tmp, "explorer.html"))
         outputs.mark(tmp, "explain")

@@ -99,6 +99,11 @@ def retrieval_recall_blocks(row_blocks, caption_image: np.ndarray, n_images: int
     return _recalls(i_rank, t_rank, i_tie, t_tie, ks)
 
 
+def margin(scores, gold: int) -> float:
+    """A record's gold score minus its best foil's (> 0: decided right, ties aside)."""
+    return float(scores[gold] - max(s for j, s in enumerate(scores) if j != gold))
+
+
 def _recalls(i_rank, t_rank, i_tie, t_tie, ks) -> dict:
     """R@k per direction from each query's rank of its right answer (0 = first), and
     how many queries had a tie with it."""

@@ -603,7 +603,7 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
     for r in record_rows:
         if r["control"] == "real" and len(r["scores"]) == 2:
             by_task.setdefault(r["benchmark"], {}).setdefault(r["scorer"], []).append(
-                r["scores"][r["gold"]] - r["scores"][1 - r["gold"]])
+                metrics.margin(r["scores"], r["gold"]))
     for task, per in by_task.items():
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for run, margins in per.items():

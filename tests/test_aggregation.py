@@ -124,3 +124,10 @@ def test_results_md_for_a_hand_built_case(tmp_path):
     csv = (tmp_path / "results.csv").read_text()
     assert csv.startswith("control,scorer,column,percent\n") and "real,flow,m,68.7500" in csv
     assert "real,flow,t1/by_subset/a,50.0000" in csv
+
+
+def test_margin_is_gold_minus_the_best_foil():
+    from flowclip_cache.metrics import margin
+    assert margin([0.2, 0.5, 0.1], 1) == pytest.approx(0.3)
+    assert margin([0.2, 0.5, 0.1], 0) == pytest.approx(-0.3)
+    assert margin([0.4, 0.4], 0) == 0.0

@@ -99,6 +99,25 @@ def test_pngs_print_the_same_margins(explained, monkeypatch, tmp_path):
     assert "grid.png" in figs
 
 
+def test_displayed_image_is_what_the_encoder_saw(explained):
+    """The picture under the maps is the store's preprocessing before ToTensor/Normalize:
+    normalised, it equals the encoder's own input for the record's image."""
+    from torchvision.transforms.functional import normalize, to_tensor
+
+    from flowclip_cache.encoders import EncoderSpec, load_model, resolve
+    from flowclip_cache.explain import display_image
+    from flowclip_cache.images import load_image, resolve_image_path
+    from flowclip_cache.store import FeatureStore
+    store = FeatureStore(explained["store"])
+    rec = explained["data"]["records"][0]
+    pre = store.encoder_config["preprocess"]
+    shown = normalize(to_tensor(display_image(store, rec, explained["sample"]["image_root"])), pre["mean"], pre["std"])
+    enc = load_model(resolve(EncoderSpec("flowclip-tiny-vit")))
+    seen = enc.preprocess(load_image(resolve_image_path(explained["sample"]["image_root"], rec["image"]), None))
+    assert torch.equal(shown, seen)
+    assert display_image(store, {**rec, "image": "missing.png"}, explained["sample"]["image_root"]) is None
+
+
 def test_sensitivity_is_the_directional_derivative():
     from flowclip_cache.explain import sensitivity
     from flowclip_cache.heads.flow import FlowHead
