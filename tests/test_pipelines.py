@@ -210,6 +210,17 @@ def test_patch_readout_is_a_grid_axis_and_profile_prints_each(tmp_path):
     assert r.exit_code == 2 and "unknown keys ['readout']" in r.output
 
 
+def test_study_encoder_keys_are_extracts_flags(siglip_tokenizer):
+    """A study's encoder: mapping takes extract's flags (token mask, tokenizer folder, patch
+    readout), so a study's store is the one extract would build."""
+    from flowclip_cache.encoders import EncoderSpec
+    from flowclip_cache.pipelines.ablation import encoder_spec
+    got = encoder_spec({"model": "ViT-B-16-SigLIP", "pretrained": "none", "token_mask": "content",
+                        "tokenizer": siglip_tokenizer, "init_seed": 3})
+    assert got == EncoderSpec("ViT-B-16-SigLIP", "none", 3, "content", tokenizer=siglip_tokenizer)
+    assert encoder_spec({"model": "flowclip-tiny-vit", "patch_readout": "sclip"}).patch_readout == "sclip"
+
+
 def test_adaptation_study_dry_run_and_a_reduced_run(tmp_path):
     """adaptation.yaml: the plan (frozen runs, adapted seeds) with nothing created; then a
     reduced run: frozen and adapted sides, the adapted store a new encoder, the table and

@@ -47,7 +47,7 @@ def plan(cfg: AblationConfig) -> list[RunSpec]:
     return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
 
 
-ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout"}
+ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout", "token_mask", "tokenizer"}    # extract's flags
 
 
 def encoder_spec(encoder: dict):
@@ -58,7 +58,8 @@ def encoder_spec(encoder: dict):
     if unknown:
         raise FlowclipError(f"encoder: unknown keys {unknown}; known: {sorted(ENCODER_KEYS)}")
     return EncoderSpec(encoder.get("model", "flowclip-tiny-clip"), encoder.get("pretrained", "none"),
-                       int(encoder.get("init_seed", 0)), patch_readout=encoder.get("patch_readout", "standard"))
+                       int(encoder.get("init_seed", 0)), encoder.get("token_mask", "nonpad"),
+                       tokenizer=encoder.get("tokenizer"), patch_readout=encoder.get("patch_readout", "standard"))
 
 
 def readout_grid(cfg: AblationConfig) -> list[tuple[str, AblationConfig]]:
