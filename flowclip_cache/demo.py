@@ -62,20 +62,25 @@ def explain_demo(cfg: AblationConfig, log, most: int = 15) -> None:
     linked from the demo's summary."""
     from .explain import run_explain
     from .store import FeatureStore
+    from .outputs import write_text
     folder = lambda method: os.path.join(cfg.out, "runs", _folder(cfg, method))
     out = os.path.join(cfg.out, "explain")
-    if os.path.exists(os.path.join(out, "explorer.html")):
-        return                                       # a finished demo run again: already explained
-    binding = next(m for m in cfg.eval if "swap-att" in os.path.basename(m) and "heldout" not in m)
-    run_explain(FeatureStore(cfg.store), [binding], [f"global={folder('global')}",
-                                                     f"flow_hnb_cimr={folder('flow_hnb_cimr')}"], out,
-                records="changed", limit=most, per_status=True, image_root=os.path.join(cfg.world_folder or os.path.join(cfg.out, "world"), "images"),
-                overwrite=True, log=log)
-    with open(os.path.join(cfg.out, "summary.md"), "a") as f:
-        f.write("\n## Where the words looked\n\nThe evidence explorer of the binding task (swap-att), Global-M -> "
-                "Flow-CLIP (HNB + CIMR), the largest repairs and regressions: "
-                "[explain/explorer.html](explain/explorer.html) (one self-contained page), "
-                "figures in explain/records/ and explain/grid.png.\n")
+    if not os.path.exists(os.path.join(out, "explorer.html")):      # a finished demo run again: already there
+        binding = next(m for m in cfg.eval if "swap-att" in os.path.basename(m) and "heldout" not in m)
+        images = os.path.join(cfg.world_folder or os.path.join(cfg.out, "world"), "images")
+        run_explain(FeatureStore(cfg.store), [binding], [f"global={folder('global')}",
+                                                         f"flow_hnb_cimr={folder('flow_hnb_cimr')}"], out,
+                    records="changed", limit=most, per_status=True, image_root=images, overwrite=True, log=log)
+    summary = os.path.join(cfg.out, "summary.md")
+    text = open(summary).read()
+    if EXPLORER_LINK not in text:                     # linked once, whether the study rewrote its summary or not
+        write_text(summary, text + EXPLORER_LINK)
+
+
+EXPLORER_LINK = ("\n## Where the words looked\n\nThe evidence explorer of the binding task (swap-att), Global-M -> "
+                 "Flow-CLIP (HNB + CIMR), the largest repairs and regressions: "
+                 "[explain/explorer.html](explain/explorer.html) (one self-contained page), "
+                 "figures in explain/records/ and explain/grid.png.\n")
 
 
 def _folder(cfg: AblationConfig, method: str) -> str:

@@ -23,6 +23,14 @@ def test_demo_end_to_end(tmp_path):
     r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1"])
     assert r.exit_code == 0 and "the study is finished" in r.output
     assert open(os.path.join(out, "summary.md")).read().count("explain/explorer.html") == 2   # linked once
+    # a summary written again without the link (a study re-summarised) gets it back
+    from flowclip_cache.demo import EXPLORER_LINK
+    summary = os.path.join(out, "summary.md")
+    without = open(summary).read().replace(EXPLORER_LINK, "")
+    assert "explain/explorer.html" not in without
+    open(summary, "w").write(without)
+    r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1"])
+    assert r.exit_code == 0 and open(summary).read() == without + EXPLORER_LINK
 
 
 def test_demo_report_reads_itself(tmp_path):
