@@ -272,6 +272,7 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
         weights, moments, state = checkpoint.load(out, device)
         model.load_state_dict(weights)
         checkpoint.load_optimizer(params, opt, moments)
+        checkpoint.restore_rng(moments)
         log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
     forward = ranks.wrap(model, device)    # after loading: DDP broadcasts rank 0's weights
     log(f"adapt {enc.spec.model}: {len(train_rec)} training records, head {cfg.head} "
@@ -319,7 +320,8 @@ def _epochs(model, forward, opt, params, recs, train_rec, cfg, state, ranks, dev
         order, neg_pick = epoch_order(train_rec, recs.rec_neg, cfg.seed, state["epoch"], "cpu")
         batches = [ranks.share(order[s * B:(s + 1) * B]) for s in range(state["step_in_epoch"], n_steps)]
         loader = DataLoader(images, batch_sampler=[b.tolist() for b in batches], num_workers=cfg.workers,
-                            prefetch_factor=2 if cfg.workers else None)
+                            prefetch_factor=2 if cfg.workers else None,     # its own generator: making a
+                            generator=torch.Generator().manual_seed(cfg.seed))   # loader draws no global RNG
         for mine, x in zip(batches, loader):
             glob = order[state["step_in_epoch"] * B:(state["step_in_epoch"] + 1) * B]
             loss = step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy)
@@ -362,7 +364,8 @@ def step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks,
 def _save(out, model, opt, params, state, ranks, seconds: float) -> None:
     if ranks.rank == 0:
         state["seconds"] = seconds
-        checkpoint.save(out, model.state_dict(), checkpoint.optimizer_tensors(params, opt), state)
+        checkpoint.save(out, model.state_dict(), checkpoint.optimizer_tensors(params, opt) | checkpoint.rng_tensors(),
+                        state)
     if ranks.distributed:
         import torch.distributed as dist
         dist.barrier()

@@ -2,7 +2,8 @@
 optimiser state (train-head and pretraining share it).
 
     <run>/checkpoint.json        names the current checkpoint folder and each file's sha256
-    <run>/ckpt-<n>/weights.safetensors   model or head weights ("model.*"), AdamW moments ("opt.<i>.*")
+    <run>/ckpt-<n>/weights.safetensors   model or head weights ("model.*"), AdamW moments ("opt.<i>.*"),
+                                         torch RNG states ("rng.*", adapt)
     <run>/ckpt-<n>/state.json    position, metrics, RNG-free counters
 
 A new checkpoint is written into a new folder and made durable; only then is
@@ -52,6 +53,23 @@ def optimizer_tensors(params, opt) -> dict[str, torch.Tensor]:
     return out
 
 
+def rng_tensors() -> dict[str, torch.Tensor]:
+    """torch's RNG states (the CPU's, each initialised CUDA device's): whatever a run draws
+    (dropout, say) resumes where it stopped."""
+    out = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out |= {f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
+    return out
+
+
+def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
+    if "rng.torch" in tensors:
+        torch.set_rng_state(tensors["rng.torch"].cpu())
+    cuda = sorted((k for k in tensors if k.startswith("rng.cuda.")), key=lambda k: int(k.rsplit(".", 1)[1]))
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([tensors[k].cpu() for k in cuda])
+
+
 def load_optimizer(params, opt, tensors: dict[str, torch.Tensor]) -> None:
     for i, p in enumerate(params):
         st = {k.split(".", 2)[2]: v for k, v in tensors.items() if k.startswith(f"opt.{i}.")}
@@ -92,7 +110,7 @@ def exists(run: str) -> bool:
 
 
 def load(run: str, device: str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict]:
-    """(weights, optimiser tensors, state) of the current checkpoint, checksums checked."""
+    """(weights, optimiser and RNG tensors, state) of the current checkpoint, checksums checked."""
     from safetensors.torch import load_file
     p = _pointer(run)
     if p is None:
@@ -104,7 +122,7 @@ def load(run: str, device: str = "cpu") -> tuple[dict[str, torch.Tensor], dict[s
                                 f"rerun with --overwrite to start again")
     t = load_file(os.path.join(folder, "weights.safetensors"), device=device)
     weights = {k[6:]: v for k, v in t.items() if k.startswith("model.")}
-    opt = {k: v for k, v in t.items() if k.startswith("opt.")}
+    opt = {k: v for k, v in t.items() if k.startswith(("opt.", "rng."))}
     return weights, opt, json.load(open(os.path.join(folder, "state.json")))
 
 

@@ -154,6 +154,27 @@ def test_sigkilled_adapt_resumes_to_the_uninterrupted_weights(world, tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
 
 
+def test_resume_restores_the_random_state(world, tmp_path, monkeypatch):
+    """A run that draws random numbers (dropout on the image features here) still resumes
+    to bit-identical weights: checkpoints hold torch's RNG state."""
+    import torch.nn.functional as F
+
+    import flowclip_cache.features as features
+    plain = features.image_features
+    monkeypatch.setattr(features, "image_features",
+                        lambda enc, x: tuple(F.dropout(f, 0.3, training=True) for f in plain(enc, x)))
+    s = world["sample"]
+    cfg = AdaptConfig(head="flow", batch_size=4, epochs=1, seed=1, encoder_lr=1e-4, workers=0)
+    whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], whole, cfg, progress=False, log=quiet)
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, max_steps=2, log=quiet)
+    torch.manual_seed(123)                   # whatever the process drew meanwhile
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, resume=True, log=quiet)
+    for f in ("encoder.safetensors", "head.safetensors"):
+        a, b = load_file(os.path.join(whole, f)), load_file(os.path.join(cut, f))
+        assert all(torch.equal(a[k], b[k]) for k in a), f
+
+
 def test_exported_encoder_resolves_as_its_base(world, tmp_path):
     """What the base's tag set besides the weights (QuickGELU, preprocessing) travels in the
     exported file's metadata: a plain `extract --pretrained OUT/encoder.safetensors` builds
