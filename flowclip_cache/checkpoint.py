@@ -36,7 +36,7 @@ def claim_run(out: str, kind: str, noun: str, resume: bool, overwrite: bool, fin
         raise FlowclipError(f"{out} holds a finished {noun}" + (" (nothing to resume)" if resume else "")
                             + "; pass --overwrite to replace it" + finished_hint)
     if overwrite and os.path.exists(out):
-        shutil.rmtree(out)
+        outputs.remove_own(out)          # only what the marker lists; anything else refused, named
     started = exists(out)
     if started and not resume:
         raise FlowclipError(f"{out} holds an unfinished {noun}; pass --resume to continue it or --overwrite")
@@ -86,6 +86,8 @@ def save(run: str, weights: dict[str, torch.Tensor], opt_tensors: dict[str, torc
     folder = os.path.join(run, f"ckpt-{n:08d}")
     shutil.rmtree(folder, ignore_errors=True)          # a crashed earlier attempt at this number
     os.makedirs(folder)
+    from . import outputs
+    outputs.own(run, os.path.basename(folder), POINTER)
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in weights.items()} | opt_tensors
     save_file(tensors, os.path.join(folder, "weights.safetensors"))
     with open(os.path.join(folder, "state.json"), "w") as f:

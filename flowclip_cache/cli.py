@@ -42,6 +42,9 @@ class _Group(click.Group):
             sys.exit(2)
 
 
+# the names of patch_readouts.READOUTS, here without importing torch (a test keeps them equal)
+READOUT_NAMES = ["standard", "maskclip", "clearclip", "sclip", "naclip", "maskclip-reduced", "sclip-reduced"]
+
 @click.group(cls=_Group)
 @click.version_option(package_name="flowclip")
 def main():
@@ -79,7 +82,7 @@ def _device(name: str) -> str:
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False),
               help="A local Hugging Face tokenizer folder instead of the model config's (SigLIP); fingerprinted "
                    "by its files' content.")
-@click.option("--patch-readout", type=click.Choice(["standard", "maskclip", "clearclip", "sclip", "naclip"]),
+@click.option("--patch-readout", type=click.Choice(READOUT_NAMES),
               default="standard", show_default=True,
               help="How the last ViT block is read out into patch features (OpenAI-style CLIP only; "
                    "docs/method.md, 'Patch readouts'). The global is unchanged.")
@@ -533,12 +536,27 @@ def explain(store, manifests, scorers, records, limit, image_root, out, device, 
 
 
 @main.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--kind", required=True, type=click.Choice(["score-results", "head-run", "study", "pretrain-run",
+                                                          "explain", "adapt-run"]),
+              help="What the folder is.")
+def adopt(folder, kind):
+    """Mark FOLDER, an output of a flowclip older than output markers, as KIND: everything
+    in it now becomes the command's own, so --overwrite may replace it. Only the marker
+    proves ownership; flowclip never takes a folder for its own by what it contains."""
+    from .outputs import adopt as adopt_folder
+    entries = adopt_folder(folder, kind)
+    click.echo(f"{folder}: marked as {kind}; --overwrite may now replace these {len(entries)} entries: "
+               + ", ".join(entries))
+
+
+@main.command()
 @click.option("--out", default="flowclip-demo", show_default=True, type=click.Path(file_okay=False))
 @click.option("--scenes", default=1500, show_default=True, help="Head-training scenes of the world.")
 @click.option("--epochs", default=2, show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.option("--zoo", is_flag=True, help="Also train and score the head zoo (LABCLIP, FILIP, FSC local, DCSM).")
-@click.option("--patch-readout", type=click.Choice(["standard", "maskclip", "clearclip", "sclip", "naclip"]),
+@click.option("--patch-readout", type=click.Choice(READOUT_NAMES),
               default=None, help="The tiny CLIP's patch readout (default: the demo's, see docs/results-synthetic.md).")
 def demo(out, scenes, epochs, quiet, zoo, patch_readout):
     """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""

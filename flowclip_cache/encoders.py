@@ -100,7 +100,7 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
             f"unknown model config {spec.model!r}; known: open_clip.list_models() "
             f"(e.g. ViT-B-32) or flowclip's own ({', '.join(p.stem for p in _CONFIG_DIR.glob('*.json'))}), "
             f"or blip:<repo or folder>")
-    from .patch_readouts import check_readout
+    from .patch_readouts import REVISION, check_readout
     family = family_for(spec.model)
     if spec.patch_readout != "standard":
         check_readout(spec.patch_readout, spec.model, None if spec.model.startswith("blip:")
@@ -108,6 +108,8 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
     config, checkpoint = family.resolve_config(spec)
     if spec.patch_readout != "standard":      # absent for standard: every existing store keeps its fingerprint
         config["patch_readout"] = spec.patch_readout
+        if spec.patch_readout in REVISION:
+            config["patch_readout_revision"] = REVISION[spec.patch_readout]
     return ResolvedEncoder(spec, checkpoint, config)
 
 

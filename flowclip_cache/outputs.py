@@ -1,10 +1,12 @@
 """Output folders a command owns, and only those.
 
 Every folder a command writes as a whole (a score's results, a head run, a study)
-holds a marker file naming its kind. `--overwrite` replaces a folder only when its
-marker says it is that command's own kind of output; anything else (a feature store,
-a folder of the user's files, another command's output) is refused, named. Folders
-written before markers existed are recognised by the files they always held.
+holds a marker file naming its kind and listing the entries the command wrote there.
+Only the marker proves ownership: a folder without one (a feature store, a folder of
+the user's files, or an output of a flowclip older than markers) is never replaced,
+and an older output is adopted only by `flowclip adopt` (marker written on request).
+`--overwrite` replaces only what the marker lists, and refuses, naming them, when
+anything else is in the folder. No output goes inside a feature store.
 """
 from __future__ import annotations
 
@@ -25,9 +27,11 @@ _LEGACY = {"score-results": ("results.json", ("store_fingerprint", "results")),
 
 
 def atomic_write(path: str, write) -> None:
-    """write(tmp) then one rename: `path` is whole or absent, never half-written."""
+    """write(tmp) then one rename: `path` is whole or absent, never half-written. In a
+    marked output folder the name is recorded as the command's own."""
     tmp = f"{path}.tmp"
     write(tmp)
+    own(os.path.dirname(path) or ".", os.path.basename(path))
     os.replace(tmp, path)
 
 
@@ -39,19 +43,49 @@ def write_text(path: str, text: str) -> None:
     atomic_write(path, write)
 
 
-def mark(folder: str, kind: str) -> None:
-    with open(os.path.join(folder, MARKER), "w") as f:
-        json.dump({"kind": kind, "written_by": "flowclip"}, f)
+def _read_marker(folder: str) -> dict | None:
+    try:
+        with open(os.path.join(folder, MARKER)) as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict) or marker.get("kind") not in KINDS:
+        return None
+    files = marker.get("files", [])
+    marker["files"] = [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+    return marker
+
+
+def _write_marker(folder: str, kind: str, files) -> None:
+    tmp = os.path.join(folder, f".{MARKER}.{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w") as f:
+        json.dump({"kind": kind, "written_by": "flowclip", "files": sorted(set(files) - {MARKER})}, f)
+    os.replace(tmp, os.path.join(folder, MARKER))
+
+
+def mark(folder: str, kind: str, files=()) -> None:
+    """Mark `folder` as this kind's output, keeping the entries a marker of the same kind
+    already lists and adding `files`."""
+    old = _read_marker(folder)
+    _write_marker(folder, kind, list(files) + (old["files"] if old and old["kind"] == kind else []))
+
+
+def own(folder: str, *names: str) -> None:
+    """Record entries a command wrote into its marked folder (nothing if unmarked)."""
+    old = _read_marker(folder)
+    if old is not None and not set(names) <= set(old["files"]):
+        _write_marker(folder, old["kind"], old["files"] + list(names))
 
 
 def kind_of(folder: str) -> str | None:
-    """The kind a flowclip command wrote this folder as, or None."""
-    try:
-        with open(os.path.join(folder, MARKER)) as f:
-            kind = json.load(f).get("kind")
-        return kind if kind in KINDS else None
-    except (OSError, ValueError, AttributeError):
-        pass
+    """The kind a flowclip command wrote this folder as (its marker alone), or None."""
+    marker = _read_marker(folder)
+    return marker["kind"] if marker else None
+
+
+def legacy_kind(folder: str) -> str | None:
+    """The kind an unmarked folder looks like (an output of a flowclip older than markers,
+    or a look-alike): used only to word a refusal, never to take ownership."""
     for kind, (file, keys) in _LEGACY.items():
         try:
             with open(os.path.join(folder, file)) as f:
@@ -60,15 +94,69 @@ def kind_of(folder: str) -> str | None:
                 return kind
         except (OSError, ValueError, TypeError):
             continue
-    runs = os.path.join(folder, "runs")            # a study of an older flowclip: run folders inside
-    if os.path.exists(os.path.join(folder, "STUDY_DONE")) or (os.path.isdir(runs) and any(
-            kind_of(os.path.join(runs, r)) == "head-run" for r in os.listdir(runs))):
+    if os.path.exists(os.path.join(folder, "STUDY_DONE")) or os.path.isdir(os.path.join(folder, "runs")):
         return "study"
     return None
 
 
+def foreign_entries(folder: str) -> list[str]:
+    """Entries of an owned folder that its marker does not list: someone else's."""
+    marker = _read_marker(folder)
+    listed = set(marker["files"]) if marker else set()
+    return sorted(n for n in os.listdir(folder) if n != MARKER and n not in listed)
+
+
+def adopt(folder: str, kind: str) -> list[str]:
+    """Mark an output written before markers existed as `kind`, listing what is in it now
+    (the user's explicit word that everything there may be replaced by --overwrite)."""
+    if kind not in KINDS:
+        raise FlowclipError(f"unknown output kind {kind!r}; use one of {', '.join(KINDS)}")
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        raise FlowclipError(f"{folder} is not a folder")
+    found = kind_of(folder)
+    if found is not None:
+        raise FlowclipError(f"{folder} is already marked as {KINDS[found]}")
+    if _store_at_or_above(folder):
+        raise FlowclipError(f"{folder} is (inside) a feature store; flowclip outputs never live there")
+    entries = sorted(os.listdir(folder))
+    _write_marker(folder, kind, entries)
+    return entries
+
+
+def _store_at_or_above(path: str) -> str | None:
+    """The feature store (a folder with store.json) at `path` or above it, or None."""
+    path = os.path.realpath(path)
+    while True:
+        if os.path.isfile(os.path.join(path, "store.json")):
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
+def output_at_or_above(path: str) -> str | None:
+    """The marked flowclip output at `path` or above it, or None."""
+    path = os.path.realpath(path)
+    while True:
+        if kind_of(path) is not None:
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+
+
 def require_own(out: str, kind: str) -> None:
-    """Refuse an existing, non-empty `out` that is not this command's kind of output."""
+    """Refuse an existing, non-empty `out` that is not this command's kind of output by its
+    marker, a symbolic link, and any place inside a feature store."""
+    if os.path.islink(out):
+        raise FlowclipError(f"{out} is a symbolic link; name the folder itself (flowclip never follows a link "
+                            f"to replace what it points at)")
+    store = _store_at_or_above(out)
+    if store is not None:
+        raise FlowclipError(f"{out} is inside the feature store {store}; outputs never go inside a store. "
+                            f"Choose another --out")
     if not os.path.isdir(out):
         if os.path.exists(out):
             raise FlowclipError(f"{out} exists and is a file, not {KINDS[kind]}; choose another --out")
@@ -76,23 +164,56 @@ def require_own(out: str, kind: str) -> None:
     if not os.listdir(out):
         return
     found = kind_of(out)
-    if found != kind:
-        what = KINDS[found] if found else "not a folder flowclip wrote (a feature store? your files?)"
-        raise FlowclipError(f"{out} is {what}, not {KINDS[kind]}; flowclip writes and replaces only its own "
-                            f"output. Choose another --out")
+    if found == kind:
+        return
+    if found is not None:
+        what = KINDS[found]
+    elif legacy_kind(out) == kind:
+        raise FlowclipError(f"{out} looks like {KINDS[kind]} of an older flowclip but has no {MARKER}; only the "
+                            f"marker proves flowclip wrote it. If it is yours to replace: flowclip adopt {out} "
+                            f"--kind {kind}; otherwise choose another --out")
+    else:
+        what = "not a folder flowclip wrote (a feature store? your files?)"
+    raise FlowclipError(f"{out} is {what}, not {KINDS[kind]}; flowclip writes and replaces only its own "
+                        f"output. Choose another --out")
+
+
+def refuse_foreign(out: str) -> None:
+    """Refuse to replace an owned folder that holds entries its command did not write."""
+    foreign = foreign_entries(out)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise FlowclipError(f"{out} holds entries flowclip did not write there ({shown}); --overwrite replaces "
+                            f"only its own files. Move them out, or choose another --out")
+
+
+def remove_own(out: str) -> None:
+    """Delete what the marker lists (after refuse_foreign), keeping the folder."""
+    refuse_foreign(out)
+    marker = _read_marker(out) or {"files": []}
+    for name in marker["files"] + [MARKER]:
+        path = os.path.join(out, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
 
 
 def check_replaceable(out: str, kind: str, overwrite: bool) -> None:
-    """Refuse an existing `out` unless --overwrite was given and it is our own kind."""
+    """Refuse an existing `out` unless --overwrite was given, it is our own kind, and it
+    holds nothing but what we wrote."""
     require_own(out, kind)
-    if os.path.isdir(out) and os.listdir(out) and not overwrite:
-        raise FlowclipError(f"{out} exists; pass --overwrite to replace it (results are never overwritten silently)")
+    if os.path.isdir(out) and os.listdir(out):
+        if not overwrite:
+            raise FlowclipError(f"{out} exists; pass --overwrite to replace it (results are never overwritten "
+                                f"silently)")
+        refuse_foreign(out)
 
 
 def publish(tmp: str, out: str, kind: str, overwrite: bool) -> None:
     """Move a finished temporary folder to `out`. Without --overwrite, a folder that
     appeared meanwhile (another command writing the same --out) is never replaced."""
-    mark(tmp, kind)
+    mark(tmp, kind, os.listdir(tmp))
     taken = f"{out} was written by another command while this one ran; nothing replaced. Rerun with another --out"
     if os.path.exists(out) and not overwrite:
         raise FlowclipError(taken)

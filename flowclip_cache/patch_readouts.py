@@ -1,18 +1,23 @@
 """Grounded patch readouts: other ways to read the LAST block of an OpenAI-style ViT out
 into patch features, from the block's own weights (one extra attention pass, no new
-parameters). The global embedding never changes: it is encode_image's.
+parameters). The global embedding never changes: it is encode_image's. Each readout
+follows its authors' released code (docs/method.md, "Patch readouts", cites file and lines):
 
-    standard   the block as trained: x + attn(ln_1 x), then the MLP      (what CLIP stores)
-    maskclip   out_proj(v): the value path alone                          MaskCLIP, Zhou et al., ECCV 2022
-    clearclip  softmax(q qᵀ) attention                                    ClearCLIP, Lan et al., ECCV 2024
-    sclip      softmax(q qᵀ) + softmax(k kᵀ) attention                    SCLIP, Wang et al., ECCV 2024
-    naclip     softmax(k kᵀ + Gaussian neighbourhood bias) attention      NACLIP, Hajimiri et al., WACV 2025
+    name            attention of the last block         residual + MLP   released code
+    standard        softmax(q kᵀ)  (the block as trained)    kept        open_clip
+    maskclip        none: the value path, out_proj(v)         kept        chongzhou96/MaskCLIP vit.py (return_qkv)
+    clearclip       softmax(q qᵀ)                             dropped     mc-lan/ClearCLIP (ignore_residual=True)
+    sclip           softmax(q qᵀ) + softmax(k kᵀ)             kept        wangf3014/SCLIP clip/model.py
+    naclip          softmax(k kᵀ + Gaussian neighbourhood)    dropped     sinahmr/NACLIP (arch='reduced')
+    maskclip-reduced  as maskclip                             dropped     ClearCLIP's MaskCLIP baseline
+    sclip-reduced     as sclip                                dropped     flowclip's variant: SCLIP's attention
+                                                                          with ClearCLIP's removals
 
-Every non-standard readout drops the block's residual and its MLP (as those papers do),
-applies out_proj and the block's layer scale ls_1, then ln_post and the visual
-projection, and keeps the patch tokens. Attention logits are scaled by head_dim^-1/2.
-NACLIP's bias is exp(-|Δ|² / (2σ²)) between patch grid positions with σ = 5 patches
-(NACLIP's kernel; none to or from the class token).
+"kept": x + ls_1(out_proj(attention v)), then + ls_2(mlp(ln_2 .)), as the block does;
+"dropped": out_proj(attention v) alone (ls_1 applied; identity for CLIP's weights). Then
+ln_post and the visual projection, and the patch tokens are kept. Attention logits are
+scaled by head_dim^-1/2. NACLIP's bias is exp(-|Δ|² / (2σ²)) between patch grid
+positions with σ = 5 patches (NACLIP's kernel; none to or from the class token).
 """
 from __future__ import annotations
 
@@ -21,7 +26,11 @@ import torch.nn.functional as F
 
 from .errors import FlowclipError
 
-READOUTS = ("standard", "maskclip", "clearclip", "sclip", "naclip")
+READOUTS = ("standard", "maskclip", "clearclip", "sclip", "naclip", "maskclip-reduced", "sclip-reduced")
+KEEPS_RESIDUAL = {"maskclip", "sclip"}          # the released code keeps the block's residual and MLP
+# Readouts whose definition changed (before: without residual and MLP): the fingerprint
+# records the revision, so a store of the old definition is never extended with the new.
+REVISION = {"maskclip": 2, "sclip": 2}
 NACLIP_SIGMA = 5.0
 _CUSTOM_BLOCK = ("qk_norm", "scaled_cosine_attn", "scale_heads", "scale_attn_inner", "scale_attn", "scale_fc")
 
@@ -75,18 +84,22 @@ def readout_patches(visual, x: torch.Tensor, readout: str) -> torch.Tensor:
     q, k, v = (t.view(B, T, H, D // H).transpose(1, 2)
                for t in F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1))
     scale = (D // H) ** -0.5
-    if readout == "maskclip":
+    attention = readout.removesuffix("-reduced")
+    if attention == "maskclip":
         o = v
-    elif readout == "clearclip":
+    elif attention == "clearclip":
         o = torch.softmax(q @ q.transpose(-1, -2) * scale, -1) @ v
-    elif readout == "sclip":
+    elif attention == "sclip":
         o = (torch.softmax(q @ q.transpose(-1, -2) * scale, -1) + torch.softmax(k @ k.transpose(-1, -2) * scale, -1)) @ v
-    elif readout == "naclip":
+    elif attention == "naclip":
         g = visual.grid_size
         bias = grid_bias(g, NACLIP_SIGMA, T - g[0] * g[1], x.device, x.dtype)
         o = torch.softmax(k @ k.transpose(-1, -2) * scale + bias, -1) @ v
     else:
         raise FlowclipError(f"unknown patch readout {readout!r}")
     o = block.ls_1(attn.out_proj(o.transpose(1, 2).reshape(B, T, D)))
+    if readout in KEEPS_RESIDUAL:
+        o = x + o
+        o = o + block.ls_2(block.mlp(block.ln_2(o)))
     tokens = visual.ln_post(o)[:, T - visual.grid_size[0] * visual.grid_size[1]:]
     return tokens @ visual.proj if visual.proj is not None else tokens

@@ -307,6 +307,7 @@ class HeadRun:
         if started:
             self.state = load_checkpoint(out, self.head, self.opt, device)
             log(f"resuming {out} at epoch {self.state['epoch']} step {self.state['step_in_epoch']}")
+        outputs.own(out, "log.jsonl")
         self.logf = open(os.path.join(out, "log.jsonl"), "a")
         train_rec = np.nonzero(data.split == "train")[0]
         sample_rng = np.random.default_rng(cfg.seed)

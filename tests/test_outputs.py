@@ -48,12 +48,12 @@ def test_overwrite_never_replaces_a_store_or_a_users_folder(scored_world, tmp):
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
     for out in (fs.root, str(mine)):
-        with pytest.raises(FlowclipError, match="flowclip writes and replaces only its own output"):
+        with pytest.raises(FlowclipError, match="only its own output|never go inside a store"):
             run_score(fs, [s["candidates"]], ["clip"], out, overwrite=True, bootstrap_draws=0, **quiet)
-        with pytest.raises(FlowclipError, match="flowclip writes and replaces only its own output"):
+        with pytest.raises(FlowclipError, match="only its own output|never go inside a store"):
             train_head(fs, s["training"], out, TrainConfig(head="global", epochs=1), overwrite=True,
                        progress=False, **quiet)
-        with pytest.raises(FlowclipError, match="not a train-head run folder"):
+        with pytest.raises(FlowclipError, match="not a train-head run folder|never go inside a store"):
             train_head(fs, s["training"], out, TrainConfig(head="global", epochs=1), progress=False, **quiet)
     assert (mine / "thesis.tex").read_text() == "years of work" and sorted(os.listdir(mine)) == ["thesis.tex"]
     assert verify_store(fs.root).problems == []
@@ -181,14 +181,81 @@ def test_scorer_typos_and_mixed_seeds_are_named(scored_world, tmp):
     assert not os.path.exists(tmp / "x") and not os.path.exists(tmp / "y")
 
 
-def test_folders_of_an_older_flowclip_are_recognised(tmp):
-    """Run, score and study folders written before the marker existed are still ours."""
+def test_only_the_marker_proves_ownership_and_adopt_is_explicit(scored_world, tmp):
+    """A look-alike folder (config.json with store_fingerprint and train) is not a run:
+    train-head --overwrite refuses it and deletes nothing; `flowclip adopt` marks it."""
     import json
     from flowclip_cache import outputs
-    run = tmp / "study" / "runs" / "r1"
-    run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"store_fingerprint": "x", "train": {}}))
+    fs, s, _, _ = scored_world
+    u = tmp / "U"
+    u.mkdir()
+    (u / "config.json").write_text(json.dumps({"store_fingerprint": "x", "train": {}}))
+    (u / "thesis.txt").write_text("precious")
+    (u / "data").mkdir()
+    (u / "data" / "big.csv").write_text("1,2")
     (tmp / "res").mkdir()
     (tmp / "res" / "results.json").write_text(json.dumps({"store_fingerprint": "x", "results": {}}))
-    assert outputs.kind_of(str(run)) == "head-run" and outputs.kind_of(str(tmp / "study")) == "study"
-    assert outputs.kind_of(str(tmp / "res")) == "score-results" and outputs.kind_of(str(tmp)) is None
+    assert outputs.kind_of(str(u)) is None and outputs.kind_of(str(tmp / "res")) is None
+    args = ["train-head", "--store", fs.root, "--train", s["training"], "--head", "global", "--epochs", "1",
+            "--out", str(u), "--overwrite"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "flowclip adopt" in r.output, r.output
+    assert (u / "thesis.txt").read_text() == "precious" and (u / "data" / "big.csv").exists()
+    r = CliRunner().invoke(main, ["adopt", str(u), "--kind", "head-run"])
+    assert r.exit_code == 0 and outputs.kind_of(str(u)) == "head-run", r.output
+    assert CliRunner().invoke(main, ["adopt", str(u), "--kind", "head-run"]).exit_code == 2   # once
+
+
+def test_overwrite_replaces_only_what_the_command_wrote(scored_world, tmp):
+    """A finished run and a score folder list what they wrote; --overwrite refuses, naming
+    them, while other files are there, and replaces exactly the listed entries."""
+    from flowclip_cache import outputs
+    fs, s, _, _ = scored_world
+    run, res = str(tmp / "run"), str(tmp / "res")
+    cfg = TrainConfig(head="flow", epochs=1, batch_size=8)
+    train_head(fs, s["training"], run, cfg, progress=False, **quiet)
+    run_score(fs, [s["candidates"]], ["clip"], res, bootstrap_draws=0, **quiet)
+    assert outputs.foreign_entries(run) == [] and outputs.foreign_entries(res) == []   # every entry listed
+    for out in (run, res):
+        open(os.path.join(out, "notes.txt"), "w").write("mine")
+    with pytest.raises(FlowclipError, match=r"did not write there \(notes.txt\)"):
+        train_head(fs, s["training"], run, cfg, overwrite=True, progress=False, **quiet)
+    with pytest.raises(FlowclipError, match=r"did not write there \(notes.txt\)"):
+        run_score(fs, [s["candidates"]], ["clip"], res, overwrite=True, bootstrap_draws=0, **quiet)
+    assert open(os.path.join(run, "notes.txt")).read() == "mine" and os.path.exists(os.path.join(run, "DONE"))
+    for out in (run, res):
+        os.remove(os.path.join(out, "notes.txt"))
+    train_head(fs, s["training"], run, cfg, overwrite=True, progress=False, **quiet)
+    run_score(fs, [s["candidates"]], ["clip"], res, overwrite=True, bootstrap_draws=0, **quiet)
+    assert os.path.exists(os.path.join(run, "DONE")) and os.path.exists(os.path.join(res, "results.json"))
+
+
+def test_symlinked_out_and_stores_inside_outputs_are_refused(scored_world, tmp):
+    fs, s, run, _ = scored_world
+    import shutil
+    mine = str(tmp / "run")
+    shutil.copytree(run, mine)
+    link = tmp / "link"
+    link.symlink_to(mine)
+    r = CliRunner().invoke(main, ["train-head", "--store", fs.root, "--train", s["training"], "--head", "global",
+                                  "--epochs", "1", "--out", str(link), "--overwrite"])
+    assert r.exit_code == 2 and "symbolic link" in r.output and os.path.exists(os.path.join(mine, "DONE"))
+    # extract into a score results folder (or a user's non-empty folder): refused, nothing made
+    res = str(tmp / "res")
+    run_score(fs, [s["candidates"]], ["clip"], res, bootstrap_draws=0, **quiet)
+    before = sorted(os.listdir(res))
+    for where in (res, os.path.join(res, "inner")):
+        r = CliRunner().invoke(main, ["extract", "--store", where, "--model", "flowclip-tiny-vit",
+                                      "--manifest", s["candidates"], "--image-root", s["image_root"],
+                                      "--workers", "0", "--quiet"])
+        assert r.exit_code == 2 and "inside" in r.output, r.output
+    assert sorted(os.listdir(res)) == before
+    user = tmp / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("x")
+    r = CliRunner().invoke(main, ["extract", "--store", str(user), "--model", "flowclip-tiny-vit",
+                                  "--manifest", s["candidates"], "--image-root", s["image_root"], "--workers", "0"])
+    assert r.exit_code == 2 and "holds other files" in r.output and os.listdir(user) == ["notes.txt"]
+    # and no output inside a store
+    with pytest.raises(FlowclipError, match="never go inside a store"):
+        run_score(fs, [s["candidates"]], ["clip"], os.path.join(fs.root, "results"), bootstrap_draws=0, **quiet)

@@ -15,7 +15,10 @@ from flowclip_cache.patch_readouts import NACLIP_SIGMA, READOUTS
 
 
 def direct_patches(visual, x_in: torch.Tensor, readout: str) -> torch.Tensor:
-    """The readout by the papers' formulas, one head at a time, in float64."""
+    """The readout by the released code's formulas, one head at a time, in float64: the
+    attention below; MaskCLIP's and SCLIP's released code keep the block's residual and MLP
+    around it (x + attn, then + mlp(ln_2 .)), the others (and the -reduced variants) drop both."""
+    import copy
     block = visual.transformer.resblocks[-1]
     a = block.attn
     W, b = a.in_proj_weight.double(), a.in_proj_bias.double()
@@ -36,17 +39,22 @@ def direct_patches(visual, x_in: torch.Tensor, readout: str) -> torch.Tensor:
         s = slice(n * hd, (n + 1) * hd)
         qn, kn, vn = q[..., s], k[..., s], v[..., s]
         sim = lambda A, B: torch.einsum("btc,bsc->bts", A, B) / math.sqrt(hd)
-        if readout == "maskclip":
+        if readout.startswith("maskclip"):
             heads.append(vn)
         elif readout == "clearclip":
             heads.append(sim(qn, qn).softmax(-1) @ vn)
-        elif readout == "sclip":
+        elif readout.startswith("sclip"):
             heads.append((sim(qn, qn).softmax(-1) + sim(kn, kn).softmax(-1)) @ vn)
         elif readout == "naclip":
             heads.append((sim(kn, kn) + bias).softmax(-1) @ vn)
     o = torch.cat(heads, -1) @ a.out_proj.weight.double().T + a.out_proj.bias.double()
     if hasattr(block.ls_1, "gamma"):
         o = o * block.ls_1.gamma.double()
+    if readout in ("maskclip", "sclip"):
+        o = x_in.double() + o
+        ln2 = block.ln_2
+        m = copy.deepcopy(block.mlp).double()(F.layer_norm(o, (D,), ln2.weight.double(), ln2.bias.double(), ln2.eps))
+        o = o + (m * block.ls_2.gamma.double() if hasattr(block.ls_2, "gamma") else m)
     ln = visual.ln_post
     o = F.layer_norm(o, (D,), ln.weight.double(), ln.bias.double(), ln.eps)
     return F.normalize(o[:, prefix:] @ visual.proj.double(), dim=-1)
@@ -80,6 +88,28 @@ def test_each_readout_equals_the_direct_computation(model):
         torch.testing.assert_close(g, F.normalize(base.model.encode_image(x), dim=-1), rtol=0, atol=1e-6)
         torch.testing.assert_close(p.double(), direct_patches(base.model.visual, x_in, readout), rtol=0, atol=2e-5)
         assert p.shape == p_std.shape and not torch.allclose(p, p_std, atol=1e-3)
+
+
+def test_released_and_reduced_differ_and_old_definitions_are_refused():
+    """maskclip/sclip are the released (residual + MLP) readouts; -reduced are the old ones;
+    the fingerprint records the revision so an old-definition store is never extended."""
+    from flowclip_cache.cli import READOUT_NAMES
+    assert tuple(READOUT_NAMES) == READOUTS
+    for name in ("maskclip", "sclip"):
+        new, red = resolve(EncoderSpec("ViT-B-16", patch_readout=name)), \
+            resolve(EncoderSpec("ViT-B-16", patch_readout=f"{name}-reduced"))
+        assert new.config["patch_readout_revision"] == 2 and "patch_readout_revision" not in red.config
+        old = {k: v for k, v in new.config.items() if k != "patch_readout_revision"}
+        from flowclip_cache.encoders import fingerprint_of
+        assert fingerprint_of(old) != new.fingerprint
+    base = load_model(resolve(EncoderSpec("ViT-B-16")))
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(2))
+    out = {}
+    with torch.no_grad():
+        for r in ("sclip", "sclip-reduced"):
+            base.config = resolve(EncoderSpec("ViT-B-16", patch_readout=r)).config
+            out[r] = encode_images(base, x)[1]
+    assert (out["sclip"] * out["sclip-reduced"]).sum(-1).mean() < 0.9
 
 
 def test_standard_keeps_every_fingerprint_and_refusals():

@@ -87,7 +87,7 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     claim_folder(cfg.out)
     paths = build_world(cfg.world_folder or os.path.join(cfg.out, "world"), **cfg.world)
     enc = resolve(encoder_spec(cfg.encoder))
-    store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config)
+    store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config, owner=cfg.out)
     evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
     s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0,
                     progress=progress)

@@ -107,7 +107,7 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
         run_adapt(spec, train, root, run_dir, adapt_config(cfg, seed), device=cfg.device, resume=exists(run_dir),
                   progress=progress, log=lambda m: log(f"  {m}"))
     enc = resolve(dataclasses.replace(spec, pretrained=os.path.join(run_dir, "encoder.safetensors")))
-    store = FeatureStore.open_or_create(os.path.join(where, "store"), enc.config)
+    store = FeatureStore.open_or_create(os.path.join(where, "store"), enc.config, owner=cfg.out)
     run_extract(store, enc, evals, root, workers=0, progress=progress)
     store.refresh()
     return run_score(store, evals, ["adapted_clip=clip", f"adapted={run_dir}"], score_dir,

@@ -157,15 +157,18 @@ class FeatureStore:
 
     # -- creation and identity ---------------------------------------------------------
     @classmethod
-    def open_or_create(cls, root: str, config: dict, backend: str = "zarr") -> "FeatureStore":
+    def open_or_create(cls, root: str, config: dict, backend: str = "zarr", owner: str | None = None) -> "FeatureStore":
         """Open the store at root, creating it for this encoder config if absent, and
         sweep temporaries that dead writers left. A store of another encoder is
-        refused, naming the fields that differ."""
+        refused, naming the fields that differ. A new store is never made in a folder
+        holding other files, nor inside a command's output (`owner`: the output folder of
+        the command creating it, a study's own store)."""
         if backend not in BACKENDS:
             raise StoreError(f"unknown backend {backend!r}; use one of {sorted(BACKENDS)}")
         root = os.path.abspath(root)
         meta_path = os.path.join(root, "store.json")
         if not os.path.exists(meta_path):
+            _check_new_store_place(root, owner)
             for d in ("segments",) + RECORD_FOLDERS:
                 os.makedirs(os.path.join(root, d), exist_ok=True)
             meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "backend": backend,
@@ -581,6 +584,20 @@ class FeatureStore:
         """Read every part of the store in full; the problems found (empty = good)."""
         from .integrity import verify_store
         return [msg for _, msg in verify_store(self.root).problems]
+
+
+def _check_new_store_place(root: str, owner: str | None) -> None:
+    from ..outputs import KINDS, kind_of, output_at_or_above
+    out = output_at_or_above(root)
+    if out is not None and (owner is None or os.path.realpath(out) != os.path.realpath(owner)):
+        raise StoreError(f"{root}: a new store would go inside {out}, {KINDS[kind_of(out)]}; stores never live "
+                         f"inside a command's output (an --overwrite there would delete it). Choose another --store")
+    if os.path.isdir(root):
+        own = {"segments", *RECORD_FOLDERS}
+        other = sorted(n for n in os.listdir(root) if n not in own and not n.startswith(".store.json."))
+        if other:
+            raise StoreError(f"{root} exists and holds other files ({', '.join(other[:5])}), not a store; create a "
+                             f"store in an empty or new folder")
 
 
 def _commit(tmp: str, final: str) -> bool:
