@@ -481,7 +481,10 @@ class FeatureStore:
         if hashlib.sha256(raw).hexdigest()[:16] != m.group(3):
             raise SegmentDamaged(path, "fails its checksum (the bytes changed since they were written)")
         try:
-            table = pq.read_table(pa.BufferReader(raw))
+            # ParquetFile, not read_table: read_table's dataset path lets an Arrow worker thread
+            # drop the last reference to the Python bytes; at interpreter exit that thread then
+            # needs the GIL, is killed, and the process aborts (rc 134). Here it stays ours.
+            table = pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
         except Exception as e:         # pyarrow raises several kinds for a bad file
             raise SegmentDamaged(path, f"not readable Parquet ({e})") from None
         missing = [c for c in columns if c not in table.column_names]
