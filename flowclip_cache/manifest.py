@@ -105,6 +105,7 @@ class Manifest:
             if not isinstance(meta, dict):
                 raise ManifestError(f"{path}: {META_EXTRA.decode()} must be a JSON object, got "
                                     f"{type(meta).__name__}")
+        _check_utf8(path, table)
         m = cls(path, kind, table, meta)
         m._validate()
         return m
@@ -246,3 +247,30 @@ def check_manifest(m: Manifest, image_root: str | None = None) -> list[str]:
             if len(set(caps)) < len(caps):
                 problems.append(f"{m.path}: row {row}: duplicate captions in the candidate set")
     return problems
+
+
+def _check_utf8(path: str, table) -> None:
+    """Refuse a text column with bytes that are not UTF-8 (pyarrow reads such a file but
+    fails on the first use of the value), naming the column and row."""
+    import pyarrow as pa
+    for name in table.column_names:
+        col = table.column(name)
+        nested = pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
+        typ = col.type.value_type if nested else col.type
+        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+            continue
+        start = 0
+        for chunk in col.chunks:
+            try:
+                chunk.validate(full=True)
+            except pa.ArrowInvalid:
+                for i in range(len(chunk)):
+                    try:
+                        one = chunk.slice(i, 1)
+                        (one.flatten() if nested else one).validate(full=True)
+                    except pa.ArrowInvalid:
+                        raise ManifestError(f"{path}: row {start + i}, column {name!r}: text that is not valid "
+                                            f"UTF-8; re-encode the value as UTF-8 and write the manifest again")\
+                            from None
+            start += len(chunk)
+

@@ -108,6 +108,13 @@ def test_malformed_manifests_are_one_line_errors(tmp_path):
     ]
     for cols, meta, want in cases:
         assert want in _manifest_error(tmp_path, pa.table(cols), meta), want
+    # the same bad bytes in a *string* column (and inside a list of strings): named, no traceback
+    bad = pa.array([b"ok.png", b"\xff\xfe.png"], pa.binary()).view(pa.string())
+    two = dict(record_id=["a", "b"], captions=[["p", "q"]] * 2, gold=[0, 0])
+    assert "row 1, column 'image': text that is not valid UTF-8" in _manifest_error(
+        tmp_path, pa.table(dict(two, image=bad)))
+    caps = pa.ListArray.from_arrays([0, 2, 4], pa.array([b"p", b"q", b"r", b"\xc3("], pa.binary()).view(pa.string()))
+    assert "row 1, column 'captions'" in _manifest_error(tmp_path, pa.table(dict(two, image=["x", "y"], captions=caps)))
 
 
 def test_malformed_head_runs_are_refused_not_scored(tmp_path):
