@@ -62,14 +62,20 @@ def require_features(store: FeatureStore, manifest: Manifest, img_keys: list[str
     enc = store.encoder_config
     lines.append("Run: " + " ".join(shlex.quote(x) for x in [
         "flowclip", "extract", "--store", store.root, "--model", enc["model"],
-        "--pretrained", _pretrained_arg(enc), "--manifest", manifest.path, "--image-root", "<image folder>"]))
+        *_weights_args(enc), "--manifest", manifest.path, "--image-root", "<image folder>"]))
     raise FlowclipError("\n".join(lines))
 
 
-def _pretrained_arg(enc: dict) -> str:
-    src = enc["weights"]["source"]
+def _weights_args(enc: dict) -> list[str]:
+    """extract's flags that give this store's weights again."""
+    w = enc["weights"]
+    src = w["source"]
     if src.startswith("open_clip:"):
-        return src.split(":", 1)[1]
-    return "none" if src == "random-init" else "<checkpoint file>"
+        return ["--pretrained", src.split(":", 1)[1]]
+    if src == "flowclip:synthetic":
+        return ["--pretrained", "synthetic"]
+    if src == "random-init":
+        return ["--pretrained", "none"] + (["--init-seed", str(w["init_seed"])] if w.get("init_seed") else [])
+    return ["--pretrained", "<checkpoint file>"]
 
 

@@ -181,8 +181,11 @@ def test_score_refusals(scored_world, tiny_encoder):
     other = FeatureStore.open_or_create(str(tmp / "other"), resolve(EncoderSpec("flowclip-tiny-vit", init_seed=5)).config)
     with pytest.raises(FlowclipError, match="trained on encoder .* refused"):
         run_score(other, [s["candidates"]], [run], str(tmp / "x"), log=lambda *_: None)
-    with pytest.raises(FlowclipError, match="features missing from the store"):
+    with pytest.raises(FlowclipError, match="features missing from the store(.|\n)*--pretrained none --init-seed 5"):
         run_score(other, [s["candidates"]], ["clip"], str(tmp / "y"), log=lambda *_: None)
+    from flowclip_cache.data import _weights_args      # the hint gives each store's own weights back
+    assert _weights_args({"weights": {"source": "flowclip:synthetic", "sha256": "x"}}) == ["--pretrained", "synthetic"]
+    assert _weights_args({"weights": {"source": "open_clip:openai"}}) == ["--pretrained", "openai"]
     bad = tmp / "bad.parquet"
     write_manifest(bad, pa.table({"record_id": ["1"], "image": ["a.png"], "captions": [["a", "b"]], "gold": [0]}),
                    "candidates", {"benchmark": "whatsup-coco-spatial"})
