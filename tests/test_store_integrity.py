@@ -232,6 +232,21 @@ def test_quarantine_then_extract_restores_the_reference(tmp_path, sample, tiny_e
     for a, b in zip(got, want):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert sorted(s.name for s in fs.segments) == sorted(s.name for s in ref.segments)
+    # a whole segment deleted (a Zarr folder, an .h5 file): verify reports it, readers refuse
+    # the store, quarantine moves its commit record aside, and extract restores it
+    gone = [s for s in fs.segments if s.kind == IMAGE][0]
+    fs.backend.remove(gone.path)
+    r = CliRunner().invoke(main, ["store", "verify", fs.root])
+    assert r.exit_code == 2 and f"segment {gone.name} is missing" in r.output, r.output
+    with pytest.raises(StoreDamaged, match="is missing"):
+        FeatureStore(fs.root)
+    r = CliRunner().invoke(main, ["store", "verify", "--quarantine", fs.root])
+    assert r.exit_code == 0 and "quarantined" in r.output, r.output
+    fs = extract(tmp_path / "dmg")
+    got, want = _store_content(fs), _store_content(ref)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert sorted(os.listdir(os.path.join(fs.root, "commits"))) == sorted(s.name + ".json" for s in fs.segments)
 
 
 # -- concurrent writers ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ Layout (docs/store-format.md is the specification):
     <root>/segments/cap-<id>.<ext>      caption segments: keys, token_keys, global, tokens, offsets, truncated
     <root>/segments/.tmp-<writer>/      a live (or crashed) writer's temporaries, under its lock
     <root>/paths|hashes|failures/*.parquet   small record files, named by their checksum
+    <root>/commits/<segment name>.json  one per committed segment, written right after it
 
 Segments are immutable and named by the hash of their keys; a writer writes a
 temporary and renames it into place, so writers never share a file. Every array's
@@ -43,6 +44,7 @@ ARRAYS = {
 SEGMENT_NAME = re.compile(r"^(img|cap)-([0-9a-f]{24})(\.zarr|\.h5)$")
 RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
 RECORD_FOLDERS = ("paths", "hashes", "failures")
+COMMITS = "commits"           # commits/<segment>.json: the segment was committed; its absence is damage
 READ_THREADS = min(4, os.cpu_count() or 1)     # segments read (and checksummed) at once
 
 
@@ -169,7 +171,7 @@ class FeatureStore:
         meta_path = os.path.join(root, "store.json")
         if not os.path.exists(meta_path):
             _check_new_store_place(root, owner)
-            for d in ("segments",) + RECORD_FOLDERS:
+            for d in ("segments", COMMITS) + RECORD_FOLDERS:
                 os.makedirs(os.path.join(root, d), exist_ok=True)
             meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "backend": backend,
                     "fingerprint": fingerprint_of(config), "encoder": config,
@@ -232,7 +234,51 @@ class FeatureStore:
                 problems.append((path, e.reason))
                 continue
             found.append((seg, keys))
-        return found, problems
+        return found, problems + self._missing_segments()
+
+    def _missing_segments(self) -> list[tuple[str, str]]:
+        """Commit records whose segment is gone (a deleted Zarr folder or .h5 file), as
+        (the record's path, reason): quarantining the record lets extract redo the rows."""
+        d = os.path.join(self.root, COMMITS)
+        out = []
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if name.startswith("."):
+                continue
+            seg = name[:-len(".json")] if name.endswith(".json") else ""
+            if not SEGMENT_NAME.match(seg):
+                out.append((os.path.join(d, name), f"stray entry {name!r} (not <segment name>.json)"))
+            elif not os.path.exists(os.path.join(self.segment_dir, seg)):
+                try:
+                    rows = json.load(open(os.path.join(d, name))).get("rows", "?")
+                except (OSError, ValueError, AttributeError):
+                    rows = "?"
+                out.append((os.path.join(d, name), f"segment {seg} is missing ({rows} rows): its commit record "
+                                                   f"says it was committed; `flowclip store verify --quarantine` "
+                                                   f"moves the record aside and the next extract re-encodes them"))
+        return out
+
+    def commit_record(self, seg_name: str) -> str:
+        return os.path.join(self.root, COMMITS, seg_name + ".json")
+
+    def _record_commit(self, name: str, kind: str, rows: int) -> None:
+        """commits/<name>.json, whole or absent, after the segment itself is in place (a
+        crash between the two leaves a segment without a record: legal, as in older stores)."""
+        final = self.commit_record(name)
+        if os.path.exists(final):
+            return
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        tmp = os.path.join(self.writer_dir(), name + ".commit.json")
+        with open(tmp, "w") as f:
+            json.dump({"segment": name, "kind": kind, "rows": rows}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            pass
+        finally:
+            os.remove(tmp)
+        fsync_dir(os.path.dirname(final))
 
     def _segment(self, kind: str, name: str, path: str) -> Segment:
         attrs = self.backend.attrs(path)
@@ -347,6 +393,7 @@ class FeatureStore:
         if not _commit(tmp, final):
             self.backend.remove(tmp)      # another writer committed the same keys; its segment stands
         fsync_dir(self.segment_dir)
+        self._record_commit(name, kind, len(keys))
         return Segment(kind, name, final, len(keys), crc)
 
     # -- reading -----------------------------------------------------------------------
@@ -596,7 +643,7 @@ def _check_new_store_place(root: str, owner: str | None) -> None:
         raise StoreError(f"{root}: a new store would go inside {out}, {KINDS[kind_of(out)]}; stores never live "
                          f"inside a command's output (an --overwrite there would delete it). Choose another --store")
     if os.path.isdir(root):
-        own = {"segments", *RECORD_FOLDERS}
+        own = {"segments", COMMITS, *RECORD_FOLDERS}
         other = sorted(n for n in os.listdir(root) if n not in own and not n.startswith(".store.json."))
         if other:
             raise StoreError(f"{root} exists and holds other files ({', '.join(other[:5])}), not a store; create a "

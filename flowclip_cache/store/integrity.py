@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import SegmentDamaged, StoreError
 from ..hashing import KEY_BYTES
 from .backends import BACKENDS, crc32, fsync_dir
-from .core import (ARRAYS, CAPTION, FORMAT_NAME, FORMAT_VERSION, IMAGE, RECORD_FOLDERS, SEGMENT_NAME, FeatureStore,
+from .core import (ARRAYS, CAPTION, COMMITS, FORMAT_NAME, FORMAT_VERSION, IMAGE, RECORD_FOLDERS, SEGMENT_NAME, FeatureStore,
                    read_store_json)
 from .writer import WriterDir
 
@@ -129,6 +129,9 @@ def quarantine(root: str, report: Report, log=print) -> str | None:
     if not movable:
         return None
     dest = os.path.join(root, "quarantine", time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
+    records = [os.path.join(root, COMMITS, os.path.basename(p) + ".json") for p in movable
+               if os.path.dirname(p) == os.path.join(root, "segments")]
+    movable += [r for r in records if os.path.exists(r) and r not in movable]   # a moved segment's record too
     for p in movable:
         target = os.path.join(dest, os.path.relpath(p, root))
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -162,6 +165,8 @@ def compact(root: str, log=print) -> int:
             if keep.any():
                 store.write_segment(s.kind, [bytes(r).hex() for r in k[keep]], _rows(store, s, keep))
             trash = os.path.join(store.writer_dir(), "old-" + s.name)
+            if os.path.exists(store.commit_record(s.name)):   # the record first: a segment without one is legal
+                os.remove(store.commit_record(s.name))
             os.rename(s.path, trash)           # out of the readers' view in one step
             fsync_dir(store.segment_dir)
             store.backend.remove(trash)
