@@ -140,9 +140,21 @@ def retrieval_recall_pairs(img: np.ndarray, cap: np.ndarray, val: np.ndarray, ca
 
 
 def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:
-    true = logits[np.arange(len(labels)), labels][:, None]
-    rank = (logits > true).sum(1)
-    return {f"top{k}": float(np.mean(rank < k)) for k in ks}
+    """Top-k accuracy as open_clip's and CLIP_benchmark's `accuracy` computes it:
+    torch.topk(logits, max k, largest, sorted) keeps k classes, tied ones included or
+    left out as topk keeps them (a tie with the true class is not counted correct by
+    rule). Also `ties`: images whose true class ties the best other class."""
+    import torch
+    t = torch.from_numpy(np.ascontiguousarray(logits, np.float32))
+    kmax = min(max(ks), t.shape[1])
+    pred = t.topk(kmax, 1, True, True)[1].numpy()
+    hit = pred == labels[:, None]
+    true = logits[np.arange(len(labels)), labels]
+    others = logits.copy()
+    others[np.arange(len(labels)), labels] = -np.inf
+    out = {f"top{k}": float(hit[:, :k].any(1).mean()) for k in ks}
+    out["ties"] = int((others.max(1) == true).sum())
+    return out
 
 
 def decision_changes(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:

@@ -141,11 +141,16 @@ def _zero_shot(summary, scorers, benches, name):
     rows, csv = [], []
     for s in scorers:
         per = summary["results"].get(f"real|{s.run}", {})
-        rows.append([name[s.run]] + [fmt(per.get(t, {}).get(f"top{k}", float("nan")) * 100) for t in zero for k in (1, 5)])
+        rows.append([name[s.run]] + [fmt(per.get(t, {}).get(f"top{k}", float("nan")) * 100) for t in zero for k in (1, 5)]
+                    + [per.get(zero[0], {}).get("prompt_ensemble", ""), sum(per.get(t, {}).get("ties", 0) for t in zero)])
         csv += [f"real,{name[s.run]},{t}/top{k},{fmt(per.get(t, {}).get(f'top{k}', float('nan')) * 100, 4)}"
                 for t in zero for k in (1, 5)]
     return ["## Zero-shot classification (Tab. 7)", "",
-            *table(["scorer"] + [f"{t} top-{k}" for t in zero for k in (1, 5)], rows), ""], csv
+            "Top-k as open_clip and CLIP_benchmark count it (torch.topk keeps k classes; a true class tied with "
+            "another is right only if topk keeps it). Prompts: `embedding` averages the normalised prompt "
+            "embeddings and renormalises (CLIP's rule, for embedding scorers); `score` averages a pairwise "
+            "head's per-prompt scores. Ties: images whose true class ties the best other class.", "",
+            *table(["scorer"] + [f"{t} top-{k}" for t in zero for k in (1, 5)] + ["prompts", "ties"], rows), ""], csv
 
 
 def _bootstrap(summary, scorers, benches, name):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from . import metrics, outputs
 from .report import results_markdown
@@ -413,16 +414,36 @@ def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=
     bank = FeatureBank.load(store, uimg, texts, scorer.head.uses_tokens, device)
     cap_index = {c: i for i, c in enumerate(texts)}
     cid = torch.tensor([cap_index[p] for p in flat], device=device)
-    logits = np.empty((len(uimg), len(flat)), np.float32)
+    owner = np.repeat(np.arange(len(prompts)), [len(p) for p in prompts])
+    per_class = np.empty((len(uimg), len(prompts)), np.float32)
     with torch.no_grad():
+        class_vecs = _ensembled_classes(scorer.head, bank, cid, owner, len(prompts), device)
         for i0 in range(0, len(uimg), 64):
             ii = torch.arange(i0, min(len(uimg), i0 + 64), device=device)
-            logits[i0:i0 + len(ii)] = scorer.head(*bank.features(ii, cid, scorer.head.uses_tokens)).cpu().numpy()
-    owner = np.repeat(np.arange(len(prompts)), [len(p) for p in prompts])
-    per_class = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)   # mean over templates
+            if class_vecs is not None:        # CLIP's rule: 100 * v . (renormalised mean prompt embedding)
+                v = bank.features(ii, cid[:1], False)[0].float()
+                per_class[i0:i0 + len(ii)] = (100.0 * v @ class_vecs.T).cpu().numpy()
+            else:                             # a pairwise head: the mean of its per-prompt scores
+                logits = scorer.head(*bank.features(ii, cid, scorer.head.uses_tokens)).cpu().numpy()
+                per_class[i0:i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
     img_row = {k: i for i, k in enumerate(uimg)}
     labels = np.array(m.table.column("label").to_pylist())
-    return metrics.topk_accuracy(per_class[[img_row[k] for k in ikeys]], labels, (1, 5))
+    res = metrics.topk_accuracy(per_class[[img_row[k] for k in ikeys]], labels, (1, 5))
+    res["prompt_ensemble"] = "embedding" if class_vecs is not None else "score"
+    return res
+
+
+def _ensembled_classes(head, bank, cid, owner, n_classes: int, device) -> torch.Tensor | None:
+    """[C, d] class vectors for an embedding scorer (CLIP_benchmark's zero_shot_classifier:
+    the mean of the L2-normalised prompt embeddings, renormalised), else None."""
+    t = bank.features(torch.arange(1, device=device), cid, False)[2].float()
+    z = head.caption_embedding(t)
+    if z is None:
+        return None
+    z = F.normalize(z, dim=-1)
+    own = torch.as_tensor(owner, device=z.device)
+    c = torch.stack([z[own == k].mean(0) for k in range(n_classes)])
+    return c / c.norm(dim=-1, keepdim=True)
 
 
 def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correct: dict, all_images: dict) -> dict:

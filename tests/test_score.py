@@ -108,7 +108,7 @@ def test_retrieval_ties_count_against_the_query_in_both_directions():
 
 def test_topk_by_hand():
     logits = np.array([[0.1, 0.9, 0.5], [0.8, 0.1, 0.3]])
-    assert metrics.topk_accuracy(logits, np.array([2, 0]), (1, 2)) == {"top1": 0.5, "top2": 1.0}
+    assert metrics.topk_accuracy(logits, np.array([2, 0]), (1, 2)) == {"top1": 0.5, "top2": 1.0, "ties": 0}
 
 
 def test_controls_keep_candidates_together():
@@ -193,6 +193,46 @@ def test_score_refusals(scored_world, tiny_encoder):
         run_score(fs, [str(bad)], ["clip"], str(tmp / "z"), log=lambda *_: None)
 
 
+def test_topk_keeps_what_torch_topk_keeps_on_ties():
+    """Hand-checked: image 0's true class (1) ties class 0 at the top; torch.topk (as
+    open_clip's and CLIP_benchmark's accuracy) keeps one class, so top-1 is 1/2 or 2/2 as
+    topk decides, never by a rule that counts every tie right; top-2 holds both."""
+    logits = np.array([[0.5, 0.5, 0.1], [0.2, 0.9, 0.3]], np.float32)
+    labels = np.array([1, 1])
+    kept = torch.from_numpy(logits).topk(1, 1, True, True)[1][0, 0].item()
+    got = metrics.topk_accuracy(logits, labels, (1, 2))
+    assert got["top1"] == (1.0 if kept == 1 else 0.5) and got["top2"] == 1.0 and got["ties"] == 1
+    untied = np.array([[0.4, 0.5, 0.1], [0.2, 0.9, 0.3]], np.float32)
+    assert metrics.topk_accuracy(untied, labels, (1,)) == {"top1": 1.0, "ties": 0}
+
+
+def test_embedding_scorers_score_v_dot_their_caption_embedding():
+    """A head that names a caption embedding (so zero-shot ensembles prompts CLIP's way)
+    must score v . e(t) up to a positive factor; the others are pairwise."""
+    from flowclip_cache.heads import HEAD_KINDS, build_head
+    g = torch.Generator().manual_seed(0)
+    d, n = 8, 4
+    v, t = (torch.nn.functional.normalize(torch.randn(3, d, generator=g), dim=-1),
+            torch.nn.functional.normalize(torch.randn(5, d, generator=g), dim=-1))
+    P = torch.nn.functional.normalize(torch.randn(3, n, d, generator=g), dim=-1)
+    H = torch.nn.functional.normalize(torch.randn(5, 6, d, generator=g), dim=-1)
+    mask = torch.ones(5, 6, dtype=torch.bool)
+    kinds = {}
+    for kind in HEAD_KINDS:
+        head = build_head(kind, d)
+        with torch.no_grad():
+            for p in head.parameters():
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+            e = head.caption_embedding(t)
+            kinds[kind] = e is not None
+            if e is not None:
+                s = head(v, P, t, H, mask)
+                ratio = s / (v @ e.T)
+                assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio), rtol=1e-5) and ratio.min() > 0
+    assert kinds == {"clip": True, "global": True, "labclip": True, "flow": False, "filip": False,
+                     "fsc-local": False, "dcsm": False}
+
+
 def test_retrieval_and_zero_shot_through_the_engine(scored_world):
     """Retrieval recall and zero-shot top-k from the engine equal an independent computation."""
     import torch.nn.functional as F
@@ -228,11 +268,21 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
     got = out["results"]["real|clip"]["coco-retrieval"]
     for k, val in want.items():
         assert got[k] == pytest.approx(val)
-    prompts = [p for c in classes for p in (f"a {c} thing", f"something {c}")]
-    pt = F.normalize(torch.from_numpy(fs.load_captions([caption_key(p) for p in prompts]).global_).float(), dim=-1)
-    logits = (v @ pt.T).numpy().reshape(12, 3, 2).mean(-1)
-    want = metrics.topk_accuracy(logits, np.arange(12) % 3, (1, 5))
-    assert out["results"]["real|clip"]["cifar10"]["top1"] == pytest.approx(want["top1"])
+    # zero-shot as CLIP_benchmark does it (zeroshot_classification.py: zero_shot_classifier,
+    # run_classification, accuracy), written out here: classifier = renormalised mean of the
+    # normalised prompt embeddings; logits = 100 * v . classifier; torch.topk
+    zv = F.normalize(torch.from_numpy(fs.load_images(image_keys(fs, Manifest.read(zs))).global_).float(), dim=-1)
+    clf = []
+    for c in classes:
+        e = F.normalize(torch.from_numpy(fs.load_captions([caption_key(f"a {c} thing"), caption_key(f"something {c}")])
+                                         .global_).float(), dim=-1).mean(0)
+        clf.append(e / e.norm())
+    logits = 100.0 * zv @ torch.stack(clf).T
+    pred = logits.topk(3, 1, True, True)[1].t()
+    correct = pred.eq(torch.as_tensor(np.arange(12) % 3).view(1, -1).expand_as(pred))
+    got = out["results"]["real|clip"]["cifar10"]
+    assert got["top1"] == pytest.approx(float(correct[:1].reshape(-1).float().sum()) / 12)
+    assert got["prompt_ensemble"] == "embedding" and out["results"]["real|flow"]["cifar10"]["prompt_ensemble"] == "score"
     # the flow head's exact gallery scores equal its shortlist scores when the shortlist is everything
     full = out["results"]["real|flow"]["coco-retrieval"]
     short = run_score(fs, [str(gallery)], [run], str(tmp / "rs"), bootstrap_draws=0, shortlist=12,

@@ -56,6 +56,12 @@ class Head(nn.Module):
         """Matched pairs (row i of each input together): [n]."""
         raise NotImplementedError
 
+    def caption_embedding(self, t: torch.Tensor) -> torch.Tensor | None:
+        """For a head whose score is v . e(t) (an embedding scorer): e(t) [T, d]. Zero-shot
+        classification then ensembles prompts as CLIP does (mean of the normalised prompt
+        embeddings, renormalised); None for pairwise heads, whose per-prompt scores are averaged."""
+        return None
+
     def coarse(self, v, t) -> torch.Tensor | None:
         """Cheap all-pairs scores for retrieval shortlists, or None (score exactly)."""
         return None

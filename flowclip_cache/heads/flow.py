@@ -159,3 +159,6 @@ class FlowHead(GlobalHead):
         if out["tau_p"] <= 0:
             raise FlowclipError(f"{where}: tau_p = {out['tau_p']!r} must be a finite number > 0")
         return out
+
+    def caption_embedding(self, t):
+        return None        # ICER's term reads the image's patches: a pairwise score

@@ -31,3 +31,6 @@ class GlobalHead(Head):
 
     def coarse(self, v, t):
         return global_scores(v, t, self.M)
+
+    def caption_embedding(self, t):
+        return F.normalize(t @ self.M.T, dim=-1)

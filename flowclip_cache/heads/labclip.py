@@ -41,3 +41,6 @@ class LabclipHead(Head):
 
     def coarse(self, v, t):
         return v @ F.normalize(t @ self.A.T, dim=-1).T
+
+    def caption_embedding(self, t):
+        return F.normalize(t @ self.A.T, dim=-1)      # s = v . z up to a positive factor
