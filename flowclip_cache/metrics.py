@@ -2,37 +2,47 @@
 
 Candidate scores are [n, k] with NaN where a record has fewer than k candidates.
 A tie is the gold scoring exactly as high as the best foil; each benchmark's tie rule
-says whether that counts as correct (ARO Order, What's Up, CLEVR) or wrong (VG-R/A,
-SugarCrepe, ...). Ties are always counted and reported.
+says what its official code does with it (docs/method.md, "Tie rules"): "wrong" (a tie
+is wrong: SugarCrepe, ARO VG), "first" (np.argmax / a descending argsort that keeps
+index order: the earliest of the tied candidates wins: ARO Order, What's Up, CREPE), or
+"correct" (a tie is right). Ties are always counted and reported.
 """
 from __future__ import annotations
 
 import numpy as np
 
 
+TIE_RULES = ("wrong", "first", "correct")
+
+
 def decisions(scores: np.ndarray, gold: np.ndarray, tie_rule: str = "wrong"):
-    """-> (correct [n] bool, tie [n] bool)."""
-    if tie_rule not in ("wrong", "correct"):
-        raise ValueError(f"tie_rule must be 'wrong' or 'correct', got {tie_rule!r}")
+    """-> (correct [n] bool, tie [n] bool): correct when the gold ranks first under the rule."""
+    return gold_rank(scores, gold, tie_rule) == 0, _tie(scores, gold)
+
+
+def _tie(scores: np.ndarray, gold: np.ndarray) -> np.ndarray:
     n = len(scores)
     g = scores[np.arange(n), gold]
     foils = scores.copy()
     foils[np.arange(n), gold] = np.nan
-    best_foil = np.nanmax(np.where(np.isnan(foils), -np.inf, foils), axis=1)
-    strict = g > best_foil
-    tie = g == best_foil
-    return (strict | tie) if tie_rule == "correct" else strict, tie
+    return g == np.nanmax(np.where(np.isnan(foils), -np.inf, foils), axis=1)
 
 
 def gold_rank(scores: np.ndarray, gold: np.ndarray, tie_rule: str = "wrong") -> np.ndarray:
-    """0-based rank of the gold among its candidates; tied foils rank above it when
-    ties count as wrong, below it when they count as correct."""
+    """0-based rank of the gold among its candidates (NaN: no candidate). Foils tied
+    with the gold rank above it ("wrong"), below it ("correct"), or by index, the
+    earlier first ("first": np.argmax's and a stable descending argsort's order)."""
+    if tie_rule not in TIE_RULES:
+        raise ValueError(f"tie_rule must be one of {TIE_RULES}, got {tie_rule!r}")
     n = len(scores)
     g = scores[np.arange(n), gold][:, None]
     valid = ~np.isnan(scores)
     higher = ((scores > g) & valid).sum(1)
-    ties = ((scores == g) & valid).sum(1) - 1
-    return higher + (ties if tie_rule == "wrong" else 0)
+    tied = (scores == g) & valid
+    tied[np.arange(n), gold] = False
+    if tie_rule == "first":
+        tied &= np.arange(scores.shape[1])[None, :] < np.asarray(gold)[:, None]
+    return higher + (tied.sum(1) if tie_rule != "correct" else 0)
 
 
 def recall_at(ranks: np.ndarray, k: int) -> float:

@@ -106,10 +106,19 @@ def _breakdown(summary, scorers, controls, sc, task, name):
         for control in controls:
             for s in scorers:
                 vals = summary["results"].get(f"{control}|{s.run}", {}).get(task, {}).get(key, {})
+                if key.startswith("ties_by_"):         # counts, not fractions
+                    rows.append([control, name[s.run]] + [vals.get(g, "") for g in cols])
+                    continue
                 rows.append([control, name[s.run]] + [fmt(vals.get(g, float("nan")) * 100) for g in cols])
                 csv += [f"{control},{name[s.run]},{task}/{key}/{g},{fmt(vals.get(g, float('nan')) * 100, 4)}"
                         for g in cols]
-        md += [f"### {task}: {title}", "", *table(["control", "scorer"] + cols, rows), ""]
+        out = {g for s in scorers for g in summary["results"].get(f"real|{s.run}", {}).get(task, {})
+               .get("left_out_groups", [])} if key == f"by_{sc.group_by}" else set()
+        heads = [f"{g} †" if g in out else g for g in cols]
+        md += [f"### {task}: {title}", "", *table(["control", "scorer"] + heads, rows), ""]
+        if out:
+            md += [f"† fewer than {sc.min_group} records: shown, but left out of the macro mean "
+                   f"({len(out)} of {len(cols)} groups).", ""]
     return md, csv
 
 

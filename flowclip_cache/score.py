@@ -233,6 +233,11 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
         res["groups_used"] = len(metrics.group_accuracies(c, g, sc.min_group))
     for col in sc.report_by:
         res["by_" + col] = metrics.group_accuracies(c, np.asarray(cols[col])[keep].astype(str))
+    if sc.extra is not None:
+        res["extra"] = sc.extra(c, {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in cols.items()})
+    if sc.min_group:
+        g = np.asarray(cols[sc.group_by])[keep]
+        res["left_out_groups"] = sorted(str(x) for x, n in zip(*np.unique(g, return_counts=True)) if n < sc.min_group)
     if sc.task == "candidates":
         ranks = metrics.gold_rank(scores[keep], gold[keep], sc.tie_rule)
         res["recall"] = {f"R@{k}": metrics.recall_at(ranks, k) for k in sc.recall_at}
@@ -241,6 +246,7 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
             res.setdefault("recall_by_" + col, {})
             for v in np.unique(vals):
                 res["recall_by_" + col][v] = metrics.recall_at(ranks[vals == v], 1)
+            res["ties_by_" + col] = {v: int(t[vals == v].sum()) for v in np.unique(vals)}
     return res
 
 

@@ -64,18 +64,52 @@ def test_decision_changes_by_hand():
 
 
 def test_crepe_recall_by_complexity_and_foil_by_hand():
-    """Three records of complexity 4 and one of 5; gold is candidate 0."""
+    """Three records of complexity 4 and one of 5; gold is candidate 0. Record 2's gold ties
+    its first foil at the top: CREPE's official torch.argsort(logits, descending=True) keeps
+    the gold (index 0) ahead of it, so it ranks first (tie rule "first"). Mutation checked:
+    the old rule (tied foils above the gold) gives R@1 0.25 here."""
     sc = get("crepe-productivity").scoring
     scores = np.array([[0.9, 0.1, 0.2, 0.3], [0.2, 0.9, 0.1, 0.3], [0.5, 0.5, 0.1, 0.2], [0.3, 0.4, 0.5, 0.6]])
+    official = torch.argsort(torch.tensor(scores), descending=True)        # RAIVNLab/CREPE's ranking
+    assert [int((row == 0).nonzero()) for row in official] == [0, 2, 0, 3]
     gold = np.zeros(4, int)
     cols = {"foil_type": np.array(["atom", "atom", "swap", "swap"]), "complexity": np.array([4, 4, 4, 5]),
             "foil_complexity": np.array(["atom/04", "atom/04", "swap/04", "swap/05"])}
     res = aggregate(sc, scores, gold, cols)
-    # ranks (ties wrong): 0, 1, 1, 3
-    assert res["recall"] == {"R@1": 0.25, "R@3": 0.75, "R@5": 1.0, "R@10": 1.0}
-    assert res["recall_by_complexity"] == {"4": pytest.approx(1 / 3), "5": 0.0}
-    assert res["recall_by_foil_complexity"] == {"atom/04": 0.5, "swap/04": 0.0, "swap/05": 0.0}
-    assert res["by_foil_type"] == {"atom": 0.5, "swap": 0.0} and res["ties"] == 1
+    assert res["recall"] == {"R@1": 0.5, "R@3": 0.75, "R@5": 1.0, "R@10": 1.0}
+    assert res["recall_by_complexity"] == {"4": pytest.approx(2 / 3), "5": 0.0}
+    assert res["recall_by_foil_complexity"] == {"atom/04": 0.5, "swap/04": 1.0, "swap/05": 0.0}
+    assert res["by_foil_type"] == {"atom": 0.5, "swap": 0.5} and res["ties"] == 1
+    assert res["ties_by_foil_complexity"] == {"atom/04": 0, "swap/04": 1, "swap/05": 0}
+
+
+def test_tie_rules_by_hand():
+    """One record, gold at index 1, tied with index 0 and index 2 at the top: 'wrong' ranks
+    both foils above it (rank 2), 'first' only the earlier one (np.argmax picks index 0:
+    rank 1, wrong), 'correct' neither (rank 0)."""
+    s = np.array([[0.7, 0.7, 0.7, 0.1]])
+    g = np.array([1])
+    assert [metrics.gold_rank(s, g, r)[0] for r in ("wrong", "first", "correct")] == [2, 1, 0]
+    assert [bool(metrics.decisions(s, g, r)[0][0]) for r in ("wrong", "first", "correct")] == [False, False, True]
+    g0 = np.array([0])                                  # gold first among the tied: argmax picks it
+    assert bool(metrics.decisions(s, g0, "first")[0][0]) and int(np.argmax(s[0])) == 0
+    assert not metrics.decisions(s, g0, "wrong")[0][0]
+    nan = np.array([[0.2, 0.5, np.nan]])                # fewer candidates: NaN never ranks
+    assert metrics.gold_rank(nan, np.array([1]), "wrong")[0] == 0
+
+
+def test_whatsup_pair_and_set_accuracy_by_hand():
+    """Controlled-A as the official evaluate_scores counts: two object pairs x (left, right,
+    on, under). Pair 1 all right (2 pairs, 1 set); pair 2: left and right right, on wrong
+    (1 pair, no set). Pair accuracy 3 / (8/2), set accuracy 1 / (8/4)."""
+    sc = get("whatsup-controlled-a").scoring
+    names = [f"controlled_images/{o}_{p}_plate.jpeg" for o in ("mug", "cup")
+             for p in ("left_of", "right_of", "on", "under")]
+    correct = np.array([1, 1, 1, 1, 1, 1, 0, 1], bool)
+    scores = np.where(correct[:, None], [[0.9, 0.1, 0.2, 0.3]], [[0.1, 0.9, 0.2, 0.3]])
+    res = aggregate(sc, scores, np.zeros(8, int), {"image": names, "preposition": np.array(["x"] * 8)})
+    assert res["extra"] == {"pair": pytest.approx(3 / 4), "set": pytest.approx(1 / 2)}
+    assert ("pair and set accuracy (official evaluate_scores)", "extra") in sc.breakdowns()
 
 
 def test_bootstrap_task_drops_small_groups_and_excluded_records():
@@ -131,3 +165,22 @@ def test_margin_is_gold_minus_the_best_foil():
     assert margin([0.2, 0.5, 0.1], 1) == pytest.approx(0.3)
     assert margin([0.2, 0.5, 0.1], 0) == pytest.approx(-0.3)
     assert margin([0.4, 0.4], 0) == 0.0
+
+
+def test_groups_left_out_of_a_macro_mean_are_marked(tmp_path):
+    """VG-Attribution style: a group under min_group is listed, marked † and named as left
+    out of the macro mean; aggregate names it. Mutation checked: without the mark the
+    table shows 'c' as if it counted."""
+    class S:
+        def __init__(self, run):
+            self.run, self.method, self.head = run, run, build_head("clip", 2)
+    sc = Scoring("pairwise", aggregate="macro", group_by="g", min_group=2)
+    res = aggregate(sc, np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.6, 0.1], [0.9, 0.2]]), np.zeros(5, int),
+                    {"g": np.array(["a", "a", "b", "b", "c"])})
+    assert res["left_out_groups"] == ["c"] and res["score"] == pytest.approx(0.75) and res["by_g"]["c"] == 1.0
+    summary = {"store_fingerprint": "f" * 64, "git_revision": "abc", "results": {"real|clip": {"t": res}},
+               "cross_task_means": {}, "bootstrap": {}, "decision_changes": {}}
+    write_outputs(str(tmp_path), summary, [], [S("clip")], ["real"], {"t": sc})
+    md = (tmp_path / "results.md").read_text()
+    assert "| control | scorer | a | b | c † |" in md
+    assert "† fewer than 2 records: shown, but left out of the macro mean (1 of 3 groups)." in md

@@ -113,12 +113,12 @@ def karpathy_file(source: str, name: str) -> str:
 
 def order_benchmark(name: str, title: str, filename: str) -> Benchmark:
     """COCO-/Flickr30k-Order: five candidates (the caption and ARO's four shuffles),
-    precision@1; ties count as correct (ARO's argmax picks the first, the gold)."""
+    precision@1; a tie goes to the earliest candidate, the gold (ARO's np.argmax)."""
     def build(source: str, out: str, errors: RowErrors, seed: str = "0", tagger=None) -> BuildReport:
         rows = order_rows(karpathy_file(source, filename), errors, tagger, int(seed), name.split("-", 1)[1] + "/")
         report = BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped)
         return write_records(out, rows, "candidates", name, report, {"seed": int(seed)})
 
     return Benchmark(name=name, title=title, kind="candidates", build=build,
-                     scoring=Scoring(task="candidates", tie_rule="correct", joins=(("aro", ""), ("all11", ""))),
+                     scoring=Scoring(task="candidates", tie_rule="first", joins=(("aro", ""), ("all11", ""))),
                      options={"seed": "seed of the shuffles (default 0)"})

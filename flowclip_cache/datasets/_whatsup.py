@@ -38,8 +38,29 @@ def controlled_rows(path: str, errors: RowErrors, prefix: str) -> list[dict]:
     return rows
 
 
+def pair_and_set_accuracy(letter: str):
+    """What's Up Controlled-A/B's pair and set accuracy as the official
+    `Controlled_Images.evaluate_scores` (dataset_zoo/aro_datasets.py) counts them: images are
+    grouped by object pair, the key (name.split('_')[0], name.split('_')[-1][:-5]) and the
+    preposition name.split('_')[1]; a pair is right when left and right (and on and under
+    for A, in-front and behind for B) are both right; a set when all four are. Pair accuracy
+    = pairs right / (n / 2), set accuracy = sets right / (n / 4), as there."""
+    second = ("on", "under") if letter == "a" else ("in-front", "behind")
+
+    def extra(correct, cols: dict) -> dict:
+        sets: dict = {}
+        for ok, image in zip(correct, cols["image"]):
+            parts = os.path.basename(image).split("_")
+            sets.setdefault((parts[0], parts[-1][:-5]), {p: 0 for p in ("left", "right", *second)})[parts[1]] = ok
+        pairs = sum(bool(d["left"] and d["right"]) + bool(d[second[0]] and d[second[1]]) for d in sets.values())
+        full = sum(sum(map(bool, d.values())) == 4 for d in sets.values())
+        n = len(correct)
+        return {"pair": pairs / (n / 2), "set": full / (n / 4)} if n else {}
+    return extra
+
+
 def controlled_benchmark(letter: str, filename: str) -> Benchmark:
-    """Controlled-A/B: a candidate set of 4, the gold must rank first (ties count as correct)."""
+    """Controlled-A/B: a candidate set of 4, the gold must rank first (np.argmax: a tie goes to the earliest, the gold)."""
     name = f"whatsup-controlled-{letter}"
 
     def build(source: str, out: str, errors: RowErrors) -> BuildReport:
@@ -49,12 +70,14 @@ def controlled_benchmark(letter: str, filename: str) -> Benchmark:
                              BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped))
 
     return Benchmark(name=name, title=f"What's Up Controlled-{letter.upper()}", kind="candidates", build=build,
-                     scoring=Scoring(task="candidates", tie_rule="correct", report_by=("preposition",)))
+                     scoring=Scoring(task="candidates", tie_rule="first", report_by=("preposition",),
+                                     extra=pair_and_set_accuracy(letter),
+                                     extra_title="pair and set accuracy (official evaluate_scores)"))
 
 
 def spatial_benchmark(name: str, title: str, files: dict[str, str], image_path) -> Benchmark:
     """COCO-/GQA-Spatial: pairwise; the official score is the unweighted mean of the
-    one- and two-object subsets; ties count as correct."""
+    one- and two-object subsets; np.argmax, so a tie goes to the gold (index 0)."""
     def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         rows = qa_rows(source, files, image_path, errors, name.split("-", 1)[1] + "/")
         counts = {s: sum(r["subset"] == s for r in rows) for s in files}
@@ -62,5 +85,5 @@ def spatial_benchmark(name: str, title: str, files: dict[str, str], image_path) 
                              BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped))
 
     return Benchmark(name=name, title=title, kind="candidates", build=build,
-                     scoring=Scoring(task="pairwise", tie_rule="correct", aggregate="subset_mean", group_by="subset",
+                     scoring=Scoring(task="pairwise", tie_rule="first", aggregate="subset_mean", group_by="subset",
                                      joins=(("binding7", ""), ("all11", ""), ("controls6", ""))))

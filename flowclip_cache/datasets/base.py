@@ -23,7 +23,8 @@ from ..manifest import write_manifest
 @dataclass(frozen=True)
 class Scoring:
     task: str                              # pairwise | candidates | retrieval | classification
-    tie_rule: str = "wrong"                # what the official script does when gold ties a foil
+    tie_rule: str = "wrong"                # what the official script does when gold ties a foil:
+                                           # wrong | first (argmax: the earliest tied wins) | correct
     aggregate: str = "mean"                # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
                                            # | group_means (mean of the named groups in headline_groups)
     group_by: str | None = None            # the manifest column the aggregation groups by
@@ -39,6 +40,10 @@ class Scoring:
     # binding7 = the paper's 7-task binding mean, all11 = its 11-task mean, aro = the ARO mean,
     # controls6 = Tab. 4's 6-task average
     joins: tuple[tuple[str, str], ...] = ()
+    # further figures the official code reports (What's Up's pair and set accuracy):
+    # extra(correct [n] bool over the scored records, their manifest columns) -> {name: fraction}
+    extra: Callable[[object, dict], dict] | None = None
+    extra_title: str = ""
 
     @classmethod
     def declared(cls, d: dict, source: str) -> "Scoring":
@@ -47,7 +52,7 @@ class Scoring:
         group_by, min_group, exclude_column, report_by, groups, group_weighting,
         headline_groups, recall_at. Cross-task means (joins) belong to registered benchmarks."""
         from ..errors import FlowclipError
-        allowed = {"task": ("pairwise", "candidates"), "tie_rule": ("wrong", "correct"),
+        allowed = {"task": ("pairwise", "candidates"), "tie_rule": ("wrong", "first", "correct"),
                    "aggregate": ("mean", "macro", "subset_mean", "group_means"),
                    "group_weighting": ("groups", "records")}
         if not isinstance(d, dict):
@@ -87,6 +92,9 @@ class Scoring:
         out += [(f"per {c}", f"by_{c}") for c in self.report_by]
         if self.task == "candidates":
             out += [(f"Recall@1 per {c}", f"recall_by_{c}") for c in self.report_by]
+            out += [(f"ties per {c} (records whose gold ties a foil; counts)", f"ties_by_{c}") for c in self.report_by]
+        if self.extra is not None:
+            out.append((self.extra_title, "extra"))
         return out
 
 

@@ -4,7 +4,10 @@ columns image_id, caption, x, y, width, height, hard_negs (a Python-literal list
 parsed with ast.literal_eval, never eval). Images: Visual Genome <image_id>.jpg (one
 flat folder; link VG_100K and VG_100K_2 into it), cropped to (x, y, width, height).
 Score: Recall@1 (and @3/5/10) of the gold among [caption] + hard_negs, per foil type
-and complexity."""
+and complexity. Ties: the official code ranks with torch.argsort(logits, descending=True),
+which keeps the gold (index 0) ahead of foils it ties (tie rule "first"). The official
+code reports per-file numbers only; the pooled headline and per-foil-type figures are
+flowclip's pooling of the same records."""
 import ast
 import os
 
@@ -50,5 +53,5 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
 
 BENCHMARK = Benchmark(
     name="crepe-productivity", title="CREPE productivity", kind="candidates", build=build,
-    scoring=Scoring(task="candidates", tie_rule="wrong", aggregate="mean", group_by="foil_type",
+    scoring=Scoring(task="candidates", tie_rule="first", aggregate="mean", group_by="foil_type",
                     report_by=("complexity", "foil_complexity"), recall_at=(1, 3, 5, 10)))
