@@ -15,7 +15,7 @@ def test_demo_end_to_end(tmp_path):
     assert "## Fixed images" in r.output and "| flow_hnb_cimr |" in r.output
     # SCLIP patches by default (the readout that grounds the tiny CLIP's words)
     import json
-    assert json.load(open(os.path.join(out, "store", "store.json")))["encoder"]["patch_readout"] == "sclip"
+    assert json.load(open(os.path.join(out, "store", "store.json")))["encoder"]["patch_readout"] == "clearclip"
     # the report links its evidence explorer
     assert "[explain/explorer.html](explain/explorer.html)" in open(os.path.join(out, "summary.md")).read()
     assert os.path.exists(os.path.join(out, "explain", "explorer.html"))
