@@ -235,7 +235,7 @@ def test_token_map_heads_explain_their_own_maps(kind):
     from flowclip_cache.explain import sensitivity
     from flowclip_cache.heads import build_head
     torch.manual_seed(1)
-    head = build_head(kind, 12).double()
+    head = build_head(kind, 12).double().eval()       # as load_head returns it
     with torch.no_grad():
         for p in head.parameters():
             p.add_(0.05 * torch.randn_like(p))

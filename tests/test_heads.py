@@ -170,30 +170,60 @@ def _pairs_case(seed=5, I=2, T=3, L=4, N=9, d=6):
     return g, P, H, mask
 
 
-def test_fsc_local_score_against_loops():
+def _fsc_released(image_tokens, text_tokens, attn_mask, logit_scale):
+    """A float64 transcription (written here, one caption and image at a time) of
+    ytaek-oh/fsc-clip's Local_HNLoss.get_per_token_visual_patches (minmax, no sparsify)
+    and get_aggregated_local_score: image_tokens [P, D], text_tokens [T, D] un-normalised,
+    attn_mask [T] (already without the start token)."""
+    sim = [[float(text_tokens[t] @ image_tokens[p]) for p in range(len(image_tokens))]
+           for t in range(len(text_tokens))]
+    scores = []
+    for t, row in enumerate(sim):
+        lo, hi = min(row), max(row)
+        w = [(x - lo) / (hi - lo) for x in row]
+        w = [x / sum(w) for x in w]
+        pooled = sum(wj * image_tokens[j] for j, wj in enumerate(w))
+        pooled = pooled / pooled.norm()
+        txt = text_tokens[t] / text_tokens[t].norm()
+        if attn_mask[t]:
+            scores.append(logit_scale * float(pooled @ txt))
+    return math.log(sum(math.exp(s) for s in scores))
+
+
+def test_fsc_local_score_is_the_released_function():
+    """Against the transcription of FSC-CLIP's released code with the head's maps applied
+    to the states: A h, B p un-normalised; the start token (first valid) dropped, the end
+    token kept. Mutations checked: a plain token mean, the old 1/N sparsification, dropping
+    no start token: each fails here."""
+    from flowclip_cache.heads.fsc_local import LOGIT_SCALE
     g, P, H, mask = _pairs_case()
-    head = build_head("fsc-local", 6).double()
+    head = build_head("fsc-local", 6).double().eval()
     with torch.no_grad():
         head.A.add_(0.2 * torch.randn(6, 6, generator=g, dtype=torch.float64))
+        head.B.add_(0.2 * torch.randn(6, 6, generator=g, dtype=torch.float64))
     got = head(None, P, None, H, mask).detach()
     A, B = head.A.detach(), head.B.detach()
     for i in range(2):
         for t in range(3):
-            ps = [F.normalize(B @ P[i, j], dim=0) for j in range(9)]
-            cs = []
-            for l in range(4):
-                if not mask[t, l]:
-                    continue
-                q = F.normalize(A @ H[t, l], dim=0)
-                m = [float(q @ p) for p in ps]
-                w = [(x - min(m)) / (max(m) - min(m)) for x in m]
-                w = [x if x >= 1 / 9 else 0.0 for x in w]
-                e = F.normalize(sum(wj / sum(w) * p for wj, p in zip(w, ps)), dim=0)
-                cs.append(float(e @ q))
-            assert abs(float(got[i, t]) - sum(cs) / len(cs)) < 1e-12
+            valid = [l for l in range(4) if mask[t, l]]
+            fsc_mask = [l != valid[0] for l in valid]             # encode_text: attn_mask[:, 0] = 0
+            want = _fsc_released(P[i] @ B.T, H[t, valid] @ A.T, fsc_mask, LOGIT_SCALE)
+            assert abs(float(got[i, t]) - want) < 1e-9 * max(1.0, abs(want))
     idx = torch.arange(3) % 2
     torch.testing.assert_close(head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)],
                                rtol=0, atol=1e-12)
+    # where all of a token's similarities are equal the released code gives NaN; here uniform weights
+    flat = head(None, torch.ones(1, 9, 6, dtype=torch.float64) / 6 ** 0.5, None, H, mask)
+    assert torch.isfinite(flat).all()
+    # in training the weights pass no gradient (the released .detach()); in eval they do
+    head.train()
+    Pg = P.clone().requires_grad_(True)
+    head(None, Pg, None, H, mask).sum().backward()
+    g_train = Pg.grad.clone()
+    head.eval()
+    Pg.grad = None
+    head(None, Pg, None, H, mask).sum().backward()
+    assert not torch.allclose(g_train, Pg.grad)
 
 
 def test_dcsm_score_against_loops():
