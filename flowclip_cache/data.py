@@ -79,3 +79,44 @@ def _weights_args(enc: dict) -> list[str]:
     return ["--pretrained", "<checkpoint file>"]
 
 
+
+
+def drop_failed_rows(store: FeatureStore, manifest: Manifest, image_root: str | None = None
+                     ) -> tuple[Manifest, list[dict]]:
+    """The manifest without the rows whose image or caption extract recorded as failed
+    (failures/: an unreadable image, an empty caption), and those rows as
+    [{record, reason}]: scoring goes on without them and says so. Rows missing features
+    for any other reason are left for require_features to refuse."""
+    import pyarrow as pa
+    img_fail, cap_fail = {}, {}
+    for _, t in store.read_records("failures", ("kind", "key", "path_or_text", "source", "reason")):
+        for kind, key, item, reason in zip(*(t.column(c).to_pylist() for c in ("kind", "key", "path_or_text",
+                                                                              "reason"))):
+            if kind == "image":
+                img_fail.setdefault(item, reason)
+                if key:
+                    img_fail.setdefault(key, reason)
+            else:
+                cap_fail.setdefault(item, reason)
+    if not img_fail and not cap_fail:
+        return manifest, []
+    keys = image_keys(store, manifest, image_root) if manifest.kind != "training" else []
+    known = [k for k in keys if k is not None]
+    have = dict(zip(known, store.has(IMAGE, known))) if known else {}
+    why: dict[int, str] = {}
+    for ref, k in zip(manifest.image_refs(), keys):
+        if (k is None or not have.get(k, False)) and (ref.path in img_fail or k in img_fail):
+            why[ref.row] = f"image {ref.path!r}: {img_fail.get(ref.path) or img_fail.get(k)}"
+    texts = [c for c in manifest.caption_refs() if c.row >= 0 and c.text in cap_fail]
+    stored = dict(zip((caption_key(c.text) for c in texts), store.has(CAPTION, [caption_key(c.text) for c in texts])))\
+        if texts else {}
+    for c in texts:
+        if not stored[caption_key(c.text)]:
+            why.setdefault(c.row, f"caption {c.text!r}: {cap_fail[c.text]}")
+    if not why:
+        return manifest, []
+    ids = manifest.table.column("record_id").to_pylist() if "record_id" in manifest.table.column_names \
+        else list(range(len(manifest)))
+    keep = pa.array([r not in why for r in range(len(manifest))])
+    dropped = [{"record": str(ids[r]), "row": r, "reason": why[r]} for r in sorted(why)]
+    return Manifest(manifest.path, manifest.kind, manifest.table.filter(keep), manifest.meta), dropped

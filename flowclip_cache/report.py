@@ -78,10 +78,14 @@ def _compositional(summary, scorers, controls, benches, comp, name):
           "Accuracy (%), each benchmark's official aggregation; cross-task means at the right.", "",
           *table(["control", "scorer"] + cols, rows), ""]
     for k, e in partial.items():
-        md.append(f"\\* {k} is partial: the mean of {len(e['members'])} of its {e['expected']} members "
-                  f"({', '.join(e['members'])}); missing {', '.join(e['missing'])}.")
-    notes = [f"{t}: {summary['results'][f'real|{scorers[0].run}'][t]['partial']}" for t in comp
-             if "partial" in summary["results"].get(f"real|{scorers[0].run}", {}).get(t, {})]
+        if e.get("missing"):
+            md.append(f"\\* {k} is partial: the mean of {len(e['members'])} of its {e['expected']} members "
+                      f"({', '.join(e['members'])}); missing {', '.join(e['missing'])}.")
+        if e.get("members_with_excluded_records"):
+            md.append(f"\\* {k} is partial: {', '.join(e['members_with_excluded_records'])} left out records "
+                      f"whose image or caption failed at extract.")
+    first = summary["results"].get(f"real|{scorers[0].run}", {})
+    notes = [f"{t}: {first[t]['partial']}" for t in first if "partial" in first[t]]
     md += ([""] if partial else []) + [f"Partial: {n}" for n in notes] + ([""] if notes else [])
     md += [CONTROLS_NOTE, "", "Ties (gold exactly as high as the best foil; counted under each benchmark's "
            "own rule), Real images:", "",

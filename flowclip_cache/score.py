@@ -27,7 +27,7 @@ from .datasets import all_benchmarks
 from .datasets import get as get_benchmark
 from .datasets.base import Scoring
 from .banks import FeatureBank
-from .data import manifest_keys
+from .data import drop_failed_rows, manifest_keys
 from .hashing import caption_key
 from .errors import FlowclipError
 from .heads import Head, build_head
@@ -493,9 +493,12 @@ def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]
         out[f"{control}|{run}"] = {}
         for k, vs in members.items():
             entry = {"mean": float(np.mean([v for _, v in vs])), "members": [n for n, _ in vs]}
+            short = [n for n, _ in vs if "excluded_failed" in per_task.get(n.split("/")[0], {})]
             if expected is not None and k in expected:
                 missing = [m for m in expected[k] if m not in entry["members"]]
                 entry.update(expected=len(expected[k]), partial=bool(missing), missing=missing)
+            if short:
+                entry.update(partial=True, members_with_excluded_records=short)
             out[f"{control}|{run}"][k] = entry
     return out
 
@@ -544,10 +547,18 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
     record_rows, boot_tasks, changes = [], [], {}
     all_images: dict[str, int] = {}
     benches: dict[str, Scoring] = {}
+    excluded: dict[str, list[dict]] = {}
     for m, name, sc in checked:
         benches[name] = sc
-        log(f"scoring {name} ({len(m)} records, {sc.task})")
         records_bar.update(len(m))
+        m, dropped = drop_failed_rows(store, m, image_root)
+        if dropped:
+            excluded[name] = dropped
+            log(f"{name}: {len(dropped)} records left out: extract recorded their image or caption as failed "
+                f"(first: {dropped[0]['record']}, {dropped[0]['reason']})")
+        if not len(m):
+            raise FlowclipError(f"{m.path}: every record's image or caption failed at extract; nothing to score")
+        log(f"scoring {name} ({len(m)} records, {sc.task})")
         if sc.task in ("pairwise", "candidates"):
             mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root, name,
                                                        max_memory_mb)
@@ -575,6 +586,13 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)
 
+    for per_task in results.values():               # a figure resting on a part of its records says so
+        for name, dropped in excluded.items():
+            if name in per_task:
+                per_task[name]["excluded_failed"] = dropped
+                per_task[name]["partial"] = "; ".join(filter(None, [per_task[name].get("partial"), (
+                    f"{len(dropped)} records left out (extract recorded their image or caption as failed; listed "
+                    f"in results.json under excluded_failed)")]))
     methods: dict[str, list[str]] = {}
     for s in scorers:
         methods.setdefault(s.method, []).append(s.run)

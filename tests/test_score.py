@@ -5,6 +5,7 @@ import os
 import numpy as np
 import torch
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from flowclip_cache import metrics
@@ -370,3 +371,38 @@ def test_retrieval_spilled_to_disk_equals_in_memory(scored_world):
     spill.mkdir()
     small = score_retrieval(fs, m, flow, "cpu", 0.001, None, spill_dir=str(spill))
     assert {k: v for k, v in small.items()} == big
+
+
+def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_encoder, sample):
+    """A row whose image extract could not read, and one whose caption was empty, are
+    recorded in failures/; score scores the rest, names the two records, and marks the
+    task's figure and the cross-task means it feeds as partial. A row never extracted
+    (not a recorded failure) is still refused. Mutation checked: without drop_failed_rows
+    score refuses the whole manifest (the old behaviour)."""
+    from flowclip_cache.extract import run_extract
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.store import FeatureStore
+    rows = Manifest.read(sample["candidates"]).table.to_pylist()[:8]
+    rows[2]["image"] = "gone.png"
+    rows[5]["captions"] = [rows[5]["captions"][0], "   "]
+    man = tmp_path / "eval.parquet"
+    write_manifest(man, pa.Table.from_pylist(rows), "candidates", {"benchmark": "sugarcrepe"})
+    fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
+    s = run_extract(fs, tiny_encoder, [str(man)], sample["image_root"], workers=0, progress=False, log=lambda *_: None)
+    assert len(s.failures) == 2
+    fs.refresh()
+    out = run_score(fs, [str(man)], ["clip"], str(tmp_path / "res"), bootstrap_draws=0, log=lambda *_: None)
+    res = out["results"]["real|clip"]["sugarcrepe"]
+    assert [d["record"] for d in res["excluded_failed"]] == [rows[2]["record_id"], rows[5]["record_id"]]
+    assert "gone.png" in res["excluded_failed"][0]["reason"] and "2 records left out" in res["partial"]
+    short = out["cross_task_means"]["real|clip"]["all11"]["members_with_excluded_records"]
+    assert short and all(n.startswith("sugarcrepe") for n in short)
+    recs = pq.read_table(tmp_path / "res" / "records.parquet").to_pylist()
+    assert len(recs) == 6 and rows[2]["record_id"] not in {r["record_id"] for r in recs}
+    md = (tmp_path / "res" / "results.md").read_text()
+    assert "Partial: sugarcrepe: " in md and "2 records left out (extract recorded their image or caption as failed" in md
+    assert "left out records whose image or caption failed" in md
+    rows[0]["image"] = "never-extracted.png"           # not a recorded failure: refused as before
+    write_manifest(man, pa.Table.from_pylist(rows), "candidates", {"benchmark": "sugarcrepe"})
+    with pytest.raises(FlowclipError, match="features missing from the store"):
+        run_score(fs, [str(man)], ["clip"], str(tmp_path / "res2"), bootstrap_draws=0, log=lambda *_: None)
