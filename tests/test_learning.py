@@ -96,9 +96,13 @@ def test_golden_values_of_a_seeded_run(planted, tmp_path):
     got["W_abs"] = float(w["W"].double().abs().sum())
     close = lambda v: pytest.approx(v, rel=1e-5, abs=1e-6)
     assert got["loss"] == close(GOLDEN["loss"]) and got["cimr"] == close(GOLDEN["cimr"])
+    # the final weights after 2 epochs carry the CPU's rounding further: two machines of this
+    # workplace, same code, differ by 2.5e-5 relative in sum(M_tok) and 1e-5 in sum(W); a flipped sign or a
+    # dropped term moves these sums by far more than 1e-4
+    near = lambda v: pytest.approx(v, rel=1e-4, abs=5e-5)
     for k, v in GOLDEN["weights"].items():
-        assert got["weights"][k] == close(v), k
-    assert got["W_abs"] == close(GOLDEN["W_abs"])
+        assert got["weights"][k] == near(v), k
+    assert got["W_abs"] == near(GOLDEN["W_abs"])
 
 
 # printed by this test on the project's machine (python -m pytest tests/test_learning.py -k golden -s)
