@@ -13,6 +13,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
+from flowclip_cache.store.integrity import store_problems
 from flowclip_cache.adapt import (AdaptConfig, Adapted, Ranks, _Images, batch_features, freeze_unreached, read_records,
                                   run_adapt)
 from flowclip_cache.cli import main
@@ -397,7 +398,7 @@ def test_extract_under_torchrun_builds_the_one_process_store(world, tmp_path):
             "--image-unit", "4", "--caption-unit", "8"]
     _torchrun(2, args, tmp_path)
     a, b = world["store"], FeatureStore(str(tmp_path / "two"))
-    assert b.verify() == [] and a.fingerprint == b.fingerprint
+    assert store_problems(b.root) == [] and a.fingerprint == b.fingerprint
     for kind, load in ((IMAGE, "load_images"), (CAPTION, "load_captions")):
         keys = a.keys(kind)
         assert sorted(keys) == sorted(b.keys(kind))

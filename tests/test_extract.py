@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
+from flowclip_cache.store.integrity import store_problems
 from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError, ManifestError
@@ -42,7 +43,7 @@ def test_extract_once_and_equal_to_direct_encoding(tmp_path, sample, tiny_encode
     texts = {c.text for c in m.caption_refs()}
     assert s.images_new == 12 and s.captions_new == len(texts) and not s.failures
     fs.refresh()
-    assert fs.verify() == []
+    assert store_problems(fs.root) == []
     model, preprocess = tiny_model, tiny_model.preprocess
     # every stored row equals a direct encoding of the file / caption, rounded to FP16
     names = sorted(os.listdir(sample["image_root"]))[:3]
@@ -148,7 +149,7 @@ def test_bad_items_are_reported_and_never_stored(tmp_path, tiny_encoder):
     assert s.images_new == 5                 # ok, cmyk, palette, sixteen, rotated
     assert s.captions_truncated == 1
     fs.refresh()
-    assert fs.count(IMAGE) == 5 and fs.verify() == []
+    assert fs.count(IMAGE) == 5 and store_problems(fs.root) == []
     assert not fs.has(IMAGE, [file_sha256(f"{root}/zero.png")])[0]
     import pyarrow.parquet as pq
     table = pq.read_table(s.failures_file)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 
+from flowclip_cache.store.integrity import store_problems
 from flowclip_cache.cli import main
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
@@ -255,7 +256,7 @@ def test_family_extract_train_score_end_to_end(family, tmp_path, siglip_tokenize
                                   "--workers", "0", "--batch-size", "3", "--quiet"])
     assert r.exit_code == 0, r.output
     fs = FeatureStore(store)
-    assert fs.verify() == [] and fs.count(IMAGE) == 6
+    assert store_problems(fs.root) == [] and fs.count(IMAGE) == 6
     r = CliRunner().invoke(main, ["train-head", "--store", store, "--train", s["training"], "--out", run,
                                   "--epochs", "1", "--batch-size", "4", "--quiet"])
     assert r.exit_code == 0, r.output

@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 
+from flowclip_cache.store.integrity import store_problems
 from flowclip_cache.errors import FingerprintMismatch, StoreError
 from flowclip_cache.hashing import caption_key
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore, MissingFeatures
@@ -76,7 +77,7 @@ def test_captions_are_ragged_without_padding(store):
     np.testing.assert_array_equal(got.tokens[9:10], t1[o1[1]:o1[2]])
     np.testing.assert_array_equal(got.global_, np.stack([g2[0], g1[2], g1[1]]))
     assert store.info()["caption_tokens"] == 17
-    assert store.verify() == []
+    assert store_problems(store.root) == []
 
 
 def test_reopen_and_fingerprint_mismatch_names_fields(store):
@@ -96,7 +97,7 @@ def test_same_segment_twice_and_temporaries_are_ignored(store):
     open(os.path.join(store.segment_dir, f".tmp-1-x{store.backend.suffix}"), "w").close()
     store.refresh()
     assert store.count(IMAGE) == 2 and len(store.segments) == 1
-    assert store.verify() == []
+    assert store_problems(store.root) == []
 
 
 def test_verify_finds_nan_and_wrong_shapes(store):
@@ -106,7 +107,7 @@ def test_verify_finds_nan_and_wrong_shapes(store):
     store.write_segment(IMAGE, keys("f", 2), {"global": g, "patches": rand(rng, 2, P, D)})
     store.write_segment(IMAGE, keys("g", 2), {"global": rand(rng, 2, D + 1), "patches": rand(rng, 2, P, D)})
     store.refresh()
-    problems = "\n".join(store.verify())
+    problems = "\n".join(store_problems(store.root))
     assert "global holds NaN" in problems
     assert f"global is float16[2, {D + 1}], expected float16[2, {D}]" in problems
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from flowclip_cache.store.integrity import store_problems
 from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import StoreDamaged, StoreError
@@ -69,7 +70,7 @@ def flip_in_array(fs, kind, name, at=11):
 
 def refused_everywhere(fs, match):
     """verify names the problem; opening the store (every command does) is refused."""
-    problems = "\n".join(fs.verify())
+    problems = "\n".join(store_problems(fs.root))
     assert match in problems, problems
     with pytest.raises(StoreDamaged, match="is damaged") as e:
         FeatureStore(fs.root).load_images(keys("a", 6))
@@ -77,7 +78,7 @@ def refused_everywhere(fs, match):
 
 
 def test_intact_store_verifies(filled):
-    assert filled.verify() == []
+    assert store_problems(filled.root) == []
     assert filled.count(IMAGE) == 6 and filled.count(CAPTION) == 3
 
 
@@ -98,7 +99,7 @@ def test_truncated_chunk_is_refused(filled):
 def test_truncated_h5_is_refused(filled):
     path = seg_path(filled)
     os.truncate(path, os.path.getsize(path) // 2)
-    problems = "\n".join(filled.verify())
+    problems = "\n".join(store_problems(filled.root))
     assert "not a readable HDF5 file" in problems or "unreadable" in problems, problems
     with pytest.raises(StoreDamaged):
         FeatureStore(filled.root)
@@ -124,7 +125,7 @@ def test_keys_damage_is_refused_at_open(filled):
 def test_corrupt_record_files_are_refused(filled, folder):
     path = glob.glob(os.path.join(filled.root, folder, "*.parquet"))[0]
     flip_byte(path, 30)
-    assert f"{folder}/" in "\n".join(filled.verify())
+    assert f"{folder}/" in "\n".join(store_problems(filled.root))
     fs = FeatureStore(filled.root)
     with pytest.raises(StoreDamaged, match="fails its checksum"):
         fs.path_index() if folder == "paths" else fs.file_digests()

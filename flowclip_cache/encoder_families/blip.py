@@ -152,7 +152,7 @@ def _read_json(path: str) -> dict:
 
 def _preprocess(folder: str, size: int) -> dict:
     """BlipImageProcessor's settings: resize to a square (squash), bicubic, then normalise."""
-    from ..encoders import OPENAI_MEAN, OPENAI_STD
+    from .locate import OPENAI_MEAN, OPENAI_STD
     path = os.path.join(folder, "preprocessor_config.json")
     p = _read_json(path) if os.path.isfile(path) else {}
     s = p.get("size", {"height": size, "width": size})

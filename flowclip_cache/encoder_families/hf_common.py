@@ -26,7 +26,7 @@ def local_folder(source: str, what: str, patterns: list[str]) -> str:
     cache's snapshot of the repo `source` (downloaded only when online)."""
     if os.path.isdir(source):
         return os.path.abspath(source)
-    from ..encoders import _network_reachable, _offline
+    from .locate import _network_reachable, _offline
     from huggingface_hub import snapshot_download
     try:
         return snapshot_download(source, local_files_only=True, allow_patterns=patterns)

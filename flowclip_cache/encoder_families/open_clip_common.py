@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..encoders import OPENAI_MEAN, OPENAI_STD
+from .locate import OPENAI_MEAN, OPENAI_STD
 from ..errors import FlowclipError
 from ..hashing import file_sha256
 from .base import Family
@@ -15,7 +15,7 @@ def model_config(model: str) -> dict | None:
 
     import open_clip
 
-    from ..encoders import register_package_configs
+    from .locate import register_package_configs
     register_package_configs()
     cfg = open_clip.get_model_config(model)
     return copy.deepcopy(cfg) if cfg is not None else None
@@ -25,7 +25,7 @@ def weights(spec) -> tuple[str | None, dict, dict]:
     """-> (local checkpoint or None, the fingerprint's 'weights' entry, the tag's config)."""
     import open_clip
 
-    from ..encoders import _has_shipped, locate_pretrained, shipped_weights
+    from .locate import _has_shipped, locate_pretrained, shipped_weights
     if spec.pretrained.lower() in ("none", "random", ""):
         return None, {"source": "random-init", "init_seed": spec.init_seed}, {}
     if spec.pretrained == "synthetic":
@@ -112,7 +112,7 @@ def build(enc, device: str):
     import open_clip
     import torch
 
-    from ..encoders import register_package_configs
+    from .locate import register_package_configs
     register_package_configs()
     cfg = enc.config
     if enc.checkpoint is None:

@@ -67,7 +67,7 @@ class OpenAIClip(oc.OpenClipFamily):
     def make_tokenizer(cls, enc):
         import open_clip
 
-        from ..encoders import register_package_configs
+        from .locate import register_package_configs
         register_package_configs()             # flowclip's own configs (the tiny CLIP) name their tokenizer too
         return open_clip.get_tokenizer(enc.spec.model)
 

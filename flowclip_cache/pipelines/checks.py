@@ -100,10 +100,18 @@ def _check_evaluation(out: Checked, paths, log) -> None:
             out.lines.append(f"eval: {m.path} ({name}, {len(m)} records, {sc.task}), every feature stored")
 
 
+def run_status(path: str) -> str:
+    """done (DONE written), partial (a checkpoint to resume) or todo."""
+    if os.path.exists(os.path.join(path, "DONE")):
+        return "done"
+    if checkpoint.exists(path):
+        return "partial"
+    return "todo"
+
+
 def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> None:
     """Runs, epochs, steps, device, what is done, and (measure) the time left from a
     measured step."""
-    from .study import run_status
     from ..manifest import Manifest
     from ..train import load_training_data, seconds_per_step
     n_train = checked.train_records

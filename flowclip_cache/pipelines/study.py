@@ -39,20 +39,12 @@ def claim_folder(out: str) -> None:
     outputs.mark(out, "study")
 
 
-def run_status(path: str) -> str:
-    if os.path.exists(os.path.join(path, "DONE")):
-        return "done"
-    if checkpoint.exists(path):
-        return "partial"
-    return "todo"
-
-
 def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], out: str, runs: list[RunSpec],
             base_train: dict, controls: list[str], bootstrap: int, compare: list[list[str]], dry_run: bool,
             jobs: int = 1, device: str = "cpu", side_by_side: bool = True, world=None, progress: bool = True,
             placement: str = "auto", log=print) -> dict | None:
     from .. import outputs
-    from .checks import check_study, plan_lines
+    from .checks import check_study, plan_lines, run_status
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
     if len(run_dirs) != len(runs):
         raise FlowclipError("two runs of the grid have the same settings")

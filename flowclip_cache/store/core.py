@@ -630,10 +630,6 @@ class FeatureStore:
                 "bytes_on_disk": self.size_on_disk(),
                 "temporaries": len([n for n in os.listdir(self.segment_dir) if n.startswith(".tmp-")])}
 
-    def verify(self) -> list[str]:
-        """Read every part of the store in full; the problems found (empty = good)."""
-        from .integrity import verify_store
-        return [msg for _, msg in verify_store(self.root).problems]
 
 
 def _check_new_store_place(root: str, owner: str | None) -> None:

@@ -87,6 +87,11 @@ def verify_store(root: str) -> Report:
     return rep
 
 
+def store_problems(root: str) -> list[str]:
+    """Every problem verify finds, as messages (empty: the store is whole)."""
+    return [msg for _, msg in verify_store(root).problems]
+
+
 def _record_names(root: str, folder: str) -> list[str]:
     d = os.path.join(root, folder)
     return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
