@@ -38,7 +38,7 @@ def shipped_weights(model: str) -> str:
     """Weights flowclip ships (the tiny CLIP pretrained on the synthetic world), checked
     against the sha256 on their card."""
     import json
-    folder = os.path.join(os.path.dirname(__file__), "weights")
+    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
     path = os.path.join(folder, f"{model}-synthetic.safetensors")
     card = path.replace(".safetensors", ".json")
     if not os.path.isfile(path) or not os.path.isfile(card):
