@@ -1,14 +1,15 @@
-"""The benchmark catalogue: datasets/catalogue/<name>.yaml (package data), one per benchmark (official source,
-files the converter expects, expected record counts, licence). How a benchmark is
-scored lives in its benchmark file, not here."""
+"""The benchmark catalogue: the repository's manifests/<name>.yaml, one per benchmark
+and training source (official source, files the converter expects, expected record
+counts, licence; the build command in its header). How a benchmark is scored lives in
+its benchmark file, not here."""
 from __future__ import annotations
 
 import os
 
-
 from .errors import FlowclipError
+from .shipped import shipped_folder
 
-CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datasets", "catalogue")
+CATALOGUE_DIR = shipped_folder("manifests")
 KEYS = {"name", "title", "source", "files", "records", "counts", "images", "licence", "notes"}
 
 

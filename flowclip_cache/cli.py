@@ -294,7 +294,7 @@ def run_pipeline(config, overrides, dry_run, jobs, quiet):
     """Run a whole study from a pipeline YAML (a path, or the name of one that ships:
     ablation, sensitivity, synthetic), with KEY=VALUE overrides."""
     from .config import apply_overrides, build, find_config, load_yaml, parse_overrides
-    from .pipelines import pipeline_module
+    from .studies import pipeline_module
     config = find_config(config)
     data = load_yaml(config)
     if "kind" not in data:
@@ -317,8 +317,8 @@ def profile(config, overrides, overwrite):
     encoder.patch_readout=[standard,sclip,...] one row per readout."""
     from .clip_profile import profile_rows
     from .config import apply_overrides, build, find_config, load_yaml, parse_overrides
-    from .pipelines import ablation
-    from .pipelines.study import claim_folder
+    from .studies import ablation
+    from .studies.study import claim_folder
     from .report import table
     config = find_config(config)
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))

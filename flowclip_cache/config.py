@@ -13,13 +13,13 @@ import typing
 import yaml
 
 from .errors import FlowclipError
+from .shipped import shipped_folder
 
-
-PACKAGED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipelines")
+PACKAGED = shipped_folder("pipelines")
 
 
 def packaged_configs() -> list[str]:
-    """Names of the YAML configs that ship in the package (flowclip_cache/pipelines/)."""
+    """Names of the YAML configs that ship with flowclip (the repository's pipelines/)."""
     return sorted(f[:-5] for f in os.listdir(PACKAGED) if f.endswith(".yaml"))
 
 

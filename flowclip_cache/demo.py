@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .pipelines.ablation import AblationConfig, run
+from .studies.ablation import AblationConfig, run
 
 HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow_hnb": {"head": "flow", "cimr": 0.0},
          "flow_hnb_cimr": {"head": "flow", "cimr": 0.1}}
@@ -85,5 +85,5 @@ EXPLORER_LINK = ("\n## Where the words looked\n\nThe evidence explorer of the bi
 
 
 def _folder(cfg: AblationConfig, method: str) -> str:
-    from .pipelines.ablation import plan
+    from .studies.ablation import plan
     return next(r.folder for r in plan(cfg) if r.method == method and r.seed == cfg.seeds[0])

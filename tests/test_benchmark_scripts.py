@@ -14,6 +14,7 @@ SMALL = {
     "bench_extract.py": ["--images", "8", "--captions", "16", "--model", "flowclip-tiny-vit", "--workers", "0",
                          "--batch-size", "4"],
     "bench_families.py": ["--images", "2", "--batch-size", "2", "--repeats", "1"],
+    "bench_fixed_shapes.py": ["--model", "flowclip-tiny-vit", "--images", "4", "--captions", "8", "--reps", "1"],
     "bench_grid.py": ["--scenes", "60", "--epochs", "1"],
     "bench_heads.py": ["--images", "8", "--captions", "16", "--reps", "1"],
     "bench_load.py": ["--images", "50", "--captions", "200"],

@@ -37,3 +37,26 @@ def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(site))
     r = subprocess.run([sys.executable, "-c", probe], cwd=str(tmp_path), env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr[-3000:]
+    # the study configs and the catalogue are the repository's top-level pipelines/ and
+    # manifests/, carried by the wheel: the commands find them outside the repository
+    where = ("import flowclip_cache.config as c, flowclip_cache.catalogue as k\n"
+             "print(c.PACKAGED, k.CATALOGUE_DIR)\n")
+    r = subprocess.run([sys.executable, "-c", where], cwd=str(tmp_path), env=env, capture_output=True, text=True)
+    assert r.stdout.split() == [str(site / "flowclip_cache" / "_shipped" / "pipelines"),
+                                str(site / "flowclip_cache" / "_shipped" / "manifests")], r.stderr[-2000:]
+    for args in (["run", "synthetic", "--dry-run", f"out={tmp_path / 'study'}"], ["manifest", "list"]):
+        r = subprocess.run([sys.executable, "-m", "flowclip_cache", *args], cwd=str(tmp_path), env=env,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, (args, r.stdout[-2000:], r.stderr[-2000:])
+    assert "sugarcrepe" in r.stdout
+
+
+def test_every_package_folder_is_in_the_wheel_list():
+    """pyproject.toml lists the packages (the top-level folders are mapped in beside them):
+    a new subpackage must be added there, or the wheel would lack it."""
+    import tomllib
+    listed = set(tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["tool"]["setuptools"]["packages"])
+    found = {os.path.relpath(d, ROOT).replace(os.sep, ".") for d, _, files in os.walk(os.path.join(ROOT, "flowclip_cache"))
+             if "__init__.py" in files}
+    assert found <= listed, sorted(found - listed)
+    assert {"flowclip_cache._shipped.pipelines", "flowclip_cache._shipped.manifests"} <= listed

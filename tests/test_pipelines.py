@@ -19,7 +19,7 @@ REDUCED = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 1
 
 
 def test_every_pipeline_file_names_its_command_and_parses():
-    from flowclip_cache.pipelines import pipeline_module
+    from flowclip_cache.studies import pipeline_module
     from flowclip_cache.config import build
     import yaml
     from flowclip_cache.config import find_config
@@ -214,7 +214,7 @@ def test_study_encoder_keys_are_extracts_flags(siglip_tokenizer):
     """A study's encoder: mapping takes extract's flags (token mask, tokenizer folder, patch
     readout), so a study's store is the one extract would build."""
     from flowclip_cache.encoders import EncoderSpec
-    from flowclip_cache.pipelines.ablation import encoder_spec
+    from flowclip_cache.studies.ablation import encoder_spec
     got = encoder_spec({"model": "ViT-B-16-SigLIP", "pretrained": "none", "token_mask": "content",
                         "tokenizer": siglip_tokenizer, "init_seed": 3})
     assert got == EncoderSpec("ViT-B-16-SigLIP", "none", 3, "content", tokenizer=siglip_tokenizer)

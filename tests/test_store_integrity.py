@@ -324,6 +324,30 @@ def test_score_and_train_head_refuse_a_damaged_store(tmp_path, sample, tiny_enco
     assert not os.path.exists(tmp_path / "res") and not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.slow
+def test_a_damaged_hashes_record_stops_extract_only(tmp_path, sample, tiny_encoder):
+    """hashes/ only spares extract re-reading unchanged images (docs/store-format.md, "What
+    each command checks"): with one of its records damaged, verify reports it and extract
+    refuses, while score and train-head, whose numbers never rest on it, run on."""
+    fs = FeatureStore.open_or_create(str(tmp_path / "s"), tiny_encoder.config)
+    extract_mod.run_extract(fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"],
+                            workers=0, progress=False)
+    rec = glob.glob(os.path.join(fs.root, "hashes", "*.parquet"))[0]
+    flip_byte(rec, 30)
+    assert any("hashes/" in p for p in store_problems(fs.root))
+    ok = [["score", "--store", fs.root, "--manifests", sample["candidates"], "--scorer", "clip", "--out",
+           str(tmp_path / "res"), "--bootstrap", "0"],
+          ["train-head", "--store", fs.root, "--train", sample["training"], "--out", str(tmp_path / "run"),
+           "--head", "global", "--epochs", "1", "--quiet"]]
+    for args in ok:
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["extract", "--store", fs.root, "--model", "flowclip-tiny-vit", "--manifest",
+                                  sample["candidates"], "--image-root", sample["image_root"], "--workers", "0",
+                                  "--quiet"])
+    assert r.exit_code == 2 and "hashes/" in r.output, r.output
+
+
 # -- format 1 -> 2 ----------------------------------------------------------------------------
 def _format_1_store(root, rng):
     """A store as format 1 wrote it: no checksums, no token keys, all-zero chunks not
