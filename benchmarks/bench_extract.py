@@ -151,7 +151,7 @@ def main():
             fs.load_images(ik), fs.load_captions(ck)
             t_load.append(time.perf_counter() - t)
             t = time.perf_counter()
-            mm = {k: np.array(np.load(f"{root}/{k}.npy", mmap_mode="r")) for k in arrays}
+            _ = {k: np.array(np.load(f"{root}/{k}.npy", mmap_mode="r")) for k in arrays}
             t_mm.append(time.perf_counter() - t)
         t_load, t_mm = min(t_load), min(t_mm)
         mb = sum(a.nbytes for a in arrays.values()) / 2**20

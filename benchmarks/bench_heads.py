@@ -9,8 +9,8 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+from bench_score import best_of  # (this folder: run as python benchmarks/bench_heads.py)
 
-from bench_score import best_of            # (this folder: run as python benchmarks/bench_heads.py)
 from flowclip_cache.heads import REGISTRY, build_head
 
 N, D, L = 49, 512, 16

@@ -32,8 +32,8 @@ from .config import build
 from .errors import FlowclipError
 from .heads import HEAD_KINDS, head_class
 from .manifest import Manifest
-from .train import (TrainConfig, batch_loss, caption_records, epoch_order, steps_per_epoch,
-                    write_finished_head)
+from .train import TrainConfig, batch_loss, caption_records, epoch_order, steps_per_epoch, write_finished_head
+
 
 @dataclass
 class AdaptConfig(TrainConfig):

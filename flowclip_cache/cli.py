@@ -11,7 +11,6 @@ import click
 from .errors import FlowclipError
 from .heads import REGISTRY
 
-
 _OS_HINTS = {errno.ENOSPC: "the disk is full: free space (or choose another folder) and rerun; "
                           "nothing half-written was kept",
              errno.EDQUOT: "the disk quota is exhausted: free space and rerun",
@@ -317,9 +316,9 @@ def profile(config, overrides, overwrite):
     encoder.patch_readout=[standard,sclip,...] one row per readout."""
     from .clip_profile import profile_rows
     from .config import apply_overrides, build, find_config, load_yaml, parse_overrides
+    from .report import table
     from .studies import ablation
     from .studies.study import claim_folder
-    from .report import table
     config = find_config(config)
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     cfg = build(ablation.CONFIG, data, config)
@@ -370,9 +369,9 @@ def manifest():
 @click.option("--overwrite", is_flag=True)
 def manifest_build(name, source, out, options, on_error, overwrite):
     """Convert benchmark NAME's official files into a manifest."""
+    from .catalogue import check_counts
     from .datasets import get
     from .datasets.base import RowErrors
-    from .catalogue import check_counts
     bench = get(name)
     opts = {}
     for o in options:
@@ -415,8 +414,8 @@ def manifest_check(path, image_root):
 @manifest.command("list")
 def manifest_list():
     """The benchmark catalogue: converters, expected counts, sources, options."""
-    from .datasets import all_benchmarks
     from .catalogue import load_catalogue
+    from .datasets import all_benchmarks
     cat = load_catalogue()
     for name, b in all_benchmarks().items():
         entry = cat.get(name, {})

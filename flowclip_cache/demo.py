@@ -20,7 +20,8 @@ ZOO = {"labclip": {"head": "labclip"}, "filip": {"head": "filip"}, "fsc_local": 
 
 def demo_encoder() -> dict:
     """The shipped synthetic-world tiny CLIP; random weights if this install has none."""
-    from .encoders import WeightsUnavailable, shipped_weights
+    from .encoders import shipped_weights
+    from .errors import WeightsUnavailable
     try:
         shipped_weights("flowclip-tiny-clip")
         return {"model": "flowclip-tiny-clip", "pretrained": "synthetic"}
@@ -62,8 +63,8 @@ def explain_demo(cfg: AblationConfig, log, most: int = 15) -> None:
     """The evidence explorer of the binding task (Global-M -> Flow-CLIP HNB + CIMR, seed 0),
     linked from the demo's summary."""
     from .explain import run_explain
-    from .store import FeatureStore
     from .outputs import write_text
+    from .store import FeatureStore
     folder = lambda method: os.path.join(cfg.out, "runs", _folder(cfg, method))
     out = os.path.join(cfg.out, "explain")
     if not os.path.exists(os.path.join(out, "explorer.html")):      # a finished demo run again: already there

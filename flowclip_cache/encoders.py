@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from .errors import FlowclipError, WeightsUnavailable
-from .hashing import file_sha256
-
-from .encoder_families.locate import (_CONFIG_DIR, OPENAI_MEAN, OPENAI_STD, _has_shipped,  # noqa: F401
-                                      locate_pretrained, register_package_configs, shipped_weights)
+from .encoder_families.locate import (  # noqa: F401
+    _CONFIG_DIR,
+    OPENAI_MEAN,
+    OPENAI_STD,
+    _has_shipped,
+    locate_pretrained,
+    register_package_configs,
+    shipped_weights,
+)
+from .errors import FlowclipError
 
 TOKEN_MASK_POLICIES = ("nonpad", "content")
 

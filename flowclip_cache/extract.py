@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import FlowclipError
-from .progress import bar as progress_bar
 from .hashing import caption_key, file_sha256, image_key, keys_to_bytes
 from .images import BadImage, load_image, resolve_image_path
 from .manifest import Manifest
+from .progress import bar as progress_bar
 from .store import CAPTION, IMAGE, FeatureStore
 
 IMAGE_UNIT = 256        # images per segment (12.8 MB of ViT-B/32 patches)
@@ -300,6 +300,7 @@ def _run_extract(store, enc, manifests, image_root, *, device, batch_size, text_
 
     if mine.n_images or mine.n_captions:
         import torch
+
         from .encoders import load_model
         from .features import disable_tf32
         disable_tf32()
@@ -330,6 +331,7 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
                     on_error, progress):
     import torch
     from torch.utils.data import DataLoader
+
     from .features import encode_images
 
     items = [col.images[k] for _, u in units for k in u]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 TIE_RULES = ("wrong", "first", "correct")
 
 

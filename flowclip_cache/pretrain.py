@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from . import checkpoint, outputs
 from .config import build
-from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .encoder_families.openai_clip import OpenAIClip
+from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .progress import bar as progress_bar
 from .world import COLOURS, SHAPES, describe, render, sample_scene
 

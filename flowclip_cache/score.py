@@ -22,16 +22,16 @@ import torch
 import torch.nn.functional as F
 
 from . import metrics, outputs
-from .report import results_markdown
+from .banks import FeatureBank
+from .data import drop_failed_rows, manifest_keys
 from .datasets import all_benchmarks
 from .datasets import get as get_benchmark
 from .datasets.base import Scoring
-from .banks import FeatureBank
-from .data import drop_failed_rows, manifest_keys
-from .hashing import caption_key
 from .errors import FlowclipError
+from .hashing import caption_key
 from .heads import Head, build_head
 from .manifest import Manifest
+from .report import results_markdown
 from .stats import paired_bootstrap
 from .store import FeatureStore
 from .train import _git_revision

@@ -26,15 +26,15 @@ import numpy as np
 import torch
 
 from . import checkpoint, outputs
-from .config import build
 from .banks import choose_placement, estimate_bytes, make_bank, prefetch
+from .config import build
 from .data import manifest_keys
 from .errors import FlowclipError
-from .progress import bar as progress_bar
 from .hashing import file_sha256
 from .heads import HEAD_KINDS, Head, build_head, head_class
 from .losses import cimr_loss, donor_map, hnb_loss
 from .manifest import Manifest
+from .progress import bar as progress_bar
 from .store import FeatureStore
 
 

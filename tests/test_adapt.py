@@ -13,13 +13,21 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from flowclip_cache.store.integrity import store_problems
-from flowclip_cache.adapt import (AdaptConfig, Adapted, Ranks, _Images, batch_features, freeze_unreached, read_records,
-                                  run_adapt)
+from flowclip_cache.adapt import (
+    AdaptConfig,
+    Adapted,
+    Ranks,
+    _Images,
+    batch_features,
+    freeze_unreached,
+    read_records,
+    run_adapt,
+)
 from flowclip_cache.cli import main
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.manifest import Manifest
+from flowclip_cache.store.integrity import store_problems
 from flowclip_cache.train import TrainConfig, batch_loss, epoch_order, load_training_data, train_head
 
 TINY = "flowclip-tiny-vit"
@@ -225,6 +233,8 @@ def test_refusals_and_negclip(world, tmp_path):
     r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b"), "--precision", "bf16", "--device", "cpu"])
     assert r.exit_code != 0 and "bf16 runs on CUDA" in r.output
     r = CliRunner().invoke(main, [*args, "--out", world["store"].root])
+    assert r.exit_code != 0 and "outputs never go inside a store" in r.output
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b" if os.path.isdir(tmp_path / "b") else tmp_path)])
     assert r.exit_code != 0 and "not an adapt run folder" in r.output
     r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "n")])
     assert r.exit_code != 0 and "finished adapt run" in r.output
@@ -391,7 +401,7 @@ def test_torchrun_adapt_trains_what_one_process_trains(world, tmp_path):
 
 @pytest.mark.slow
 def test_extract_under_torchrun_builds_the_one_process_store(world, tmp_path):
-    from flowclip_cache.store import IMAGE, CAPTION, FeatureStore
+    from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
     s = world["sample"]
     args = ["extract", "--store", str(tmp_path / "two"), "--model", TINY, "--manifest", s["training"],
             "--manifest", s["candidates"], "--image-root", s["image_root"], "--workers", "0", "--quiet",

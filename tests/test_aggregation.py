@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from flowclip_cache import metrics
+from flowclip_cache.banks import FeatureBank
 from flowclip_cache.datasets import get
 from flowclip_cache.datasets.base import Scoring
-from flowclip_cache.banks import FeatureBank
 from flowclip_cache.heads import build_head
-from flowclip_cache.studies.study import RunSpec, summarise
 from flowclip_cache.score import aggregate, bootstrap_task, cross_task_means, write_outputs
+from flowclip_cache.studies.study import RunSpec, summarise
 from flowclip_cache.train import TrainingData, pairwise_accuracy
 
 

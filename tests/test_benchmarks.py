@@ -2,20 +2,19 @@
 official formats elsewhere; the catalogue against the registry."""
 import json
 import os
-import random
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from conftest import SHARED_BENCHMARKS, needs_shared
 from PIL import Image
 
-from conftest import SHARED_BENCHMARKS, needs_shared
-from flowclip_cache.datasets import all_benchmarks, get
-from flowclip_cache.datasets.base import RowErrors
 from flowclip_cache.catalogue import check_counts, load_catalogue
 from flowclip_cache.cli import main
+from flowclip_cache.datasets import all_benchmarks, get
+from flowclip_cache.datasets.base import RowErrors
 from flowclip_cache.errors import FlowclipError, ManifestError
 from flowclip_cache.manifest import Manifest, check_manifest, write_manifest
 from flowclip_cache.negatives import build_training

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
-
 from conftest import ROOT
+
 from flowclip_cache.cli import main
 
 

@@ -10,7 +10,6 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from flowclip_cache.store.integrity import store_problems
 from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError, ManifestError
@@ -18,7 +17,8 @@ from flowclip_cache.features import encode_images, encode_texts
 from flowclip_cache.hashing import caption_key, file_sha256
 from flowclip_cache.images import load_image
 from flowclip_cache.manifest import Manifest, write_manifest
-from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+from flowclip_cache.store import IMAGE, FeatureStore
+from flowclip_cache.store.integrity import store_problems
 
 
 def run(store_dir, enc, manifests, root, backend="zarr", **kw):

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 
-from flowclip_cache.store.integrity import store_problems
 from flowclip_cache.cli import main
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.features import encode_images, encode_texts
+from flowclip_cache.store.integrity import store_problems
 
 CAPTIONS = ["a red cube", "two blue spheres left of a large green cylinder on the table", "photo"]
 EXACT = dict(rtol=0, atol=2e-6)      # FP32 round-off, before FP16 rounding

@@ -17,7 +17,6 @@ from flowclip_cache.store.integrity import verify_store
 from flowclip_cache.train import TrainConfig, train_head
 
 
-
 @pytest.fixture(scope="module")
 def scored_world(tmp_path_factory, tiny_encoder):
     """A store, a sample and a finished flow run, shared by this module (none is modified)."""
@@ -185,6 +184,7 @@ def test_only_the_marker_proves_ownership_and_adopt_is_explicit(scored_world, tm
     """A look-alike folder (config.json with store_fingerprint and train) is not a run:
     train-head --overwrite refuses it and deletes nothing; `flowclip adopt` marks it."""
     import json
+
     from flowclip_cache import outputs
     fs, s, _, _ = scored_world
     u = tmp / "U"

@@ -19,10 +19,10 @@ REDUCED = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 1
 
 
 def test_every_pipeline_file_names_its_command_and_parses():
-    from flowclip_cache.studies import pipeline_module
-    from flowclip_cache.config import build
     import yaml
-    from flowclip_cache.config import find_config
+
+    from flowclip_cache.config import build, find_config
+    from flowclip_cache.studies import pipeline_module
     for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders", "readouts", "adaptation"):
         path = find_config(name)
         first = open(path).readline()
@@ -72,6 +72,7 @@ def test_dry_run_checks_everything_and_creates_nothing(tmp_path, sample, tiny_en
     assert not os.path.exists(tmp_path / "study")
     # a caption the store lacks: named, with the extract command to run; still nothing created
     import pyarrow as pa
+
     from flowclip_cache.manifest import Manifest, write_manifest
     m = Manifest.read(sample["candidates"])
     rows = m.table.to_pylist()

@@ -6,13 +6,12 @@ import os
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_learning import planted  # noqa: F401  (fixture: a store written directly, zarr)
 
 from flowclip_cache import banks
 from flowclip_cache.errors import StoreDamaged
 from flowclip_cache.manifest import Manifest
 from flowclip_cache.train import TrainConfig, load_training_data, train_head
-
-from test_learning import planted  # noqa: F401  (fixture: a store written directly, zarr)
 
 
 def cfg(**kw):
@@ -47,7 +46,6 @@ def test_estimate_is_exact_and_auto_falls_back_to_the_store(planted, monkeypatch
     b = data.bank
     held = sum(t.numel() * t.element_size() for t in (b.img_global, b.img_patches, b.cap_global, b.cap_tokens,
                                                          b.cap_offsets))
-    from flowclip_cache.hashing import caption_key
     m = Manifest.read(man).table.to_pydict()
     texts = sorted(set(m["positive"]) | {n for ns in m["negatives"] for n in ns})
     assert banks.estimate_bytes(fs, m["image_key"], texts, True) == held

@@ -3,14 +3,13 @@ import json
 import os
 
 import numpy as np
-import torch
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from flowclip_cache import metrics
 from flowclip_cache.datasets import get
-from flowclip_cache.datasets.base import Scoring
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.manifest import write_manifest
 from flowclip_cache.score import aggregate, control_images, run_score
@@ -157,8 +156,8 @@ def scored_world(tmp_path, tiny_encoder):
 def test_run_score_end_to_end(scored_world):
     fs, s, run, tmp = scored_world
     out = str(tmp / "res")
-    summary = run_score(fs, [s["candidates"]], ["clip", run], out, controls=("real", "shuffle", "fixed"),
-                        bootstrap_draws=200, log=lambda *_: None)
+    run_score(fs, [s["candidates"]], ["clip", run], out, controls=("real", "shuffle", "fixed"),
+              bootstrap_draws=200, log=lambda *_: None)
     for f in ("results.json", "records.parquet", "results.md", "results.csv", "margins_sample.png"):
         assert os.path.exists(os.path.join(out, f))
     res = json.load(open(os.path.join(out, "results.json")))
@@ -184,7 +183,7 @@ def test_score_refusals(scored_world, tiny_encoder):
         run_score(other, [s["candidates"]], [run], str(tmp / "x"), log=lambda *_: None)
     with pytest.raises(FlowclipError, match="features missing from the store(.|\n)*--pretrained none --init-seed 5"):
         run_score(other, [s["candidates"]], ["clip"], str(tmp / "y"), log=lambda *_: None)
-    from flowclip_cache.data import _weights_args      # the hint gives each store's own weights back
+    from flowclip_cache.data import _weights_args  # the hint gives each store's own weights back
     assert _weights_args({"weights": {"source": "flowclip:synthetic", "sha256": "x"}}) == ["--pretrained", "synthetic"]
     assert _weights_args({"weights": {"source": "open_clip:openai"}}) == ["--pretrained", "openai"]
     bad = tmp / "bad.parquet"
@@ -238,10 +237,10 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
     """Retrieval recall and zero-shot top-k from the engine equal an independent computation."""
     import torch.nn.functional as F
 
+    from flowclip_cache.data import image_keys
     from flowclip_cache.extract import run_extract
     from flowclip_cache.hashing import caption_key
     from flowclip_cache.manifest import Manifest
-    from flowclip_cache.data import image_keys
     fs, s, run, tmp = scored_world
     cand = Manifest.read(s["candidates"]).table.to_pylist()
     gallery = tmp / "gallery.parquet"

@@ -5,11 +5,11 @@ import os
 import numpy as np
 import pytest
 
-from flowclip_cache.store.integrity import store_problems
 from flowclip_cache.errors import FingerprintMismatch, StoreError
 from flowclip_cache.hashing import caption_key
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore, MissingFeatures
 from flowclip_cache.store.core import _ranges
+from flowclip_cache.store.integrity import store_problems
 
 D, P = 8, 4
 

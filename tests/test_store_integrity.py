@@ -9,16 +9,14 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from test_store import config, keys, rand, write_captions, write_images
 
-from flowclip_cache.store.integrity import store_problems
 from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import StoreDamaged, StoreError
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
-from flowclip_cache.store.integrity import compact, verify_store
+from flowclip_cache.store.integrity import compact, store_problems, verify_store
 from flowclip_cache.store.writer import WriterDir
-
-from test_store import config, keys, rand, write_captions, write_images
 
 
 @pytest.fixture(params=["zarr", "hdf5"])

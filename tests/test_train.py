@@ -182,8 +182,8 @@ def test_config_keys_and_types_are_checked(world, tmp_path):
 def test_global_and_clip_heads(world, tmp_path):
     for head in ("global", "clip"):
         out = str(tmp_path / head)
-        state = train_head(world["store"], world["manifest"], out, cfg(head=head, epochs=1), progress=False,
-                           log=lambda *_: None)
+        train_head(world["store"], world["manifest"], out, cfg(head=head, epochs=1), progress=False,
+                   log=lambda *_: None)
         assert os.path.exists(os.path.join(out, "DONE"))
         assert set(weights(out)) == ({"M"} if head == "global" else set())
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from PIL import Image
+from test_benchmarks import _tar, build
 
 from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
@@ -17,8 +18,6 @@ from flowclip_cache.errors import FlowclipError
 from flowclip_cache.images import load_image
 from flowclip_cache.manifest import Manifest, write_manifest
 from flowclip_cache.store import FeatureStore
-
-from test_benchmarks import _tar, build
 
 
 def test_cc3m_keys_never_become_paths(tmp_path):

@@ -2,14 +2,24 @@
 held-out combinations unseen in head training."""
 import hashlib
 import os
-
-import numpy as np
 import random
 
+import numpy as np
 import pyarrow.parquet as pq
 
-from flowclip_cache.world import (FAMILIES, OPPOSITE, Obj, build_world, held_out_combos, make_record, relation,
-                                  render, sample_scene, COLOURS, SHAPES)
+from flowclip_cache.world import (
+    COLOURS,
+    FAMILIES,
+    OPPOSITE,
+    SHAPES,
+    Obj,
+    build_world,
+    held_out_combos,
+    make_record,
+    relation,
+    render,
+    sample_scene,
+)
 
 
 def digest(folder):
@@ -26,7 +36,7 @@ def test_same_seed_same_bytes(tmp_path):
     a = build_world(str(tmp_path / "a"), seed=3, train_scenes=20, eval_scenes=10, heldout_scenes=5)
     b = build_world(str(tmp_path / "b"), seed=3, train_scenes=20, eval_scenes=10, heldout_scenes=5)
     assert digest(tmp_path / "a") == digest(tmp_path / "b")
-    c = build_world(str(tmp_path / "c"), seed=4, train_scenes=20, eval_scenes=10, heldout_scenes=5)
+    build_world(str(tmp_path / "c"), seed=4, train_scenes=20, eval_scenes=10, heldout_scenes=5)
     assert digest(tmp_path / "a") != digest(tmp_path / "c")
     assert set(a) == set(b) and os.path.exists(a["eval-swap-att"])
 
@@ -45,7 +55,6 @@ def test_negatives_differ_and_relations_hold():
             cands, gold = rec
             assert cands[0] == gold and all(c != gold for c in cands[1:]) and len(set(cands)) == len(cands)
             if fam == "relation":
-                words = gold.split()
                 rel = next(r for r in OPPOSITE if f" {r} " in gold)
                 first = next(o for o in objs if f"{o.colour} {o.shape} {rel}" in gold)
                 second = next(o for o in objs if gold.endswith(f"{o.colour} {o.shape}"))

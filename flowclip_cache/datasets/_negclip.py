@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import csv
 import io
-
 import os
 
 from .base import Benchmark, BuildReport, RowErrors, read_text, write_records

@@ -6,8 +6,8 @@ val -> split val; 113,287 + 5,000 images), each caption given flowclip's NegCLIP
 full-caption negatives (`flowclip negatives` kinds: swap-obj, swap-att, shuffle-bigram)."""
 import os
 
-from ._negclip import training_benchmark
 from ._karpathy import karpathy_images
+from ._negclip import training_benchmark
 from .base import Benchmark, BuildReport, RowErrors, write_records
 
 _TSV = training_benchmark("coco-train", "COCO Karpathy train+restval (training)", "coco/")

@@ -26,8 +26,9 @@ def local_folder(source: str, what: str, patterns: list[str]) -> str:
     cache's snapshot of the repo `source` (downloaded only when online)."""
     if os.path.isdir(source):
         return os.path.abspath(source)
-    from .locate import _network_reachable, _offline
     from huggingface_hub import snapshot_download
+
+    from .locate import _network_reachable, _offline
     try:
         return snapshot_download(source, local_files_only=True, allow_patterns=patterns)
     except Exception:

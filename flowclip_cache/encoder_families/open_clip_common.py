@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from .locate import OPENAI_MEAN, OPENAI_STD
 from ..errors import FlowclipError
 from ..hashing import file_sha256
 from .base import Family
+from .locate import OPENAI_MEAN, OPENAI_STD
 
 
 def model_config(model: str) -> dict | None:

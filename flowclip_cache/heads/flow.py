@@ -27,6 +27,7 @@ from ..errors import FlowclipError
 from .base import masked_token_mean, token_shares
 from .global_m import GlobalHead, global_scores
 
+
 def _pooled_evidence(logits: torch.Tensor, tau_p: float) -> torch.Tensor:
     """tau_p * log mean_j exp(logits_j / tau_p) over the last axis."""
     return tau_p * (torch.logsumexp(logits / tau_p, dim=-1) - math.log(logits.shape[-1]))

@@ -20,8 +20,18 @@ import numpy as np
 from ..errors import SegmentDamaged, StoreError
 from ..hashing import KEY_BYTES
 from .backends import BACKENDS, crc32, fsync_dir
-from .core import (ARRAYS, CAPTION, COMMITS, FORMAT_NAME, FORMAT_VERSION, IMAGE, RECORD_FOLDERS, SEGMENT_NAME, FeatureStore,
-                   read_store_json)
+from .core import (
+    ARRAYS,
+    CAPTION,
+    COMMITS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    IMAGE,
+    RECORD_FOLDERS,
+    SEGMENT_NAME,
+    FeatureStore,
+    read_store_json,
+)
 from .writer import WriterDir
 
 RECORD_COLUMNS = {"paths": ("image_root", "path", "crop", "key"),

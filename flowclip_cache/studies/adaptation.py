@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import FlowclipError
+from ..outputs import write_text
 from .ablation import AblationConfig, encoder_spec
 from .ablation import run as run_ablation
-from ..outputs import write_text
 from .study import claim_folder, mean_cell, mean_std
 
 
