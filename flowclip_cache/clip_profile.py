@@ -17,7 +17,8 @@ PROFILE_FAMILIES = ("object", "swap-att", "swap-obj", "relation", "order", "add"
 
 def accuracies(store: FeatureStore, paths: dict, head: Head | None = None) -> tuple[dict, dict]:
     """(accuracy per family, chance per family: the mean of 1 / candidates per record)."""
-    from .score import Scorer, score_candidates
+    from .engines import score_candidates
+    from .scorers import Scorer
     head = head or build_head("clip", store.meta["dim"])
     scorer = Scorer("clip", "clip", head, "frozen")
     out, chance = {}, {}

@@ -37,7 +37,8 @@ def select_records(store, manifests, scorers, selection, limit, image_root, devi
     """Score every record with every scorer (score_candidates, as `flowclip score` does) and
     keep the chosen ones, the largest margin changes first: `limit` in all, or with
     per_status `limit` of each decision (repairs, regressions, ...)."""
-    from .score import evaluation_manifests, score_candidates, scoring_of
+    from .engines import score_candidates
+    from .scorers import evaluation_manifests, scoring_of
     ids = None if selection in SELECTIONS else set(selection.split(","))
     chosen = []
     for m in evaluation_manifests(manifests, log=lambda *_: None):
@@ -168,7 +169,7 @@ def run_explain(store, manifests: list[str], scorer_specs: list[str], out: str, 
                 limit: int = 40, image_root: str | None = None, device: str = "cpu", overwrite: bool = False,
                 per_status: bool = False, log=print) -> dict:
     from .explain_figures import grid_figure, record_figure
-    from .score import load_scorers
+    from .scorers import load_scorers
     outputs.check_replaceable(out, "explain", overwrite)
     if len(scorer_specs) < 1:
         raise FlowclipError("give at least one --scorer (two to find repairs and regressions)")

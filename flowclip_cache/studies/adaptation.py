@@ -139,9 +139,10 @@ def bootstrap(cfg, evals, root) -> dict:
     image clusters by content key (the same images in every store)."""
     import pyarrow.parquet as pq
 
+    from ..aggregation import bootstrap_task
     from ..data import image_keys
     from ..manifest import Manifest
-    from ..score import bootstrap_task, scoring_of
+    from ..scorers import scoring_of
     from ..stats import paired_bootstrap
     from ..store import FeatureStore
     store = FeatureStore(cfg.store or os.path.join(cfg.out, "frozen", "store"))

@@ -85,7 +85,7 @@ def _check_training(out: Checked, path) -> None:
 
 def _check_evaluation(out: Checked, paths, log) -> None:
     from ..data import manifest_keys
-    from ..score import evaluation_manifests, scoring_of
+    from ..scorers import evaluation_manifests, scoring_of
     if not paths:
         out.problems.append("no eval=[...] manifests given")
         return
