@@ -11,6 +11,11 @@ CONTROLS_NOTE = (
     "it). **Fixed**: every record gets one seeded anchor image. Under Shuffle and Fixed the gold "
     "caption is no longer about the image, so accuracy above chance (50% for a pair) is preference "
     "the text carries on its own: there, lower is better.")
+def interval_cell(lo: float, hi: float) -> str:
+    """A 95% interval in points, marked * when it excludes 0 (every report's one rule)."""
+    return f"[{fmt(lo)}, {fmt(hi)}]" + (" *" if lo > 0 or hi < 0 else "")
+
+
 BOOTSTRAP_NOTE = (
     "The bootstrap resamples images (all records of an image together, the same draws for every "
     "scorer and task). *mean* is the mean over draws of the difference of the two methods' official "
@@ -172,9 +177,7 @@ def _bootstrap(summary, scorers, benches, name):
     rows = []
     for task, d in summary["bootstrap"].items():
         for key, v in d.items():
-            lo, hi = v["ci95_pts"]
-            star = " *" if lo > 0 or hi < 0 else ""
-            rows.append([task, key, fmt(v["mean_pts"]), f"[{fmt(lo)}, {fmt(hi)}]{star}", v["draws_missing_a_group"]])
+            rows.append([task, key, fmt(v["mean_pts"]), interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]])
     return ["## Paired image-cluster bootstrap (95% interval, points)", "", BOOTSTRAP_NOTE, "",
             *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows), ""], []
 

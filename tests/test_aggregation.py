@@ -39,6 +39,22 @@ def test_summarise_mean_and_sample_std_by_hand():
     assert row["delta"] == pytest.approx(15.0)
 
 
+def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
+    """summary.md said an interval that excludes 0 is marked * and marked none (the demo's
+    report, issue 29); score's results.md did. Both now use report.interval_cell."""
+    from flowclip_cache.studies.study import write_summary
+    runs = [RunSpec("flow", 0, {})]
+    score = {"results": {"real|clip": {"t": {"score": 0.5}}, f"real|{runs[0].folder}": {"t": {"score": 0.6}}},
+             "cross_task_means": {}, "controls": ["real"], "decision_changes": {}, "store_fingerprint": "x",
+             "git_revision": "y",
+             "bootstrap": {"t": {"flow - clip": {"mean_pts": 10.0, "ci95_pts": [0.35, 4.4], "draws_missing_a_group": 0},
+                                 "flow - flow": {"mean_pts": 0.1, "ci95_pts": [-1.0, 2.0], "draws_missing_a_group": 0}}}}
+    write_summary(str(tmp_path), summarise(score, runs))
+    md = (tmp_path / "summary.md").read_text()
+    assert "| t | flow - clip | 10.00 | [0.35, 4.40] * | 0 |" in md
+    assert "| t | flow - flow | 0.10 | [-1.00, 2.00] | 0 |" in md
+
+
 def _bank(v, t, caps_per_record):
     f = lambda a: torch.tensor(np.asarray(a, np.float32)).half()
     return FeatureBank(f(v), torch.empty(0), f(t), torch.empty(0), torch.arange(len(t) + 1))

@@ -206,7 +206,7 @@ def conclusions(summary: dict) -> list[str]:
 
 def write_summary(out: str, summary: dict) -> None:
     from ..clip_profile import profile_table
-    from ..report import BOOTSTRAP_NOTE, CONTROLS_NOTE, table
+    from ..report import BOOTSTRAP_NOTE, CONTROLS_NOTE, interval_cell, table
     cols = summary["columns"]
     md = ["# Study summary", "", "Figures are percent (summary.json: the same, in percent; the score's "
           "results.json holds fractions).", ""]
@@ -228,7 +228,7 @@ def write_summary(out: str, summary: dict) -> None:
     if summary["bootstrap"]:
         md += ["## Paired image-cluster bootstrap, 95% intervals (points)", "", BOOTSTRAP_NOTE, "",
                *table(["task", "difference", "mean", "95% CI", "draws missing a group"],
-                      [[t, k, f"{v['mean_pts']:.2f}", f"[{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]",
+                      [[t, k, f"{v['mean_pts']:.2f}", interval_cell(*v["ci95_pts"]),
                         v["draws_missing_a_group"]] for t, d in summary["bootstrap"].items() for k, v in d.items()]), ""]
     md += ["## Conclusions", "", "Written from the numbers above: each comparison's interval, and the image "
            "controls.", "", *(conclusions(summary) or ["- no comparison was bootstrapped."]), ""]
