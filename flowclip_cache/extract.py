@@ -332,8 +332,11 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
     import torch
     from torch.utils.data import DataLoader
 
-    from .features import encode_images
+    from .features import IMAGE_ROWS, encode_images
 
+    # whole forwards: a decode batch is a multiple of the encoder's fixed rows, so only a
+    # unit's last batch is padded (a batch of 8 would otherwise run 16 rows for 8 images)
+    batch_size = -(-batch_size // IMAGE_ROWS) * IMAGE_ROWS
     items = [col.images[k] for _, u in units for k in u]
     batches, unit_end = [], []   # batches never straddle a unit
     start = 0
@@ -396,7 +399,8 @@ def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, 
     ids, else encoded once. So captions with equal token ids get bit-identical features."""
 
     from .encoder_families import Tokens
-    from .features import encode_texts
+    from .features import TEXT_ROWS, encode_texts
+    text_batch_size = -(-text_batch_size // TEXT_ROWS) * TEXT_ROWS     # whole forwards, as for images
     first = {}
     for k, t in zip(unit, tks):
         first.setdefault(t, k)
