@@ -52,7 +52,10 @@ def _read_marker(folder: str) -> dict | None:
     if not isinstance(marker, dict) or marker.get("kind") not in KINDS:
         return None
     files = marker.get("files", [])
-    marker["files"] = [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+    # plain entry names only: a marker is data a stranger may have written, and a listed
+    # "../x" or "/x" must never make --overwrite reach outside the folder
+    marker["files"] = [f for f in files if isinstance(f, str) and f not in ("", ".", "..") and "/" not in f
+                       and os.sep not in f] if isinstance(files, list) else []
     return marker
 
 
@@ -123,28 +126,26 @@ def adopt(folder: str, kind: str) -> list[str]:
     return entries
 
 
-def _store_at_or_above(path: str) -> str | None:
-    """The feature store (a folder with store.json) at `path` or above it, or None."""
+def _at_or_above(path: str, found) -> str | None:
+    """The first folder at `path` or above it (real paths) for which found(folder) holds."""
     path = os.path.realpath(path)
     while True:
-        if os.path.isfile(os.path.join(path, "store.json")):
+        if found(path):
             return path
         parent = os.path.dirname(path)
         if parent == path:
             return None
         path = parent
+
+
+def _store_at_or_above(path: str) -> str | None:
+    """The feature store (a folder with store.json) at `path` or above it, or None."""
+    return _at_or_above(path, lambda p: os.path.isfile(os.path.join(p, "store.json")))
 
 
 def output_at_or_above(path: str) -> str | None:
     """The marked flowclip output at `path` or above it, or None."""
-    path = os.path.realpath(path)
-    while True:
-        if kind_of(path) is not None:
-            return path
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent
+    return _at_or_above(path, lambda p: kind_of(p) is not None)
 
 
 def require_own(out: str, kind: str) -> None:

@@ -259,3 +259,18 @@ def test_symlinked_out_and_stores_inside_outputs_are_refused(scored_world, tmp):
     # and no output inside a store
     with pytest.raises(FlowclipError, match="never go inside a store"):
         run_score(fs, [s["candidates"]], ["clip"], os.path.join(fs.root, "results"), bootstrap_draws=0, **quiet)
+
+
+def test_a_marker_never_reaches_outside_its_folder(tmp):
+    """A marker is data (perhaps a stranger's): entries like '../x' or '/x' are ignored, so
+    --overwrite's removal stays inside the folder. Mutation checked: without the filter
+    the sibling file is deleted."""
+    import json
+
+    from flowclip_cache import outputs
+    out = tmp / "run"
+    out.mkdir()
+    (tmp / "precious.txt").write_text("keep")
+    (out / outputs.MARKER).write_text(json.dumps({"kind": "head-run", "files": ["../precious.txt", "/etc/x", "."]}))
+    outputs.remove_own(str(out))
+    assert (tmp / "precious.txt").read_text() == "keep" and out.is_dir()
