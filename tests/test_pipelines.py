@@ -144,6 +144,15 @@ def test_a_study_trains_from_the_store_placement(tmp_path):
                                   "compare=[]", "data_placement=store", "--quiet"])
     assert r.exit_code == 0, r.output
     assert "placement 'store'" in r.output and os.path.exists(tmp_path / "s" / "summary.md")
+    # one more seed: the summary in place no longer answers the grid, so it is not "finished"
+    more = ["run", SYNTH, f"out={tmp_path}/s", *REDUCED, "seeds=[0,1]", "bootstrap=0", "compare=[]",
+            "data_placement=store", "--quiet"]
+    r = CliRunner().invoke(main, more)
+    assert r.exit_code == 0, r.output
+    assert "made for another grid" in r.output and "the study is finished" not in r.output
+    timing = json.load(open(tmp_path / "s" / "summary.json"))["timing"]["train_seconds_per_run"]
+    assert any(k.endswith("seed-1") for k in timing) and any(k.endswith("seed-0") for k in timing)
+    assert "the study is finished" in CliRunner().invoke(main, more).output
 
 
 def test_encoders_study_dry_run_then_side_by_side(tmp_path, sample, blip_folder):

@@ -55,17 +55,24 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
     for line in checked.lines:
         log(f"  {line}")
     plan_lines(runs, run_dirs, checked, log, measure=dry_run)
-    if os.path.exists(os.path.join(out, DONE)):
+    what = done_key(runs, eval_manifests, controls, bootstrap, compare)
+    finished = summary_is_current(out, what)
+    if finished:
         log("  the study is finished (summary in place)")
+    elif os.path.exists(os.path.join(out, DONE)):
+        log("  the summary in place was made for another grid (runs, manifests, controls or comparisons"
+            " changed): finished runs are kept, the rest is trained and everything is scored again")
     if checked.problems:
         raise FlowclipError(f"{len(checked.problems)} problems found before training:\n  "
                             + "\n  ".join(checked.problems))
     if dry_run:
         log("  dry run: every check passed")
         return None
-    if os.path.exists(os.path.join(out, DONE)):
+    if finished:
         return json.load(open(os.path.join(out, "summary.json")))
     claim_folder(out)
+    if os.path.exists(os.path.join(out, DONE)):
+        os.remove(os.path.join(out, DONE))
     device = checked.device
     store = FeatureStore(store_path)
     t0 = time.perf_counter()
@@ -112,8 +119,26 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
         summary["encoder_profile"] = json.load(open(profile))
     write_summary(out, summary)
     with open(os.path.join(out, DONE), "w") as f:
-        f.write("done\n")
+        json.dump(what, f, indent=1)
     return summary
+
+
+def done_key(runs: list[RunSpec], eval_manifests: list[str], controls, bootstrap: int, compare) -> dict:
+    """What a summary was made from: a study whose grid, manifests, controls or comparisons
+    change (more seeds, say) is not finished just because an older summary is in place."""
+    return {"runs": sorted(r.folder for r in runs), "eval_manifests": sorted(os.path.abspath(m) for m in eval_manifests),
+            "controls": list(controls), "bootstrap": int(bootstrap), "compare": [list(p) for p in compare]}
+
+
+def summary_is_current(out: str, what: dict) -> bool:
+    path = os.path.join(out, DONE)
+    if not os.path.exists(path):
+        return False
+    try:
+        recorded = json.load(open(path))
+    except ValueError:
+        recorded = None  # a marker written before the key was recorded: its grid is unknown
+    return recorded == what
 
 
 def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None) -> dict:
