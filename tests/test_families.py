@@ -120,7 +120,7 @@ def test_siglip_fingerprint_records_adapter_tokenizer_and_logit_bias(siglip_toke
     from safetensors.torch import save_file
     enc = resolve(EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_tokenizer))
     c = enc.config
-    assert c["adapter"] == {"name": "siglip", "version": 1} and c["num_patches"] == 196
+    assert c["adapter"] == {"name": "siglip", "version": 2} and c["num_patches"] == 196
     assert c["tokenizer"]["name"] == "local" and len(c["tokenizer"]["sha256"]) == 64
     assert c["tokenizer"]["context_length"] == 64 and c["logit_bias"] == -10
     assert c["preprocess"]["mean"] == [0.5, 0.5, 0.5]     # SigLIP's tag, also for random weights

@@ -154,28 +154,33 @@ def test_siglip_features_depend_on_their_input_alone(siglip_tokenizer):
 
 
 @pytest.mark.parametrize("backend", ["zarr", "hdf5"])
-def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend):
+@pytest.mark.parametrize("model", ["flowclip-tiny-clip", "ViT-B-16", "ViT-B-16-SigLIP"])
+def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend, model, request):
     """The same captions and images extracted with other batch sizes and from other
-    manifests (a subset, in another order) give bit-identical stored features."""
+    manifests (a subset, in another order) give bit-identical stored features, on both
+    backends, for the tiny CLIP, a random ViT-B/16 and a random SigLIP."""
     import pyarrow as pa
 
     from flowclip_cache.extract import run_extract
     from flowclip_cache.manifest import Manifest, write_manifest
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
-    s = make_sample(str(tmp_path / "s"), n_images=24)
-    enc = resolve(EncoderSpec("flowclip-tiny-clip"))
+    tokenizer = request.getfixturevalue("siglip_tokenizer") if "SigLIP" in model else None
+    enc = resolve(EncoderSpec(model, tokenizer=tokenizer))
+    s = make_sample(str(tmp_path / "s"), n_images=24 if model == "flowclip-tiny-clip" else 20)
     rows = Manifest.read(s["candidates"]).table.to_pylist()
     sub = tmp_path / "sub.parquet"
     write_manifest(sub, pa.Table.from_pylist(rows[::-2]), "candidates")
+
+    def extract(store, manifest, images, captions):
+        run_extract(store, enc, [manifest], s["image_root"], workers=0, progress=False, batch_size=images,
+                    text_batch_size=captions, log=lambda *_: None)
+
     a = FeatureStore.open_or_create(str(tmp_path / "a"), enc.config, backend)
-    run_extract(a, enc, [s["candidates"]], s["image_root"], workers=0, progress=False, batch_size=64,
-                text_batch_size=256, log=lambda *_: None)
+    extract(a, s["candidates"], 64, 256)
     b = FeatureStore.open_or_create(str(tmp_path / "b"), enc.config, backend)
-    run_extract(b, enc, [str(sub)], s["image_root"], workers=0, progress=False, batch_size=3, text_batch_size=5,
-                log=lambda *_: None)
-    run_extract(b, enc, [s["candidates"]], s["image_root"], workers=0, progress=False, batch_size=7,
-                text_batch_size=11, log=lambda *_: None)
+    extract(b, str(sub), 3, 5)
+    extract(b, s["candidates"], 7, 11)
     a.refresh()
     b.refresh()
     ik, ck = sorted(a.keys(IMAGE)), sorted(a.keys(CAPTION))

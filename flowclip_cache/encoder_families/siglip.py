@@ -23,7 +23,9 @@ from . import hf_common as hf
 from . import open_clip_common as oc
 from .base import DTYPE_POLICY, project
 
-ADAPTER_VERSION = 1
+# 2: the MAP pooling's attention runs timm's unfused (math) path; the fused CPU kernel gave
+#    an image's global 1-ulp (FP16) differences with its position in the batch
+ADAPTER_VERSION = 2
 
 
 class SigLIP(oc.OpenClipFamily):
@@ -75,6 +77,17 @@ class SigLIP(oc.OpenClipFamily):
             "versions": oc.versions("timm", "transformers"),
         }
         return config, checkpoint
+
+    @classmethod
+    def build(cls, enc, device="cpu"):
+        model, transform = oc.build(enc, device)
+        # torch's fused attention for the pool's one query (q_len 1) splits its work by batch
+        # row on CPU, so an image's global moved by an ulp with its batch neighbours; timm's own
+        # unfused path (the same formula) keeps every row a function of that image alone
+        pool = getattr(model.visual.trunk, "attn_pool", None)
+        if pool is not None and hasattr(pool, "fused_attn"):
+            pool.fused_attn = False
+        return model, transform
 
     @classmethod
     def make_tokenizer(cls, enc):
