@@ -125,7 +125,7 @@ def _invariance(enc, n_caps=70, n_img=20, trials=3):
     caps = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(n_caps)]
     tok = enc.tokenize(caps)
     ref = encode_texts(enc, tok)
-    size = enc.model.visual.image_size
+    size = enc.config["preprocess"]["image_size"]
     size = size[0] if isinstance(size, (tuple, list)) else size
     X = torch.randn(n_img, 3, size, size, generator=torch.Generator().manual_seed(0))
     g0, p0 = encode_images(enc, X)
@@ -151,6 +151,10 @@ def test_features_depend_on_their_input_alone(model):
 def test_siglip_features_depend_on_their_input_alone(siglip_tokenizer):
     _invariance(load_model(resolve(EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_tokenizer))), n_caps=40, n_img=6,
                 trials=2)
+
+
+def test_blip_features_depend_on_their_input_alone(blip_folder):
+    _invariance(load_model(resolve(EncoderSpec(f"blip:{blip_folder}"))), n_caps=70, n_img=20)
 
 
 @pytest.mark.parametrize("backend", ["zarr", "hdf5"])
