@@ -17,142 +17,50 @@ writers at once): the first segment in name order is the one read, by every read
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import re
-import time
 import uuid
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..encoders import diff_configs, fingerprint_of
 from ..errors import FingerprintMismatch, SegmentDamaged, StoreDamaged, StoreError
-from ..hashing import KEY_BYTES, as_fixed, bytes_to_keys, hex_to_fixed, keys_to_bytes
+from ..hashing import hex_to_fixed, keys_to_bytes
 from .backends import BACKENDS, crc32, fsync_dir
+from .layout import (
+    ARRAYS,
+    CAPTION,
+    COMMITS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    IMAGE,
+    RECORD_FOLDERS,
+    SEGMENT_NAME,
+    CaptionFeatures,
+    ImageFeatures,
+    KeyIndex,
+    MissingFeatures,
+    Segment,
+    read_store_json,
+)
+from .reading import FeatureReads, _ranges
+from .records import RecordFiles
 from .writer import WriterDir
 
-FORMAT_NAME = "flowclip-feature-store"
-FORMAT_VERSION = 2
-IMAGE, CAPTION = "img", "cap"
-ARRAYS = {
-    IMAGE: ("keys", "global", "patches"),
-    CAPTION: ("keys", "token_keys", "global", "tokens", "offsets", "truncated"),
-}
-SEGMENT_NAME = re.compile(r"^(img|cap)-([0-9a-f]{24})(\.zarr|\.h5)$")
-RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
-RECORD_FOLDERS = ("paths", "hashes", "failures")
-COMMITS = "commits"           # commits/<segment>.json: the segment was committed; its absence is damage
-READ_THREADS = min(4, os.cpu_count() or 1)     # segments read (and checksummed) at once
+__all__ = ["FeatureStore", "ImageFeatures", "CaptionFeatures", "MissingFeatures", "Segment", "IMAGE", "CAPTION",
+           "FORMAT_NAME", "FORMAT_VERSION", "ARRAYS", "SEGMENT_NAME", "RECORD_FOLDERS", "COMMITS", "read_store_json",
+           "_ranges"]
 
 
-class MissingFeatures(StoreError):
-    def __init__(self, kind: str, missing: list[str]):
-        self.kind, self.missing = kind, missing
-        what = "images" if kind == IMAGE else "captions"
-        super().__init__(f"{len(missing)} {what} are not in the store (first: {', '.join(missing[:3])})")
-
-
-@dataclass
-class Segment:
-    kind: str
-    name: str
-    path: str
-    rows: int
-    crc: dict          # array name -> CRC-32 of its bytes, recorded at commit
-
-
-@dataclass
-class ImageFeatures:
-    global_: np.ndarray     # [n, d] float16
-    patches: np.ndarray     # [n, P, d] float16
-
-
-@dataclass
-class CaptionFeatures:
-    global_: np.ndarray     # [m, d] float16
-    tokens: np.ndarray      # [T, d] float16, valid tokens only
-    offsets: np.ndarray     # [m+1] int64; caption i owns tokens[offsets[i]:offsets[i+1]]
-    truncated: np.ndarray   # [m] bool
-
-
-class _Index:
-    """Sorted keys -> (segment, row), searchable in bulk with numpy. Equal keys keep
-    segment order (stable sort), so a key held twice resolves to its first segment."""
-
-    def __init__(self):
-        self.keys = np.zeros(0, dtype=f"V{KEY_BYTES}")
-        self.seg = np.zeros(0, dtype=np.int32)
-        self.row = np.zeros(0, dtype=np.int64)
-
-    def build(self, parts: list[tuple[int, np.ndarray]]) -> None:
-        if not parts:
-            return self.__init__()
-        keys = np.concatenate([as_fixed(k) for _, k in parts])
-        seg = np.concatenate([np.full(len(k), s, np.int32) for s, k in parts])
-        row = np.concatenate([np.arange(len(k), dtype=np.int64) for _, k in parts])
-        order = np.argsort(keys, kind="stable")
-        self.keys, self.seg, self.row = keys[order], seg[order], row[order]
-
-    def find(self, fixed: np.ndarray) -> np.ndarray:
-        """Positions into the sorted arrays (the first of equal keys), -1 where absent."""
-        if len(self.keys) == 0:
-            return np.full(len(fixed), -1, np.int64)
-        pos = np.searchsorted(self.keys, fixed)
-        pos_c = np.minimum(pos, len(self.keys) - 1)
-        hit = self.keys[pos_c] == fixed
-        return np.where(hit, pos_c, -1)
-
-    def duplicates(self) -> int:
-        """How many stored rows repeat a key already held by an earlier segment."""
-        return int((self.keys[1:] == self.keys[:-1]).sum()) if len(self.keys) > 1 else 0
-
-
-def read_store_json(root: str) -> dict:
-    """store.json, checked; StoreError naming the fault."""
-    meta_path = os.path.join(root, "store.json")
-    if not os.path.isfile(meta_path):
-        raise StoreError(f"{root}: not a flowclip store (no store.json); create one with "
-                         f"`flowclip extract --store {root} ...`")
-    try:
-        with open(meta_path, "rb") as f:
-            meta = json.loads(f.read())
-    except (ValueError, OSError) as e:
-        raise StoreDamaged(root, [f"store.json is not readable JSON ({e})"]) from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise StoreError(f"{meta_path}: not a flowclip store file")
-    version = meta.get("version")
-    if not isinstance(version, int):
-        raise StoreDamaged(root, [f"store.json: version {version!r} is not an integer"])
-    if version > FORMAT_VERSION:
-        raise StoreError(f"{root}: store format {version} is newer than this flowclip reads "
-                         f"({FORMAT_VERSION}); upgrade flowclip")
-    if version < FORMAT_VERSION:
-        raise StoreError(f"{root}: store format {version} (this flowclip reads {FORMAT_VERSION}, which checksums "
-                         f"every array); run `flowclip store upgrade {root}` once")
-    problems = []
-    for k, typ in (("backend", str), ("encoder", dict), ("fingerprint", str), ("dim", int), ("num_patches", int)):
-        if not isinstance(meta.get(k), typ):
-            problems.append(f"store.json: {k!r} is missing or not {typ.__name__}")
-    if not problems and meta["backend"] not in BACKENDS:
-        problems.append(f"store.json: unknown backend {meta['backend']!r}")
-    if not problems and fingerprint_of(meta["encoder"]) != meta["fingerprint"]:
-        problems.append("store.json: the fingerprint does not match the encoder configuration it records")
-    if problems:
-        raise StoreDamaged(root, problems)
-    return meta
-
-
-class FeatureStore:
+class FeatureStore(FeatureReads, RecordFiles):
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
         self.meta = read_store_json(self.root)
         self.backend = BACKENDS[self.meta["backend"]]
         self.segments: list[Segment] = []
-        self._index = {IMAGE: _Index(), CAPTION: _Index()}
-        self._token_index: _Index | None = None
+        self._index = {IMAGE: KeyIndex(), CAPTION: KeyIndex()}
+        self._token_index: KeyIndex | None = None
         self._paths = None                 # path index, read on first use and kept until refresh()
         self._writer: WriterDir | None = None
         self.refresh()
@@ -301,15 +209,6 @@ class FeatureStore:
         for kind in (IMAGE, CAPTION):
             self._index[kind].build([(i, k) for i, (s, k) in enumerate(found) if s.kind == kind])
 
-    def read_array(self, seg: Segment, name: str, out: np.ndarray | None = None) -> np.ndarray:
-        """A whole array of a segment, its checksum checked (SegmentDamaged otherwise)."""
-        if out is None:
-            shape, dtype = self.backend.shape(seg.path, name)
-            out = np.empty(shape, dtype)
-        if self.backend.read_into(seg.path, name, out) != seg.crc[name]:
-            raise SegmentDamaged(seg.path, f"{name} fails its checksum (the bytes changed since they were written)")
-        return out
-
     def count(self, kind: str) -> int:
         """Distinct keys of a kind."""
         k = self._index[kind].keys
@@ -346,7 +245,7 @@ class FeatureStore:
             out.append(bytes(self._segment_keys[s][self._token_rows[s][r]]).hex())
         return out
 
-    def _token_keys_index(self) -> _Index:
+    def _token_keys_index(self) -> KeyIndex:
         """Token key -> (caption segment, row), skipping unknown (all-zero) token keys."""
         if self._token_index is None:
             with self._damage():
@@ -357,7 +256,7 @@ class FeatureStore:
                         known = ~(t == 0).all(1)
                         self._token_rows[i] = np.flatnonzero(known)
                         parts.append((i, t[known]))
-            self._token_index = _Index()
+            self._token_index = KeyIndex()
             self._token_index.build(parts)
         return self._token_index
 
@@ -395,216 +294,6 @@ class FeatureStore:
         fsync_dir(self.segment_dir)
         self._record_commit(name, kind, len(keys))
         return Segment(kind, name, final, len(keys), crc)
-
-    # -- reading -----------------------------------------------------------------------
-    def _locate(self, kind: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        idx = self._index[kind]
-        pos = idx.find(hex_to_fixed(keys))
-        if (pos < 0).any():
-            raise MissingFeatures(kind, [k for k, p in zip(keys, pos) if p < 0])
-        return idx.seg[pos], idx.row[pos]
-
-    def keys(self, kind: str) -> list[str]:
-        """Every key of a kind once, in storage order (segment by segment): loading these
-        is one sequential read with no reordering."""
-        out, seen = [], set()
-        for s, k in zip(self.segments, self._segment_keys):
-            if s.kind == kind:
-                for key in bytes_to_keys(k):
-                    if key not in seen:
-                        seen.add(key)
-                        out.append(key)
-        return out
-
-    def _groups(self, kind: str, keys: list[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """(segment, positions in the request, rows in the segment) for each segment the
-        requested keys live in."""
-        seg, row = self._locate(kind, keys)
-        order = np.argsort(seg, kind="stable")
-        bounds = np.flatnonzero(np.diff(seg[order])) + 1
-        return [(int(seg[g[0]]), g, row[g]) for g in (np.split(order, bounds) if len(order) else [])]
-
-    def _run(self, jobs: list) -> list:
-        """Run read jobs (callables) on a few threads: reading and checksumming release
-        the GIL, so arrays of several segments load in parallel."""
-        if len(jobs) <= 1:
-            return [j() for j in jobs]
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(min(len(jobs), READ_THREADS)) as pool:
-            futures = [pool.submit(j) for j in jobs]
-            return [f.result() for f in futures]
-
-    def _fill(self, s: int, name: str, pos: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-        """out[pos] = the segment's rows. A whole segment asked in order is read straight
-        into place; otherwise the array is read whole (its checksum covers it whole) and
-        the rows are copied out, so memory holds one segment's array beyond the result."""
-        n = self.segments[s].rows
-        if len(rows) == n and pos[-1] - pos[0] == n - 1 and (np.diff(pos) == 1).all() and (rows == np.arange(n)).all():
-            self.read_array(self.segments[s], name, out[pos[0]:pos[0] + n])
-        else:
-            out[pos] = self.read_array(self.segments[s], name)[rows]
-
-    def load_images(self, keys: list[str]) -> ImageFeatures:
-        """Every requested image row, in the order asked, as two contiguous arrays."""
-        d, P = self.meta["dim"], self.meta["num_patches"]
-        g = np.empty((len(keys), d), np.float16)
-        p = np.empty((len(keys), P, d), np.float16)
-        with self._damage():
-            jobs = []
-            for s, pos, rows in self._groups(IMAGE, keys):
-                jobs += [lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
-                         lambda s=s, pos=pos, rows=rows: self._fill(s, "patches", pos, rows, p)]
-            self._run(jobs)
-        return ImageFeatures(g, p)
-
-    def load_captions(self, keys: list[str]) -> CaptionFeatures:
-        """Requested captions in order; tokens flat with offsets (no padding)."""
-        with self._damage():
-            return self._load_captions(keys)
-
-    def _load_captions(self, keys: list[str]) -> CaptionFeatures:
-        d = self.meta["dim"]
-        groups = self._groups(CAPTION, keys)
-        offs = self._run([lambda s=s: self._offsets(s) for s, _, _ in groups])
-        lengths = np.empty(len(keys), np.int64)
-        for (s, pos, rows), off in zip(groups, offs):
-            lengths[pos] = off[rows + 1] - off[rows]
-        offsets = np.zeros(len(keys) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        g = np.empty((len(keys), d), np.float16)
-        trunc = np.empty(len(keys), np.uint8)
-        tokens = np.empty((int(offsets[-1]), d), np.float16)
-        jobs = []
-        for (s, pos, rows), off in zip(groups, offs):
-            jobs += [lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
-                     lambda s=s, pos=pos, rows=rows: self._fill(s, "truncated", pos, rows, trunc),
-                     lambda s=s, pos=pos, rows=rows, off=off: self._fill_tokens(s, pos, rows, off, offsets, tokens)]
-        self._run(jobs)
-        return CaptionFeatures(g, tokens, offsets, trunc.astype(bool))
-
-    def _fill_tokens(self, s: int, pos, rows, off, offsets, tokens) -> None:
-        """Each requested caption's token rows to its place in the flat output."""
-        dst = _ranges(offsets[pos], offsets[pos + 1])
-        n = self.segments[s].rows
-        if len(rows) == n and (np.diff(pos) == 1).all() and (rows == np.arange(n)).all():
-            self.read_array(self.segments[s], "tokens", tokens[offsets[pos[0]]:offsets[pos[-1] + 1]])
-        else:
-            tokens[dst] = self.read_array(self.segments[s], "tokens")[_ranges(off[rows], off[rows + 1])]
-
-    def _offsets(self, s: int) -> np.ndarray:
-        seg = self.segments[s]
-        off = self.read_array(seg, "offsets")
-        if len(off) != seg.rows + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
-            raise SegmentDamaged(seg.path, "offsets are not increasing from 0")
-        return off
-
-    @contextlib.contextmanager
-    def _damage(self):
-        """Turn a damaged part met while reading into the store's one-line refusal."""
-        try:
-            yield
-        except SegmentDamaged as e:
-            raise StoreDamaged(self.root, [f"{os.path.relpath(e.path, self.root)}: {e.reason}"]) from None
-
-    # -- small record files: paths, file digests, failures ---------------------------------
-    def read_records(self, folder: str, columns: tuple[str, ...]):
-        """(name, table) of each record file of a folder, in name (= time) order, each
-        checked against the checksum in its name."""
-        d = os.path.join(self.root, folder)
-        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-            if not name.startswith("."):
-                with self._damage():
-                    yield name, self.read_record(folder, name, columns)
-
-    def read_record(self, folder: str, name: str, columns: tuple[str, ...]):
-        """One record file as a pyarrow table; SegmentDamaged if it fails a check."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        path = os.path.join(self.root, folder, name)
-        m = RECORD_NAME.match(name)
-        if not m:
-            raise SegmentDamaged(path, "stray file (not <time>-<id>-<checksum>.parquet)")
-        raw = open(path, "rb").read()
-        if hashlib.sha256(raw).hexdigest()[:16] != m.group(3):
-            raise SegmentDamaged(path, "fails its checksum (the bytes changed since they were written)")
-        try:
-            # ParquetFile, not read_table: read_table's dataset path lets an Arrow worker thread
-            # drop the last reference to the Python bytes; at interpreter exit that thread then
-            # needs the GIL, is killed, and the process aborts (rc 134). Here it stays ours.
-            table = pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
-        except Exception as e:         # pyarrow raises several kinds for a bad file
-            raise SegmentDamaged(path, f"not readable Parquet ({e})") from None
-        missing = [c for c in columns if c not in table.column_names]
-        if missing:
-            raise SegmentDamaged(path, f"lacks columns {missing}")
-        return table
-
-    def append_records(self, folder: str, table) -> str:
-        """A new record file in folder, durable before it gets its name, named
-        <time>-<id>-<sha256 of its bytes>: readers go through them in name order, so a
-        later row (a file edited since) wins, and check each against its checksum."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink)
-        raw = sink.getvalue().to_pybytes()
-        d = os.path.join(self.root, folder)
-        os.makedirs(d, exist_ok=True)
-        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}-{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
-        tmp = os.path.join(self.writer_dir(), name)
-        with open(tmp, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(d, name))
-        fsync_dir(d)
-        return os.path.join(d, name)
-
-    # -- manifest paths -> image keys ----------------------------------------------------
-    # Training and scoring never open images, yet manifests name images by path. Extract
-    # records which key each (image root, path, crop) had, in small Parquet files.
-    def path_index(self) -> dict[tuple[str, tuple | None], dict[str, str]]:
-        """(path, crop) -> {image_root: key}; the latest record wins. Read once and kept
-        (scoring maps every manifest through it) until refresh() or add_paths()."""
-        if self._paths is None:
-            paths: dict = {}
-            for _, table in self.read_records("paths", ("image_root", "path", "crop", "key")):
-                t = table.to_pydict()
-                for root, path, crop, key in zip(t["image_root"], t["path"], t["crop"], t["key"]):
-                    paths.setdefault((path, tuple(crop) if crop else None), {})[root] = key
-            self._paths = paths
-        return self._paths
-
-    def add_paths(self, rows: list[tuple[str, str, tuple | None, str]]) -> None:
-        """Record (image_root, path, crop, key) rows not yet indexed."""
-        import pyarrow as pa
-        known = self.path_index()
-        new = [r for r in rows if known.get((r[1], r[2]), {}).get(r[0]) != r[3]]
-        if new:
-            self._paths = None
-            self.append_records("paths", pa.table({
-                "image_root": [r[0] for r in new], "path": [r[1] for r in new],
-                "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
-                "key": [r[3] for r in new]}))
-
-    # -- file digests: an image file is read and hashed once, not on every extract ------
-    def file_digests(self) -> dict[str, tuple[tuple[int, int, int], str]]:
-        """realpath -> ((size, mtime_ns, inode), sha256 of its bytes) as last hashed."""
-        out: dict = {}
-        for _, table in self.read_records("hashes", ("path", "size", "mtime_ns", "inode", "sha256")):
-            t = table.to_pydict()
-            for path, size, mtime, ino, digest in zip(t["path"], t["size"], t["mtime_ns"], t["inode"], t["sha256"]):
-                out[path] = ((size, mtime, ino), digest)
-        return out
-
-    def add_file_digests(self, rows: list[tuple[str, tuple[int, int, int], str]]) -> None:
-        """Record (realpath, (size, mtime_ns, inode), sha256) of files just hashed."""
-        import pyarrow as pa
-        if rows:
-            self.append_records("hashes", pa.table({
-                "path": [r[0] for r in rows], "size": pa.array([r[1][0] for r in rows], pa.int64()),
-                "mtime_ns": pa.array([r[1][1] for r in rows], pa.int64()),
-                "inode": pa.array([r[1][2] for r in rows], pa.uint64()), "sha256": [r[2] for r in rows]}))
 
     # -- inspection --------------------------------------------------------------------
     def size_on_disk(self) -> int:
@@ -664,13 +353,3 @@ def _commit(tmp: str, final: str) -> bool:
         if os.path.exists(final):        # ENOTEMPTY / EEXIST: the other writer won
             return False
         raise StoreError(f"could not commit segment {final}: {e}") from e
-
-
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(start, stop) for each pair, vectorised."""
-    lengths = (stops - starts).astype(np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    first_out = np.cumsum(lengths) - lengths          # where each range begins in the output
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - first_out, lengths)

@@ -197,7 +197,7 @@ def _rows(store: FeatureStore, seg, keep: np.ndarray) -> dict[str, np.ndarray]:
     a = {n: store.read_array(seg, n) for n in ARRAYS[seg.kind] if n != "keys"}
     if seg.kind == IMAGE:
         return {"global": a["global"][keep], "patches": a["patches"][keep]}
-    from .core import _ranges
+    from .reading import _ranges
     off = a["offsets"]
     r = np.flatnonzero(keep)
     lengths = off[r + 1] - off[r]
