@@ -19,7 +19,8 @@ from flowclip_cache.encoders import EncoderSpec, resolve
 from flowclip_cache.extract import run_extract
 from flowclip_cache.manifest import Manifest
 from flowclip_cache.store import FeatureStore
-from flowclip_cache.train import TrainConfig, load_training_data, train_head, train_heads
+from flowclip_cache.train import TrainConfig, train_head, train_heads
+from flowclip_cache.training_data import load_training_data
 from flowclip_cache.world import build_world
 
 HEADS = {"global": dict(head="global", cimr=0.0), "global_cimr": dict(head="global", cimr=0.1),

@@ -114,7 +114,7 @@ def main():
     import numpy as np
 
     from flowclip_cache.banks import FeatureBank
-    from flowclip_cache.train import TrainingData
+    from flowclip_cache.training_data import TrainingData
     R = 1024
     lengths = torch.randint(10, L + 1, (2 * R,), generator=g)
     offsets = torch.zeros(2 * R + 1, dtype=torch.long)

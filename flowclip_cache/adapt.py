@@ -32,7 +32,9 @@ from .config import build
 from .errors import FlowclipError
 from .heads import HEAD_KINDS, head_class
 from .manifest import Manifest
-from .train import TrainConfig, batch_loss, caption_records, epoch_order, steps_per_epoch, write_finished_head
+from .run_folder import write_finished_head
+from .train import TrainConfig, batch_loss, epoch_order, steps_per_epoch
+from .training_data import caption_records
 
 
 @dataclass

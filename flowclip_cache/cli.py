@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sys
 
 import click
 
+from .commands import data as data_commands
+from .commands import store as store_commands
 from .errors import FlowclipError
 from .heads import REGISTRY
 
@@ -128,73 +129,6 @@ def extract(store, model, pretrained, init_seed, tokenizer, patch_readout, manif
         click.echo(line)
     if summary.failures and on_error == "fail":
         sys.exit(1)
-
-
-@main.group()
-def store():
-    """Inspect and check feature stores."""
-
-
-@store.command("info")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--json", "as_json", is_flag=True)
-def store_info(path, as_json):
-    """Fingerprint, counts and size on disk."""
-    from .store import FeatureStore
-    info = FeatureStore(path).info()
-    if as_json:
-        click.echo(json.dumps(info, indent=1))
-        return
-    for k, v in info.items():
-        if k == "bytes_on_disk":
-            v = f"{v} ({v / 2**20:.1f} MiB)"
-        click.echo(f"{k:15s} {v}")
-
-
-@store.command("verify")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--quarantine", is_flag=True, help="Move damaged segments and record files to PATH/quarantine/; "
-              "the next extract re-encodes what they held.")
-def store_verify(path, quarantine):
-    """Read every byte of the store: checksums, names, shapes, dtypes, NaN, record files.
-    Reports every problem in one run."""
-    from .store.integrity import quarantine as move_aside
-    from .store.integrity import verify_store
-    rep = verify_store(path)
-    for _, msg in rep.problems:
-        click.echo(f"problem: {msg}")
-    for note in rep.notes:
-        click.echo(f"note: {note}")
-    if rep.problems and quarantine:
-        dest = move_aside(os.path.abspath(path), rep, log=click.echo)
-        left = [m for p, m in rep.problems if p is None]
-        if dest:
-            click.echo(f"quarantined in {dest}; rerun extract with the same manifests to re-encode what it held")
-        if left:
-            raise FlowclipError(f"{len(left)} problems cannot be quarantined: {left[0]}")
-        return
-    if rep.problems:
-        raise FlowclipError(f"{len(rep.problems)} problems in {path}; `flowclip store verify --quarantine {path}` "
-                            f"moves the damaged parts aside")
-    click.echo(f"ok: {rep.segments} segments, {rep.images} images, {rep.captions} captions")
-
-
-@store.command("compact")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
-def store_compact(path):
-    """Remove rows whose key an earlier segment already holds (left by writers that ran
-    at once); every reader keeps reading the same vectors."""
-    from .store.integrity import compact
-    n = compact(path, log=click.echo)
-    click.echo(f"{n} duplicate rows removed")
-
-
-@store.command("upgrade")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
-def store_upgrade(path):
-    """Rewrite a format-1 store as format 2 (checksums on every array and record file)."""
-    from .store.integrity import upgrade
-    upgrade(path, log=click.echo)
 
 
 def _train_option(name, typ, help):
@@ -355,117 +289,6 @@ def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
     click.echo(f"weights: {path}")
 
 
-@main.group()
-def manifest():
-    """Build, check and list benchmark manifests."""
-
-
-@manifest.command("build")
-@click.argument("name")
-@click.option("--source", required=True, type=click.Path(exists=True), help="The benchmark's official files.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Manifest to write (.parquet).")
-@click.option("--option", "options", multiple=True, help="KEY=VALUE for the converter (see `manifest list`).")
-@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True)
-@click.option("--overwrite", is_flag=True)
-def manifest_build(name, source, out, options, on_error, overwrite):
-    """Convert benchmark NAME's official files into a manifest."""
-    from .catalogue import check_counts
-    from .datasets import get
-    from .datasets.base import RowErrors
-    bench = get(name)
-    opts = {}
-    for o in options:
-        k, sep, v = o.partition("=")
-        if not sep or k not in bench.options:
-            raise FlowclipError(f"--option {o!r}: {name} takes {', '.join(bench.options) or 'no options'}")
-        opts[k] = v
-    if os.path.exists(out) and not overwrite:
-        raise FlowclipError(f"{out} exists; pass --overwrite to replace it")
-    report = bench.build(source, out, RowErrors(on_error), **opts)
-    click.echo(f"{name}: {report.records} records, {report.images} images -> {out}")
-    for k, v in report.counts.items():
-        click.echo(f"  {k}: {v}")
-    for n in report.notes:
-        click.echo(f"  note: {n}")
-    if report.skipped:
-        click.echo(f"  skipped {len(report.skipped)} rows:")
-        for path, where, why in report.skipped[:20]:
-            click.echo(f"    {path}: {where}: {why}")
-    for line in check_counts(name, report):
-        click.echo(f"  catalogue: {line}")
-
-
-@manifest.command("check")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--image-root", type=click.Path(exists=True, file_okay=False))
-def manifest_check(path, image_root):
-    """Report missing images, duplicate record ids and duplicate captions in a candidate set."""
-    from .manifest import Manifest, check_manifest
-    problems = check_manifest(Manifest.read(path), image_root)
-    for p in problems[:50]:
-        click.echo(p)
-    if len(problems) > 50:
-        click.echo(f"... and {len(problems) - 50} more")
-    if problems:
-        raise FlowclipError(f"{len(problems)} problems in {path}")
-    click.echo(f"ok: {path}")
-
-
-@manifest.command("list")
-def manifest_list():
-    """The benchmark catalogue: converters, expected counts, sources, options."""
-    from .catalogue import load_catalogue
-    from .datasets import all_benchmarks
-    cat = load_catalogue()
-    for name, b in all_benchmarks().items():
-        entry = cat.get(name, {})
-        click.echo(f"{name:24s} {b.kind:14s} {b.title}")
-        if entry:
-            click.echo(f"{'':24s} source: {entry.get('source')}  licence: {entry.get('licence')}")
-            if entry.get("records"):
-                click.echo(f"{'':24s} expected records: {entry['records']}")
-        for k, h in b.options.items():
-            click.echo(f"{'':24s} --option {k}=...: {h}")
-
-
-@main.command()
-@click.option("--in", "inp", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Parquet with columns image, caption (and optionally split, record_id).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False))
-@click.option("--kinds", default="swap-att,swap-obj,shuffle-bigram", show_default=True)
-@click.option("--seed", default=0, show_default=True)
-@click.option("--attributes", type=click.Path(exists=True, dir_okay=False),
-              help="A word list added to swap-att's attribute words (one per line or space-separated).")
-@click.option("--objects", type=click.Path(exists=True, dir_okay=False),
-              help="A word list added to swap-obj's object words.")
-def negatives(inp, out, kinds, seed, attributes, objects):
-    """Make a training manifest with full-caption hard negatives for your own captions."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from .manifest import write_manifest
-    from .negatives import ATTRIBUTES, OBJECTS, build_training, read_word_list
-    table = pq.read_table(inp)
-    for col in ("image", "caption"):
-        if col not in table.column_names:
-            raise FlowclipError(f"{inp}: missing column {col!r}")
-    atts = ATTRIBUTES | (read_word_list(attributes) if attributes else set())
-    objs = OBJECTS | (read_word_list(objects) if objects else set())
-    captions = table.to_pylist()
-    rows, missing = build_training(captions, kinds.split(","), seed, atts, objs)
-    report = [f"  {k}: {len(captions) - sum(m[1] == k for m in missing)} of {len(captions)} captions got one"
-              for k in kinds.split(",")]
-    reasons: dict = {}
-    for _, k, why in missing:
-        reasons[(k, why)] = reasons.get((k, why), 0) + 1
-    report += [f"  {k}: {n} got none: {why}" for (k, why), n in sorted(reasons.items())]
-    if not rows:
-        raise FlowclipError(f"{inp}: no record got a negative of kinds {kinds}\n" + "\n".join(report))
-    write_manifest(out, pa.Table.from_pylist(rows), "training", {"negatives": kinds, "seed": seed})
-    click.echo(f"{len(rows)} of {len(captions)} records -> {out} (a record needs at least one negative)")
-    click.echo("\n".join(report))
-
-
 @main.command()
 @click.option("--model", required=True, help="The encoder to adapt (an open_clip config; docs/adapt.md).")
 @click.option("--pretrained", default="none", show_default=True, help="As for extract: a tag, a file, 'synthetic' or 'none'.")
@@ -568,3 +391,9 @@ def demo(out, scenes, epochs, quiet, zoo, patch_readout):
 
 if __name__ == "__main__":
     main()
+
+
+# command groups that live in their own modules (they import nothing from this one)
+main.add_command(store_commands.store)
+main.add_command(data_commands.manifest)
+main.add_command(data_commands.negatives)

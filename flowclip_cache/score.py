@@ -26,10 +26,10 @@ from .datasets.base import Scoring
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
 from .errors import FlowclipError
 from .report import results_markdown
+from .run_folder import git_revision
 from .scorers import CONTROLS, Scorer, control_images, evaluation_manifests, find_manifests, load_scorers, scoring_of  # noqa: F401
 from .stats import paired_bootstrap
 from .store import FeatureStore
-from .train import _git_revision
 
 
 def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list[str], out: str, *,
@@ -127,7 +127,7 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
         "store": store.root, "store_fingerprint": store.fingerprint,
         "scorers": [{"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind}
                     for s in scorers],
-        "git_revision": _git_revision(), "controls": list(controls), "seed": seed,
+        "git_revision": git_revision(), "controls": list(controls), "seed": seed,
         "units": "fractions in [0, 1] (accuracies, recalls); the bootstrap in percentage points; "
                  "results.md and results.csv in percent",
         "results": {f"{c}|{r}": v for (c, r), v in results.items()},

@@ -31,7 +31,7 @@ class Scorer:
 
 def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Scorer]:
     """'clip', a run folder, or 'name=run folder' (runs sharing a name are seeds of one method)."""
-    from .train import load_head
+    from .run_folder import load_head
     out, seen = [], set()
     for spec in specs:
         name, sep, path = spec.partition("=")

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -26,16 +25,17 @@ import numpy as np
 import torch
 
 from . import checkpoint, outputs
-from .banks import choose_placement, estimate_bytes, make_bank, prefetch
+from .banks import prefetch
 from .config import build
-from .data import manifest_keys
 from .errors import FlowclipError
 from .hashing import file_sha256
 from .heads import HEAD_KINDS, Head, build_head, head_class
 from .losses import cimr_loss, donor_map, hnb_loss
 from .manifest import Manifest
 from .progress import bar as progress_bar
+from .run_folder import git_revision, load_checkpoint, save_checkpoint, write_finished_head
 from .store import FeatureStore
+from .training_data import TrainingData, load_training_data, pairwise_accuracy
 
 
 @dataclass
@@ -80,151 +80,6 @@ class TrainConfig:
         return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
 
 
-# -- data: everything the manifest needs, in memory once ------------------------------------
-@dataclass
-class TrainingData:
-    bank: object                  # FeatureBank (device / host placement) or StoreBank (store placement)
-    rec_image: torch.Tensor       # [R] index into the bank's images
-    rec_pos: torch.Tensor         # [R] index into the bank's captions
-    rec_neg: torch.Tensor         # [R, K] index into the bank's captions, -1 = none
-    rec_neg_kind: list            # [R][K] negative kind names ("" when unknown)
-    split: np.ndarray             # [R] str
-    placement: str = "device"
-
-    def features(self, imgs, caps, need_tokens: bool):
-        return self.bank.features(imgs, caps, need_tokens)
-
-
-def caption_records(manifest: Manifest, command: str) -> tuple[dict, list[str], torch.Tensor, torch.Tensor]:
-    """A training manifest's columns, its distinct captions (sorted: their index is the
-    caption id), each record's positive [R] and negatives [R, K] (-1 pads) as caption ids.
-    train-head and adapt both read records with it; refused: another kind of manifest, a
-    record without negatives."""
-    if manifest.kind != "training":
-        raise FlowclipError(f"{manifest.path}: {command} needs a 'training' manifest "
-                            f"(record_id, image, positive, negatives, split), got {manifest.kind!r}")
-    t = manifest.table.to_pydict()
-    negs = t["negatives"]
-    if any(not n for n in negs):
-        bad = [i for i, n in enumerate(negs) if not n][:5]
-        raise FlowclipError(f"{manifest.path}: rows {bad} have no negatives")
-    texts = sorted(set(t["positive"]) | {n for ns in negs for n in ns})
-    cap_index = {c: i for i, c in enumerate(texts)}
-    rec_neg = torch.full((len(negs), max(map(len, negs))), -1, dtype=torch.long)
-    for r, ns in enumerate(negs):
-        rec_neg[r, :len(ns)] = torch.tensor([cap_index[n] for n in ns])
-    return t, texts, torch.tensor([cap_index[c] for c in t["positive"]]), rec_neg
-
-
-def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bool, device: str,
-                       image_root: str | None = None, placement: str = "device", log=print) -> TrainingData:
-    """The manifest's records as indices into a bank of their features; placement
-    auto|device|host|store says where the features live (banks.py), chosen from a memory
-    estimate made before anything is loaded."""
-    t, texts, rec_pos, rec_neg = caption_records(manifest, "train-head")
-    ikeys = manifest_keys(store, manifest, texts, image_root)
-    uimg = sorted(set(ikeys))
-    img_index = {k: i for i, k in enumerate(uimg)}
-    placement = choose_placement(placement, estimate_bytes(store, uimg, texts, need_patches), device, log)
-    bank = make_bank(store, uimg, texts, need_patches, device, placement, log)
-    kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in t["negatives"]]
-    return TrainingData(
-        bank=bank, rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
-        rec_pos=rec_pos.to(device), rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]),
-        placement=placement)
-
-
-# -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------
-@torch.no_grad()
-def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
-    """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
-    correct: dict[str, list[int]] = {}
-    for s in range(0, len(records), chunk):
-        r = torch.as_tensor(records[s:s + chunk], device=data.rec_image.device)
-        for k in range(data.rec_neg.shape[1]):
-            rk = r[data.rec_neg[r, k] >= 0]
-            if len(rk) == 0:
-                continue
-            img = data.rec_image[rk]
-            pos, neg = data.rec_pos[rk], data.rec_neg[rk, k]
-            sp = head.score_matched(*data.features(img, pos, head.uses_tokens))
-            sn = head.score_matched(*data.features(img, neg, head.uses_tokens))
-            ok = (sp > sn).cpu().numpy()
-            for rec, o in zip(rk.cpu().numpy(), ok):
-                kind = data.rec_neg_kind[rec][k] or "all"
-                correct.setdefault(kind, []).append(int(o))
-    out = {kind: float(np.mean(v)) for kind, v in sorted(correct.items())}
-    allv = [x for v in correct.values() for x in v]
-    out["all"] = float(np.mean(allv)) if allv else float("nan")
-    out["pairs"] = len(allv)
-    return out
-
-
-# -- checkpoints --------------------------------------------------------------------------------
-def _git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
-def write_finished_head(out: str, head: Head, done: dict) -> None:
-    """A head run folder's last files: head.safetensors (the scored weights), then DONE,
-    written last (a finished run). train-head and adapt both end with it."""
-    from safetensors.torch import save_file
-    weights = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
-    outputs.atomic_write(os.path.join(out, "head.safetensors"), lambda p: save_file(weights, p))
-    outputs.atomic_write(os.path.join(out, "DONE"), lambda p: open(p, "w").write(json.dumps(done)))
-
-
-def save_checkpoint(out: str, head: Head, opt, state: dict) -> None:
-    checkpoint.save(out, head.state_dict(), checkpoint.optimizer_tensors(list(head.parameters()), opt), state)
-
-
-def load_checkpoint(out: str, head: Head, opt, device: str) -> dict:
-    weights, moments, state = checkpoint.load(out, device)
-    head.load_state_dict(weights)
-    if opt is not None:
-        checkpoint.load_optimizer(list(head.parameters()), opt, moments)
-    return state
-
-
-def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
-    """A trained head and its run config (for flowclip score); a malformed run folder
-    is refused naming what is wrong, never scored."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-    where = f"run folder {run_dir}"
-    try:
-        cfg = json.load(open(os.path.join(run_dir, "config.json")))
-        hp = cfg["head"]
-        kind, dim = hp["kind"], hp["dim"]
-        if not isinstance(cfg["store_fingerprint"], str) or not isinstance(cfg["train"], dict):
-            raise TypeError("store_fingerprint must be a string and train a mapping")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
-    if kind not in HEAD_KINDS:
-        raise FlowclipError(f"{where}: head kind {kind!r} is not one of {HEAD_KINDS}")
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
-        raise FlowclipError(f"{where}: head dim {dim!r} is not a positive integer")
-    head = build_head(kind, dim, **head_class(kind).check_hparams(hp, where))
-    try:
-        weights = load_file(os.path.join(run_dir, "head.safetensors"), device=device)
-    except (OSError, SafetensorError) as e:
-        raise FlowclipError(f"{where}: head.safetensors is unreadable ({e})") from None
-    want = head.state_dict()
-    if set(weights) != set(want):
-        raise FlowclipError(f"{where}: head.safetensors holds {sorted(weights)}, a {kind} head needs {sorted(want)}")
-    for k, v in weights.items():
-        if v.shape != want[k].shape or v.dtype != want[k].dtype:
-            raise FlowclipError(f"{where}: {k} is {v.dtype}{list(v.shape)}, expected {want[k].dtype}{list(want[k].shape)}")
-        if not torch.isfinite(v).all():
-            raise FlowclipError(f"{where}: {k} holds NaN or inf")
-    head.load_state_dict(weights)
-    return head.to(device).eval(), cfg
-
-
 # -- one step's loss: what train-head, studies and the dry run's timing share ---------------------
 def batch_loss(head: Head, cfg: TrainConfig, img, pos, neg, feats):
     """(loss, HNB term, CIMR term, the head's named parts) of one batch whose features are gathered.
@@ -236,7 +91,7 @@ def batch_loss(head: Head, cfg: TrainConfig, img, pos, neg, feats):
     return l_hnb + cfg.cimr * l_cimr, l_hnb, l_cimr, terms
 
 
-def seconds_per_step(data: "TrainingData", cfg: TrainConfig, device: str, repeats: int = 3) -> float:
+def seconds_per_step(data: TrainingData, cfg: TrainConfig, device: str, repeats: int = 3) -> float:
     """A measured optimiser step of this head on the first batch of training records
     (the dry run's time estimate): best of a few, after one warm-up."""
     head = cfg.build_head(data.bank.dim).to(device)
@@ -278,7 +133,7 @@ class HeadRun:
                                 f"pass --overwrite to start it again")
         run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
                       "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
-                      "manifest_sha256": file_sha256(manifest_path), "git_revision": _git_revision(),
+                      "manifest_sha256": file_sha256(manifest_path), "git_revision": git_revision(),
                       "head": cfg.build_head(store.meta["dim"]).hparams(),
                       "dim": store.meta["dim"], "parameters": head_parameters(cfg, store.meta["dim"]),
                       "torch": torch.__version__, "device": device}

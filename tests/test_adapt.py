@@ -28,7 +28,8 @@ from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.manifest import Manifest
 from flowclip_cache.store.integrity import store_problems
-from flowclip_cache.train import TrainConfig, batch_loss, epoch_order, load_training_data, train_head
+from flowclip_cache.train import TrainConfig, batch_loss, epoch_order, train_head
+from flowclip_cache.training_data import load_training_data
 
 TINY = "flowclip-tiny-vit"
 

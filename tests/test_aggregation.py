@@ -11,7 +11,7 @@ from flowclip_cache.datasets.base import Scoring
 from flowclip_cache.heads import build_head
 from flowclip_cache.score import aggregate, bootstrap_task, cross_task_means, write_outputs
 from flowclip_cache.studies.study import RunSpec, summarise
-from flowclip_cache.train import TrainingData, pairwise_accuracy
+from flowclip_cache.training_data import TrainingData, pairwise_accuracy
 
 
 def test_cross_task_means_by_hand():

@@ -11,7 +11,8 @@ from test_learning import planted  # noqa: F401  (fixture: a store written direc
 from flowclip_cache import banks
 from flowclip_cache.errors import StoreDamaged
 from flowclip_cache.manifest import Manifest
-from flowclip_cache.train import TrainConfig, load_training_data, train_head
+from flowclip_cache.train import TrainConfig, train_head
+from flowclip_cache.training_data import load_training_data
 
 
 def cfg(**kw):

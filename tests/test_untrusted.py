@@ -120,7 +120,7 @@ def test_malformed_head_runs_are_refused_not_scored(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from flowclip_cache.train import load_head
+    from flowclip_cache.run_folder import load_head
     run_keys = {"store_fingerprint": "f" * 64, "train": {"seed": 0}}
     good_cfg = {"head": {"kind": "global", "dim": 4, "alpha": 1.0, "tau_p": 0.05}, **run_keys}
     M = torch.eye(4)

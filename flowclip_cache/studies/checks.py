@@ -113,7 +113,8 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
     """Runs, epochs, steps, device, what is done, and (measure) the time left from a
     measured step."""
     from ..manifest import Manifest
-    from ..train import load_training_data, seconds_per_step
+    from ..train import seconds_per_step
+    from ..training_data import load_training_data
     n_train = checked.train_records
     left, step_time = 0, {}
     for r in runs:

@@ -14,7 +14,8 @@ import numpy as np
 from .. import checkpoint
 from ..errors import FlowclipError
 from ..store import FeatureStore
-from ..train import load_training_data, train_heads
+from ..train import train_heads
+from ..training_data import load_training_data
 
 DONE = "STUDY_DONE"
 

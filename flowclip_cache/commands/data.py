@@ -1,0 +1,119 @@
+"""`flowclip manifest` (build, check, list the catalogue) and `flowclip negatives`."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..errors import FlowclipError
+
+
+@click.group()
+def manifest():
+    """Build, check and list benchmark manifests."""
+
+
+@manifest.command("build")
+@click.argument("name")
+@click.option("--source", required=True, type=click.Path(exists=True), help="The benchmark's official files.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Manifest to write (.parquet).")
+@click.option("--option", "options", multiple=True, help="KEY=VALUE for the converter (see `manifest list`).")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True)
+@click.option("--overwrite", is_flag=True)
+def manifest_build(name, source, out, options, on_error, overwrite):
+    """Convert benchmark NAME's official files into a manifest."""
+    from ..catalogue import check_counts
+    from ..datasets import get
+    from ..datasets.base import RowErrors
+    bench = get(name)
+    opts = {}
+    for o in options:
+        k, sep, v = o.partition("=")
+        if not sep or k not in bench.options:
+            raise FlowclipError(f"--option {o!r}: {name} takes {', '.join(bench.options) or 'no options'}")
+        opts[k] = v
+    if os.path.exists(out) and not overwrite:
+        raise FlowclipError(f"{out} exists; pass --overwrite to replace it")
+    report = bench.build(source, out, RowErrors(on_error), **opts)
+    click.echo(f"{name}: {report.records} records, {report.images} images -> {out}")
+    for k, v in report.counts.items():
+        click.echo(f"  {k}: {v}")
+    for n in report.notes:
+        click.echo(f"  note: {n}")
+    if report.skipped:
+        click.echo(f"  skipped {len(report.skipped)} rows:")
+        for path, where, why in report.skipped[:20]:
+            click.echo(f"    {path}: {where}: {why}")
+    for line in check_counts(name, report):
+        click.echo(f"  catalogue: {line}")
+
+
+@manifest.command("check")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--image-root", type=click.Path(exists=True, file_okay=False))
+def manifest_check(path, image_root):
+    """Report missing images, duplicate record ids and duplicate captions in a candidate set."""
+    from ..manifest import Manifest, check_manifest
+    problems = check_manifest(Manifest.read(path), image_root)
+    for p in problems[:50]:
+        click.echo(p)
+    if len(problems) > 50:
+        click.echo(f"... and {len(problems) - 50} more")
+    if problems:
+        raise FlowclipError(f"{len(problems)} problems in {path}")
+    click.echo(f"ok: {path}")
+
+
+@manifest.command("list")
+def manifest_list():
+    """The benchmark catalogue: converters, expected counts, sources, options."""
+    from ..catalogue import load_catalogue
+    from ..datasets import all_benchmarks
+    cat = load_catalogue()
+    for name, b in all_benchmarks().items():
+        entry = cat.get(name, {})
+        click.echo(f"{name:24s} {b.kind:14s} {b.title}")
+        if entry:
+            click.echo(f"{'':24s} source: {entry.get('source')}  licence: {entry.get('licence')}")
+            if entry.get("records"):
+                click.echo(f"{'':24s} expected records: {entry['records']}")
+        for k, h in b.options.items():
+            click.echo(f"{'':24s} --option {k}=...: {h}")
+
+
+@click.command()
+@click.option("--in", "inp", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Parquet with columns image, caption (and optionally split, record_id).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--kinds", default="swap-att,swap-obj,shuffle-bigram", show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--attributes", type=click.Path(exists=True, dir_okay=False),
+              help="A word list added to swap-att's attribute words (one per line or space-separated).")
+@click.option("--objects", type=click.Path(exists=True, dir_okay=False),
+              help="A word list added to swap-obj's object words.")
+def negatives(inp, out, kinds, seed, attributes, objects):
+    """Make a training manifest with full-caption hard negatives for your own captions."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..manifest import write_manifest
+    from ..negatives import ATTRIBUTES, OBJECTS, build_training, read_word_list
+    table = pq.read_table(inp)
+    for col in ("image", "caption"):
+        if col not in table.column_names:
+            raise FlowclipError(f"{inp}: missing column {col!r}")
+    atts = ATTRIBUTES | (read_word_list(attributes) if attributes else set())
+    objs = OBJECTS | (read_word_list(objects) if objects else set())
+    captions = table.to_pylist()
+    rows, missing = build_training(captions, kinds.split(","), seed, atts, objs)
+    report = [f"  {k}: {len(captions) - sum(m[1] == k for m in missing)} of {len(captions)} captions got one"
+              for k in kinds.split(",")]
+    reasons: dict = {}
+    for _, k, why in missing:
+        reasons[(k, why)] = reasons.get((k, why), 0) + 1
+    report += [f"  {k}: {n} got none: {why}" for (k, why), n in sorted(reasons.items())]
+    if not rows:
+        raise FlowclipError(f"{inp}: no record got a negative of kinds {kinds}\n" + "\n".join(report))
+    write_manifest(out, pa.Table.from_pylist(rows), "training", {"negatives": kinds, "seed": seed})
+    click.echo(f"{len(rows)} of {len(captions)} records -> {out} (a record needs at least one negative)")
+    click.echo("\n".join(report))

@@ -1,0 +1,76 @@
+"""`flowclip store`: inspect, verify, compact and upgrade feature stores."""
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from ..errors import FlowclipError
+
+
+@click.group()
+def store():
+    """Inspect and check feature stores."""
+
+
+@store.command("info")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def store_info(path, as_json):
+    """Fingerprint, counts and size on disk."""
+    from ..store import FeatureStore
+    info = FeatureStore(path).info()
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    for k, v in info.items():
+        if k == "bytes_on_disk":
+            v = f"{v} ({v / 2**20:.1f} MiB)"
+        click.echo(f"{k:15s} {v}")
+
+
+@store.command("verify")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--quarantine", is_flag=True, help="Move damaged segments and record files to PATH/quarantine/; "
+              "the next extract re-encodes what they held.")
+def store_verify(path, quarantine):
+    """Read every byte of the store: checksums, names, shapes, dtypes, NaN, record files.
+    Reports every problem in one run."""
+    from ..store.integrity import quarantine as move_aside
+    from ..store.integrity import verify_store
+    rep = verify_store(path)
+    for _, msg in rep.problems:
+        click.echo(f"problem: {msg}")
+    for note in rep.notes:
+        click.echo(f"note: {note}")
+    if rep.problems and quarantine:
+        dest = move_aside(os.path.abspath(path), rep, log=click.echo)
+        left = [m for p, m in rep.problems if p is None]
+        if dest:
+            click.echo(f"quarantined in {dest}; rerun extract with the same manifests to re-encode what it held")
+        if left:
+            raise FlowclipError(f"{len(left)} problems cannot be quarantined: {left[0]}")
+        return
+    if rep.problems:
+        raise FlowclipError(f"{len(rep.problems)} problems in {path}; `flowclip store verify --quarantine {path}` "
+                            f"moves the damaged parts aside")
+    click.echo(f"ok: {rep.segments} segments, {rep.images} images, {rep.captions} captions")
+
+
+@store.command("compact")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+def store_compact(path):
+    """Remove rows whose key an earlier segment already holds (left by writers that ran
+    at once); every reader keeps reading the same vectors."""
+    from ..store.integrity import compact
+    n = compact(path, log=click.echo)
+    click.echo(f"{n} duplicate rows removed")
+
+
+@store.command("upgrade")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+def store_upgrade(path):
+    """Rewrite a format-1 store as format 2 (checksums on every array and record file)."""
+    from ..store.integrity import upgrade
+    upgrade(path, log=click.echo)
