@@ -289,43 +289,19 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
             out.append((name, objs, rng))
         return out
 
-    # head training: every family's negatives, seen combinations only
-    train = scenes("train", train_scenes, seen_combos)
-    rows = []
-    for i, (name, objs, rng) in enumerate(train):
-        # up to two records per scene (as COCO has several captions per image), each with the
-        # full-caption negative of one family
-        for fam in rng.sample(FAMILIES, len(FAMILIES)):
-            rec = make_record(objs, fam, rng, all_combos)
-            if rec is None:
-                continue
-            rows.append({"record_id": f"train/{i}/{fam}", "image": name, "positive": rec[1],
-                         "negatives": [rng.choice(rec[0][1:])], "negative_kinds": [fam],
-                         "split": "val" if i % 10 == 0 else "train"})
-            if sum(r["image"] == name for r in rows[-2:]) == 2:
-                break
-    write_manifest(paths["training"], pa.Table.from_pylist(rows), "training", {"benchmark": "synthetic-train"})
+    write_manifest(paths["training"], pa.Table.from_pylist(_training_rows(scenes("train", train_scenes, seen_combos),
+                                                                           all_combos)),
+                   "training", {"benchmark": "synthetic-train"})
     # evaluation: disjoint scenes (their own seed stream), one manifest per family
     ev = scenes("eval", eval_scenes, seen_combos)
     for fam in FAMILIES:
-        rows = []
-        for i, (name, objs, rng) in enumerate(ev):
-            rec = make_record(objs, fam, random.Random(f"{seed}:{fam}:{i}"), all_combos)
-            if rec:
-                rows.append({"record_id": f"{fam}/{i}", "image": name, "captions": rec[0], "gold": 0,
-                             "family": fam, "objects": [object_label(o) for o in objs]})
-        write_manifest(paths[f"eval-{fam}"], pa.Table.from_pylist(rows), "candidates",
-                       {"benchmark": f"synthetic-{fam}"})
+        write_manifest(paths[f"eval-{fam}"], pa.Table.from_pylist(_eval_rows(ev, fam, f"{seed}:{fam}", all_combos)),
+                       "candidates", {"benchmark": f"synthetic-{fam}"})
     # held-out colour-shape combinations, binding family
     ho = scenes("heldout", heldout_scenes, all_combos, need_held=True)
-    rows = []
-    for i, (name, objs, rng) in enumerate(ho):
-        rec = make_record(objs, "swap-att", random.Random(f"{seed}:heldout:{i}"), all_combos)
-        if rec:
-            rows.append({"record_id": f"heldout/{i}", "image": name, "captions": rec[0], "gold": 0,
-                         "family": "swap-att", "objects": [object_label(o) for o in objs]})
-    write_manifest(paths["eval-heldout-swap-att"], pa.Table.from_pylist(rows), "candidates",
-                   {"benchmark": "synthetic-heldout-swap-att"})
+    write_manifest(paths["eval-heldout-swap-att"],
+                   pa.Table.from_pylist(_eval_rows(ho, "swap-att", f"{seed}:heldout", all_combos, "heldout")),
+                   "candidates", {"benchmark": "synthetic-heldout-swap-att"})
     if pretrain_scenes:
         pre = scenes("pretrain", pretrain_scenes, all_combos)
         rows = [{"image": name, "captions": [describe(objs, random.Random(f"{seed}:cap:{i}:{j}"), 0.5)
@@ -337,3 +313,33 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
         json.dump(settings, f)
     log(f"world written to {root}")
     return paths
+
+
+def _training_rows(train: list, all_combos: list) -> list[dict]:
+    """Head training: every family's negatives, seen combinations only; up to two records
+    per scene (as COCO has several captions per image), each with the full-caption
+    negative of one family."""
+    rows: list[dict] = []
+    for i, (name, objs, rng) in enumerate(train):
+        for fam in rng.sample(FAMILIES, len(FAMILIES)):
+            rec = make_record(objs, fam, rng, all_combos)
+            if rec is None:
+                continue
+            rows.append({"record_id": f"train/{i}/{fam}", "image": name, "positive": rec[1],
+                         "negatives": [rng.choice(rec[0][1:])], "negative_kinds": [fam],
+                         "split": "val" if i % 10 == 0 else "train"})
+            if sum(r["image"] == name for r in rows[-2:]) == 2:
+                break
+    return rows
+
+
+def _eval_rows(scenes: list, fam: str, stream: str, all_combos: list, prefix: str | None = None) -> list[dict]:
+    """One candidate record of family `fam` per scene that has one (each from its own
+    seed stream `stream:i`)."""
+    rows = []
+    for i, (name, objs, _) in enumerate(scenes):
+        rec = make_record(objs, fam, random.Random(f"{stream}:{i}"), all_combos)
+        if rec:
+            rows.append({"record_id": f"{prefix or fam}/{i}", "image": name, "captions": rec[0], "gold": 0,
+                         "family": fam, "objects": [object_label(o) for o in objs]})
+    return rows
