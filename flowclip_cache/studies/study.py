@@ -45,7 +45,7 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
             jobs: int = 1, device: str = "cpu", side_by_side: bool = True, world=None, progress: bool = True,
             placement: str = "auto", log=print) -> dict | None:
     from .. import outputs
-    from .checks import check_study, plan_lines, run_status
+    from .checks import check_study, plan_lines
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
     if len(run_dirs) != len(runs):
         raise FlowclipError("two runs of the grid have the same settings")
@@ -77,48 +77,10 @@ def execute(*, store_path: str, train_manifest: str, eval_manifests: list[str], 
     device = checked.device
     store = FeatureStore(store_path)
     t0 = time.perf_counter()
-    todo = [r for r in runs if run_status(run_dirs[r.folder]) != "done"]
-    if todo:
-        from ..manifest import Manifest
-        # one in-memory copy of the features serves every run (patches kept if any head needs them)
-        need_patches = any(checked.cfgs[r.folder].uses_tokens for r in todo)
-        data = load_training_data(store, Manifest.read(train_manifest), need_patches, device,
-                                  placement=placement, log=lambda m: log(f"  {m}"))
-
-        cfgs = checked.cfgs
-        # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches
-        key = (lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs)) if side_by_side \
-            else (lambda r: r.folder)
-        groups: dict = {}
-        for r in todo:
-            groups.setdefault(key(r), []).append(r)
-
-        def train_group(group: list[RunSpec]):
-            train_heads(store, train_manifest, [(run_dirs[r.folder], cfgs[r.folder]) for r in group], device=device,
-                        resume=True, progress=progress, data=data, log=lambda m: log(f"  {m}"))
-
-        if jobs > 1:
-            from concurrent.futures import ThreadPoolExecutor
-            with ThreadPoolExecutor(jobs) as pool:
-                list(pool.map(train_group, groups.values()))
-        else:
-            for group in groups.values():
-                train_group(group)
-    from ..score import run_score
-    specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
-    pairs = [tuple(p) for p in compare]
-    score = run_score(store, eval_manifests, specs, os.path.join(out, "score"), controls=tuple(controls),
-                      device=device, bootstrap_draws=bootstrap, overwrite=True, compare=pairs,
-                      progress=progress, log=lambda m: log(f"  {m}"))
-    summary = summarise(score, runs, run_dirs)
-    summary["timing"] = {"this_invocation_seconds": time.perf_counter() - t0,
-                         "train_seconds_per_run": {r.folder: checkpoint.read_state(run_dirs[r.folder])
-                                                   .get("seconds") for r in runs},
-                         "score_seconds": score["seconds"]}
-    profile = os.path.join(out, "profile.json")
-    if os.path.exists(profile):
-        summary["encoder_profile"] = json.load(open(profile))
-    write_summary(out, summary)
+    train_missing(store, train_manifest, runs, run_dirs, checked.cfgs, device=device, jobs=jobs,
+                  side_by_side=side_by_side, placement=placement, progress=progress, log=log)
+    summary = score_and_summarise(store, eval_manifests, out, runs, run_dirs, controls=controls, bootstrap=bootstrap,
+                                  compare=compare, device=device, progress=progress, t0=t0, log=log)
     with open(os.path.join(out, DONE), "w") as f:
         json.dump(what, f, indent=1)
     return summary
@@ -306,3 +268,57 @@ def plot_summary(out: str, summary: dict) -> None:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "summary.png"), dpi=100)
     plt.close(fig)
+
+
+def train_missing(store, train_manifest: str, runs: list[RunSpec], run_dirs: dict, cfgs: dict, *, device: str,
+                  jobs: int, side_by_side: bool, placement: str, progress: bool, log) -> None:
+    """Train every run not finished (resuming partial ones), from one in-memory copy of the
+    features; runs that share a data order train side by side on the same batches."""
+    from .checks import run_status
+    todo = [r for r in runs if run_status(run_dirs[r.folder]) != "done"]
+    if todo:
+        from ..manifest import Manifest
+        # one in-memory copy of the features serves every run (patches kept if any head needs them)
+        need_patches = any(cfgs[r.folder].uses_tokens for r in todo)
+        data = load_training_data(store, Manifest.read(train_manifest), need_patches, device,
+                                  placement=placement, log=lambda m: log(f"  {m}"))
+
+        # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches
+        key = (lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs)) if side_by_side \
+            else (lambda r: r.folder)
+        groups: dict = {}
+        for r in todo:
+            groups.setdefault(key(r), []).append(r)
+
+        def train_group(group: list[RunSpec]):
+            train_heads(store, train_manifest, [(run_dirs[r.folder], cfgs[r.folder]) for r in group], device=device,
+                        resume=True, progress=progress, data=data, log=lambda m: log(f"  {m}"))
+
+        if jobs > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(jobs) as pool:
+                list(pool.map(train_group, groups.values()))
+        else:
+            for group in groups.values():
+                train_group(group)
+
+
+def score_and_summarise(store, eval_manifests: list[str], out: str, runs: list[RunSpec], run_dirs: dict, *,
+                        controls, bootstrap: int, compare, device: str, progress: bool, t0: float, log) -> dict:
+    """Score CLIP and every run on every manifest; the summary across seeds with timings."""
+    from ..score import run_score
+    specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
+    pairs = [tuple(p) for p in compare]
+    score = run_score(store, eval_manifests, specs, os.path.join(out, "score"), controls=tuple(controls),
+                      device=device, bootstrap_draws=bootstrap, overwrite=True, compare=pairs,
+                      progress=progress, log=lambda m: log(f"  {m}"))
+    summary = summarise(score, runs, run_dirs)
+    summary["timing"] = {"this_invocation_seconds": time.perf_counter() - t0,
+                         "train_seconds_per_run": {r.folder: checkpoint.read_state(run_dirs[r.folder])
+                                                   .get("seconds") for r in runs},
+                         "score_seconds": score["seconds"]}
+    profile = os.path.join(out, "profile.json")
+    if os.path.exists(profile):
+        summary["encoder_profile"] = json.load(open(profile))
+    write_summary(out, summary)
+    return summary
