@@ -79,24 +79,10 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
             raise FlowclipError(f"{m.path}: every record's image or caption failed at extract; nothing to score")
         log(f"scoring {name} ({len(m)} records, {sc.task})")
         if sc.task in ("pairwise", "candidates"):
-            mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root, name,
-                                                       max_memory_mb)
-            correct_real = {}
-            ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
-            for (control, run), mat in mats.items():
-                res = aggregate(sc, mat, gold, cols)
-                results.setdefault((control, run), {})[name] = res
-                correct = metrics.decisions(mat, gold, sc.tie_rule)[0]
-                if control == "real":
-                    correct_real[run] = correct
-                record_rows += [{"benchmark": name, "record_id": rid, "control": control, "scorer": run,
-                                 "scores": row[~np.isnan(row)].tolist(), "gold": g, "correct": c}
-                                for rid, row, g, c in zip(ids, mat, gold.tolist(), correct.tolist())]
-            runs = [s.run for s in scorers]
-            changes[name] = {f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
-                             for i, a in enumerate(runs) for b in runs[i + 1:]} if "real" in controls else {}
-            if "real" in controls:
-                boot_tasks.append(bootstrap_task(name, sc, cols, ikeys, correct_real, all_images))
+            rows, changes[name], boot = _score_candidate_task(store, m, name, sc, scorers, controls, seed, device,
+                                                              image_root, max_memory_mb, results, all_images)
+            record_rows += rows
+            boot_tasks += boot
         elif sc.task == "retrieval":
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_retrieval(store, m, s, device, max_memory_mb,
@@ -105,22 +91,8 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)
 
-    for per_task in results.values():               # a figure resting on a part of its records says so
-        for name, dropped in excluded.items():
-            if name in per_task:
-                per_task[name]["excluded_failed"] = dropped
-                per_task[name]["partial"] = "; ".join(filter(None, [per_task[name].get("partial"), (
-                    f"{len(dropped)} records left out (extract recorded their image or caption as failed; listed "
-                    f"in results.json under excluded_failed)")]))
-    methods: dict[str, list[str]] = {}
-    for s in scorers:
-        methods.setdefault(s.method, []).append(s.run)
-    names = list(methods)
-    pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))] \
-        if compare is None else list(compare)
-    for a, b in pairs:
-        if a not in methods or b not in methods:
-            raise FlowclipError(f"bootstrap comparison {a} vs {b}: no such scorer (have {', '.join(methods)})")
+    mark_partial(results, excluded)
+    methods, pairs = _comparisons(scorers, compare)
     bootstrap = paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed) \
         if pairs and boot_tasks and bootstrap_draws else {}
     summary = {
@@ -136,6 +108,56 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
     }
     write_outputs(tmp, summary, record_rows, scorers, controls, benches)
     return summary
+
+
+def _score_candidate_task(store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb,
+                          results: dict, all_images: dict) -> tuple[list[dict], dict, list]:
+    """A pairs or candidate-set manifest under every control: its aggregation into results,
+    its per-record rows, the decision changes between scorers, and its bootstrap input."""
+    mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root, name,
+                                               max_memory_mb)
+    correct_real, record_rows = {}, []
+    ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
+    for (control, run), mat in mats.items():
+        results.setdefault((control, run), {})[name] = aggregate(sc, mat, gold, cols)
+        correct = metrics.decisions(mat, gold, sc.tie_rule)[0]
+        if control == "real":
+            correct_real[run] = correct
+        record_rows += [{"benchmark": name, "record_id": rid, "control": control, "scorer": run,
+                         "scores": row[~np.isnan(row)].tolist(), "gold": g, "correct": c}
+                        for rid, row, g, c in zip(ids, mat, gold.tolist(), correct.tolist())]
+    if "real" not in controls:
+        return record_rows, {}, []
+    runs = [s.run for s in scorers]
+    changes = {f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
+               for i, a in enumerate(runs) for b in runs[i + 1:]}
+    return record_rows, changes, [bootstrap_task(name, sc, cols, ikeys, correct_real, all_images)]
+
+
+def mark_partial(results: dict, excluded: dict[str, list[dict]]) -> None:
+    """A figure resting on a part of its records says so."""
+    for per_task in results.values():
+        for name, dropped in excluded.items():
+            if name in per_task:
+                per_task[name]["excluded_failed"] = dropped
+                per_task[name]["partial"] = "; ".join(filter(None, [per_task[name].get("partial"), (
+                    f"{len(dropped)} records left out (extract recorded their image or caption as failed; listed "
+                    f"in results.json under excluded_failed)")]))
+
+
+def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """Methods (their runs: seeds) and the method pairs the bootstrap compares (every
+    pair unless `compare` names them)."""
+    methods: dict[str, list[str]] = {}
+    for s in scorers:
+        methods.setdefault(s.method, []).append(s.run)
+    names = list(methods)
+    pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))] \
+        if compare is None else list(compare)
+    for a, b in pairs:
+        if a not in methods or b not in methods:
+            raise FlowclipError(f"bootstrap comparison {a} vs {b}: no such scorer (have {', '.join(methods)})")
+    return methods, pairs
 
 
 def headline(res: dict) -> float:
