@@ -207,37 +207,44 @@ def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: li
         return [gold, f"{article(a.shape)} {a.shape} and {article(other)} {other}"], gold
     if family == "order":
         gold = _pair_caption(a, b)
-        w = gold.split()
-        content = [1, 2, 5, 6]                               # colours and shapes of "a C S and a C S"
-        foils = []
-        for k in range(40):
-            if len(foils) == 4:
-                break
-            v = list(w)
-            if k % 4 == 0:                                   # shuffle colours and shapes among themselves
-                vals = [w[i] for i in content]
-                rng.shuffle(vals)
-                for i, x in zip(content, vals):
-                    v[i] = x
-            elif k % 4 == 1:                                 # shuffle everything else
-                rest = [i for i in range(len(w)) if i not in content]
-                vals = [w[i] for i in rest]
-                rng.shuffle(vals)
-                for i, x in zip(rest, vals):
-                    v[i] = x
-            elif k % 4 == 2:                                 # within trigrams
-                v = [x for t in range(0, len(w), 3) for x in rng.sample(w[t:t + 3], len(w[t:t + 3]))]
-            else:                                            # trigrams
-                tri = [w[t:t + 3] for t in range(0, len(w), 3)]
-                rng.shuffle(tri)
-                v = [x for t in tri for x in t]
-            cand = " ".join(v)
-            if cand != gold and cand not in foils:
-                foils.append(cand)
-        if len(foils) < 4:
-            return None
-        return [gold] + foils, gold
+        foils = _order_foils(gold, rng)
+        return ([gold] + foils, gold) if foils else None
     raise ValueError(family)
+
+
+
+def _order_foils(gold: str, rng: random.Random) -> list[str]:
+    """Four word-order foils of "a C S and a C S" (ARO's perturbations: content words among
+    themselves, the rest among themselves, within trigrams, trigrams), or [] if four
+    distinct ones do not come up."""
+    w = gold.split()
+    content = [1, 2, 5, 6]                               # colours and shapes of "a C S and a C S"
+    foils = []
+    for k in range(40):
+        if len(foils) == 4:
+            break
+        v = list(w)
+        if k % 4 == 0:                                   # shuffle colours and shapes among themselves
+            vals = [w[i] for i in content]
+            rng.shuffle(vals)
+            for i, x in zip(content, vals):
+                v[i] = x
+        elif k % 4 == 1:                                 # shuffle everything else
+            rest = [i for i in range(len(w)) if i not in content]
+            vals = [w[i] for i in rest]
+            rng.shuffle(vals)
+            for i, x in zip(rest, vals):
+                v[i] = x
+        elif k % 4 == 2:                                 # within trigrams
+            v = [x for t in range(0, len(w), 3) for x in rng.sample(w[t:t + 3], len(w[t:t + 3]))]
+        else:                                            # trigrams
+            tri = [w[t:t + 3] for t in range(0, len(w), 3)]
+            rng.shuffle(tri)
+            v = [x for t in tri for x in t]
+        cand = " ".join(v)
+        if cand != gold and cand not in foils:
+            foils.append(cand)
+    return foils if len(foils) == 4 else []
 
 
 def object_label(o: Obj) -> str:

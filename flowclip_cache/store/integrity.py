@@ -238,36 +238,9 @@ def upgrade(root: str, log=print) -> int:
                 continue
             if "crc32" in backend.attrs(path):
                 continue
-            kind = m.group(1)
-            names = ARRAYS[kind] if kind == IMAGE else [n for n in ARRAYS[kind] if n != "token_keys"]
-            a = {n: np.ascontiguousarray(backend.read_legacy(path, n)) for n in names}
-            if hashlib.sha256(a["keys"].tobytes()).hexdigest()[:24] != m.group(2):
-                raise StoreError(f"{path}: its keys do not hash to its name; move it aside and re-extract")
-            if kind == CAPTION:
-                a["token_keys"] = np.zeros_like(a["keys"])
-            tmp = os.path.join(work.path, name)
-            backend.write(tmp, a, {"kind": kind, "rows": len(a["keys"]), "format_version": FORMAT_VERSION,
-                                   "crc32": {n: crc32(v) for n, v in a.items()}})
-            old = os.path.join(work.path, "old-" + name)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            fsync_dir(seg_dir)
-            backend.remove(old)
+            _upgrade_segment(backend, path, name, m, work.path, seg_dir)
             done += 1
-        for folder in RECORD_FOLDERS:
-            d = os.path.join(root, folder)
-            os.makedirs(d, exist_ok=True)
-            for name in sorted(os.listdir(d)):
-                if name.endswith(".parquet") and not name.startswith("."):
-                    raw = open(os.path.join(d, name), "rb").read()
-                    stem = name[:-len(".parquet")]
-                    t = stem.split("-")[0] if stem.split("-")[0].isdigit() else f"{os.stat(os.path.join(d, name)).st_mtime_ns:020d}"
-                    new = f"{int(t):020d}-{hashlib.sha256(stem.encode()).hexdigest()[:12]}-" \
-                          f"{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
-                    os.rename(os.path.join(d, name), os.path.join(d, new))
-                elif name.endswith(".tmp"):
-                    os.remove(os.path.join(d, name))
-            fsync_dir(d)
+        _rename_legacy_records(root)
     finally:
         work.release()
     meta["version"] = FORMAT_VERSION
@@ -283,3 +256,39 @@ def upgrade(root: str, log=print) -> int:
     return done
 
 
+def _upgrade_segment(backend, path: str, name: str, m, work: str, seg_dir: str) -> None:
+    """One format-1 segment rewritten with its arrays' CRC-32s (a caption segment gains
+    unknown token keys), renamed into place."""
+    kind = m.group(1)
+    names = ARRAYS[kind] if kind == IMAGE else [n for n in ARRAYS[kind] if n != "token_keys"]
+    a = {n: np.ascontiguousarray(backend.read_legacy(path, n)) for n in names}
+    if hashlib.sha256(a["keys"].tobytes()).hexdigest()[:24] != m.group(2):
+        raise StoreError(f"{path}: its keys do not hash to its name; move it aside and re-extract")
+    if kind == CAPTION:
+        a["token_keys"] = np.zeros_like(a["keys"])
+    tmp = os.path.join(work, name)
+    backend.write(tmp, a, {"kind": kind, "rows": len(a["keys"]), "format_version": FORMAT_VERSION,
+                           "crc32": {n: crc32(v) for n, v in a.items()}})
+    old = os.path.join(work, "old-" + name)
+    os.rename(path, old)
+    os.rename(tmp, path)
+    fsync_dir(seg_dir)
+    backend.remove(old)
+
+
+def _rename_legacy_records(root: str) -> None:
+    """Record files renamed <time>-<id>-<sha256 of their bytes>.parquet; legacy .tmp files removed."""
+    for folder in RECORD_FOLDERS:
+        d = os.path.join(root, folder)
+        os.makedirs(d, exist_ok=True)
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".parquet") and not name.startswith("."):
+                raw = open(os.path.join(d, name), "rb").read()
+                stem = name[:-len(".parquet")]
+                t = stem.split("-")[0] if stem.split("-")[0].isdigit() else f"{os.stat(os.path.join(d, name)).st_mtime_ns:020d}"
+                new = f"{int(t):020d}-{hashlib.sha256(stem.encode()).hexdigest()[:12]}-" \
+                      f"{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
+                os.rename(os.path.join(d, name), os.path.join(d, new))
+            elif name.endswith(".tmp"):
+                os.remove(os.path.join(d, name))
+        fsync_dir(d)
