@@ -73,7 +73,8 @@ def read_records(manifest_path: str, image_root: str) -> AdaptRecords:
     m = Manifest.read(manifest_path)
     t, texts, rec_pos, rec_neg = caption_records(m, "adapt")
     refs = list(m.image_refs())
-    keys, where = [], {}
+    keys: list[str] = []
+    where: dict[str, tuple] = {}
     for r in refs:                # images by content, as extract keys them: same image, same id
         try:
             path = resolve_image_path(image_root, r.path)
@@ -88,7 +89,7 @@ def read_records(manifest_path: str, image_root: str) -> AdaptRecords:
                         rec_pos, rec_neg, np.array(t["split"]))
 
 
-class _Images:
+class _Images(torch.utils.data.Dataset):
     """Decoded, preprocessed images of record indices (a DataLoader dataset)."""
 
     def __init__(self, recs: AdaptRecords, preprocess):
@@ -321,7 +322,7 @@ def _epochs(model, forward, opt, params, recs, train_rec, cfg, state, ranks, dev
     while state["epoch"] < cfg.epochs:
         order, neg_pick = epoch_order(train_rec, recs.rec_neg, cfg.seed, state["epoch"], "cpu")
         batches = [ranks.share(order[s * B:(s + 1) * B]) for s in range(state["step_in_epoch"], n_steps)]
-        loader = DataLoader(images, batch_sampler=[b.tolist() for b in batches], num_workers=cfg.workers,
+        loader: DataLoader = DataLoader(images, batch_sampler=[b.tolist() for b in batches], num_workers=cfg.workers,
                             prefetch_factor=2 if cfg.workers else None,     # its own generator: making a
                             generator=torch.Generator().manual_seed(cfg.seed))   # loader draws no global RNG
         for mine, x in zip(batches, loader):

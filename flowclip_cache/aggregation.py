@@ -3,6 +3,8 @@ breakdowns, recalls), the cross-task means, and the records each task gives the 
 bootstrap. The engines compute scores; this module only counts."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import metrics
@@ -15,7 +17,7 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
     keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
     correct, tie = metrics.decisions(scores, gold, sc.tie_rule)
     c, t = correct[keep], tie[keep]
-    res = {"n": int(keep.sum()), "excluded": int((~keep).sum()), "ties": int(t.sum()), "tie_rule": sc.tie_rule,
+    res: dict[str, Any] = {"n": int(keep.sum()), "excluded": int((~keep).sum()), "ties": int(t.sum()), "tie_rule": sc.tie_rule,
            "pooled": metrics.mean_accuracy(c)}
     if sc.group_by:
         g = np.asarray(cols[sc.group_by])[keep]
@@ -75,7 +77,7 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
     keep_idx = np.flatnonzero(keep)
     if sc.aggregate == "group_means":          # records labelled by their headline group; others left out
         label = {m: name for name, members in sc.groups if name in sc.headline_groups for m in members}
-        groups = np.array([label.get(str(g), "") for g in groups], dtype=object)
+        groups = np.array([label.get(str(g), "") for g in groups], dtype=object)  # type: ignore[union-attr]
         sel = groups != ""
         keep_idx, groups = keep_idx[sel], groups[sel]
     if groups is not None and sc.min_group:
@@ -92,7 +94,7 @@ def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]
     """binding7 / all11 / aro / controls6 from each benchmark's joins declaration. With
     expected (mean -> every member the registry declares), a mean missing some members
     is marked partial and names what it used and what is missing."""
-    out = {}
+    out: dict[str, dict] = {}
     for (control, run), per_task in results.items():
         members: dict[str, list] = {}
         for bench, sc in benches.items():
@@ -104,10 +106,11 @@ def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str]
                 members.setdefault(mean_name, []).append((f"{bench}/{group}" if group else bench, val))
         out[f"{control}|{run}"] = {}
         for k, vs in members.items():
-            entry = {"mean": float(np.mean([v for _, v in vs])), "members": [n for n, _ in vs]}
+            names = [n for n, _ in vs]
+            entry: dict[str, Any] = {"mean": float(np.mean([v for _, v in vs])), "members": names}
             short = [n for n, _ in vs if "excluded_failed" in per_task.get(n.split("/")[0], {})]
             if expected is not None and k in expected:
-                missing = [m for m in expected[k] if m not in entry["members"]]
+                missing = [m for m in expected[k] if m not in names]
                 entry.update(expected=len(expected[k]), partial=bool(missing), missing=missing)
             if short:
                 entry.update(partial=True, members_with_excluded_records=short)

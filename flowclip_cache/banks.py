@@ -18,6 +18,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ from .store import CAPTION, IMAGE, FeatureStore
 PLACEMENTS = ("auto", "device", "host", "store")
 
 
-def finish(v16, P16, t16, H16, mask, device: str):
+def finish(v16, P16, t16, H16, mask, device: str) -> tuple:
     """FP32 features of a batch on the device, re-normalised (FP16 storage moves norms
     by up to ~1e-3). Every bank ends here, so every placement computes the same numbers."""
     to = lambda x: x.to(device, non_blocking=True)
@@ -81,7 +82,7 @@ class FeatureBank:
     def max_tokens(self) -> int:
         return int((self.cap_offsets[1:] - self.cap_offsets[:-1]).max())
 
-    def gather(self, imgs: torch.Tensor, caps: torch.Tensor, need_tokens: bool):
+    def gather(self, imgs: torch.Tensor, caps: torch.Tensor, need_tokens: bool) -> tuple[Any, ...]:
         """FP16 rows of a batch where the bank lives; tokens padded to the batch's longest."""
         imgs, caps = imgs.to(self.img_global.device), caps.to(self.img_global.device)
         v, t = self.img_global[imgs], self.cap_global[caps]
@@ -95,14 +96,16 @@ class FeatureBank:
         return v, self.img_patches[imgs], t, self.cap_tokens[idx], mask
 
     def features(self, imgs: torch.Tensor, caps: torch.Tensor, need_tokens: bool):
-        return finish(*self.gather(imgs, caps, need_tokens), self.device)
+        v, P, t, H, mask = self.gather(imgs, caps, need_tokens)
+        return finish(v, P, t, H, mask, self.device)
 
 
 class _Files:
     """A few hundred open files at most (a large store has thousands of chunk files)."""
 
     def __init__(self, limit: int = 256):
-        self.limit, self.fds, self.lock = limit, OrderedDict(), threading.Lock()
+        self.limit, self.lock = limit, threading.Lock()
+        self.fds: OrderedDict[str, int] = OrderedDict()
 
     def pread(self, path: str, n: int, offset: int) -> bytes:
         with self.lock:
@@ -182,8 +185,8 @@ class StoreBank:
                                                       np.uint8).reshape(b - a, -1)
         return out
 
-    def gather(self, imgs: torch.Tensor, caps: torch.Tensor, need_tokens: bool):
-        imgs, caps = imgs.cpu().numpy(), caps.cpu().numpy()
+    def gather(self, imgs_t: torch.Tensor, caps_t: torch.Tensor, need_tokens: bool) -> tuple[Any, ...]:
+        imgs, caps = imgs_t.cpu().numpy(), caps_t.cpu().numpy()
         d = self.d
         v = np.stack([self._rows(self.img_seg[i], "global", self.img_row[i], self.img_row[i] + 1, (d,))[0]
                       for i in imgs])
@@ -203,7 +206,8 @@ class StoreBank:
         return torch.from_numpy(v), torch.from_numpy(P), torch.from_numpy(t), torch.from_numpy(H), mask
 
     def features(self, imgs: torch.Tensor, caps: torch.Tensor, need_tokens: bool):
-        return finish(*self.gather(imgs, caps, need_tokens), self.device)
+        v, P, t, H, mask = self.gather(imgs, caps, need_tokens)
+        return finish(v, P, t, H, mask, self.device)
 
 
 # -- choosing a placement ---------------------------------------------------------------------

@@ -48,7 +48,7 @@ def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: lis
         return ((centres[:, 0] >= cx / GRID) & (centres[:, 0] < (cx + 1) / GRID) &
                 (centres[:, 1] >= cy / GRID) & (centres[:, 1] < (cy + 1) / GRID))
 
-    hits = {"colour": [], "shape": []}
+    hits: dict[str, list] = {"colour": [], "shape": []}
     chance, obj_hits, obj_chance = [], [], []
     for i, ids in enumerate(token_ids):
         objs = [o.split() for o in objects[i]]
@@ -79,7 +79,7 @@ def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: lis
 
 def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
     """grounding_hits over a manifest's gold captions, from the stored features."""
-    from .data import image_keys
+    from .data import manifest_keys
     from .encoder_families import family_of
     from .encoders import EncoderSpec, ResolvedEncoder
     m = Manifest.read(manifest_path)
@@ -90,7 +90,7 @@ def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
     if getattr(tok, "decoder", None) is None:
         raise ValueError("patch grounding needs open_clip's SimpleTokenizer (the OpenAI-style family)")
     golds = [r["captions"][r["gold"]] for r in rows]
-    im = store.load_images(image_keys(store, m))
+    im = store.load_images(manifest_keys(store, m, golds))
     cp = store.load_captions([caption_key(c) for c in golds])
     shift = 1 if store.encoder_config["token_mask"] == "content" else 0
     t = fam.tokenize(golds)

@@ -135,7 +135,7 @@ def build(cls, data: dict, source: str):
     hints = typing.get_type_hints(cls)
     kwargs = {k: _check(v, hints[k], f"{source}: key {k!r}") for k, v in data.items()}
     for k, v in kwargs.items():
-        _check_range(v, fields[k].metadata, f"{source}: key {k!r}")
+        _check_range(v, dict(fields[k].metadata), f"{source}: key {k!r}")
     missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:

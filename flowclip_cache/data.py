@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shlex
 
+import numpy as np
+
 from .errors import FlowclipError
 from .hashing import caption_key
 from .manifest import Manifest
@@ -38,7 +40,7 @@ def manifest_keys(store: FeatureStore, manifest: Manifest, caption_texts: list[s
     the prelude of every reader of a manifest's features."""
     ikeys = image_keys(store, manifest, image_root)
     require_features(store, manifest, ikeys, caption_texts)
-    return ikeys
+    return [k for k in ikeys if k is not None]       # all of them: require_features refused a None
 
 
 def require_features(store: FeatureStore, manifest: Manifest, img_keys: list[str | None],
@@ -49,7 +51,7 @@ def require_features(store: FeatureStore, manifest: Manifest, img_keys: list[str
     have = dict(zip(known, store.has(IMAGE, known))) if known else {}
     bad_img = [(r, k) for r, k in zip(refs, img_keys) if k is None or not have.get(k, False)]
     ckeys = [caption_key(t) for t in caption_texts]
-    chave = store.has(CAPTION, ckeys) if ckeys else []
+    chave = store.has(CAPTION, ckeys) if ckeys else np.zeros(0, bool)
     bad_cap = [t for t, h in zip(caption_texts, chave) if not h]
     if not bad_img and not bad_cap:
         return
@@ -88,7 +90,8 @@ def drop_failed_rows(store: FeatureStore, manifest: Manifest, image_root: str | 
     [{record, reason}]: scoring goes on without them and says so. Rows missing features
     for any other reason are left for require_features to refuse."""
     import pyarrow as pa
-    img_fail, cap_fail = {}, {}
+    img_fail: dict[str, tuple] = {}
+    cap_fail: dict[str, tuple] = {}
     for _, t in store.read_records("failures", ("kind", "key", "path_or_text", "source", "reason")):
         for kind, key, item, reason in zip(*(t.column(c).to_pylist() for c in ("kind", "key", "path_or_text",
                                                                               "reason"))):
@@ -106,7 +109,7 @@ def drop_failed_rows(store: FeatureStore, manifest: Manifest, image_root: str | 
     why: dict[int, str] = {}
     for ref, k in zip(manifest.image_refs(), keys):
         if (k is None or not have.get(k, False)) and (ref.path in img_fail or k in img_fail):
-            why[ref.row] = f"image {ref.path!r}: {img_fail.get(ref.path) or img_fail.get(k)}"
+            why[ref.row] = f"image {ref.path!r}: {img_fail.get(ref.path) or img_fail.get(k or '')}"
     texts = [c for c in manifest.caption_refs() if c.row >= 0 and c.text in cap_fail]
     stored = dict(zip((caption_key(c.text) for c in texts), store.has(CAPTION, [caption_key(c.text) for c in texts])))\
         if texts else {}

@@ -70,7 +70,7 @@ def explain_demo(cfg: AblationConfig, log, most: int = 15) -> None:
     if not os.path.exists(os.path.join(out, "explorer.html")):      # a finished demo run again: already there
         binding = next(m for m in cfg.eval if "swap-att" in os.path.basename(m) and "heldout" not in m)
         images = os.path.join(cfg.world_folder or os.path.join(cfg.out, "world"), "images")
-        run_explain(FeatureStore(cfg.store), [binding], [f"global={folder('global')}",
+        run_explain(FeatureStore(cfg.store or ""), [binding], [f"global={folder('global')}",
                                                          f"flow_hnb_cimr={folder('flow_hnb_cimr')}"], out,
                     records="changed", limit=most, per_status=True, image_root=images, overwrite=True, log=log)
     summary = os.path.join(cfg.out, "summary.md")

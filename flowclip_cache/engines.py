@@ -139,9 +139,10 @@ def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
             for t0 in range(0, n_t, bt):
                 tc = cid[t0:t0 + bt]
                 rows[i0 - r0:i0 - r0 + len(ii), t0:t0 + len(tc)] = head(*bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
-        if in_memory:
+        if sim is not None:
             sim[r0:r0 + len(rows)] = rows
         else:
+            assert path is not None
             with open(path, "ab") as f:
                 rows.tofile(f)
     if in_memory:

@@ -152,6 +152,8 @@ def display_image(store, rec: dict, image_root: str | None):
                             resize_mode=pre["resize_mode"], interpolation=pre["interpolation"]).transforms
     assert isinstance(steps[-1], Normalize), steps          # [..., to tensor, normalise]
     try:
+        if image_root is None:
+            return None
         im = load_image(resolve_image_path(image_root, rec["image"]), tuple(rec["crop"]) if rec["crop"] else None)
     except (BadImage, TypeError):
         return None

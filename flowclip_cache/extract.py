@@ -23,7 +23,7 @@ import numpy as np
 from .errors import FlowclipError
 from .hashing import caption_key, file_sha256, image_key, keys_to_bytes
 from .images import BadImage, load_image, resolve_image_path
-from .manifest import Manifest
+from .manifest import ImageRef, Manifest
 from .progress import bar as progress_bar
 from .store import CAPTION, IMAGE, FeatureStore
 
@@ -68,7 +68,7 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
     if image_root is not None and not os.path.isdir(image_root):
         raise FlowclipError(f"image root {image_root} does not exist or is not a folder (--image-root)")
     out = Collected()
-    refs = []   # (manifest, ImageRef)
+    refs: list[tuple[str, ImageRef]] = []
     for mp in manifest_paths:
         m = Manifest.read(mp)
         for c in m.caption_refs():
@@ -82,12 +82,13 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
         refs.extend((mp, r) for r in m.image_refs())
     if refs and image_root is None:
         raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")
+    root = image_root or ""          # (no image is resolved when no manifest names one)
 
     resolved: dict[str, str | BadImage] = {}
     for mp, r in refs:
         if r.path not in resolved:
             try:
-                resolved[r.path] = resolve_image_path(image_root, r.path, allow_outside_root)
+                resolved[r.path] = resolve_image_path(root, r.path, allow_outside_root)
             except BadImage as e:
                 resolved[r.path] = e
     files = sorted({p for p in resolved.values() if isinstance(p, str)})
@@ -120,6 +121,7 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
         if isinstance(d, BadImage):
             out.failures.append(Failure("image", "", r.path, source, str(d)))
             continue
+        assert isinstance(d, str) and isinstance(target, str)     # a digest, of a resolved file
         key = image_key(d, r.crop)
         out.paths[(r.path, r.crop)] = key
         out.images.setdefault(key, ImageItem(key, r.path, target, r.crop, source))
@@ -401,7 +403,7 @@ def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, 
     from .encoder_families import Tokens
     from .features import TEXT_ROWS, encode_texts
     text_batch_size = -(-text_batch_size // TEXT_ROWS) * TEXT_ROWS     # whole forwards, as for images
-    first = {}
+    first: dict = {}
     for k, t in zip(unit, tks):
         first.setdefault(t, k)
     distinct = list(first)

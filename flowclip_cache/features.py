@@ -95,7 +95,9 @@ def encode_texts(encoder, tokens: Tokens, policy: str = "nonpad") -> TextFeature
     n, ctx = tokens.ids.shape
     lengths = tokens.mask.sum(1).tolist()
     widths = [length_bucket(int(x), ctx) if encoder.causal_text else ctx for x in lengths]
-    sentence, states, mask = None, None, torch.zeros(n, max(widths), dtype=torch.bool, device=tokens.ids.device)
+    sentence: torch.Tensor | None = None
+    states: torch.Tensor | None = None
+    mask = torch.zeros(n, max(widths), dtype=torch.bool, device=tokens.ids.device)
     for w in sorted(set(widths)):
         rows = [i for i, x in enumerate(widths) if x == w]
         for c in range(0, len(rows), TEXT_ROWS):
@@ -106,6 +108,8 @@ def encode_texts(encoder, tokens: Tokens, policy: str = "nonpad") -> TextFeature
             if sentence is None:
                 sentence = f.sentence.new_zeros(n, f.sentence.shape[1])
                 states = f.tokens.new_zeros(n, max(widths), f.tokens.shape[2])
+            assert sentence is not None and states is not None
             k = len(idx)
             sentence[idx], states[idx, :w], mask[idx, :w] = f.sentence[:k], f.tokens[:k], f.mask[:k]
+    assert sentence is not None and states is not None, "no captions"
     return TextFeatures(sentence, states, mask)

@@ -53,10 +53,9 @@ def load_image(path: str, crop=None) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as im:
-                im.load()
-                im = ImageOps.exif_transpose(im)
-                im = to_rgb(im)
+            with Image.open(path) as f:
+                f.load()
+                im = to_rgb(ImageOps.exif_transpose(f))
     except FileNotFoundError:
         raise BadImage("missing file")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:

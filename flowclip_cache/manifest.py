@@ -172,7 +172,7 @@ class Manifest:
                 if len(crop) != 4 or crop[2] <= 0 or crop[3] <= 0:
                     raise ManifestError(f"{self.path}: row {row}: crop must be [x, y, width, height] "
                                         f"with positive size, got {crops[row]}")
-            yield ImageRef(row, p, crop)
+            yield ImageRef(row, p, crop)  # type: ignore[arg-type]  # four values, checked above
 
     def caption_refs(self) -> Iterator[CaptionRef]:
         for col in self.spec.text_columns:

@@ -15,6 +15,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,7 +75,9 @@ def probe_set(cfg: PretrainConfig):
     from .world import _pair_caption, object_label
     rng = random.Random(f"probe:{cfg.seed}")
     combos = [(c, s) for c in COLOURS for s in SHAPES]
-    images, captions, objects = [], [], []
+    images: list = []
+    captions: list[str] = []
+    objects: list = []
     while len(captions) < cfg.probe_scenes:
         objs = sample_scene(rng, rng.choice((2, 3)), combos)
         a, b = rng.sample(objs, 2)
@@ -133,7 +136,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     tokenizer = open_clip.get_tokenizer(cfg.model)
     clip = OpenAIClip(model, None, tokenizer, {"tokenizer": {"context_length": tokenizer.context_length}})
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    state = {"step": 0, "loss": []}
+    state: dict[str, Any] = {"step": 0, "loss": []}
     if checkpoint.exists(out):
         state = _load_state(out, model, opt)
         log(f"resuming at step {state['step']}")

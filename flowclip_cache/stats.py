@@ -29,13 +29,13 @@ def weighted_stat(correct: np.ndarray, W: np.ndarray, groups: np.ndarray | None)
         tot = W.sum(1)
         with np.errstate(invalid="ignore", divide="ignore"):
             return (W @ c) / tot, tot == 0
-    per_group = []
+    parts = []
     for g in np.unique(groups):
         m = groups == g
         tot = W[:, m].sum(1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            per_group.append(np.where(tot > 0, (W[:, m] @ c[m]) / np.where(tot > 0, tot, 1), np.nan))
-    per_group = np.stack(per_group, 1)
+            parts.append(np.where(tot > 0, (W[:, m] @ c[m]) / np.where(tot > 0, tot, 1), np.nan))
+    per_group = np.stack(parts, 1)
     return np.nanmean(per_group, 1), np.isnan(per_group).any(1)
 
 
@@ -44,7 +44,7 @@ def paired_bootstrap(tasks: list[dict], methods: dict[str, list[str]], pairs: li
     """tasks: [{name, image_index [n] (into the shared image list), groups [n] or None,
                correct: {run: [n] bool}}]
     methods: method -> its runs (seeds). Returns {task: {"a - b": {mean, lo, hi, draws_missing_groups}}}."""
-    diffs = {t["name"]: {f"{b} - {a}": [] for a, b in pairs} for t in tasks}
+    diffs: dict[str, dict[str, list]] = {t["name"]: {f"{b} - {a}": [] for a, b in pairs} for t in tasks}
     lost = {t["name"]: 0 for t in tasks}
     for Wimg in image_weights(n_images, draws, seed):
         for t in tasks:
@@ -59,7 +59,7 @@ def paired_bootstrap(tasks: list[dict], methods: dict[str, list[str]], pairs: li
             lost[t["name"]] += int(missing.sum())
             for a, b in pairs:
                 diffs[t["name"]][f"{b} - {a}"].append(stat[b] - stat[a])
-    out = {}
+    out: dict[str, dict] = {}
     for t in tasks:
         out[t["name"]] = {}
         for key, chunks in diffs[t["name"]].items():

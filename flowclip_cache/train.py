@@ -20,6 +20,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,8 +88,9 @@ def batch_loss(head: Head, cfg: TrainConfig, img, pos, neg, feats):
     v, P, t, H, mask = feats
     S, terms = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
     l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
-    l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if cfg.cimr > 0 else S.new_zeros(())
-    return l_hnb + cfg.cimr * l_cimr, l_hnb, l_cimr, terms
+    weight = cfg.cimr or 0.0          # None was resolved to the head's default by TrainConfig
+    l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if weight > 0 else S.new_zeros(())
+    return l_hnb + weight * l_cimr, l_hnb, l_cimr, terms
 
 
 def seconds_per_step(data: TrainingData, cfg: TrainConfig, device: str, repeats: int = 3) -> float:
@@ -158,7 +160,7 @@ class HeadRun:
         log(f"{cfg.head} head at d={store.meta['dim']}: {sum(p.numel() for p in self.params):,} parameters")
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                      weight_decay=cfg.weight_decay) if self.params else None
-        self.state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}
+        self.state: dict[str, Any] = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}
         if started:
             self.state = load_checkpoint(out, self.head, self.opt, device)
             log(f"resuming {out} at epoch {self.state['epoch']} step {self.state['step_in_epoch']}")
@@ -180,7 +182,7 @@ class HeadRun:
 
     def evaluate(self, epoch: int) -> dict:
         self.head.eval()
-        m = {"epoch": epoch, "train_sample": pairwise_accuracy(self.head, self.data, self.train_eval)}
+        m: dict[str, Any] = {"epoch": epoch, "train_sample": pairwise_accuracy(self.head, self.data, self.train_eval)}
         if len(self.val_rec):
             m["val"] = pairwise_accuracy(self.head, self.data, self.val_rec)
         self.head.train()
@@ -200,6 +202,7 @@ class HeadRun:
         if not torch.isfinite(loss):
             raise FlowclipError(f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
                                 f"the last good checkpoint in {self.out} is kept (try a lower --lr)")
+        assert self.opt is not None, "a head without parameters takes no step"
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)

@@ -3,6 +3,7 @@ and the pairwise accuracy every run reports: what train-head, studies and adapt 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from .store import FeatureStore
 
 @dataclass
 class TrainingData:
-    bank: object                  # FeatureBank (device / host placement) or StoreBank (store placement)
+    bank: Any                     # FeatureBank (device / host placement) or StoreBank (store placement)
     rec_image: torch.Tensor       # [R] index into the bank's images
     rec_pos: torch.Tensor         # [R] index into the bank's captions
     rec_neg: torch.Tensor         # [R, K] index into the bank's captions, -1 = none

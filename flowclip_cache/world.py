@@ -128,7 +128,7 @@ def render(objs: list[Obj], rng: random.Random, size: int = 64, scale: int = 4) 
         cx = (o.cell[0] + 0.5) * cell + rng.uniform(-0.06, 0.06) * cell
         cy = (o.cell[1] + 0.5) * cell + rng.uniform(-0.06, 0.06) * cell
         draw_shape(d, o.shape, cx, cy, r, COLOURS[o.colour], bg)
-    return im.resize((size, size), Image.LANCZOS)
+    return im.resize((size, size), Image.Resampling.LANCZOS)
 
 
 def relation(a: Obj, b: Obj) -> str | None:
@@ -186,6 +186,7 @@ def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: li
         return [gold, foil], gold
     if family == "relation":
         rel = relation(a, b)
+        assert rel is not None               # the pair was chosen among related ones
         gold, foil = _pair_caption(a, b, rel), _pair_caption(a, b, OPPOSITE[rel])
         return [gold, foil], gold
     if family == "add":
@@ -219,7 +220,7 @@ def _order_foils(gold: str, rng: random.Random) -> list[str]:
     distinct ones do not come up."""
     w = gold.split()
     content = [1, 2, 5, 6]                               # colours and shapes of "a C S and a C S"
-    foils = []
+    foils: list[str] = []
     for k in range(40):
         if len(foils) == 4:
             break
@@ -284,7 +285,7 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
 
     def scenes(split: str, n: int, combos, need_held: bool = False):
         rng = random.Random(f"{seed}:{split}")
-        out = []
+        out: list[tuple[str, list[Obj], random.Random]] = []
         while len(out) < n:
             k = rng.choice((1, 2, 2, 3, 3)) if split != "eval" and split != "heldout" else rng.choice((2, 3))
             objs = sample_scene(rng, k, combos)

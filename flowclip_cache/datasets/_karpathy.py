@@ -25,12 +25,12 @@ def karpathy_images(path: str, splits: set[str], errors: RowErrors) -> list[tupl
             out.append((image, caps, split))
     elif isinstance(data, list):
         for i, ann in enumerate(data):
-            caps = ann.get("caption") if isinstance(ann, dict) else None
-            if not isinstance(ann, dict) or not isinstance(ann.get("image"), str) or not isinstance(caps, list) \
-                    or not caps or not all(isinstance(c, str) and c.strip() for c in caps):
+            listed = ann.get("caption") if isinstance(ann, dict) else None
+            if not isinstance(ann, dict) or not isinstance(ann.get("image"), str) or not isinstance(listed, list) \
+                    or not listed or not all(isinstance(c, str) and c.strip() for c in listed):
                 errors(path, f"item {i}", "expected {image, caption: [non-empty captions]}")
                 continue
-            out.append((ann["image"], [c.strip() for c in caps], "test"))
+            out.append((ann["image"], [c.strip() for c in listed], "test"))
     else:
         errors(path, "-", "neither Karpathy's {images: [...]} nor a list of {image, caption}")
     return out

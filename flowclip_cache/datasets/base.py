@@ -123,7 +123,8 @@ class RowErrors:
     def __init__(self, on_error: str = "fail"):
         if on_error not in ("fail", "skip"):
             raise ValueError(on_error)
-        self.on_error, self.skipped = on_error, []
+        self.on_error = on_error
+        self.skipped: list[tuple[str, str, str]] = []
 
     def __call__(self, path: str, where, reason: str) -> None:
         msg = f"{path}: {where}: {reason}"

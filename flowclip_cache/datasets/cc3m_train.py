@@ -34,6 +34,14 @@ SAFE_KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
 _MEMBER = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")      # webdataset's key / extension split
 
 
+def _member_bytes(tf: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A regular member's bytes (the callers checked isfile(), so extractfile gives a reader)."""
+    f = tf.extractfile(member)
+    if f is None:
+        raise tarfile.TarError(f"{member.name}: not a regular file")
+    return f.read()
+
+
 def shard_folder(source: str) -> str:
     for cand in (source, os.path.join(source, "train_subset_100K")):
         if os.path.isdir(cand) and any(f.endswith(".tar") for f in os.listdir(cand)):
@@ -55,7 +63,7 @@ def coca_captions(source: str, folder: str) -> dict[str, str] | None:
             with tarfile.open(gz, "r:gz") as tf:
                 for m in tf:
                     if m.isfile() and m.name.endswith(".txt"):
-                        text = tf.extractfile(m).read().decode("utf-8")
+                        text = _member_bytes(tf, m).decode("utf-8")
                         out[os.path.basename(m.name)[:-4]] = text.split("\n", 1)[0].strip()
             return out
     return None
@@ -73,7 +81,7 @@ def read_shard(path: str, errors: RowErrors):
                 if not hit:
                     errors(path, f"member {m.name!r}", "not <key>.<extension>")
                     continue
-                samples.setdefault(hit.group(1), {})[hit.group(2).lower()] = tf.extractfile(m).read()
+                samples.setdefault(hit.group(1), {})[hit.group(2).lower()] = _member_bytes(tf, m)
     except (tarfile.TarError, EOFError, OSError) as e:
         raise ManifestError(f"{path}: unreadable tar shard ({e})") from e
     return samples.items()
@@ -113,7 +121,7 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
             if not SAFE_KEY.match(sample_key):      # the key names a file: never a path from the archive
                 errors(path, where, f"key {sample_key[:80]!r} is not a plain file name (letters, digits, . _ -)")
                 continue
-            if caption == "coca":
+            if coca is not None:
                 text = coca.get(sample_key, "")
                 if not text:
                     errors(path, where, f"no CoCa caption coca_captions/{sample_key}.txt")

@@ -26,7 +26,7 @@ ROW_CHUNK_BYTES = 16 << 20   # target size of one chunk along the row axis
 def crc32(a: np.ndarray) -> int:
     """CRC-32 of an array's bytes in C order (zlib's; about 2 GB/s)."""
     a = np.ascontiguousarray(a)
-    return zlib.crc32(memoryview(a).cast("B")) if a.size else 0
+    return zlib.crc32(memoryview(a).cast("B")) if a.size else 0  # type: ignore[arg-type]  # numpy is a buffer
 
 
 def read_blocks(flat: np.ndarray, bounds: list[tuple[int, int]], read_block) -> int:
@@ -37,7 +37,7 @@ def read_blocks(flat: np.ndarray, bounds: list[tuple[int, int]], read_block) -> 
     for i, (a, b) in enumerate(bounds):
         view = flat[a:b]
         read_block(i, view)
-        crc = zlib.crc32(memoryview(view).cast("B"), crc)
+        crc = zlib.crc32(memoryview(view).cast("B"), crc)  # type: ignore[arg-type]
     return crc
 
 
@@ -86,7 +86,8 @@ class ZarrBackend:
         for name, a in arrays.items():
             # every chunk written, zeros too: an absent chunk can then only mean damage
             arr = g.create_array(name, shape=a.shape, dtype=a.dtype, chunks=_row_chunks(a.shape, a.dtype.itemsize),
-                                 compressors=None, fill_value=0, config={"write_empty_chunks": True})
+                                 compressors=None, fill_value=0,
+                                 config={"write_empty_chunks": True})  # type: ignore[arg-type]  # zarr's TypedDict wants every key
             if a.size:
                 arr[...] = a
         fsync_tree(path)
@@ -186,7 +187,7 @@ class ZarrBackend:
     def read_legacy(self, path: str, name: str) -> np.ndarray:
         """Format 1 stores wrote no zero chunks: zarr's own reader fills them (upgrade only)."""
         import zarr
-        return zarr.open_array(os.path.join(path, name), mode="r")[...]
+        return np.asarray(zarr.open_array(os.path.join(path, name), mode="r")[...])
 
     def remove(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
@@ -282,4 +283,4 @@ class HDF5Backend:
             pass
 
 
-BACKENDS = {"zarr": ZarrBackend(), "hdf5": HDF5Backend()}
+BACKENDS: dict[str, ZarrBackend | HDF5Backend] = {"zarr": ZarrBackend(), "hdf5": HDF5Backend()}

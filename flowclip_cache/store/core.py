@@ -236,7 +236,7 @@ class FeatureStore(FeatureReads, RecordFiles):
         caption whose tokens are already encoded gets the same features (exact ties)."""
         idx = self._token_keys_index()
         pos = idx.find(hex_to_fixed(token_keys)) if token_keys else np.zeros(0, np.int64)
-        out = []
+        out: list[str | None] = []
         for p in pos:
             if p < 0:
                 out.append(None)
@@ -325,7 +325,8 @@ def _check_new_store_place(root: str, owner: str | None) -> None:
     from ..outputs import KINDS, kind_of, output_at_or_above
     out = output_at_or_above(root)
     if out is not None and (owner is None or os.path.realpath(out) != os.path.realpath(owner)):
-        raise StoreError(f"{root}: a new store would go inside {out}, {KINDS[kind_of(out)]}; stores never live "
+        what = KINDS.get(kind_of(out) or "", "a command's output")
+        raise StoreError(f"{root}: a new store would go inside {out}, {what}; stores never live "
                          f"inside a command's output (an --overwrite there would delete it). Choose another --store")
     if os.path.isdir(root):
         own = {"segments", COMMITS, *RECORD_FOLDERS}

@@ -114,7 +114,7 @@ def _check_segment(store: FeatureStore, seg, d: int, P: int) -> list[str]:
     except SegmentDamaged as e:
         return [e.reason]
     n = seg.rows
-    expect = {"keys": ((n, KEY_BYTES), np.uint8), "global": ((n, d), np.float16)}
+    expect: dict[str, tuple[tuple[int, ...], type]] = {"keys": ((n, KEY_BYTES), np.uint8), "global": ((n, d), np.float16)}
     if seg.kind == IMAGE:
         expect["patches"] = ((n, P, d), np.float16)
     else:

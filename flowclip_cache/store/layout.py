@@ -69,7 +69,9 @@ class KeyIndex:
 
     def build(self, parts: list[tuple[int, np.ndarray]]) -> None:
         if not parts:
-            return self.__init__()
+            empty = KeyIndex()
+            self.keys, self.seg, self.row = empty.keys, empty.seg, empty.row
+            return
         keys = np.concatenate([as_fixed(k) for _, k in parts])
         seg = np.concatenate([np.full(len(k), s, np.int32) for s, k in parts])
         row = np.concatenate([np.arange(len(k), dtype=np.int64) for _, k in parts])

@@ -3,8 +3,9 @@ checked on every read, several segments at once (FeatureStore's reading half).""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -108,11 +109,11 @@ class FeatureReads:
         g = np.empty((len(keys), d), np.float16)
         trunc = np.empty(len(keys), np.uint8)
         tokens = np.empty((int(offsets[-1]), d), np.float16)
-        jobs = []
+        jobs: list[Callable[[], None]] = []
         for (s, pos, rows), off in zip(groups, offs):
-            jobs += [lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
-                     lambda s=s, pos=pos, rows=rows: self._fill(s, "truncated", pos, rows, trunc),
-                     lambda s=s, pos=pos, rows=rows, off=off: self._fill_tokens(s, pos, rows, off, offsets, tokens)]
+            jobs += [functools.partial(self._fill, s, "global", pos, rows, g),
+                     functools.partial(self._fill, s, "truncated", pos, rows, trunc),
+                     functools.partial(self._fill_tokens, s, pos, rows, off, offsets, tokens)]
         self._run(jobs)
         return CaptionFeatures(g, tokens, offsets, trunc.astype(bool))
 

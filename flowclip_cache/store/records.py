@@ -2,10 +2,12 @@
 time, id and checksum, read in name order, each checked against its name."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
 import uuid
+from typing import Callable
 
 from ..errors import SegmentDamaged
 from .backends import fsync_dir
@@ -16,6 +18,8 @@ class RecordFiles:
     """Mixed into FeatureStore, which provides root, _paths, _damage() and writer_dir()."""
     root: str
     _paths: dict | None
+    _damage: Callable[[], contextlib.AbstractContextManager]
+    writer_dir: Callable[[], str]
 
     def read_records(self, folder: str, columns: tuple[str, ...]):
         """(name, table) of each record file of a folder, in name (= time) order, each

@@ -85,7 +85,7 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     from ..world import FAMILIES, build_world
     from .study import claim_folder
     claim_folder(cfg.out)
-    paths = build_world(cfg.world_folder or os.path.join(cfg.out, "world"), **cfg.world)
+    paths = build_world(cfg.world_folder or os.path.join(cfg.out, "world"), **(cfg.world or {}))
     enc = resolve(encoder_spec(cfg.encoder))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config, owner=cfg.out)
     evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
@@ -139,7 +139,7 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
                 raise FlowclipError(f"the ablation needs {key}=... (or world={{...}} for the synthetic world)")
         if not cfg.eval:
             raise FlowclipError("the ablation needs eval=[manifests or folders] to score")
-    return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
+    return execute(store_path=cfg.store or "", train_manifest=cfg.train or "", eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
                    compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device,
                    side_by_side=cfg.side_by_side, placement=cfg.data_placement, world=cfg.world, progress=progress, log=log)

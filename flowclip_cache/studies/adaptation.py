@@ -75,9 +75,10 @@ def run(cfg: AdaptationConfig, dry_run: bool, jobs: int, log=print, progress: bo
     if dry_run:
         return None
     sub = frozen_study(cfg)
-    train = cfg.train or os.path.join(sub.world_folder, "train.parquet")
-    evals = list(cfg.eval) or _world_evals(sub.world_folder)
-    root = cfg.image_root or os.path.join(sub.world_folder, "images")
+    world = sub.world_folder or os.path.join(sub.out, "world")
+    train = cfg.train or os.path.join(world, "train.parquet")
+    evals = list(cfg.eval) or _world_evals(world)
+    root = cfg.image_root or os.path.join(world, "images")
     adapted = {s: adapt_seed(cfg, spec, s, train, evals, root, log, progress) for s in cfg.seeds}
     summary = combine(cfg, frozen, adapted, evals, root)
     write(cfg.out, summary)
@@ -146,7 +147,7 @@ def bootstrap(cfg, evals, root) -> dict:
     from ..stats import paired_bootstrap
     from ..store import FeatureStore
     store = FeatureStore(cfg.store or os.path.join(cfg.out, "frozen", "store"))
-    decided = {}
+    decided: dict[tuple[str, str], dict] = {}
     frozen_rows = pq.read_table(os.path.join(cfg.out, "frozen", "score", "records.parquet")).to_pylist()
     for r in frozen_rows:
         decided.setdefault((r["benchmark"], r["scorer"]), {})[r["record_id"]] = r["correct"]
@@ -157,7 +158,8 @@ def bootstrap(cfg, evals, root) -> dict:
                 decided.setdefault((r["benchmark"], f"adapted-{s}"), {})[r["record_id"]] = r["correct"]
     frozen_runs = sorted({k[1] for k in decided if k[1] not in ("clip",) and not k[1].startswith("adapted-")})
     methods = {"frozen": frozen_runs, "adapted": [f"adapted-{s}" for s in cfg.seeds]}
-    tasks, all_images = [], {}
+    tasks: list[dict] = []
+    all_images: dict[str, int] = {}
     for path in evals:
         m = Manifest.read(path)
         name, sc = scoring_of(m)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import checkpoint
 from ..errors import FlowclipError
@@ -15,7 +16,7 @@ from ..errors import FlowclipError
 class Checked:
     problems: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)      # the plan, for the dry run
-    store: object = None
+    store: Any = None            # the FeatureStore, once found
     cfgs: dict = field(default_factory=dict)            # run folder -> TrainConfig
     device: str = "cpu"
     train_path: str | None = None
@@ -116,7 +117,8 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
     from ..train import seconds_per_step
     from ..training_data import load_training_data
     n_train = checked.train_records
-    left, step_time = 0, {}
+    left = 0
+    step_time: dict = {}
     for r in runs:
         cfg = checked.cfgs.get(r.folder)
         if cfg is None:
@@ -133,7 +135,7 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
             left += max(0, steps - done)
             step_time.setdefault(cfg.head, (cfg, 0))
             step_time[cfg.head] = (cfg, step_time[cfg.head][1] + max(0, steps - done))
-    if measure and left and checked.store is not None and not checked.problems:
+    if measure and left and checked.store is not None and checked.train_path and not checked.problems:
         m = Manifest.read(checked.train_path)
         small = Manifest(m.path, m.kind, m.table.slice(0, 4 * max(c.batch_size for c, _ in step_time.values())),
                          m.meta)

@@ -76,14 +76,15 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
     for name, store in stores.items():
         log(f"encoder {name} ({cfg.encoders[name]['model']}):")
         summaries[name] = execute(
-            store_path=store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=os.path.join(cfg.out, name),
+            store_path=store, train_manifest=cfg.train or "", eval_manifests=cfg.eval, out=os.path.join(cfg.out, name),
             runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
             compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device, side_by_side=cfg.side_by_side,
             placement=cfg.data_placement, progress=progress, log=lambda m: log(f"  {m}"))
     if dry_run:
         return None
     combined = {"encoders": {n: {"model": cfg.encoders[n]["model"], "store_fingerprint": s["store_fingerprint"],
-                                 "table": s["table"], "columns": s["columns"]} for n, s in summaries.items()}}
+                                 "table": s["table"], "columns": s["columns"]}
+                             for n, s in summaries.items() if s is not None}}
     write_combined(cfg.out, combined)
     return combined
 

@@ -40,7 +40,7 @@ def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print, progress: b
         for key in ("store", "train"):
             if not getattr(cfg, key):
                 raise FlowclipError(f"the sensitivity study needs {key}=...")
-    return execute(store_path=cfg.store, train_manifest=cfg.train, eval_manifests=cfg.eval, out=cfg.out,
+    return execute(store_path=cfg.store or "", train_manifest=cfg.train or "", eval_manifests=cfg.eval, out=cfg.out,
                    runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
                    compare=[], dry_run=dry_run, jobs=jobs, device=cfg.device,
                    side_by_side=cfg.side_by_side, placement=cfg.data_placement, progress=progress, log=log)

@@ -137,7 +137,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         tables[control] = table
     own = {}
     for method, folders in by_method.items():
-        per = {}
+        per: dict = {}
         for f in folders:
             if run_dirs and checkpoint.exists(run_dirs[f]):
                 last = checkpoint.read_state(run_dirs[f])["metrics"][-1]["train_sample"]
