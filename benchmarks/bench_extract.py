@@ -4,6 +4,7 @@
 
 Prints ratios; the absolute figures depend on the machine and its load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,12 +39,16 @@ def make_data(root, n_images, n_captions, size=256):
         im.save(f"{root}/images/{names[-1]}", quality=90)
     caps = [" ".join(rng.choice(WORDS) for _ in range(11)) + f" {i}" for i in range(n_captions)]
     per = max(1, n_captions // n_images)
-    rows = [{"record_id": str(i), "image": names[i], "captions": caps[i * per:(i + 1) * per] or [caps[0]], "gold": 0}
-            for i in range(n_images)]
-    write_manifest(f"{root}/images.parquet",
-                   pa.Table.from_pylist([{**r, "captions": [caps[0]]} for r in rows]), "candidates")
-    write_manifest(f"{root}/captions.parquet",
-                   pa.Table.from_pylist([{**r, "image": names[0]} for r in rows]), "candidates")
+    rows = [
+        {"record_id": str(i), "image": names[i], "captions": caps[i * per : (i + 1) * per] or [caps[0]], "gold": 0}
+        for i in range(n_images)
+    ]
+    write_manifest(
+        f"{root}/images.parquet", pa.Table.from_pylist([{**r, "captions": [caps[0]]} for r in rows]), "candidates"
+    )
+    write_manifest(
+        f"{root}/captions.parquet", pa.Table.from_pylist([{**r, "image": names[0]} for r in rows]), "candidates"
+    )
     return names, [c for r in rows for c in r["captions"]]
 
 
@@ -51,7 +56,7 @@ def bare_images(model, preprocess, paths, batch):
     t = time.perf_counter()
     with torch.no_grad():
         for i in range(0, len(paths), batch):
-            x = torch.stack([preprocess(Image.open(p).convert("RGB")) for p in paths[i:i + batch]])
+            x = torch.stack([preprocess(Image.open(p).convert("RGB")) for p in paths[i : i + batch]])
             model.encode_image(x)
     return time.perf_counter() - t
 
@@ -60,7 +65,7 @@ def bare_captions(model, tok, caps, batch):
     t = time.perf_counter()
     with torch.no_grad():
         for i in range(0, len(caps), batch):
-            model.encode_text(tok(caps[i:i + batch]))      # context 77, padded
+            model.encode_text(tok(caps[i : i + batch]))  # context 77, padded
     return time.perf_counter() - t
 
 
@@ -79,20 +84,38 @@ def main():
     with tempfile.TemporaryDirectory() as root:
         names, caps = make_data(root, args.images, args.captions)
         paths = [f"{root}/images/{n}" for n in names]
-        print(f"# {args.model}, random weights, {len(paths)} JPEG images 256 px, {len(caps)} captions, "
-              f"torch threads {torch.get_num_threads()}, extract workers {args.workers}")
+        print(
+            f"# {args.model}, random weights, {len(paths)} JPEG images 256 px, {len(caps)} captions, "
+            f"torch threads {torch.get_num_threads()}, extract workers {args.workers}"
+        )
         # warm both paths once
         bare_images(model, preprocess, paths[:4], 4)
+
         # images: flowclip vs a bare decode + encode_image loop, interleaved to share the noise
         def ours(workers, tag):
             # the bench's model, already warm, as the bare loop's is; the whole-run figure
             # below is a cold run that also hashes, plans and builds the model
             fs_ = FeatureStore.open_or_create(f"{root}/st-{tag}", enc.config)
-            s_ = run_extract(fs_, enc, [f"{root}/images.parquet"], f"{root}/images", batch_size=args.batch_size,
-                             workers=workers, progress=False, loaded=loaded)
+            s_ = run_extract(
+                fs_,
+                enc,
+                [f"{root}/images.parquet"],
+                f"{root}/images",
+                batch_size=args.batch_size,
+                workers=workers,
+                progress=False,
+                loaded=loaded,
+            )
             cold = FeatureStore.open_or_create(f"{root}/cold-{tag}", enc.config)
-            s_cold = run_extract(cold, enc, [f"{root}/images.parquet"], f"{root}/images",
-                                 batch_size=args.batch_size, workers=workers, progress=False)
+            s_cold = run_extract(
+                cold,
+                enc,
+                [f"{root}/images.parquet"],
+                f"{root}/images",
+                batch_size=args.batch_size,
+                workers=workers,
+                progress=False,
+            )
             return s_.image_seconds, s_cold.seconds
 
         t_bare, t_ours = [bare_images(model, preprocess, paths, args.batch_size)], {0: [], args.workers: []}
@@ -104,10 +127,14 @@ def main():
         for w, runs in t_ours.items():
             img_phase = float(np.mean([r[0] for r in runs]))
             whole = float(np.mean([r[1] for r in runs]))
-            print(f"images   : flowclip (workers={w}) {len(paths) / img_phase:6.1f} img/s | bare loop "
-                  f"{len(paths) / t_bare:6.1f} img/s | ratio {t_bare / img_phase:.2f} (target >= 0.95; image phase)")
-            print(f"           cold whole run incl. hashing, planning and model build: {whole:.1f} s, "
-                  f"ratio {t_bare / whole:.2f}")
+            print(
+                f"images   : flowclip (workers={w}) {len(paths) / img_phase:6.1f} img/s | bare loop "
+                f"{len(paths) / t_bare:6.1f} img/s | ratio {t_bare / img_phase:.2f} (target >= 0.95; image phase)"
+            )
+            print(
+                f"           cold whole run incl. hashing, planning and model build: {whole:.1f} s, "
+                f"ratio {t_bare / whole:.2f}"
+            )
         t_ours_img_all = whole
         fs = FeatureStore.open_or_create(f"{root}/st-{args.workers}-0", enc.config)
         # captions
@@ -115,29 +142,43 @@ def main():
         fs.refresh()
         s = run_extract(fs, enc, [f"{root}/captions.parquet"], f"{root}/images", workers=0, progress=False)
         t_ours_c = s.caption_seconds
-        print(f"captions : flowclip {len(caps) / t_ours_c:7.1f} cap/s | bare encode_text@77 "
-              f"{len(caps) / t_bare_c:7.1f} cap/s | ratio {t_bare_c / t_ours_c:.2f} (target >= 2)")
-        print(f"           whole run incl. tokenising, planning and model load: {s.seconds:.1f} s, "
-              f"ratio {t_bare_c / s.seconds:.2f}")
+        print(
+            f"captions : flowclip {len(caps) / t_ours_c:7.1f} cap/s | bare encode_text@77 "
+            f"{len(caps) / t_bare_c:7.1f} cap/s | ratio {t_bare_c / t_ours_c:.2f} (target >= 2)"
+        )
+        print(
+            f"           whole run incl. tokenising, planning and model load: {s.seconds:.1f} s, "
+            f"ratio {t_bare_c / s.seconds:.2f}"
+        )
         t_ours_c = s.seconds
         # second run: nothing new
         fs.refresh()
-        s2 = run_extract(fs, enc, [f"{root}/images.parquet", f"{root}/captions.parquet"], f"{root}/images",
-                         progress=False)
+        s2 = run_extract(
+            fs, enc, [f"{root}/images.parquet", f"{root}/captions.parquet"], f"{root}/images", progress=False
+        )
         assert s2.images_new == 0 and s2.captions_new == 0
         first = t_ours_img_all + t_ours_c
-        print(f"rerun    : {s2.seconds:.3f} s vs first run {first:.1f} s | ratio "
-              f"{s2.seconds / first:.4f} (target <= 0.02; process start-up excluded from both)")
+        print(
+            f"rerun    : {s2.seconds:.3f} s vs first run {first:.1f} s | ratio "
+            f"{s2.seconds / first:.4f} (target <= 0.02; process start-up excluded from both)"
+        )
         # bytes per caption
         fs.refresh()
         info = fs.info()
-        cap_bytes = sum(os.path.getsize(os.path.join(dp, f)) for seg in fs.segments if seg.kind == "cap"
-                        for dp, _, fl in os.walk(seg.path) for f in fl)
+        cap_bytes = sum(
+            os.path.getsize(os.path.join(dp, f))
+            for seg in fs.segments
+            if seg.kind == "cap"
+            for dp, _, fl in os.walk(seg.path)
+            for f in fl
+        )
         d = info["dim"]
-        padded = (77 * d + d) * 2 + 32            # tokens at 77 + sentence, FP16, + key
+        padded = (77 * d + d) * 2 + 32  # tokens at 77 + sentence, FP16, + key
         per_cap = cap_bytes / info["captions"]
-        print(f"storage  : {per_cap:.0f} B/caption ({info['caption_tokens'] / info['captions']:.1f} tokens) vs "
-              f"padded-77 {padded} B | ratio {per_cap / padded:.3f} (target <= 0.25)")
+        print(
+            f"storage  : {per_cap:.0f} B/caption ({info['caption_tokens'] / info['captions']:.1f} tokens) vs "
+            f"padded-77 {padded} B | ratio {per_cap / padded:.3f} (target <= 0.25)"
+        )
         # load everything vs numpy memmap of the same arrays
         ik, ck = fs.keys("img"), fs.keys("cap")
         im, cp = fs.load_images(ik), fs.load_captions(ck)
@@ -146,7 +187,7 @@ def main():
             np.save(f"{root}/{k}.npy", a)
         os.sync()
         t_load, t_mm = [], []
-        for _ in range(5):                     # interleaved, best of 5 each
+        for _ in range(5):  # interleaved, best of 5 each
             t = time.perf_counter()
             fs.load_images(ik), fs.load_captions(ck)
             t_load.append(time.perf_counter() - t)
@@ -155,8 +196,10 @@ def main():
             t_mm.append(time.perf_counter() - t)
         t_load, t_mm = min(t_load), min(t_mm)
         mb = sum(a.nbytes for a in arrays.values()) / 2**20
-        print(f"load     : store {mb / t_load:7.0f} MiB/s | numpy memmap {mb / t_mm:7.0f} MiB/s | ratio "
-              f"{t_mm / t_load:.2f} (target >= 0.5; {mb:.0f} MiB, both from the page cache, best of 5)")
+        print(
+            f"load     : store {mb / t_load:7.0f} MiB/s | numpy memmap {mb / t_mm:7.0f} MiB/s | ratio "
+            f"{t_mm / t_load:.2f} (target >= 0.5; {mb:.0f} MiB, both from the page cache, best of 5)"
+        )
 
 
 if __name__ == "__main__":

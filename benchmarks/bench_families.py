@@ -9,6 +9,7 @@ encode_image / BLIP's vision model + ITC projection of the class token), alterna
 the ratio is bare time / flowclip time (target >= 0.95). Prints ratios; the absolute
 figures depend on the machine and its load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ def bare_loop(enc, paths, batch):
     t = time.perf_counter()
     with torch.no_grad():
         for i in range(0, len(paths), batch):
-            x = torch.stack([enc.preprocess(Image.open(p).convert("RGB")) for p in paths[i:i + batch]])
+            x = torch.stack([enc.preprocess(Image.open(p).convert("RGB")) for p in paths[i : i + batch]])
             if enc.family_name == "blip-itc":
                 h = enc.model.vision_model(pixel_values=x).last_hidden_state
                 enc.model.vision_proj(h[:, 0])
@@ -51,30 +52,44 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     from flowclip_cache.encoder_families.offline import blip_folder, siglip_like_tokenizer
+
     with tempfile.TemporaryDirectory() as root:
         names, _ = make_data(root, args.images, args.images)
         paths = [f"{root}/images/{n}" for n in names]
-        specs = {"openai-clip ViT-B-32": EncoderSpec("ViT-B-32"),
-                 "siglip ViT-B-16-SigLIP": EncoderSpec("ViT-B-16-SigLIP",
-                                                       tokenizer=siglip_like_tokenizer(f"{root}/tok")),
-                 "blip-itc base 384 px": EncoderSpec(f"blip:{blip_folder(f'{root}/blip', small=False)}")}
-        print(f"# {len(paths)} JPEG images 256 px, batch {args.batch_size}, random weights, torch threads "
-              f"{torch.get_num_threads()}, extract workers 0 (decoding in the main process, as the bare loop)")
+        specs = {
+            "openai-clip ViT-B-32": EncoderSpec("ViT-B-32"),
+            "siglip ViT-B-16-SigLIP": EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_like_tokenizer(f"{root}/tok")),
+            "blip-itc base 384 px": EncoderSpec(f"blip:{blip_folder(f'{root}/blip', small=False)}"),
+        }
+        print(
+            f"# {len(paths)} JPEG images 256 px, batch {args.batch_size}, random weights, torch threads "
+            f"{torch.get_num_threads()}, extract workers 0 (decoding in the main process, as the bare loop)"
+        )
         for label, spec in specs.items():
             enc = resolve(spec)
             loaded = load_model(enc)
             loaded.family_name = enc.family.name
-            bare_loop(loaded, paths[:2], 2)                      # warm both paths
+            bare_loop(loaded, paths[:2], 2)  # warm both paths
             t_bare, t_ours = [], []
             for rep in range(args.repeats):
                 t_bare.append(bare_loop(loaded, paths, args.batch_size))
                 fs = FeatureStore.open_or_create(f"{root}/st-{enc.family.name}-{rep}", enc.config)
-                s = run_extract(fs, enc, [f"{root}/images.parquet"], f"{root}/images", batch_size=args.batch_size,
-                                workers=0, progress=False, loaded=loaded)
+                s = run_extract(
+                    fs,
+                    enc,
+                    [f"{root}/images.parquet"],
+                    f"{root}/images",
+                    batch_size=args.batch_size,
+                    workers=0,
+                    progress=False,
+                    loaded=loaded,
+                )
                 t_ours.append(s.image_seconds)
             bare, ours = min(t_bare), min(t_ours)
-            print(f"{label:24s}: flowclip {len(paths) / ours:6.2f} img/s | bare loop {len(paths) / bare:6.2f} img/s"
-                  f" | ratio {bare / ours:.2f} (target >= 0.95; {enc.num_patches} patches, d={enc.dim})")
+            print(
+                f"{label:24s}: flowclip {len(paths) / ours:6.2f} img/s | bare loop {len(paths) / bare:6.2f} img/s"
+                f" | ratio {bare / ours:.2f} (target >= 0.95; {enc.num_patches} patches, d={enc.dim})"
+            )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ alternate repetition by repetition (ABAB); the ratios printed are the median of 
 per-pair ratios with their min-max, so load that moves during the run widens the spread
 instead of moving the ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ def timed(fn) -> float:
 
 def abab(a, b, reps: int) -> tuple[float, float, float, float, float]:
     """(median time a, median time b, median, min, max of b/a per pair), a and b alternating."""
-    a(), b()                                  # warm both
+    a(), b()  # warm both
     ta, tb = [], []
     for _ in range(reps):
         ta.append(timed(a))
@@ -60,21 +61,28 @@ def main():
     words = "a red cube left of blue sphere on the large small green metal rubber cylinder behind".split()
     caps = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 20))) for _ in range(args.captions)]
     tok = enc.tokenize(caps)
-    print(f"# {args.model}, random weights, {args.images} images, {args.captions} captions (4-20 words), "
-          f"torch threads {torch.get_num_threads()}, {args.reps} interleaved pairs; ratio = other / flowclip time")
+    print(
+        f"# {args.model}, random weights, {args.images} images, {args.captions} captions (4-20 words), "
+        f"torch threads {torch.get_num_threads()}, {args.reps} interleaved pairs; ratio = other / flowclip time"
+    )
 
     with torch.no_grad():
         ta, tb, med, lo, hi = abab(lambda: encode_images(enc, x), lambda: enc.model.encode_image(x), args.reps)
-        print(f"images   : fixed shapes {args.images / ta:7.1f} img/s | one bare forward {args.images / tb:7.1f} img/s"
-              f" | bare/fixed time {med:.3f} [{lo:.3f}, {hi:.3f}] (fixed keeps >= 0.95 of the bare rate when this "
-              f"is >= 0.95)")
-        ta, tb, med, lo, hi = abab(lambda: encode_texts(enc, tok), lambda: enc.model.encode_text(tok.ids),
-                                   args.reps)
-        print(f"captions : fixed shapes {args.captions / ta:7.1f} cap/s | bare encode_text@77 "
-              f"{args.captions / tb:7.1f} cap/s | speed-up {med:.2f} [{lo:.2f}, {hi:.2f}] (target >= 2)")
+        print(
+            f"images   : fixed shapes {args.images / ta:7.1f} img/s | one bare forward {args.images / tb:7.1f} img/s"
+            f" | bare/fixed time {med:.3f} [{lo:.3f}, {hi:.3f}] (fixed keeps >= 0.95 of the bare rate when this "
+            f"is >= 0.95)"
+        )
+        ta, tb, med, lo, hi = abab(lambda: encode_texts(enc, tok), lambda: enc.model.encode_text(tok.ids), args.reps)
+        print(
+            f"captions : fixed shapes {args.captions / ta:7.1f} cap/s | bare encode_text@77 "
+            f"{args.captions / tb:7.1f} cap/s | speed-up {med:.2f} [{lo:.2f}, {hi:.2f}] (target >= 2)"
+        )
         ta, tb, med, lo, hi = abab(lambda: encode_texts(enc, tok), lambda: text_features(enc, tok), args.reps)
-        print(f"captions : fixed shapes vs one forward cut to the longest caption (the rule before): "
-              f"{med:.2f} [{lo:.2f}, {hi:.2f}]")
+        print(
+            f"captions : fixed shapes vs one forward cut to the longest caption (the rule before): "
+            f"{med:.2f} [{lo:.2f}, {hi:.2f}]"
+        )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ form, measured side by side in one run (inference, one block of images x caption
 
     python benchmarks/bench_heads.py [--images 64] [--captions 256] [--device cpu]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,10 @@ def main():
         for kind in REGISTRY:
             head = build_head(kind, D).to(dev).eval()
             times[kind] = best_of(lambda: head(v, P, t, H, mask), a.reps, dev)
-    print(f"# {a.images} images x {a.captions} captions, d={D}, N={N}, L<={L}, device {dev}, "
-          f"torch threads {torch.get_num_threads()}; all pairs, inference, best of {a.reps}")
+    print(
+        f"# {a.images} images x {a.captions} captions, d={D}, N={N}, L<={L}, device {dev}, "
+        f"torch threads {torch.get_num_threads()}; all pairs, inference, best of {a.reps}"
+    )
     for kind, sec in times.items():
         print(f"{kind:10s}: {pairs / sec:12.0f} pairs/s | {sec / times['flow']:6.2f}x Flow-CLIP's time")
 

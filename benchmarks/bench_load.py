@@ -5,6 +5,7 @@ encoder; labelled synthetic).
 
     python benchmarks/bench_load.py [--images 2000] [--captions 20000]
 """
+
 import argparse
 import os
 import sys
@@ -31,17 +32,29 @@ def main():
     d, P, L = 512, 49, 14
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as root:
-        cfg = {"model": "synthetic", "model_cfg": {"embed_dim": d}, "num_patches": P, "token_mask": "nonpad",
-               "weights": {"source": "random-init", "init_seed": 0}}
+        cfg = {
+            "model": "synthetic",
+            "model_cfg": {"embed_dim": d},
+            "num_patches": P,
+            "token_mask": "nonpad",
+            "weights": {"source": "random-init", "init_seed": 0},
+        }
         fs = FeatureStore.open_or_create(f"{root}/s", cfg, a.backend)
         for s in range(0, a.images, 256):
             ks = [caption_key(f"i{i}") for i in range(s, min(a.images, s + 256))]
             fs.write_segment(IMAGE, ks, {"global": unit(rng, len(ks), d), "patches": unit(rng, len(ks), P, d)})
         for s in range(0, a.captions, 4096):
             ks = [caption_key(f"c{i}") for i in range(s, min(a.captions, s + 4096))]
-            fs.write_segment(CAPTION, ks, {"global": unit(rng, len(ks), d), "tokens": unit(rng, len(ks) * L, d),
-                                           "offsets": np.arange(0, L * len(ks) + 1, L, dtype=np.int64),
-                                           "truncated": np.zeros(len(ks), np.uint8)})
+            fs.write_segment(
+                CAPTION,
+                ks,
+                {
+                    "global": unit(rng, len(ks), d),
+                    "tokens": unit(rng, len(ks) * L, d),
+                    "offsets": np.arange(0, L * len(ks) + 1, L, dtype=np.int64),
+                    "truncated": np.zeros(len(ks), np.uint8),
+                },
+            )
         fs.release_writer()
         fs.refresh()
         ik, ck = fs.keys(IMAGE), fs.keys(CAPTION)
@@ -51,7 +64,7 @@ def main():
             np.save(f"{root}/{k}.npy", arr)
         os.sync()
         times = {"checked": [], "memmap": []}
-        for _ in range(5):                     # interleaved, best of 5 each
+        for _ in range(5):  # interleaved, best of 5 each
             t = time.perf_counter()
             fs.load_images(ik), fs.load_captions(ck)
             times["checked"].append(time.perf_counter() - t)

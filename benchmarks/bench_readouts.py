@@ -5,6 +5,7 @@
 Encodes the same preprocessed batch (random weights) with every readout, interleaved, best
 of --repeats each; a readout adds one attention pass over the last block's weights.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,14 +32,16 @@ def main():
     x = torch.randn(args.batch, 3, size, size, generator=torch.Generator().manual_seed(0))
     configs = {r: resolve(EncoderSpec(args.model, patch_readout=r)).config for r in READOUTS}
     best = {r: float("inf") for r in READOUTS}
-    for _ in range(args.repeats + 1):                       # the first round warms up
+    for _ in range(args.repeats + 1):  # the first round warms up
         for r in READOUTS:
             enc.config = configs[r]
             t = time.perf_counter()
             encode_images(enc, x)
             best[r] = min(best[r], time.perf_counter() - t)
-    print(f"# {args.model}, random weights, batch {args.batch} at {size} px, best of {args.repeats}, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"# {args.model}, random weights, batch {args.batch} at {size} px, best of {args.repeats}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     for r in READOUTS:
         print(f"{r:10s}: {args.batch / best[r]:7.1f} img/s | ratio to standard {best[r] / best['standard']:.3f}")
 

@@ -6,6 +6,7 @@ digests against hashing every file (--rehash), interleaved in one run.
 
 The files are random bytes of a COCO-like JPEG size, read from the page cache: hashing
 is CPU-bound here, and a cold disk would make the difference larger."""
+
 import argparse
 import os
 import sys
@@ -31,13 +32,20 @@ def main():
             with open(f"{root}/images/{i:06d}.jpg", "wb") as f:
                 f.write(rng.bytes(args.kib * 1024))
         manifest = f"{root}/m.parquet"
-        write_manifest(manifest, pa.Table.from_pylist(
-            [{"record_id": str(i), "image": f"{i:06d}.jpg", "captions": ["a", "b"], "gold": 0}
-             for i in range(args.files)]), "candidates")
+        write_manifest(
+            manifest,
+            pa.Table.from_pylist(
+                [
+                    {"record_id": str(i), "image": f"{i:06d}.jpg", "captions": ["a", "b"], "gold": 0}
+                    for i in range(args.files)
+                ]
+            ),
+            "candidates",
+        )
         first = collect([manifest], f"{root}/images")
         known = {p: (sig, d) for p, sig, d in first.new_digests}
         t_cached, t_rehash = [], []
-        for _ in range(3):                       # interleaved, best of 3 each
+        for _ in range(3):  # interleaved, best of 3 each
             t = time.perf_counter()
             c = collect([manifest], f"{root}/images", known_digests=known)
             t_cached.append(time.perf_counter() - t)
@@ -48,8 +56,10 @@ def main():
         a, b = min(t_cached), min(t_rehash)
         mb = args.files * args.kib / 1024
         print(f"# {args.files} files of {args.kib} KiB ({mb:.0f} MiB, page cache), {os.cpu_count()} CPUs")
-        print(f"rerun collect: recorded digests {a:.3f} s | hash every file {b:.3f} s | ratio {a / b:.3f} "
-              f"(best of 3 each)")
+        print(
+            f"rerun collect: recorded digests {a:.3f} s | hash every file {b:.3f} s | ratio {a / b:.3f} "
+            f"(best of 3 each)"
+        )
 
 
 if __name__ == "__main__":

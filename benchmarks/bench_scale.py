@@ -13,6 +13,7 @@ against --max-memory. Ratios are measured side by side in one run.
 
 Needs ~22 GB of disk for the full-size store (kept under --root for reruns).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,6 +41,7 @@ def write_store(root: str, fraction: float, log=print) -> tuple[str, str]:
     from flowclip_cache.hashing import caption_key
     from flowclip_cache.manifest import write_manifest
     from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+
     folder = os.path.join(root, f"coco-x{fraction:g}")
     store_dir, man = os.path.join(folder, "store"), os.path.join(folder, "train.parquet")
     if os.path.exists(os.path.join(folder, "DONE")):
@@ -47,34 +49,58 @@ def write_store(root: str, fraction: float, log=print) -> tuple[str, str]:
     n_img, n_rec = int(COCO_IMAGES * fraction), int(COCO_RECORDS * fraction)
     rng = np.random.default_rng(0)
     vec, patches = pool(rng, 4096), pool(rng, 512, (P,))
-    cfg = {"model": "synthetic-scale", "model_cfg": {"embed_dim": D}, "num_patches": P, "token_mask": "nonpad",
-           "weights": {"source": "random-init", "init_seed": 0}}
+    cfg = {
+        "model": "synthetic-scale",
+        "model_cfg": {"embed_dim": D},
+        "num_patches": P,
+        "token_mask": "nonpad",
+        "weights": {"source": "random-init", "init_seed": 0},
+    }
     fs = FeatureStore.open_or_create(store_dir, cfg)
     t0 = time.perf_counter()
     ikeys = [caption_key(f"image {i}") for i in range(n_img)]
     for a in range(0, n_img, 256):
-        ks = ikeys[a:a + 256]
+        ks = ikeys[a : a + 256]
         idx = rng.integers(0, len(patches), len(ks))
         fs.write_segment(IMAGE, ks, {"global": vec[idx % len(vec)], "patches": patches[idx]})
     texts = [f"caption {i}" for i in range(2 * n_rec)]
     lengths = rng.integers(8, 19, len(texts))
     for a in range(0, len(texts), 4096):
-        ks = [caption_key(t) for t in texts[a:a + 4096]]
-        ln = lengths[a:a + 4096]
+        ks = [caption_key(t) for t in texts[a : a + 4096]]
+        ln = lengths[a : a + 4096]
         off = np.concatenate([[0], np.cumsum(ln)]).astype(np.int64)
         tok = vec[rng.integers(0, len(vec), int(off[-1]))]
-        fs.write_segment(CAPTION, ks, {"global": vec[rng.integers(0, len(vec), len(ks))], "tokens": tok,
-                                       "offsets": off, "truncated": np.zeros(len(ks), np.uint8)})
+        fs.write_segment(
+            CAPTION,
+            ks,
+            {
+                "global": vec[rng.integers(0, len(vec), len(ks))],
+                "tokens": tok,
+                "offsets": off,
+                "truncated": np.zeros(len(ks), np.uint8),
+            },
+        )
     fs.release_writer()
     img_of = rng.integers(0, n_img, n_rec)
-    write_manifest(man, pa.table({
-        "record_id": [f"r{i}" for i in range(n_rec)], "image": [f"{j}.jpg" for j in img_of],
-        "image_key": [ikeys[j] for j in img_of], "positive": texts[:n_rec],
-        "negatives": [[t] for t in texts[n_rec:]],
-        "split": ["val" if i % 500 == 0 else "train" for i in range(n_rec)]}), "training")
+    write_manifest(
+        man,
+        pa.table(
+            {
+                "record_id": [f"r{i}" for i in range(n_rec)],
+                "image": [f"{j}.jpg" for j in img_of],
+                "image_key": [ikeys[j] for j in img_of],
+                "positive": texts[:n_rec],
+                "negatives": [[t] for t in texts[n_rec:]],
+                "split": ["val" if i % 500 == 0 else "train" for i in range(n_rec)],
+            }
+        ),
+        "training",
+    )
     open(os.path.join(folder, "DONE"), "w").write("done\n")
-    log(f"wrote {folder}: {n_img} images, {2 * n_rec} captions, {time.perf_counter() - t0:.0f} s "
-        f"({FeatureStore(store_dir).size_on_disk() / 2**30:.1f} GiB)")
+    log(
+        f"wrote {folder}: {n_img} images, {2 * n_rec} captions, {time.perf_counter() - t0:.0f} s "
+        f"({FeatureStore(store_dir).size_on_disk() / 2**30:.1f} GiB)"
+    )
     return store_dir, man
 
 
@@ -84,17 +110,32 @@ def worker(store: str, manifest: str, placement: str, steps: int, out: str, devi
 
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.train import TrainConfig, train_head
+
     t0 = time.perf_counter()
     cfg = TrainConfig(head="flow", epochs=1, batch_size=32, train_eval_records=256, checkpoint_every=10**9)
     said = []
-    train_head(FeatureStore(store), manifest, out, cfg, placement=placement, progress=False, max_steps=steps,
-               log=said.append, device=device)
+    train_head(
+        FeatureStore(store),
+        manifest,
+        out,
+        cfg,
+        placement=placement,
+        progress=False,
+        max_steps=steps,
+        log=said.append,
+        device=device,
+    )
     wall = time.perf_counter() - t0
     rates = [json.loads(x)["steps_per_s"] for x in open(os.path.join(out, "log.jsonl")) if '"steps_per_s"' in x]
-    step = float(np.median([1 / r for r in rates[1:]]))            # the first one includes data loading
+    step = float(np.median([1 / r for r in rates[1:]]))  # the first one includes data loading
     first = wall - step * (len(rates) - 1)
-    return {"placement": placement, "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-            "seconds_to_first_step": first, "seconds_per_step": step, "chosen": [s for s in said if "placement" in s]}
+    return {
+        "placement": placement,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "seconds_to_first_step": first,
+        "seconds_per_step": step,
+        "chosen": [s for s in said if "placement" in s],
+    }
 
 
 def gallery(root: str, store: str, n_images: int) -> str:
@@ -103,11 +144,20 @@ def gallery(root: str, store: str, n_images: int) -> str:
 
     from flowclip_cache.hashing import caption_key
     from flowclip_cache.manifest import write_manifest
+
     path = os.path.join(root, f"gallery-{n_images}.parquet")
-    write_manifest(path, pa.table({"image": [f"{i}.jpg" for i in range(n_images)],
-                                   "image_key": [caption_key(f"image {i}") for i in range(n_images)],
-                                   "captions": [[f"caption {5 * i + j}" for j in range(5)] for i in range(n_images)]}),
-                   "retrieval", {"benchmark": "coco-retrieval"})
+    write_manifest(
+        path,
+        pa.table(
+            {
+                "image": [f"{i}.jpg" for i in range(n_images)],
+                "image_key": [caption_key(f"image {i}") for i in range(n_images)],
+                "captions": [[f"caption {5 * i + j}" for j in range(5)] for i in range(n_images)],
+            }
+        ),
+        "retrieval",
+        {"benchmark": "coco-retrieval"},
+    )
     return path
 
 
@@ -116,40 +166,71 @@ def score_worker(store: str, manifest: str, run: str, max_memory: int, shortlist
 
     from flowclip_cache.score import run_score
     from flowclip_cache.store import FeatureStore
+
     t0 = time.perf_counter()
-    res = run_score(FeatureStore(store), [manifest], [run], out, bootstrap_draws=0, max_memory_mb=max_memory,
-                    shortlist=shortlist or None, progress=False, log=lambda *_: None)
+    res = run_score(
+        FeatureStore(store),
+        [manifest],
+        [run],
+        out,
+        bootstrap_draws=0,
+        max_memory_mb=max_memory,
+        shortlist=shortlist or None,
+        progress=False,
+        log=lambda *_: None,
+    )
     r = next(iter(res["results"].values()))["coco-retrieval"]
-    return {"seconds": time.perf_counter() - t0, "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-            "i2t_R@1": r["i2t_R@1"]}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "i2t_R@1": r["i2t_R@1"],
+    }
 
 
-def scoring(root: str, store: str, man: str, max_memory: int, exact_images: int, shortlist: int,
-            store_images: int) -> bool:
+def scoring(
+    root: str, store: str, man: str, max_memory: int, exact_images: int, shortlist: int, store_images: int
+) -> bool:
     """Score an exact and a shortlisted gallery (COCO 5k, or as many images as a small
     store holds); False when a run failed."""
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.train import TrainConfig, train_head
+
     run = os.path.join(root, "flow-untrained")
     if not os.path.exists(os.path.join(run, "DONE")):
-        train_head(FeatureStore(store), man, run, TrainConfig(head="flow", epochs=0, train_eval_records=0),
-                   progress=False, log=lambda *_: None, placement="store")
+        train_head(
+            FeatureStore(store),
+            man,
+            run,
+            TrainConfig(head="flow", epochs=0, train_eval_records=0),
+            progress=False,
+            log=lambda *_: None,
+            placement="store",
+        )
     ok = True
     for n, k in ((min(exact_images, store_images), 0), (min(5000, store_images), shortlist)):
         g = gallery(root, store, n)
         out = os.path.join(root, f"score-{n}-{k}-{time.time_ns()}")
-        r = subprocess.run([sys.executable, __file__, "--score-worker", store, g, run, str(max_memory), str(k), out],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, __file__, "--score-worker", store, g, run, str(max_memory), str(k), out],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             print(f"score {n} images: failed\n{r.stderr[-2000:]}")
             ok = False
             continue
         res = json.loads(r.stdout.strip().splitlines()[-1])
         pairs = n * 5 * n if not k else None
-        rate = f" | {pairs / res['seconds']:8.0f} pairs/s; the 5k gallery exactly ~ " \
-               f"{5000 * 25000 / (pairs / res['seconds']) / 3600:.1f} h" if pairs else ""
-        print(f"score {n:5d} images x {5 * n} captions, {'exact' if not k else f'shortlist {k}'}: "
-              f"{res['seconds']:7.1f} s | peak RSS {res['peak_rss_gib']:.2f} GiB (--max-memory {max_memory} MiB)" + rate)
+        rate = (
+            f" | {pairs / res['seconds']:8.0f} pairs/s; the 5k gallery exactly ~ "
+            f"{5000 * 25000 / (pairs / res['seconds']) / 3600:.1f} h"
+            if pairs
+            else ""
+        )
+        print(
+            f"score {n:5d} images x {5 * n} captions, {'exact' if not k else f'shortlist {k}'}: "
+            f"{res['seconds']:7.1f} s | peak RSS {res['peak_rss_gib']:.2f} GiB (--max-memory {max_memory} MiB)" + rate
+        )
     return ok
 
 
@@ -179,23 +260,39 @@ def main():
     for f in (float(x) for x in a.fractions.split(",")):
         store, man = write_store(a.root, f)
         n_train = int(COCO_RECORDS * f) - int(COCO_RECORDS * f) // 500 - 1
-        placements = ["device", "store"] if f <= 0.25 else ["store"]      # full size does not fit in 24 GiB
+        placements = ["device", "store"] if f <= 0.25 else ["store"]  # full size does not fit in 24 GiB
         if a.device.startswith("cuda"):
             placements = ["device", "host", "store"] if f <= 0.25 else ["host", "store"]
         for pl in placements:
             out = os.path.join(a.root, f"run-x{f:g}-{pl}-{time.time_ns()}")
-            r = subprocess.run([sys.executable, __file__, "--steps", str(a.steps), "--device", a.device,
-                                "--worker", store, man, pl, out],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--steps",
+                    str(a.steps),
+                    "--device",
+                    a.device,
+                    "--worker",
+                    store,
+                    man,
+                    pl,
+                    out,
+                ],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode:
                 print(f"x{f:g} {pl}: failed\n{r.stderr[-2000:]}")
                 ok = False
                 continue
             res = json.loads(r.stdout.strip().splitlines()[-1])
             epoch = res["seconds_per_step"] * (n_train // 32)
-            print(f"x{f:g} {pl:6s}: peak RSS {res['peak_rss_gib']:5.2f} GiB | first step after "
-                  f"{res['seconds_to_first_step']:6.1f} s | {res['seconds_per_step'] * 1000:6.0f} ms/step | "
-                  f"epoch of {n_train // 32} steps ~ {epoch / 60:5.1f} min | {res['chosen'][0] if res['chosen'] else ''}")
+            print(
+                f"x{f:g} {pl:6s}: peak RSS {res['peak_rss_gib']:5.2f} GiB | first step after "
+                f"{res['seconds_to_first_step']:6.1f} s | {res['seconds_per_step'] * 1000:6.0f} ms/step | "
+                f"epoch of {n_train // 32} steps ~ {epoch / 60:5.1f} min | {res['chosen'][0] if res['chosen'] else ''}"
+            )
         if f == min(float(x) for x in a.fractions.split(",")) and not a.no_scoring:
             ok &= scoring(a.root, store, man, a.max_memory, a.exact_images, a.shortlist, int(COCO_IMAGES * f))
     return 0 if ok else 1

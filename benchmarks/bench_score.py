@@ -7,6 +7,7 @@ products {q, Wq} x {p, Y} = 4 L N d multiply-adds per pair, the irreducible work
 the factorised form) as a fraction of the FP32 matmul rate measured in the same run,
 and the speed-up over the direct formula.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,10 @@ def main():
     flops = rate * 4 * L * N * D * 2
     print(f"# {I} images x {T} captions, d={D}, N={N}, L={L}, device {dev}, torch threads {torch.get_num_threads()}")
     print(f"fp32 matmul : {mm_rate / 1e9:8.1f} GFLOP/s (2048x{D} @ {D}x4096)")
-    print(f"flow-clip   : {rate:10.0f} pairs/s = {flops / 1e9:6.1f} GFLOP/s of pair products | "
-          f"{flops / mm_rate:.0%} of the matmul rate (target >= 30%)")
+    print(
+        f"flow-clip   : {rate:10.0f} pairs/s = {flops / 1e9:6.1f} GFLOP/s of pair products | "
+        f"{flops / mm_rate:.0%} of the matmul rate (target >= 30%)"
+    )
     print(f"direct      : {direct_rate:10.0f} pairs/s | factorised is {rate / direct_rate:.1f}x faster")
 
 

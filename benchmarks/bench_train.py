@@ -4,6 +4,7 @@
 
 d = 512, N = 49 patches, ~16-token captions, batch 32 records x 64 candidates (ViT-B/32 shapes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,7 @@ def saved_bytes(head, feats, direct):
 
 
 def timed(fn, n, device):
-    fn()                                      # warm-up
+    fn()  # warm-up
     if device == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
@@ -79,19 +80,25 @@ def main():
     g = torch.Generator().manual_seed(0)
     feats = batch(g, dev)
     head = build_head("flow", D).to(dev)
-    with torch.no_grad():                     # a trained-looking head, so W is not zero
+    with torch.no_grad():  # a trained-looking head, so W is not zero
         head.W.normal_(0, 0.02)
         head.M_tok.add_(torch.randn(D, D, generator=g).to(dev) * 0.01)
     opt = torch.optim.AdamW(head.parameters(), lr=8e-5)
-    print(f"# d={D}, N={N}, L<={L}, batch {B} records x {2 * B} candidates, device {dev}, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"# d={D}, N={N}, L<={L}, batch {B} records x {2 * B} candidates, device {dev}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     t_fast = timed(lambda: step(head, opt, feats, False), args.steps, dev)
     t_direct = timed(lambda: step(head, opt, feats, True), max(2, args.steps // 3), dev)
-    print(f"train step : factorised {t_fast * 1e3:8.1f} ms | direct {t_direct * 1e3:8.1f} ms | "
-          f"speed-up {t_direct / t_fast:.1f}x (target >= 4x)")
+    print(
+        f"train step : factorised {t_fast * 1e3:8.1f} ms | direct {t_direct * 1e3:8.1f} ms | "
+        f"speed-up {t_direct / t_fast:.1f}x (target >= 4x)"
+    )
     mb_fast, mb_direct = saved_bytes(head, feats, False) / 2**20, saved_bytes(head, feats, True) / 2**20
-    print(f"step memory: factorised {mb_fast:8.1f} MiB | direct {mb_direct:8.1f} MiB of tensors saved for "
-          f"backward; process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(
+        f"step memory: factorised {mb_fast:8.1f} MiB | direct {mb_direct:8.1f} MiB of tensors saved for "
+        f"backward; process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
     if dev == "cuda":
         torch.cuda.reset_peak_memory_stats()
         step(head, opt, feats, False)
@@ -100,9 +107,12 @@ def main():
     # cached features vs encoding inside the loop (random-weight ViT-B-32, same scorer)
     from flowclip_cache.encoders import EncoderSpec, load_model, resolve
     from flowclip_cache.features import encode_images, encode_texts
+
     model = load_model(resolve(EncoderSpec("ViT-B-32")), dev)
     images = torch.randn(B, 3, 224, 224, generator=g).to(dev)
-    caps = model.tokenize(["a photo of a small red cube to the left of a large blue sphere on the table"] * (2 * B)).to(dev)
+    caps = model.tokenize(["a photo of a small red cube to the left of a large blue sphere on the table"] * (2 * B)).to(
+        dev
+    )
 
     def encoding_step():
         with torch.no_grad():
@@ -115,28 +125,35 @@ def main():
 
     from flowclip_cache.banks import FeatureBank
     from flowclip_cache.training_data import TrainingData
+
     R = 1024
     lengths = torch.randint(10, L + 1, (2 * R,), generator=g)
     offsets = torch.zeros(2 * R + 1, dtype=torch.long)
     offsets[1:] = lengths.cumsum(0)
     half = lambda *shape: F.normalize(torch.randn(*shape, generator=g), dim=-1).half().to(dev)
-    data = TrainingData(FeatureBank(half(R, D), half(R, N, D), half(2 * R, D), half(int(offsets[-1]), D),
-                                    offsets.to(dev)),
-                        torch.arange(R, device=dev), torch.arange(R, device=dev),
-                        torch.arange(R, 2 * R, device=dev)[:, None], [[""]] * R, np.array(["train"] * R))
+    data = TrainingData(
+        FeatureBank(half(R, D), half(R, N, D), half(2 * R, D), half(int(offsets[-1]), D), offsets.to(dev)),
+        torch.arange(R, device=dev),
+        torch.arange(R, device=dev),
+        torch.arange(R, 2 * R, device=dev)[:, None],
+        [[""]] * R,
+        np.array(["train"] * R),
+    )
     order = torch.randperm(R, generator=g).to(dev)
     it = iter(range(10**9))
 
     def cached_step():
-        rec = order[(next(it) * B) % (R - B):][:B]
+        rec = order[(next(it) * B) % (R - B) :][:B]
         img = data.rec_image[rec]
         caps = torch.cat([data.rec_pos[rec], data.rec_neg[rec, 0]])
         step(head, opt, data.features(img, caps, True), False)
 
     t_cached = timed(cached_step, args.steps, dev)
     t_enc = timed(encoding_step, args.encode_steps, dev)
-    print(f"epoch      : from cache {t_cached * 1e3:8.1f} ms/step | encoding in the loop {t_enc * 1e3:8.1f} ms/step | "
-          f"ratio {t_enc / t_cached:.1f}x (target >= 10x; both run the same steps, so an epoch's ratio is this)")
+    print(
+        f"epoch      : from cache {t_cached * 1e3:8.1f} ms/step | encoding in the loop {t_enc * 1e3:8.1f} ms/step | "
+        f"ratio {t_enc / t_cached:.1f}x (target >= 10x; both run the same steps, so an epoch's ratio is this)"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ encoder (the exported encoder is a new checkpoint: new fingerprint, new store).
               config.json (a head run folder whose store fingerprint is the exported
               encoder's), checkpoints ckpt-<n>/ (encoder, head, AdamW state) for --resume
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,10 +41,10 @@ from .training_data import caption_records
 @dataclass
 class AdaptConfig(TrainConfig):
     head: str = field(default="flow", metadata={"choices": ("clip", "global", "flow")})
-    encoder_lr: float = field(default=1e-5, metadata={"min": 0.0})   # AdamW lr of both encoders (lr: the head's)
-    precision: str = field(default="fp32", metadata={"choices": ("fp32", "bf16")})    # bf16: autocast, CUDA only
+    encoder_lr: float = field(default=1e-5, metadata={"min": 0.0})  # AdamW lr of both encoders (lr: the head's)
+    precision: str = field(default="fp32", metadata={"choices": ("fp32", "bf16")})  # bf16: autocast, CUDA only
     grad_checkpointing: bool = False
-    workers: int = field(default=2, metadata={"min": 0})               # image decoding processes
+    workers: int = field(default=2, metadata={"min": 0})  # image decoding processes
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "AdaptConfig":
@@ -59,23 +60,24 @@ class AdaptConfig(TrainConfig):
 # -- records: the training manifest, as train-head reads it ----------------------------------------
 @dataclass
 class AdaptRecords:
-    images: list                  # [U] (absolute path, crop) of each distinct image
-    texts: list[str]              # [C] distinct captions
-    rec_image: torch.Tensor       # [R] index into images
-    rec_pos: torch.Tensor         # [R] index into texts
-    rec_neg: torch.Tensor         # [R, K] index into texts, -1 = none
+    images: list  # [U] (absolute path, crop) of each distinct image
+    texts: list[str]  # [C] distinct captions
+    rec_image: torch.Tensor  # [R] index into images
+    rec_pos: torch.Tensor  # [R] index into texts
+    rec_neg: torch.Tensor  # [R, K] index into texts, -1 = none
     split: np.ndarray
 
 
 def read_records(manifest_path: str, image_root: str) -> AdaptRecords:
     from .hashing import file_sha256, image_key
     from .images import BadImage, resolve_image_path
+
     m = Manifest.read(manifest_path)
     t, texts, rec_pos, rec_neg = caption_records(m, "adapt")
     refs = list(m.image_refs())
     keys: list[str] = []
     where: dict[str, tuple] = {}
-    for r in refs:                # images by content, as extract keys them: same image, same id
+    for r in refs:  # images by content, as extract keys them: same image, same id
         try:
             path = resolve_image_path(image_root, r.path)
             key = image_key(file_sha256(path), r.crop)
@@ -85,8 +87,14 @@ def read_records(manifest_path: str, image_root: str) -> AdaptRecords:
         where.setdefault(key, (path, r.crop))
     uimg = sorted(where)
     img_index = {k: i for i, k in enumerate(uimg)}
-    return AdaptRecords([where[k] for k in uimg], texts, torch.tensor([img_index[k] for k in keys]),
-                        rec_pos, rec_neg, np.array(t["split"]))
+    return AdaptRecords(
+        [where[k] for k in uimg],
+        texts,
+        torch.tensor([img_index[k] for k in keys]),
+        rec_pos,
+        rec_neg,
+        np.array(t["split"]),
+    )
 
 
 class _Images(torch.utils.data.Dataset):
@@ -100,6 +108,7 @@ class _Images(torch.utils.data.Dataset):
 
     def __getitem__(self, r):
         from .images import load_image
+
         path, crop = self.recs.images[int(self.recs.rec_image[r])]
         return self.preprocess(load_image(path, crop))
 
@@ -109,7 +118,7 @@ class _Images(torch.utils.data.Dataset):
 class Ranks:
     rank: int = 0
     world: int = 1
-    group: object = None      # the feature gathers' own process group (see init_ranks)
+    group: object = None  # the feature gathers' own process group (see init_ranks)
 
     @property
     def distributed(self) -> bool:
@@ -121,7 +130,7 @@ class Ranks:
         if n % self.world:
             raise FlowclipError(f"batch_size {n} is not divisible by the {self.world} ranks")
         k = n // self.world
-        return batch[self.rank * k:(self.rank + 1) * k]
+        return batch[self.rank * k : (self.rank + 1) * k]
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
         """Every rank's rows, in rank order, with gradients flowing back to each rank."""
@@ -136,6 +145,7 @@ class Ranks:
         if not self.distributed:
             return model
         from torch.nn.parallel import DistributedDataParallel
+
         ids = [torch.device(device).index] if device.startswith("cuda") else None
         return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
 
@@ -143,12 +153,14 @@ class Ranks:
         if not self.distributed:
             return n
         import torch.distributed as dist
+
         t = torch.tensor([n], device=self.device_of_backend())
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t)
 
     def device_of_backend(self) -> str:
         import torch.distributed as dist
+
         return f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
 
 
@@ -162,6 +174,7 @@ class _GatherRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group, rank, world):
         import torch.distributed as dist
+
         parts = [torch.empty_like(x) for _ in range(world)]
         dist.all_gather(parts, x, group=group)
         ctx.group, ctx.rank, ctx.n = group, rank, len(x)
@@ -170,9 +183,10 @@ class _GatherRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         import torch.distributed as dist
+
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
-        return grad[ctx.rank * ctx.n:(ctx.rank + 1) * ctx.n], None, None, None
+        return grad[ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n], None, None, None
 
 
 def init_ranks(device: str) -> tuple[Ranks, str]:
@@ -181,6 +195,7 @@ def init_ranks(device: str) -> tuple[Ranks, str]:
     if world == 1:
         return Ranks(), device
     import torch.distributed as dist
+
     cuda = device.startswith("cuda")
     if cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -196,6 +211,7 @@ def gather_group():
     all-reduces (which run during the same backward pass): collectives of two purposes
     never share one stream."""
     import torch.distributed as dist
+
     return dist.new_group(backend=dist.get_backend())
 
 
@@ -204,10 +220,11 @@ class Adapted(torch.nn.Module):
     def __init__(self, encoder, head):
         super().__init__()
         self.encoder_model, self.head = encoder.model, head
-        self.encoder = encoder            # the family object (forwards, tokenizer); its model is above
+        self.encoder = encoder  # the family object (forwards, tokenizer); its model is above
 
     def forward(self, images, tokens, policy: str):
         from .features import image_features, text_features
+
         v, P = image_features(self.encoder, images)
         f = text_features(self.encoder, tokens, policy)
         return v, P, f.sentence, f.tokens, f.mask
@@ -230,7 +247,7 @@ def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: 
     if not need_tokens:
         return v, None, t, None, None
     H = H.float()
-    L = ranks.max(H.shape[1])                         # causal cuts differ per rank: pad to one length
+    L = ranks.max(H.shape[1])  # causal cuts differ per rank: pad to one length
     if H.shape[1] < L:
         H = torch.nn.functional.pad(H, (0, 0, 0, L - H.shape[1]))
         mask = torch.nn.functional.pad(mask, (0, L - mask.shape[1]))
@@ -238,19 +255,32 @@ def batch_features(model, ranks: Ranks, images, tokens, policy: str, precision: 
 
 
 # -- the run ---------------------------------------------------------------------------------------
-def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptConfig, *, device: str = "cpu",
-              resume: bool = False, overwrite: bool = False, progress: bool = True, max_steps: int | None = None,
-              log=print) -> dict:
+def run_adapt(
+    spec,
+    manifest_path: str,
+    image_root: str,
+    out: str,
+    cfg: AdaptConfig,
+    *,
+    device: str = "cpu",
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    max_steps: int | None = None,
+    log=print,
+) -> dict:
     """Adapt the encoders of `spec` with cfg's head; returns the final state."""
     from .encoders import load_model, resolve
+
     ranks, device = init_ranks(device)
     if ranks.rank != 0:
         log = lambda *_: None
     if cfg.precision == "bf16" and not device.startswith("cuda"):
         raise FlowclipError("precision bf16 runs on CUDA; use fp32 on the CPU")
     if cfg.batch_size % ranks.world:
-        raise FlowclipError(f"batch_size {cfg.batch_size} is the global batch: it must be divisible by the "
-                            f"{ranks.world} ranks")
+        raise FlowclipError(
+            f"batch_size {cfg.batch_size} is the global batch: it must be divisible by the {ranks.world} ranks"
+        )
     enc = resolve(spec)
     _prepare_folder(out, enc, manifest_path, cfg, resume, overwrite, ranks)
     recs = read_records(manifest_path, image_root)
@@ -266,8 +296,9 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
     frozen = freeze_unreached(model, recs, cfg.precision, device)
     enc_params = [p for p in encoder.model.parameters() if p.requires_grad]
     head_params = list(head.parameters())
-    groups = [{"params": enc_params, "lr": cfg.encoder_lr}] + ([{"params": head_params, "lr": cfg.lr}]
-                                                               if head_params else [])
+    groups = [{"params": enc_params, "lr": cfg.encoder_lr}] + (
+        [{"params": head_params, "lr": cfg.lr}] if head_params else []
+    )
     opt = torch.optim.AdamW(groups, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     params = enc_params + head_params
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "loss": [], "seconds": 0.0}
@@ -277,13 +308,17 @@ def run_adapt(spec, manifest_path: str, image_root: str, out: str, cfg: AdaptCon
         checkpoint.load_optimizer(params, opt, moments)
         checkpoint.restore_rng(moments)
         log(f"resuming {out} at epoch {state['epoch']} step {state['step_in_epoch']}")
-    forward = ranks.wrap(model, device)    # after loading: DDP broadcasts rank 0's weights
-    log(f"adapt {enc.spec.model}: {len(train_rec)} training records, head {cfg.head} "
+    forward = ranks.wrap(model, device)  # after loading: DDP broadcasts rank 0's weights
+    log(
+        f"adapt {enc.spec.model}: {len(train_rec)} training records, head {cfg.head} "
         f"({sum(p.numel() for p in head_params):,} parameters), encoders {sum(p.numel() for p in enc_params):,} "
-        f"parameters" + (f" ({frozen:,} that no feature reaches left frozen)" if frozen else "")
-        + f", {ranks.world} rank(s), global batch {cfg.batch_size}")
-    done = _epochs(model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress,
-                   max_steps, log)
+        f"parameters"
+        + (f" ({frozen:,} that no feature reaches left frozen)" if frozen else "")
+        + f", {ranks.world} rank(s), global batch {cfg.batch_size}"
+    )
+    done = _epochs(
+        model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps, log
+    )
     if done:
         _export(out, model, enc, cfg, state, ranks, log)
     return state
@@ -307,11 +342,13 @@ def freeze_unreached(model: Adapted, recs: AdaptRecords, precision: str, device:
     return sum(p.numel() for p in unreached)
 
 
-def _epochs(model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps,
-            log) -> bool:
+def _epochs(
+    model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps, log
+) -> bool:
     from torch.utils.data import DataLoader
 
     from .progress import bar as progress_bar
+
     B = cfg.batch_size
     n_steps = steps_per_epoch(len(train_rec), B)
     images = _Images(recs, model.encoder.preprocess)
@@ -321,12 +358,16 @@ def _epochs(model, forward, opt, params, recs, train_rec, cfg, state, ranks, dev
     save = lambda: _save(out, model, opt, params, state, ranks, before + time.perf_counter() - t0)
     while state["epoch"] < cfg.epochs:
         order, neg_pick = epoch_order(train_rec, recs.rec_neg, cfg.seed, state["epoch"], "cpu")
-        batches = [ranks.share(order[s * B:(s + 1) * B]) for s in range(state["step_in_epoch"], n_steps)]
-        loader: DataLoader = DataLoader(images, batch_sampler=[b.tolist() for b in batches], num_workers=cfg.workers,
-                            prefetch_factor=2 if cfg.workers else None,     # its own generator: making a
-                            generator=torch.Generator().manual_seed(cfg.seed))   # loader draws no global RNG
+        batches = [ranks.share(order[s * B : (s + 1) * B]) for s in range(state["step_in_epoch"], n_steps)]
+        loader: DataLoader = DataLoader(
+            images,
+            batch_sampler=[b.tolist() for b in batches],
+            num_workers=cfg.workers,
+            prefetch_factor=2 if cfg.workers else None,  # its own generator: making a
+            generator=torch.Generator().manual_seed(cfg.seed),
+        )  # loader draws no global RNG
         for mine, x in zip(batches, loader):
-            glob = order[state["step_in_epoch"] * B:(state["step_in_epoch"] + 1) * B]
+            glob = order[state["step_in_epoch"] * B : (state["step_in_epoch"] + 1) * B]
             loss = step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks, device, policy)
             state["loss"].append(loss)
             state["step_in_epoch"] += 1
@@ -358,7 +399,7 @@ def step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks,
     if not torch.isfinite(loss):
         raise FlowclipError(f"non-finite loss ({loss.item()}); the last good checkpoint is kept (try a lower lr)")
     opt.zero_grad(set_to_none=True)
-    loss.backward()                        # under DDP: the ranks' gradients averaged on return
+    loss.backward()  # under DDP: the ranks' gradients averaged on return
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     opt.step()
     return loss.item()
@@ -367,10 +408,12 @@ def step(model, forward, opt, params, recs, glob, mine, x, neg_pick, cfg, ranks,
 def _save(out, model, opt, params, state, ranks, seconds: float) -> None:
     if ranks.rank == 0:
         state["seconds"] = seconds
-        checkpoint.save(out, model.state_dict(), checkpoint.optimizer_tensors(params, opt) | checkpoint.rng_tensors(),
-                        state)
+        checkpoint.save(
+            out, model.state_dict(), checkpoint.optimizer_tensors(params, opt) | checkpoint.rng_tensors(), state
+        )
     if ranks.distributed:
         import torch.distributed as dist
+
         dist.barrier()
 
 
@@ -378,7 +421,11 @@ def _prepare_folder(out, enc, manifest_path, cfg, resume, overwrite, ranks) -> N
     if ranks.rank == 0:
         started = checkpoint.claim_run(out, "adapt-run", "adapt run", resume, overwrite)
         cfg_path = os.path.join(out, "adapt.json")
-        run_cfg = {"adapt": dataclasses.asdict(cfg), "base_encoder": enc.config, "manifest": os.path.abspath(manifest_path)}
+        run_cfg = {
+            "adapt": dataclasses.asdict(cfg),
+            "base_encoder": enc.config,
+            "manifest": os.path.abspath(manifest_path),
+        }
         if started:
             old = json.load(open(cfg_path))
             if old["adapt"] != run_cfg["adapt"] or old["base_encoder"] != enc.config:
@@ -387,6 +434,7 @@ def _prepare_folder(out, enc, manifest_path, cfg, resume, overwrite, ranks) -> N
             outputs.atomic_write(cfg_path, lambda p: json.dump(run_cfg, open(p, "w"), indent=1))
     if ranks.distributed:
         import torch.distributed as dist
+
         dist.barrier()
 
 
@@ -396,20 +444,27 @@ def _export(out, model, enc, cfg, state, ranks, log) -> None:
 
     from .encoder_families.open_clip_common import TAG_SETTINGS_KEY, tag_settings
     from .encoders import resolve
+
     if ranks.rank == 0:
         enc_path = os.path.join(out, "encoder.safetensors")
         weights = {k: v.detach().cpu().contiguous() for k, v in model.encoder_model.state_dict().items()}
-        meta = {TAG_SETTINGS_KEY: json.dumps(tag_settings(enc.config))}      # so --pretrained FILE resolves as
-        outputs.atomic_write(enc_path, lambda p: save_file(weights, p, metadata=meta))   # the base did
+        meta = {TAG_SETTINGS_KEY: json.dumps(tag_settings(enc.config))}  # so --pretrained FILE resolves as
+        outputs.atomic_write(enc_path, lambda p: save_file(weights, p, metadata=meta))  # the base did
         adapted = resolve(dataclasses.replace(enc.spec, pretrained=enc_path))
-        run_config = {"train": dataclasses.asdict(cfg), "store_fingerprint": adapted.fingerprint,
-                      "encoder": enc.spec.model, "head": model.head.hparams(), "dim": enc.dim,
-                      "parameters": sum(p.numel() for p in model.head.parameters()),
-                      "adapted_from": enc.fingerprint,
-                      "note": "extract with --pretrained OUT/encoder.safetensors to score this head"}
+        run_config = {
+            "train": dataclasses.asdict(cfg),
+            "store_fingerprint": adapted.fingerprint,
+            "encoder": enc.spec.model,
+            "head": model.head.hparams(),
+            "dim": enc.dim,
+            "parameters": sum(p.numel() for p in model.head.parameters()),
+            "adapted_from": enc.fingerprint,
+            "note": "extract with --pretrained OUT/encoder.safetensors to score this head",
+        }
         outputs.atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
         write_finished_head(out, model.head, {"global_step": state["global_step"], "final_loss": state["loss"][-1]})
         log(f"wrote {enc_path} (fingerprint {adapted.fingerprint[:16]}) and the head run folder {out}")
     if ranks.distributed:
         import torch.distributed as dist
+
         dist.barrier()

@@ -1,6 +1,7 @@
 """From scores to the official numbers: each benchmark's aggregation (ties, groups,
 breakdowns, recalls), the cross-task means, and the records each task gives the paired
 bootstrap. The engines compute scores; this module only counts."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,22 +18,29 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
     keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
     correct, tie = metrics.decisions(scores, gold, sc.tie_rule)
     c, t = correct[keep], tie[keep]
-    res: dict[str, Any] = {"n": int(keep.sum()), "excluded": int((~keep).sum()), "ties": int(t.sum()), "tie_rule": sc.tie_rule,
-           "pooled": metrics.mean_accuracy(c)}
+    res: dict[str, Any] = {
+        "n": int(keep.sum()),
+        "excluded": int((~keep).sum()),
+        "ties": int(t.sum()),
+        "tie_rule": sc.tie_rule,
+        "pooled": metrics.mean_accuracy(c),
+    }
     if sc.group_by:
         g = np.asarray(cols[sc.group_by])[keep]
         res["by_" + sc.group_by] = metrics.group_accuracies(c, g)
         for name, members in sc.groups:
-            res.setdefault("named_groups", {})[name] = _named_group(c, g, members, res["by_" + sc.group_by],
-                                                                    sc.group_weighting)
+            res.setdefault("named_groups", {})[name] = _named_group(
+                c, g, members, res["by_" + sc.group_by], sc.group_weighting
+            )
     if sc.aggregate == "mean":
         res["score"] = res["pooled"]
-    elif sc.aggregate == "group_means":       # a group with no record scored is left out, and named
+    elif sc.aggregate == "group_means":  # a group with no record scored is left out, and named
         there = [n for n in sc.headline_groups if not np.isnan(res["named_groups"][n])]
         res["score"] = float(np.mean([res["named_groups"][n] for n in there])) if there else float("nan")
         if len(there) < len(sc.headline_groups):
-            res["partial"] = f"mean of {', '.join(there)} only: no record of {', '.join(n for n in sc.headline_groups if n not in there)}"
-    else:   # macro / subset_mean: unweighted over groups
+            absent = ", ".join(n for n in sc.headline_groups if n not in there)
+            res["partial"] = f"mean of {', '.join(there)} only: no record of {absent}"
+    else:  # macro / subset_mean: unweighted over groups
         g = np.asarray(cols[sc.group_by])[keep]
         res["score"] = metrics.macro_accuracy(c, g, sc.min_group)
         res["groups_used"] = len(metrics.group_accuracies(c, g, sc.min_group))
@@ -75,7 +83,7 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
     keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(n, bool)
     groups = np.asarray(cols[sc.group_by])[keep] if sc.aggregate != "mean" else None
     keep_idx = np.flatnonzero(keep)
-    if sc.aggregate == "group_means":          # records labelled by their headline group; others left out
+    if sc.aggregate == "group_means":  # records labelled by their headline group; others left out
         label = {m: name for name, members in sc.groups if name in sc.headline_groups for m in members}
         groups = np.array([label.get(str(g), "") for g in groups], dtype=object)  # type: ignore[union-attr]
         sel = groups != ""
@@ -85,12 +93,12 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
         sel = np.array([sizes[g] >= sc.min_group for g in groups], bool)
         keep_idx, groups = keep_idx[sel], groups[sel]
     idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep_idx]], np.int64)
-    return {"name": name, "image_index": idx, "groups": groups,
-            "correct": {r: c[keep_idx] for r, c in correct.items()}}
+    return {"name": name, "image_index": idx, "groups": groups, "correct": {r: c[keep_idx] for r, c in correct.items()}}
 
 
-def cross_task_means(results: dict, benches: dict[str, Scoring], runs: list[str],
-                     expected: dict[str, list[str]] | None = None) -> dict:
+def cross_task_means(
+    results: dict, benches: dict[str, Scoring], runs: list[str], expected: dict[str, list[str]] | None = None
+) -> dict:
     """binding7 / all11 / aro / controls6 from each benchmark's joins declaration. With
     expected (mean -> every member the registry declares), a mean missing some members
     is marked partial and names what it used and what is missing."""
@@ -122,6 +130,6 @@ def expected_members() -> dict[str, list[str]]:
     """Every member of every cross-task mean, as the registry declares them."""
     out: dict[str, list[str]] = {}
     for name, b in all_benchmarks().items():
-        for mean_name, group in (b.scoring.joins if b.scoring else ()):
+        for mean_name, group in b.scoring.joins if b.scoring else ():
             out.setdefault(mean_name, []).append(f"{name}/{group}" if group else name)
     return out

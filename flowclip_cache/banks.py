@@ -12,6 +12,7 @@ across placements for the same seed (tests/test_placement.py). A bank's batch AP
 `gather(imgs, caps, need_tokens)` (FP16 rows, tokens padded to the batch's longest)
 and `features(...)` (re-normalised FP32 on the compute device).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,16 +49,24 @@ def finish(v16, P16, t16, H16, mask, device: str) -> tuple:
 class FeatureBank:
     """Cached features gathered once into memory (on the device, or on the host): what
     training and scoring index into. Images and captions are numbered in the order loaded."""
-    img_global: torch.Tensor      # [n_img, d] fp16
-    img_patches: torch.Tensor     # [n_img, N, d] fp16 (empty when no head needs tokens)
-    cap_global: torch.Tensor      # [n_cap, d] fp16
-    cap_tokens: torch.Tensor      # [n_tok, d] fp16, flat
-    cap_offsets: torch.Tensor     # [n_cap+1] int64
-    device: str = "cpu"           # where features() delivers batches
+
+    img_global: torch.Tensor  # [n_img, d] fp16
+    img_patches: torch.Tensor  # [n_img, N, d] fp16 (empty when no head needs tokens)
+    cap_global: torch.Tensor  # [n_cap, d] fp16
+    cap_tokens: torch.Tensor  # [n_tok, d] fp16, flat
+    cap_offsets: torch.Tensor  # [n_cap+1] int64
+    device: str = "cpu"  # where features() delivers batches
 
     @classmethod
-    def load(cls, store: FeatureStore, image_keys: list[str], caption_texts: list[str], need_tokens: bool,
-             device: str = "cpu", host: bool = False) -> "FeatureBank":
+    def load(
+        cls,
+        store: FeatureStore,
+        image_keys: list[str],
+        caption_texts: list[str],
+        need_tokens: bool,
+        device: str = "cpu",
+        host: bool = False,
+    ) -> "FeatureBank":
         """host: keep the features in (pinned) host memory and copy batches to `device`."""
         im = store.load_images(image_keys)
         cp = store.load_captions([caption_key(c) for c in caption_texts])
@@ -67,9 +76,16 @@ class FeatureBank:
         def to(a):
             t = torch.from_numpy(np.ascontiguousarray(a))
             return t.pin_memory() if pin else t.to(where)
+
         empty = torch.empty(0, device=where)
-        return cls(to(im.global_), to(im.patches) if need_tokens else empty, to(cp.global_),
-                   to(cp.tokens) if need_tokens else empty, to(cp.offsets), device)
+        return cls(
+            to(im.global_),
+            to(im.patches) if need_tokens else empty,
+            to(cp.global_),
+            to(cp.tokens) if need_tokens else empty,
+            to(cp.offsets),
+            device,
+        )
 
     @property
     def dim(self) -> int:
@@ -132,8 +148,15 @@ class StoreBank:
     against its checksums once, when the bank is made (one streaming pass, one array in
     memory at a time), so damage is refused, never read."""
 
-    def __init__(self, store: FeatureStore, image_keys: list[str], caption_texts: list[str], need_tokens: bool,
-                 device: str = "cpu", log=None):
+    def __init__(
+        self,
+        store: FeatureStore,
+        image_keys: list[str],
+        caption_texts: list[str],
+        need_tokens: bool,
+        device: str = "cpu",
+        log=None,
+    ):
         self.store, self.device, self.need_tokens = store, device, need_tokens
         self.d, self.P = store.meta["dim"], store.meta["num_patches"]
         self.files = _Files()
@@ -141,15 +164,20 @@ class StoreBank:
         self.cap_seg, self.cap_row = store._locate(CAPTION, [caption_key(c) for c in caption_texts])
         used = sorted(set(self.img_seg.tolist()) | set(self.cap_seg.tolist()))
         self.offsets = self._check(used, log is not None)
-        self.locate = {(s, n): store.backend.row_locator(store.segments[s].path, n)
-                       for s in used for n in store.backend.array_names(store.segments[s].path)}
-        self.cap_lengths = np.array([self.offsets[s][r + 1] - self.offsets[s][r]
-                                     for s, r in zip(self.cap_seg, self.cap_row)], np.int64)
+        self.locate = {
+            (s, n): store.backend.row_locator(store.segments[s].path, n)
+            for s in used
+            for n in store.backend.array_names(store.segments[s].path)
+        }
+        self.cap_lengths = np.array(
+            [self.offsets[s][r + 1] - self.offsets[s][r] for s, r in zip(self.cap_seg, self.cap_row)], np.int64
+        )
 
     def _check(self, used: list[int], progress: bool) -> dict[int, np.ndarray]:
         """Read every array of every segment used once, checking its checksum (then
         dropping it): damage is refused before training starts. Returns caption offsets."""
         from .progress import bar
+
         store, offsets = self.store, {}
         check = bar(len(used), "checking segments", "seg", progress)
         try:
@@ -181,27 +209,31 @@ class StoreBank:
         out = np.empty((stop - start,) + tuple(row_shape), dtype)
         flat = out.reshape(stop - start, -1).view(np.uint8)
         for path, offset, a, b in self.locate[(seg, name)](start, stop):
-            flat[a - start:b - start] = np.frombuffer(self.files.pread(path, (b - a) * flat.shape[1], offset),
-                                                      np.uint8).reshape(b - a, -1)
+            flat[a - start : b - start] = np.frombuffer(
+                self.files.pread(path, (b - a) * flat.shape[1], offset), np.uint8
+            ).reshape(b - a, -1)
         return out
 
     def gather(self, imgs_t: torch.Tensor, caps_t: torch.Tensor, need_tokens: bool) -> tuple[Any, ...]:
         imgs, caps = imgs_t.cpu().numpy(), caps_t.cpu().numpy()
         d = self.d
-        v = np.stack([self._rows(self.img_seg[i], "global", self.img_row[i], self.img_row[i] + 1, (d,))[0]
-                      for i in imgs])
-        t = np.stack([self._rows(self.cap_seg[c], "global", self.cap_row[c], self.cap_row[c] + 1, (d,))[0]
-                      for c in caps])
+        v = np.stack(
+            [self._rows(self.img_seg[i], "global", self.img_row[i], self.img_row[i] + 1, (d,))[0] for i in imgs]
+        )
+        t = np.stack(
+            [self._rows(self.cap_seg[c], "global", self.cap_row[c], self.cap_row[c] + 1, (d,))[0] for c in caps]
+        )
         if not need_tokens:
             return torch.from_numpy(v), None, torch.from_numpy(t), None, None
-        P = np.stack([self._rows(self.img_seg[i], "patches", self.img_row[i], self.img_row[i] + 1, (self.P, d))[0]
-                      for i in imgs])
+        P = np.stack(
+            [self._rows(self.img_seg[i], "patches", self.img_row[i], self.img_row[i] + 1, (self.P, d))[0] for i in imgs]
+        )
         L = int(self.cap_lengths[caps].max())
         H = np.zeros((len(caps), L, d), np.float16)
         for j, c in enumerate(caps):
             s, r = self.cap_seg[c], self.cap_row[c]
             a, b = self.offsets[s][r], self.offsets[s][r + 1]
-            H[j, :b - a] = self._rows(s, "tokens", a, b, (d,))
+            H[j, : b - a] = self._rows(s, "tokens", a, b, (d,))
         mask = torch.arange(L)[None, :] < torch.from_numpy(self.cap_lengths[caps])[:, None]
         return torch.from_numpy(v), torch.from_numpy(P), torch.from_numpy(t), torch.from_numpy(H), mask
 
@@ -233,7 +265,7 @@ def available_bytes(device: str) -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")      # elsewhere: free pages
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # elsewhere: free pages
 
 
 def choose_placement(requested: str, need: int, device: str, log=print) -> str:
@@ -252,15 +284,25 @@ def choose_placement(requested: str, need: int, device: str, log=print) -> str:
         else:
             requested = "store"
     if requested == "host" and not device.startswith("cuda"):
-        requested = "device"            # on the CPU the host is the device
-    where = {"device": f"{device} memory ({gib(dev_free)} free)", "host": f"host memory ({gib(host_free)} free)",
-             "store": "the store's files, read batch by batch"}[requested]
+        requested = "device"  # on the CPU the host is the device
+    where = {
+        "device": f"{device} memory ({gib(dev_free)} free)",
+        "host": f"host memory ({gib(host_free)} free)",
+        "store": "the store's files, read batch by batch",
+    }[requested]
     log(f"data: {gib(need)} of features -> placement '{requested}': {where}")
     return requested
 
 
-def make_bank(store: FeatureStore, image_keys: list[str], caption_texts: list[str], need_tokens: bool,
-              device: str, placement: str = "device", log=print):
+def make_bank(
+    store: FeatureStore,
+    image_keys: list[str],
+    caption_texts: list[str],
+    need_tokens: bool,
+    device: str,
+    placement: str = "device",
+    log=print,
+):
     if placement == "store":
         return StoreBank(store, image_keys, caption_texts, need_tokens, device, log)
     return FeatureBank.load(store, image_keys, caption_texts, need_tokens, device, host=placement == "host")
@@ -270,6 +312,7 @@ def prefetch(make, items, ahead: int = 2, device: str = "cpu"):
     """make(item) for each item, computed up to `ahead` items early on a worker thread
     (on CUDA, on a side stream, so host-to-device copies overlap the step); yields in order."""
     from concurrent.futures import ThreadPoolExecutor
+
     stream = torch.cuda.Stream(device) if device.startswith("cuda") else None
 
     def run(item):

@@ -2,6 +2,7 @@
 and training source (official source, files the converter expects, expected record
 counts, licence; the build command in its header). How a benchmark is scored lives in
 its benchmark file, not here."""
+
 from __future__ import annotations
 
 import os
@@ -16,12 +17,15 @@ KEYS = {"name", "title", "source", "files", "records", "counts", "images", "lice
 def load_catalogue(folder: str = CATALOGUE_DIR) -> dict[str, dict]:
     out = {}
     if not os.path.isdir(folder) or not any(f.endswith(".yaml") for f in os.listdir(folder)):
-        raise FlowclipError(f"{folder}: the benchmark catalogue is missing from this installation; "
-                            f"reinstall flowclip (its YAML files ship as package data)")
+        raise FlowclipError(
+            f"{folder}: the benchmark catalogue is missing from this installation; "
+            f"reinstall flowclip (its YAML files ship as package data)"
+        )
     for f in sorted(os.listdir(folder)):
         if not f.endswith(".yaml"):
             continue
         from .config import load_yaml
+
         entry = load_yaml(os.path.join(folder, f))
         unknown = set(entry) - KEYS
         if unknown:

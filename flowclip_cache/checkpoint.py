@@ -11,6 +11,7 @@ checkpoint.json replaced (one atomic rename) to name it, and older folders remov
 A crash at any point leaves checkpoint.json naming a folder that is complete: resume
 sees all of the new checkpoint or all of the previous one. Nothing is unpickled.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,12 +32,17 @@ def claim_run(out: str, kind: str, noun: str, resume: bool, overwrite: bool, fin
     started: never another command's output, a finished run only with --overwrite (which
     replaces it), an unfinished one only with --resume."""
     from . import outputs
+
     outputs.require_own(out, kind)
     if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
-        raise FlowclipError(f"{out} holds a finished {noun}" + (" (nothing to resume)" if resume else "")
-                            + "; pass --overwrite to replace it" + finished_hint)
+        raise FlowclipError(
+            f"{out} holds a finished {noun}"
+            + (" (nothing to resume)" if resume else "")
+            + "; pass --overwrite to replace it"
+            + finished_hint
+        )
     if overwrite and os.path.exists(out):
-        outputs.remove_own(out)          # only what the marker lists; anything else refused, named
+        outputs.remove_own(out)  # only what the marker lists; anything else refused, named
     started = exists(out)
     if started and not resume:
         raise FlowclipError(f"{out} holds an unfinished {noun}; pass --resume to continue it or --overwrite")
@@ -75,26 +81,30 @@ def load_optimizer(params, opt, tensors: dict[str, torch.Tensor]) -> None:
         st = {k.split(".", 2)[2]: v for k, v in tensors.items() if k.startswith(f"opt.{i}.")}
         if st:
             if "step" in st:
-                st["step"] = st["step"].cpu()          # AdamW keeps its step counter on the CPU
+                st["step"] = st["step"].cpu()  # AdamW keeps its step counter on the CPU
             opt.state[p] = st
 
 
 def save(run: str, weights: dict[str, torch.Tensor], opt_tensors: dict[str, torch.Tensor], state: dict) -> None:
     from safetensors.torch import save_file
+
     prev = _pointer(run)
     n = int(prev["dir"].split("-")[1]) + 1 if prev else 0
     folder = os.path.join(run, f"ckpt-{n:08d}")
-    shutil.rmtree(folder, ignore_errors=True)          # a crashed earlier attempt at this number
+    shutil.rmtree(folder, ignore_errors=True)  # a crashed earlier attempt at this number
     os.makedirs(folder)
     from . import outputs
+
     outputs.own(run, os.path.basename(folder), POINTER)
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in weights.items()} | opt_tensors
     save_file(tensors, os.path.join(folder, "weights.safetensors"))
     with open(os.path.join(folder, "state.json"), "w") as f:
         json.dump(state, f, indent=1)
     fsync_tree(folder)
-    pointer = {"dir": os.path.basename(folder),
-               "sha256": {f: _sha(os.path.join(folder, f)) for f in ("weights.safetensors", "state.json")}}
+    pointer = {
+        "dir": os.path.basename(folder),
+        "sha256": {f: _sha(os.path.join(folder, f)) for f in ("weights.safetensors", "state.json")},
+    }
     tmp = os.path.join(run, POINTER + ".tmp")
     with open(tmp, "w") as f:
         json.dump(pointer, f)
@@ -102,7 +112,7 @@ def save(run: str, weights: dict[str, torch.Tensor], opt_tensors: dict[str, torc
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(run, POINTER))
     fsync_dir(run)
-    for name in os.listdir(run):                        # older checkpoints, now unreferenced
+    for name in os.listdir(run):  # older checkpoints, now unreferenced
         if name.startswith("ckpt-") and name != pointer["dir"]:
             shutil.rmtree(os.path.join(run, name), ignore_errors=True)
 
@@ -114,14 +124,16 @@ def exists(run: str) -> bool:
 def load(run: str, device: str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict]:
     """(weights, optimiser and RNG tensors, state) of the current checkpoint, checksums checked."""
     from safetensors.torch import load_file
+
     p = _pointer(run)
     if p is None:
         raise FlowclipError(f"{run}: no checkpoint to resume from ({POINTER} missing)")
     folder = os.path.join(run, p["dir"])
     for f, sha in p["sha256"].items():
         if not os.path.isfile(os.path.join(folder, f)) or _sha(os.path.join(folder, f)) != sha:
-            raise FlowclipError(f"{run}: checkpoint file {p['dir']}/{f} is missing or damaged; "
-                                f"rerun with --overwrite to start again")
+            raise FlowclipError(
+                f"{run}: checkpoint file {p['dir']}/{f} is missing or damaged; rerun with --overwrite to start again"
+            )
     t = load_file(os.path.join(folder, "weights.safetensors"), device=device)
     weights = {k[6:]: v for k, v in t.items() if k.startswith("model.")}
     opt = {k: v for k, v in t.items() if k.startswith(("opt.", "rng."))}

@@ -1,6 +1,7 @@
 """The frozen CLIP's profile on the synthetic world (issue: the world must make the
 frozen CLIP behave like real CLIP before any head experiment means anything):
 object recognition, binding, relations, and whether patches ground the words."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,6 +20,7 @@ def accuracies(store: FeatureStore, paths: dict, head: Head | None = None) -> tu
     """(accuracy per family, chance per family: the mean of 1 / candidates per record)."""
     from .engines import score_candidates
     from .scorers import Scorer
+
     head = head or build_head("clip", store.meta["dim"])
     scorer = Scorer("clip", "clip", head, "frozen")
     out, chance = {}, {}
@@ -30,8 +32,14 @@ def accuracies(store: FeatureStore, paths: dict, head: Head | None = None) -> tu
     return out, chance
 
 
-def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: list[list[int]],
-                   objects: list[list[str]], decoder: dict, shift: int) -> dict:
+def grounding_hits(
+    patches: np.ndarray,
+    tokens: list[np.ndarray],
+    token_ids: list[list[int]],
+    objects: list[list[str]],
+    decoder: dict,
+    shift: int,
+) -> dict:
     """The grounding measures themselves, over arrays, for each colour or shape word of a
     caption that names exactly one object of its scene:
     - hit_rate: is the patch its token matches best inside that object's grid cell?
@@ -41,12 +49,16 @@ def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: lis
     patches [B,N,d]; tokens[i] [L_i,d] (token k of token_ids[i] is row k - shift);
     objects[i] = object_label strings ('colour shape size column row')."""
     g = int(round(np.sqrt(patches.shape[1])))
-    centres = (np.stack(np.meshgrid(np.arange(g), np.arange(g)), -1).reshape(-1, 2) + 0.5) / g   # (x, y)
+    centres = (np.stack(np.meshgrid(np.arange(g), np.arange(g)), -1).reshape(-1, 2) + 0.5) / g  # (x, y)
 
     def cell(o):
         cx, cy = int(o[3]), int(o[4])
-        return ((centres[:, 0] >= cx / GRID) & (centres[:, 0] < (cx + 1) / GRID) &
-                (centres[:, 1] >= cy / GRID) & (centres[:, 1] < (cy + 1) / GRID))
+        return (
+            (centres[:, 0] >= cx / GRID)
+            & (centres[:, 0] < (cx + 1) / GRID)
+            & (centres[:, 1] >= cy / GRID)
+            & (centres[:, 1] < (cy + 1) / GRID)
+        )
 
     hits: dict[str, list] = {"colour": [], "shape": []}
     chance, obj_hits, obj_chance = [], [], []
@@ -68,13 +80,19 @@ def grounding_hits(patches: np.ndarray, tokens: list[np.ndarray], token_ids: lis
                 chance.append(float(inside.mean()))
                 per_object = [sim[c].mean() for c in cells]
                 others = [v for j, v in enumerate(per_object) if j != owners[0]]
-                obj_hits.append(bool(per_object[owners[0]] > max(others, default=-np.inf)))   # a tie misses
+                obj_hits.append(bool(per_object[owners[0]] > max(others, default=-np.inf)))  # a tie misses
                 obj_chance.append(1 / len(objs))
     allh = hits["colour"] + hits["shape"]
     rate = lambda h: float(np.mean(h)) if h else float("nan")
-    return {"hit_rate": rate(allh), "colour_hit_rate": rate(hits["colour"]), "shape_hit_rate": rate(hits["shape"]),
-            "chance": rate(chance), "object_hit_rate": rate(obj_hits), "object_chance": rate(obj_chance),
-            "words": len(allh)}
+    return {
+        "hit_rate": rate(allh),
+        "colour_hit_rate": rate(hits["colour"]),
+        "shape_hit_rate": rate(hits["shape"]),
+        "chance": rate(chance),
+        "object_hit_rate": rate(obj_hits),
+        "object_chance": rate(obj_chance),
+        "words": len(allh),
+    }
 
 
 def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
@@ -82,6 +100,7 @@ def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
     from .data import manifest_keys
     from .encoder_families import family_of
     from .encoders import EncoderSpec, ResolvedEncoder
+
     m = Manifest.read(manifest_path)
     rows = m.table.to_pylist()
     cfg = store.encoder_config
@@ -95,7 +114,7 @@ def patch_grounding(store: FeatureStore, manifest_path: str) -> dict:
     shift = 1 if store.encoder_config["token_mask"] == "content" else 0
     t = fam.tokenize(golds)
     ids = [row[m].tolist() for row, m in zip(t.ids, t.mask)]
-    toks = [cp.tokens[cp.offsets[i]:cp.offsets[i + 1]].astype(np.float32) for i in range(len(rows))]
+    toks = [cp.tokens[cp.offsets[i] : cp.offsets[i + 1]].astype(np.float32) for i in range(len(rows))]
     return grounding_hits(im.patches.astype(np.float32), toks, ids, [r["objects"] for r in rows], tok.decoder, shift)
 
 
@@ -108,18 +127,28 @@ def profile_rows(profiles: dict[str, dict]) -> tuple[list[str], list[list[str]]]
     """(header, rows): one row per named profile (accuracy per family, both grounding
     measures, in %), then the chance row each is read against (order: 1 in 5; pairs: 50%)."""
     from .report import fmt
+
     pct = lambda v: fmt(None if v is None else 100 * v, 1)
     head = ["", *PROFILE_FAMILIES, "patch in cell", "object contrast"]
-    rows = [[name, *(pct(p["accuracy"][f]) for f in PROFILE_FAMILIES), pct(p["grounding"]["hit_rate"]),
-             pct(p["grounding"].get("object_hit_rate"))] for name, p in profiles.items()]
+    rows = [
+        [
+            name,
+            *(pct(p["accuracy"][f]) for f in PROFILE_FAMILIES),
+            pct(p["grounding"]["hit_rate"]),
+            pct(p["grounding"].get("object_hit_rate")),
+        ]
+        for name, p in profiles.items()
+    ]
     last = list(profiles.values())[-1]
     chance, g = last.get("chance", {}), last["grounding"]
-    rows.append(["chance", *(pct(chance.get(f)) for f in PROFILE_FAMILIES), pct(g["chance"]),
-                 pct(g.get("object_chance"))])
+    rows.append(
+        ["chance", *(pct(chance.get(f)) for f in PROFILE_FAMILIES), pct(g["chance"]), pct(g.get("object_chance"))]
+    )
     return head, rows
 
 
 def profile_table(prof: dict, name: str) -> str:
     """The encoder's row above the chance row (profile_rows for one profile)."""
     from .report import table
+
     return "\n".join(table(*profile_rows({name: prof})))

@@ -2,6 +2,7 @@
 pipelines' studies): YAML plus key=value overrides, checked in one place. Unknown
 keys, wrong types, non-finite numbers and values outside a field's range (declared
 as `field(metadata={"min": 1})`) are errors that name the file and the key."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,9 @@ def find_config(name_or_path: str) -> str:
     packaged = os.path.join(PACKAGED, os.path.basename(name_or_path).removesuffix(".yaml") + ".yaml")
     if os.sep not in name_or_path and os.path.isfile(packaged):
         return packaged
-    raise FlowclipError(f"{name_or_path}: no such file, nor a config that ships with flowclip "
-                        f"({', '.join(packaged_configs())})")
+    raise FlowclipError(
+        f"{name_or_path}: no such file, nor a config that ships with flowclip ({', '.join(packaged_configs())})"
+    )
 
 
 def load_yaml(path: str) -> dict:
@@ -136,8 +138,11 @@ def build(cls, data: dict, source: str):
     kwargs = {k: _check(v, hints[k], f"{source}: key {k!r}") for k, v in data.items()}
     for k, v in kwargs.items():
         _check_range(v, dict(fields[k].metadata), f"{source}: key {k!r}")
-    missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise FlowclipError(f"{source}: missing keys {missing} (set them in the file or as KEY=VALUE)")
     return cls(**kwargs)

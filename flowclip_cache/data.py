@@ -1,5 +1,6 @@
 """From a manifest to the cached features it needs: keys per row, and a clear error
 (with the extract command to run) when some are missing."""
+
 from __future__ import annotations
 
 import os
@@ -29,22 +30,25 @@ def image_keys(store: FeatureStore, manifest: Manifest, image_root: str | None =
         else:
             raise FlowclipError(
                 f"{manifest.path}: row {ref.row}: image {ref.path!r} was extracted from several image roots "
-                f"with different content ({', '.join(sorted(by_root))}); pass --image-root to choose")
+                f"with different content ({', '.join(sorted(by_root))}); pass --image-root to choose"
+            )
     return out
 
 
-def manifest_keys(store: FeatureStore, manifest: Manifest, caption_texts: list[str],
-                  image_root: str | None = None) -> list[str]:
+def manifest_keys(
+    store: FeatureStore, manifest: Manifest, caption_texts: list[str], image_root: str | None = None
+) -> list[str]:
     """The image key of every row, once every image and caption the manifest needs is
     known to be stored (else the error naming what is missing and the extract command):
     the prelude of every reader of a manifest's features."""
     ikeys = image_keys(store, manifest, image_root)
     require_features(store, manifest, ikeys, caption_texts)
-    return [k for k in ikeys if k is not None]       # all of them: require_features refused a None
+    return [k for k in ikeys if k is not None]  # all of them: require_features refused a None
 
 
-def require_features(store: FeatureStore, manifest: Manifest, img_keys: list[str | None],
-                     caption_texts: list[str]) -> None:
+def require_features(
+    store: FeatureStore, manifest: Manifest, img_keys: list[str | None], caption_texts: list[str]
+) -> None:
     """Raise, naming how many rows lack features, a few of them, and the fix."""
     refs = list(manifest.image_refs())
     known = [k for k in img_keys if k is not None]
@@ -57,14 +61,34 @@ def require_features(store: FeatureStore, manifest: Manifest, img_keys: list[str
         return
     lines = [f"{manifest.path}: features missing from the store {store.root}:"]
     if bad_img:
-        lines.append(f"  {len(bad_img)} image rows, e.g. " + "; ".join(
-            f"row {r.row} {r.path!r} (key {k[:12] + '...' if k else 'never extracted'})" for r, k in bad_img[:3]))
+        lines.append(
+            f"  {len(bad_img)} image rows, e.g. "
+            + "; ".join(
+                f"row {r.row} {r.path!r} (key {k[:12] + '...' if k else 'never extracted'})" for r, k in bad_img[:3]
+            )
+        )
     if bad_cap:
         lines.append(f"  {len(set(bad_cap))} captions, e.g. " + "; ".join(repr(t) for t in bad_cap[:3]))
     enc = store.encoder_config
-    lines.append("Run: " + " ".join(shlex.quote(x) for x in [
-        "flowclip", "extract", "--store", store.root, "--model", enc["model"],
-        *_weights_args(enc), "--manifest", manifest.path, "--image-root", "<image folder>"]))
+    lines.append(
+        "Run: "
+        + " ".join(
+            shlex.quote(x)
+            for x in [
+                "flowclip",
+                "extract",
+                "--store",
+                store.root,
+                "--model",
+                enc["model"],
+                *_weights_args(enc),
+                "--manifest",
+                manifest.path,
+                "--image-root",
+                "<image folder>",
+            ]
+        )
+    )
     raise FlowclipError("\n".join(lines))
 
 
@@ -81,20 +105,21 @@ def _weights_args(enc: dict) -> list[str]:
     return ["--pretrained", "<checkpoint file>"]
 
 
-
-
-def drop_failed_rows(store: FeatureStore, manifest: Manifest, image_root: str | None = None
-                     ) -> tuple[Manifest, list[dict]]:
+def drop_failed_rows(
+    store: FeatureStore, manifest: Manifest, image_root: str | None = None
+) -> tuple[Manifest, list[dict]]:
     """The manifest without the rows whose image or caption extract recorded as failed
     (failures/: an unreadable image, an empty caption), and those rows as
     [{record, reason}]: scoring goes on without them and says so. Rows missing features
     for any other reason are left for require_features to refuse."""
     import pyarrow as pa
+
     img_fail: dict[str, tuple] = {}
     cap_fail: dict[str, tuple] = {}
     for _, t in store.read_records("failures", ("kind", "key", "path_or_text", "source", "reason")):
-        for kind, key, item, reason in zip(*(t.column(c).to_pylist() for c in ("kind", "key", "path_or_text",
-                                                                              "reason"))):
+        for kind, key, item, reason in zip(
+            *(t.column(c).to_pylist() for c in ("kind", "key", "path_or_text", "reason"))
+        ):
             if kind == "image":
                 img_fail.setdefault(item, reason)
                 if key:
@@ -111,15 +136,21 @@ def drop_failed_rows(store: FeatureStore, manifest: Manifest, image_root: str | 
         if (k is None or not have.get(k, False)) and (ref.path in img_fail or k in img_fail):
             why[ref.row] = f"image {ref.path!r}: {img_fail.get(ref.path) or img_fail.get(k or '')}"
     texts = [c for c in manifest.caption_refs() if c.row >= 0 and c.text in cap_fail]
-    stored = dict(zip((caption_key(c.text) for c in texts), store.has(CAPTION, [caption_key(c.text) for c in texts])))\
-        if texts else {}
+    stored = (
+        dict(zip((caption_key(c.text) for c in texts), store.has(CAPTION, [caption_key(c.text) for c in texts])))
+        if texts
+        else {}
+    )
     for c in texts:
         if not stored[caption_key(c.text)]:
             why.setdefault(c.row, f"caption {c.text!r}: {cap_fail[c.text]}")
     if not why:
         return manifest, []
-    ids = manifest.table.column("record_id").to_pylist() if "record_id" in manifest.table.column_names \
+    ids = (
+        manifest.table.column("record_id").to_pylist()
+        if "record_id" in manifest.table.column_names
         else list(range(len(manifest)))
+    )
     keep = pa.array([r not in why for r in range(len(manifest))])
     dropped = [{"record": str(ids[r]), "row": r, "reason": why[r]} for r in sorted(why)]
     return Manifest(manifest.path, manifest.kind, manifest.table.filter(keep), manifest.meta), dropped

@@ -6,22 +6,31 @@
 
 It is the synthetic ablation study (synthetic) at demo size: one seed.
 """
+
 from __future__ import annotations
 
 import os
 
 from .studies.ablation import AblationConfig, run
 
-HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow_hnb": {"head": "flow", "cimr": 0.0},
-         "flow_hnb_cimr": {"head": "flow", "cimr": 0.1}}
-ZOO = {"labclip": {"head": "labclip"}, "filip": {"head": "filip"}, "fsc_local": {"head": "fsc-local"},
-       "dcsm": {"head": "dcsm"}}      # --zoo: at the demo's size, with the demo's training settings
+HEADS = {
+    "global": {"head": "global", "cimr": 0.0},
+    "flow_hnb": {"head": "flow", "cimr": 0.0},
+    "flow_hnb_cimr": {"head": "flow", "cimr": 0.1},
+}
+ZOO = {
+    "labclip": {"head": "labclip"},
+    "filip": {"head": "filip"},
+    "fsc_local": {"head": "fsc-local"},
+    "dcsm": {"head": "dcsm"},
+}  # --zoo: at the demo's size, with the demo's training settings
 
 
 def demo_encoder() -> dict:
     """The shipped synthetic-world tiny CLIP; random weights if this install has none."""
     from .encoders import shipped_weights
     from .errors import WeightsUnavailable
+
     try:
         shipped_weights("flowclip-tiny-clip")
         return {"model": "flowclip-tiny-clip", "pretrained": "synthetic"}
@@ -37,8 +46,16 @@ def demo_encoder() -> dict:
 DEMO_READOUT = "clearclip"
 
 
-def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap_draws: int = 1000,
-             progress: bool = True, zoo: bool = False, patch_readout: str | None = None) -> dict:
+def run_demo(
+    out: str,
+    scenes: int = 1500,
+    epochs: int = 2,
+    log=print,
+    bootstrap_draws: int = 1000,
+    progress: bool = True,
+    zoo: bool = False,
+    patch_readout: str | None = None,
+) -> dict:
     enc = demo_encoder()
     readout = patch_readout or DEMO_READOUT
     if readout != "standard":
@@ -46,14 +63,24 @@ def run_demo(out: str, scenes: int = 1500, epochs: int = 2, log=print, bootstrap
     log(f"patch readout: {readout}")
     if enc["pretrained"] == "none":
         log("note: no shipped synthetic-world weights; the tiny CLIP runs with random weights")
-    cfg = AblationConfig(kind="ablation", out=os.path.abspath(out),
-                         world={"seed": 0, "train_scenes": scenes, "eval_scenes": max(100, scenes // 5),
-                                "heldout_scenes": max(100, scenes // 6)},
-                         encoder=enc, seeds=[0], heads={**HEADS, **(ZOO if zoo else {})},
-                         train_config={"epochs": epochs, "batch_size": 32, "lr": 1e-3},
-                         controls=["real", "shuffle", "fixed"], bootstrap=bootstrap_draws,
-                         compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"]]
-                         + ([["flow_hnb_cimr", k] for k in ZOO] if zoo else []))
+    cfg = AblationConfig(
+        kind="ablation",
+        out=os.path.abspath(out),
+        world={
+            "seed": 0,
+            "train_scenes": scenes,
+            "eval_scenes": max(100, scenes // 5),
+            "heldout_scenes": max(100, scenes // 6),
+        },
+        encoder=enc,
+        seeds=[0],
+        heads={**HEADS, **(ZOO if zoo else {})},
+        train_config={"epochs": epochs, "batch_size": 32, "lr": 1e-3},
+        controls=["real", "shuffle", "fixed"],
+        bootstrap=bootstrap_draws,
+        compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"]]
+        + ([["flow_hnb_cimr", k] for k in ZOO] if zoo else []),
+    )
     summary = run(cfg, dry_run=False, jobs=1, log=log, progress=progress)
     explain_demo(cfg, log)
     return summary
@@ -65,26 +92,39 @@ def explain_demo(cfg: AblationConfig, log, most: int = 15) -> None:
     from .explain import run_explain
     from .outputs import write_text
     from .store import FeatureStore
+
     folder = lambda method: os.path.join(cfg.out, "runs", _folder(cfg, method))
     out = os.path.join(cfg.out, "explain")
-    if not os.path.exists(os.path.join(out, "explorer.html")):      # a finished demo run again: already there
+    if not os.path.exists(os.path.join(out, "explorer.html")):  # a finished demo run again: already there
         binding = next(m for m in cfg.eval if "swap-att" in os.path.basename(m) and "heldout" not in m)
         images = os.path.join(cfg.world_folder or os.path.join(cfg.out, "world"), "images")
-        run_explain(FeatureStore(cfg.store or ""), [binding], [f"global={folder('global')}",
-                                                         f"flow_hnb_cimr={folder('flow_hnb_cimr')}"], out,
-                    records="changed", limit=most, per_status=True, image_root=images, overwrite=True, log=log)
+        run_explain(
+            FeatureStore(cfg.store or ""),
+            [binding],
+            [f"global={folder('global')}", f"flow_hnb_cimr={folder('flow_hnb_cimr')}"],
+            out,
+            records="changed",
+            limit=most,
+            per_status=True,
+            image_root=images,
+            overwrite=True,
+            log=log,
+        )
     summary = os.path.join(cfg.out, "summary.md")
     text = open(summary).read()
-    if EXPLORER_LINK not in text:                     # linked once, whether the study rewrote its summary or not
+    if EXPLORER_LINK not in text:  # linked once, whether the study rewrote its summary or not
         write_text(summary, text + EXPLORER_LINK)
 
 
-EXPLORER_LINK = ("\n## Where the words looked\n\nThe evidence explorer of the binding task (swap-att), Global-M -> "
-                 "Flow-CLIP (HNB + CIMR), the largest repairs and regressions: "
-                 "[explain/explorer.html](explain/explorer.html) (one self-contained page), "
-                 "figures in explain/records/ and explain/grid.png.\n")
+EXPLORER_LINK = (
+    "\n## Where the words looked\n\nThe evidence explorer of the binding task (swap-att), Global-M -> "
+    "Flow-CLIP (HNB + CIMR), the largest repairs and regressions: "
+    "[explain/explorer.html](explain/explorer.html) (one self-contained page), "
+    "figures in explain/records/ and explain/grid.png.\n"
+)
 
 
 def _folder(cfg: AblationConfig, method: str) -> str:
     from .studies.ablation import plan
+
     return next(r.folder for r in plan(cfg) if r.method == method and r.seed == cfg.seeds[0])

@@ -1,4 +1,5 @@
 """The compute device a command runs on, checked the same way by every command."""
+
 from __future__ import annotations
 
 from .errors import FlowclipError
@@ -8,6 +9,7 @@ def resolve_device(name: str, flag: str = "--device") -> str:
     """auto -> cuda when there is one, else cpu; a CUDA device that is not there is an
     error naming the option, never a torch traceback later."""
     import torch
+
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):

@@ -7,6 +7,7 @@ tokenizer and context length, the weights' sha256, the token-mask and dtype poli
 and the open_clip / torch versions. It is computed from configs and file hashes
 alone, so a run with nothing new to encode never builds the model.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,20 +32,21 @@ TOKEN_MASK_POLICIES = ("nonpad", "content")
 class EncoderSpec:
     """What the user asked for. ``pretrained`` is an open_clip tag, a local file, or
     'none' (random weights drawn with ``init_seed``: tests and benchmarks)."""
+
     model: str
     pretrained: str = "none"
     init_seed: int = 0
     token_mask: str = "nonpad"
     force_quick_gelu: bool | None = None
-    tokenizer: str | None = None    # a local tokenizer folder instead of the config's (HF tokenizers)
+    tokenizer: str | None = None  # a local tokenizer folder instead of the config's (HF tokenizers)
     patch_readout: str = "standard"  # how the last ViT block is read out into patches (patch_readouts.py)
 
 
 @dataclass(frozen=True)
 class ResolvedEncoder:
     spec: EncoderSpec
-    checkpoint: str | None      # local weights file, or None for random init
-    config: dict                # the fingerprinted configuration
+    checkpoint: str | None  # local weights file, or None for random init
+    config: dict  # the fingerprinted configuration
 
     @property
     def fingerprint(self) -> str:
@@ -53,6 +55,7 @@ class ResolvedEncoder:
     @property
     def family(self):
         from .encoder_families import family_of
+
         return family_of(self.config)
 
     @property
@@ -85,20 +88,24 @@ def diff_configs(a: dict, b: dict, prefix: str = "") -> list[str]:
 def resolve(spec: EncoderSpec) -> ResolvedEncoder:
     """The fingerprinted configuration of `spec`, from configs and file hashes alone."""
     from .encoder_families import family_for
+
     if spec.token_mask not in TOKEN_MASK_POLICIES:
         raise FlowclipError(f"unknown token-mask policy {spec.token_mask!r}; use one of {TOKEN_MASK_POLICIES}")
     if spec.model.startswith("blip:") is False and _model_config_missing(spec.model):
         raise FlowclipError(
             f"unknown model config {spec.model!r}; known: open_clip.list_models() "
             f"(e.g. ViT-B-32) or flowclip's own ({', '.join(p.stem for p in _CONFIG_DIR.glob('*.json'))}), "
-            f"or blip:<repo or folder>")
+            f"or blip:<repo or folder>"
+        )
     from .patch_readouts import REVISION, check_readout
+
     family = family_for(spec.model)
     if spec.patch_readout != "standard":
-        check_readout(spec.patch_readout, spec.model, None if spec.model.startswith("blip:")
-                      else _model_config(spec.model))
+        check_readout(
+            spec.patch_readout, spec.model, None if spec.model.startswith("blip:") else _model_config(spec.model)
+        )
     config, checkpoint = family.resolve_config(spec)
-    if spec.patch_readout != "standard":      # absent for standard: every existing store keeps its fingerprint
+    if spec.patch_readout != "standard":  # absent for standard: every existing store keeps its fingerprint
         config["patch_readout"] = spec.patch_readout
         if spec.patch_readout in REVISION:
             config["patch_readout_revision"] = REVISION[spec.patch_readout]
@@ -107,6 +114,7 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
 
 def _model_config(model: str) -> dict | None:
     import open_clip
+
     register_package_configs()
     return open_clip.get_model_config(model)
 

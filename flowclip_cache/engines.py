@@ -1,6 +1,7 @@
 """The task engines of flowclip score, one per task kind: candidate sets and pairs
 (scores per record and candidate, per scorer and image control, in memory-bounded
 chunks), retrieval (exact or shortlisted, in blocks), and zero-shot classification."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ from .manifest import Manifest
 from .scorers import Scorer, control_images
 
 
-def _chunked_matched(head: Head, bank: FeatureBank, imgs: torch.Tensor, caps: torch.Tensor,
-                     max_memory_mb: float = 2048) -> np.ndarray:
+def _chunked_matched(
+    head: Head, bank: FeatureBank, imgs: torch.Tensor, caps: torch.Tensor, max_memory_mb: float = 2048
+) -> np.ndarray:
     """Scores of matched pairs, in chunks whose gathered features (FP32: each pair's
     patches and tokens, a few copies) take about max_memory_mb at most."""
     d = bank.dim
@@ -30,12 +32,21 @@ def _chunked_matched(head: Head, bank: FeatureBank, imgs: torch.Tensor, caps: to
     out = []
     with torch.no_grad():
         for s in range(0, len(imgs), chunk):
-            out.append(head.score_matched(*bank.features(imgs[s:s + chunk], caps[s:s + chunk], head.uses_tokens)))
+            out.append(head.score_matched(*bank.features(imgs[s : s + chunk], caps[s : s + chunk], head.uses_tokens)))
     return torch.cat(out).cpu().numpy() if out else np.zeros(0, np.float32)
 
 
-def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_root=None, task: str | None = None,
-                     max_memory_mb: int | None = None):
+def score_candidates(
+    store,
+    m: Manifest,
+    scorers,
+    controls,
+    seed,
+    device,
+    image_root=None,
+    task: str | None = None,
+    max_memory_mb: int | None = None,
+):
     """Scores [records, candidates] per (control, scorer). Records are scored in chunks
     whose features (own and control images, captions) fit max_memory_mb; a record's
     scores depend on its own features only (chunking moves them by FP32 round-off, from
@@ -63,8 +74,9 @@ def score_candidates(store, m: Manifest, scorers, controls, seed, device, image_
         for control in controls:
             imgs = torch.as_tensor([local_img[int(per_control[control][r])] for r in rec_of], device=device)
             for s in scorers:
-                out[(control, s.run)][rec_of, slot] = _chunked_matched(s.head, bank, imgs, cap_ids,
-                                                                       max_memory_mb or 2048)
+                out[(control, s.run)][rec_of, slot] = _chunked_matched(
+                    s.head, bank, imgs, cap_ids, max_memory_mb or 2048
+                )
     return out, np.array(t["gold"]), t, np.array(ikeys)
 
 
@@ -85,8 +97,16 @@ def _record_chunks(store, captions, texts, n_images, need_tokens, n_controls, ma
     return [np.arange(a, min(n, a + size)) for a in range(0, n, size)]
 
 
-def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: int, shortlist: int | None,
-                    image_root=None, spill_dir: str | None = None) -> dict:
+def score_retrieval(
+    store,
+    m: Manifest,
+    scorer: Scorer,
+    device,
+    max_memory_mb: int,
+    shortlist: int | None,
+    image_root=None,
+    spill_dir: str | None = None,
+) -> dict:
     """Recall@k both ways over the whole gallery, in memory bounded by max_memory_mb: the
     pair scores are computed in blocks; when the score matrix itself does not fit, it
     goes to a file in spill_dir (the score's own temporary folder) and is read back in
@@ -103,7 +123,7 @@ def score_retrieval(store, m: Manifest, scorer: Scorer, device, max_memory_mb: i
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
     with torch.no_grad():
-        if shortlist and scorer.head.uses_tokens:           # (token heads give coarse global scores)
+        if shortlist and scorer.head.uses_tokens:  # (token heads give coarse global scores)
             img, cap = _shortlist_pairs(scorer.head, bank, cid, n_i, shortlist, budget, device)
             val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap], max_memory_mb)
             res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
@@ -119,7 +139,7 @@ def _pair_blocks(head, bank, n_i: int, n_t: int, budget: int) -> tuple[int, int]
     """Images x captions per block so that the head's intermediates fit the budget."""
     per_pair = head.pair_bytes(bank.max_tokens(), bank.img_patches.shape[1] if head.uses_tokens else 1, bank.dim)
     block = max(1, int(budget / 2 / per_pair))
-    bi = max(1, min(n_i, int(block ** 0.5)))
+    bi = max(1, min(n_i, int(block**0.5)))
     return bi, max(1, min(n_t, block // bi))
 
 
@@ -137,10 +157,12 @@ def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
         for i0 in range(r0, r0 + len(rows), bi):
             ii = torch.arange(i0, min(r0 + len(rows), i0 + bi), device=device)
             for t0 in range(0, n_t, bt):
-                tc = cid[t0:t0 + bt]
-                rows[i0 - r0:i0 - r0 + len(ii), t0:t0 + len(tc)] = head(*bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
+                tc = cid[t0 : t0 + bt]
+                rows[i0 - r0 : i0 - r0 + len(ii), t0 : t0 + len(tc)] = (
+                    head(*bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
+                )
         if sim is not None:
-            sim[r0:r0 + len(rows)] = rows
+            sim[r0 : r0 + len(rows)] = rows
         else:
             assert path is not None
             with open(path, "ab") as f:
@@ -153,6 +175,7 @@ def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
             for r0 in range(0, n_i, rows_per_block):
                 n = min(n_i, r0 + rows_per_block) - r0
                 yield r0, np.fromfile(f, np.float32, n * n_t).reshape(n, n_t)
+
     return from_file
 
 
@@ -162,7 +185,7 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
     n_t = len(cid)
     k_t, k_i = min(k, n_t), min(k, n_i)
     _, _, tt, _, _ = bank.features(torch.arange(1, device=device), cid, False)
-    rows = max(1, int(budget / (40 * n_t)))      # a block's float32 scores, their copies and int64 indices
+    rows = max(1, int(budget / (40 * n_t)))  # a block's float32 scores, their copies and int64 indices
     best_v = np.full((k_i, n_t), -np.inf, np.float32)
     best_i = np.zeros((k_i, n_t), np.int64)
     img_top = []
@@ -170,18 +193,28 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
         ii = torch.arange(i0, min(n_i, i0 + rows), device=device)
         v = bank.features(ii, cid[:1], False)[0]
         block = head.coarse(v, tt).cpu().numpy()
-        img_top.append(np.argpartition(-block, k_t - 1, axis=1)[:, :k_t].copy() if k_t < n_t   # (not a view
-                       else np.tile(np.arange(n_t), (len(ii), 1)))                              # of the block)
+        img_top.append(
+            np.argpartition(-block, k_t - 1, axis=1)[:, :k_t].copy()
+            if k_t < n_t  # (not a view
+            else np.tile(np.arange(n_t), (len(ii), 1))
+        )  # of the block)
         cand_v = np.concatenate([best_v, block])
         cand_i = np.concatenate([best_i, np.repeat(ii.cpu().numpy()[:, None], n_t, 1)])
         keep = np.argpartition(-cand_v, k_i - 1, axis=0)[:k_i] if len(cand_v) > k_i else np.arange(len(cand_v))[:, None]
         best_v = np.take_along_axis(cand_v, keep, 0) if len(cand_v) > k_i else cand_v
         best_i = np.take_along_axis(cand_i, keep, 0) if len(cand_i) > k_i else cand_i
     top_t = np.concatenate(img_top)
-    pairs = np.unique(np.concatenate([
-        np.stack([np.repeat(np.arange(n_i), k_t), top_t.ravel()], 1),
-        np.stack([best_i[np.isfinite(best_v)].ravel(), np.tile(np.arange(n_t), (k_i, 1))[np.isfinite(best_v)]], 1)]),
-        axis=0)
+    pairs = np.unique(
+        np.concatenate(
+            [
+                np.stack([np.repeat(np.arange(n_i), k_t), top_t.ravel()], 1),
+                np.stack(
+                    [best_i[np.isfinite(best_v)].ravel(), np.tile(np.arange(n_t), (k_i, 1))[np.isfinite(best_v)]], 1
+                ),
+            ]
+        ),
+        axis=0,
+    )
     return pairs[:, 0], pairs[:, 1]
 
 
@@ -200,12 +233,12 @@ def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=
         class_vecs = _ensembled_classes(scorer.head, bank, cid, owner, len(prompts), device)
         for i0 in range(0, len(uimg), 64):
             ii = torch.arange(i0, min(len(uimg), i0 + 64), device=device)
-            if class_vecs is not None:        # CLIP's rule: 100 * v . (renormalised mean prompt embedding)
+            if class_vecs is not None:  # CLIP's rule: 100 * v . (renormalised mean prompt embedding)
                 v = bank.features(ii, cid[:1], False)[0].float()
-                per_class[i0:i0 + len(ii)] = (100.0 * v @ class_vecs.T).cpu().numpy()
-            else:                             # a pairwise head: the mean of its per-prompt scores
+                per_class[i0 : i0 + len(ii)] = (100.0 * v @ class_vecs.T).cpu().numpy()
+            else:  # a pairwise head: the mean of its per-prompt scores
                 logits = scorer.head(*bank.features(ii, cid, scorer.head.uses_tokens)).cpu().numpy()
-                per_class[i0:i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
+                per_class[i0 : i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
     img_row = {k: i for i, k in enumerate(uimg)}
     labels = np.array(m.table.column("label").to_pylist())
     res = metrics.topk_accuracy(per_class[[img_row[k] for k in ikeys]], labels, (1, 5))

@@ -35,6 +35,8 @@ class StoreDamaged(StoreError):
     def __init__(self, root: str, problems: list[str]):
         self.root, self.problems = root, problems
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        super().__init__(f"{root} is damaged: {problems[0]}{more}. See `flowclip store verify {root}`; "
-                         f"`flowclip store verify --quarantine {root}` moves the damaged parts aside, and the next "
-                         f"`flowclip extract` re-encodes what they held")
+        super().__init__(
+            f"{root} is damaged: {problems[0]}{more}. See `flowclip store verify {root}`; "
+            f"`flowclip store verify --quarantine {root}` moves the damaged parts aside, and the next "
+            f"`flowclip extract` re-encodes what they held"
+        )

@@ -10,6 +10,7 @@ features (no encoder) plus the image files for display.
     write    explain.json (every number), a PNG per record, grid.png, explorer.html (one
              self-contained page: data and images inlined, no server, no network)
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,36 +33,59 @@ PAGE = os.path.join(os.path.dirname(__file__), "explain_page.html")
 
 
 # -- select ---------------------------------------------------------------------------------------
-def select_records(store, manifests, scorers, selection, limit, image_root, device,
-                   per_status: bool = False) -> list[dict]:
+def select_records(
+    store, manifests, scorers, selection, limit, image_root, device, per_status: bool = False
+) -> list[dict]:
     """Score every record with every scorer (score_candidates, as `flowclip score` does) and
     keep the chosen ones, the largest margin changes first: `limit` in all, or with
     per_status `limit` of each decision (repairs, regressions, ...)."""
     from .engines import score_candidates
     from .scorers import evaluation_manifests, scoring_of
+
     ids = None if selection in SELECTIONS else set(selection.split(","))
     chosen = []
     for m in evaluation_manifests(manifests, log=lambda *_: None):
         name, sc = scoring_of(m)
         if sc.task not in ("pairwise", "candidates"):
-            continue                                    # retrieval / classification have no gold-foil margin
+            continue  # retrieval / classification have no gold-foil margin
         mats, gold, cols, ikeys = score_candidates(store, m, scorers, ["real"], 0, device, image_root, name)
         rec_ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
         correct = {s.run: metrics.decisions(mats[("real", s.run)], gold, sc.tie_rule)[0] for s in scorers}
         a, b = scorers[0].run, scorers[-1].run
         for i, rid in enumerate(rec_ids):
-            status = ("repair" if correct[b][i] and not correct[a][i] else
-                      "regression" if correct[a][i] and not correct[b][i] else "unchanged")
-            keep = (rid in ids) if ids is not None else (
-                selection == "all" or (selection == "changed" and status != "unchanged")
-                or selection == status + "s")
+            status = (
+                "repair"
+                if correct[b][i] and not correct[a][i]
+                else "regression"
+                if correct[a][i] and not correct[b][i]
+                else "unchanged"
+            )
+            keep = (
+                (rid in ids)
+                if ids is not None
+                else (
+                    selection == "all"
+                    or (selection == "changed" and status != "unchanged")
+                    or selection == status + "s"
+                )
+            )
             if keep:
                 scores = {s.run: [float(x) for x in mats[("real", s.run)][i] if not np.isnan(x)] for s in scorers}
-                chosen.append({"benchmark": name, "record_id": rid, "status": status, "gold": int(gold[i]),
-                               "task": str(cols["subset"][i]) if "subset" in cols else name,
-                               "image": cols["image"][i], "crop": (cols.get("crop") or [None] * len(gold))[i],
-                               "image_key": ikeys[i], "captions": list(cols["captions"][i]), "scores": scores,
-                               "correct": {r: bool(c[i]) for r, c in correct.items()}})
+                chosen.append(
+                    {
+                        "benchmark": name,
+                        "record_id": rid,
+                        "status": status,
+                        "gold": int(gold[i]),
+                        "task": str(cols["subset"][i]) if "subset" in cols else name,
+                        "image": cols["image"][i],
+                        "crop": (cols.get("crop") or [None] * len(gold))[i],
+                        "image_key": ikeys[i],
+                        "captions": list(cols["captions"][i]),
+                        "scores": scores,
+                        "correct": {r: bool(c[i]) for r, c in correct.items()},
+                    }
+                )
     for r in chosen:
         margins = {run: metrics.margin(s, r["gold"]) for run, s in r["scores"].items()}
         r["margins"] = margins
@@ -86,14 +110,16 @@ def explain_record(store, rec: dict, scorers, labels, device) -> dict:
     against patches (Flow-CLIP: support before / after the refinement; FILIP-style,
     FSC-CLIP local, DCSM-style: the map each reads); global-only scorers have none."""
     from .banks import FeatureBank
+
     bank = FeatureBank.load(store, [rec["image_key"]], rec["captions"], True, device)
     n = len(rec["captions"])
-    v, P, t, H, mask = bank.features(torch.zeros(n, dtype=torch.long, device=device),
-                                     torch.arange(n, device=device), True)
+    v, P, t, H, mask = bank.features(
+        torch.zeros(n, dtype=torch.long, device=device), torch.arange(n, device=device), True
+    )
     maps = {}
     for s in scorers:
         if not hasattr(s.head, "token_evidence"):
-            continue                                    # global-only (or other) scorers: margins only
+            continue  # global-only (or other) scorers: margins only
         with torch.no_grad():
             ev = s.head.token_evidence(v[0], P[0], t, H, mask)
         foil = best_foil(rec["scores"][s.run], rec["gold"])
@@ -101,13 +127,20 @@ def explain_record(store, rec: dict, scorers, labels, device) -> dict:
         caps = []
         for c in range(n):
             valid = mask[c]
-            entry = {"index": c, "tokens": labels[c][:int(valid.sum())],
-                     "maps": {name: _r(m[c][valid]) for name, m in ev["maps"].items()},
-                     "contrib": _r(ev["contrib"][c][valid])}
+            entry = {
+                "index": c,
+                "tokens": labels[c][: int(valid.sum())],
+                "maps": {name: _r(m[c][valid]) for name, m in ev["maps"].items()},
+                "contrib": _r(ev["contrib"][c][valid]),
+            }
             entry.update({k: float(ev[k][c]) for k in ("s_global", "s_token", "s") if k in ev})
             caps.append(entry)
-        maps[s.run] = {"foil": foil, "captions": caps, "sensitivity": _r(sens),
-                       "top_patches": [int(j) for j in np.argsort(-np.abs(sens.numpy()))[:TOP_PATCHES]]}
+        maps[s.run] = {
+            "foil": foil,
+            "captions": caps,
+            "sensitivity": _r(sens),
+            "top_patches": [int(j) for j in np.argsort(-np.abs(sens.numpy()))[:TOP_PATCHES]],
+        }
     return maps
 
 
@@ -133,6 +166,7 @@ def token_labels(store, captions: list[str]) -> list[list[str]]:
     from .encoder_families import family_of
     from .encoders import EncoderSpec, ResolvedEncoder
     from .features import valid_mask
+
     cfg = store.encoder_config
     fam = family_of(cfg).text_only(ResolvedEncoder(EncoderSpec(cfg["model"]), None, cfg))
     tok = fam.tokenize(captions)
@@ -147,10 +181,17 @@ def display_image(store, rec: dict, image_root: str | None):
     not there."""
     from open_clip.transform import image_transform
     from torchvision.transforms import Compose, Normalize
+
     pre = store.encoder_config["preprocess"]
-    steps = image_transform(pre["image_size"], is_train=False, mean=tuple(pre["mean"]), std=tuple(pre["std"]),
-                            resize_mode=pre["resize_mode"], interpolation=pre["interpolation"]).transforms
-    assert isinstance(steps[-1], Normalize), steps          # [..., to tensor, normalise]
+    steps = image_transform(
+        pre["image_size"],
+        is_train=False,
+        mean=tuple(pre["mean"]),
+        std=tuple(pre["std"]),
+        resize_mode=pre["resize_mode"],
+        interpolation=pre["interpolation"],
+    ).transforms
+    assert isinstance(steps[-1], Normalize), steps  # [..., to tensor, normalise]
     try:
         if image_root is None:
             return None
@@ -167,11 +208,23 @@ def png_data_url(im) -> str:
 
 
 # -- write ----------------------------------------------------------------------------------------
-def run_explain(store, manifests: list[str], scorer_specs: list[str], out: str, *, records: str = "changed",
-                limit: int = 40, image_root: str | None = None, device: str = "cpu", overwrite: bool = False,
-                per_status: bool = False, log=print) -> dict:
+def run_explain(
+    store,
+    manifests: list[str],
+    scorer_specs: list[str],
+    out: str,
+    *,
+    records: str = "changed",
+    limit: int = 40,
+    image_root: str | None = None,
+    device: str = "cpu",
+    overwrite: bool = False,
+    per_status: bool = False,
+    log=print,
+) -> dict:
     from .explain_figures import grid_figure, record_figure
     from .scorers import load_scorers
+
     outputs.check_replaceable(out, "explain", overwrite)
     if len(scorer_specs) < 1:
         raise FlowclipError("give at least one --scorer (two to find repairs and regressions)")
@@ -191,8 +244,13 @@ def run_explain(store, manifests: list[str], scorer_specs: list[str], out: str, 
             rec["picture"] = png_data_url(im) if im is not None else None
             rec["png"] = f"records/{i:04d}.png"
             record_figure(rec, im, grid, os.path.join(tmp, rec["png"]))
-        data = {"scorers": [s.run for s in scorers], "grid": [grid, grid], "records": chosen,
-                "selection": records, "store_fingerprint": store.fingerprint}
+        data = {
+            "scorers": [s.run for s in scorers],
+            "grid": [grid, grid],
+            "records": chosen,
+            "selection": records,
+            "store_fingerprint": store.fingerprint,
+        }
         with open(os.path.join(tmp, "explain.json"), "w") as f:
             json.dump(data, f)
         grid_figure(chosen, grid, os.path.join(tmp, "grid.png"))

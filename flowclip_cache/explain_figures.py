@@ -2,17 +2,20 @@
 after and their difference, gold and foil; the patch sensitivity), and a paper-style grid
 of records with every scorer's margin. Maps are drawn relative to the within-image mean
 (warm above, cool below)."""
+
 from __future__ import annotations
 
 import numpy as np
 
-TOKENS_SHOWN = 4        # per caption in a record's figure: the largest |share of s_token|
+TOKENS_SHOWN = 4  # per caption in a record's figure: the largest |share of s_token|
 
 
 def _plt():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -28,8 +31,15 @@ def draw_map(ax, im, values, grid: int, title: str, top=None) -> None:
     size = im.size[0] if im is not None else grid
     if im is not None:
         ax.imshow(np.asarray(im.convert("L")), cmap="gray", extent=(0, size, size, 0))
-    ax.imshow(a, cmap="RdBu_r", vmin=-lim, vmax=lim, alpha=0.6 if im is not None else 1.0,
-              extent=(0, size, size, 0), interpolation="nearest")
+    ax.imshow(
+        a,
+        cmap="RdBu_r",
+        vmin=-lim,
+        vmax=lim,
+        alpha=0.6 if im is not None else 1.0,
+        extent=(0, size, size, 0),
+        interpolation="nearest",
+    )
     for j in top or []:
         cell = size / grid
         y, x = divmod(j, grid)
@@ -41,6 +51,7 @@ def draw_map(ax, im, values, grid: int, title: str, top=None) -> None:
 
 def _rect(x, y, s):
     from matplotlib.patches import Rectangle
+
     return Rectangle((x, y), s, s, fill=False, edgecolor="lime", linewidth=1.5)
 
 
@@ -65,15 +76,26 @@ def record_figure(rec: dict, im, grid: int, path: str) -> None:
     fig, axes = plt.subplots(2, cols, figsize=(1.3 * cols, 3.2), squeeze=False)
     for r, c in enumerate(rows):
         cap = mp["captions"][c]
-        draw_map(axes[r, 0], im, mp["sensitivity"], grid,
-                 f"{'gold' if c == rec['gold'] else 'foil'}: s={cap['s']:.4f}\nsensitivity", mp["top_patches"])
+        draw_map(
+            axes[r, 0],
+            im,
+            mp["sensitivity"],
+            grid,
+            f"{'gold' if c == rec['gold'] else 'foil'}: s={cap['s']:.4f}\nsensitivity",
+            mp["top_patches"],
+        )
         order = np.argsort(-np.abs(cap["contrib"]))[:TOKENS_SHOWN]
         names = list(cap["maps"])[:3]
         for k, l in enumerate(order):
             token = cap["tokens"][l] if l < len(cap["tokens"]) else f"#{l}"
             for m, what in enumerate(names):
-                draw_map(axes[r, 1 + 3 * k + m], im, cap["maps"][what][l], grid,
-                         f"'{token}' {what}" + (f"\n{cap['contrib'][l]:+.4f}" if m == 0 else ""))
+                draw_map(
+                    axes[r, 1 + 3 * k + m],
+                    im,
+                    cap["maps"][what][l],
+                    grid,
+                    f"'{token}' {what}" + (f"\n{cap['contrib'][l]:+.4f}" if m == 0 else ""),
+                )
             for m in range(len(names), 3):
                 axes[r, 1 + 3 * k + m].axis("off")
         for k in range(len(order), TOKENS_SHOWN):
@@ -96,13 +118,15 @@ def grid_figure(records: list[dict], grid: int, path: str, most: int = 8) -> Non
     shown = records[:most]
     fig, axes = plt.subplots(max(1, len(shown)), 2, figsize=(7, 2.2 * max(1, len(shown))), squeeze=False)
     from PIL import Image
+
     for r, rec in enumerate(shown):
         im = _decode(rec.get("picture"), Image)
         runs = list(rec["maps"])
         if runs:
             mp = rec["maps"][runs[-1]]
-            draw_map(axes[r, 0], im, mp["sensitivity"], grid, f"{rec['record_id']} ({rec['status']})",
-                     mp["top_patches"])
+            draw_map(
+                axes[r, 0], im, mp["sensitivity"], grid, f"{rec['record_id']} ({rec['status']})", mp["top_patches"]
+            )
         else:
             axes[r, 0].axis("off")
         names, vals = list(rec["margins"]), list(rec["margins"].values())
@@ -121,4 +145,5 @@ def _decode(url, Image):
         return None
     import base64
     import io
+
     return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")

@@ -9,6 +9,7 @@ The plan depends only on the keys, so a rerun after a crash computes the remaini
 units exactly as the first run would have, and N ranks can split it (unit i goes to
 rank i mod N) without talking to each other.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,24 +28,24 @@ from .manifest import ImageRef, Manifest
 from .progress import bar as progress_bar
 from .store import CAPTION, IMAGE, FeatureStore
 
-IMAGE_UNIT = 256        # images per segment (12.8 MB of ViT-B/32 patches)
-CAPTION_UNIT = 4096     # captions per segment
+IMAGE_UNIT = 256  # images per segment (12.8 MB of ViT-B/32 patches)
+CAPTION_UNIT = 4096  # captions per segment
 
 
 @dataclass
 class ImageItem:
     key: str
-    path: str           # as the manifest wrote it
+    path: str  # as the manifest wrote it
     abs_path: str
     crop: tuple | None
-    source: str         # "manifest.parquet:row"
+    source: str  # "manifest.parquet:row"
 
 
 @dataclass
 class Failure:
-    kind: str           # image | caption
+    kind: str  # image | caption
     key: str
-    item: str           # path or caption text
+    item: str  # path or caption text
     source: str
     reason: str
 
@@ -53,14 +54,19 @@ class Failure:
 class Collected:
     images: dict[str, ImageItem] = field(default_factory=dict)
     captions: dict[str, str] = field(default_factory=dict)
-    caption_source: dict[str, str] = field(default_factory=dict)   # key -> first "manifest:row:column"
+    caption_source: dict[str, str] = field(default_factory=dict)  # key -> first "manifest:row:column"
     failures: list[Failure] = field(default_factory=list)
-    paths: dict[tuple, str] = field(default_factory=dict)   # (path, crop) -> key
+    paths: dict[tuple, str] = field(default_factory=dict)  # (path, crop) -> key
     new_digests: list[tuple] = field(default_factory=list)  # (file, (size, mtime_ns, inode), sha256) hashed now
 
 
-def collect(manifest_paths: list[str], image_root: str | None, allow_outside_root: bool = False,
-            threads: int = 8, known_digests: dict | None = None) -> Collected:
+def collect(
+    manifest_paths: list[str],
+    image_root: str | None,
+    allow_outside_root: bool = False,
+    threads: int = 8,
+    known_digests: dict | None = None,
+) -> Collected:
     """Unique image and caption keys of all manifests (images hashed once per file).
     known_digests (FeatureStore.file_digests): a file whose size, mtime and inode are
     unchanged keeps its digest without being read."""
@@ -73,8 +79,9 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
         m = Manifest.read(mp)
         for c in m.caption_refs():
             if not c.text.strip():
-                out.failures.append(Failure("caption", caption_key(c.text), c.text,
-                                            f"{mp}:{c.row}:{c.column}", "empty caption"))
+                out.failures.append(
+                    Failure("caption", caption_key(c.text), c.text, f"{mp}:{c.row}:{c.column}", "empty caption")
+                )
                 continue
             k = caption_key(c.text)
             out.captions.setdefault(k, c.text)
@@ -82,7 +89,7 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
         refs.extend((mp, r) for r in m.image_refs())
     if refs and image_root is None:
         raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")
-    root = image_root or ""          # (no image is resolved when no manifest names one)
+    root = image_root or ""  # (no image is resolved when no manifest names one)
 
     resolved: dict[str, str | BadImage] = {}
     for mp, r in refs:
@@ -96,9 +103,9 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
     def digest(p):
         try:
             st = os.stat(p)
-            if not stat.S_ISREG(st.st_mode):                    # a FIFO would block the read forever
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever
                 return p, BadImage("not a regular file (a folder, FIFO, socket or device)"), None
-            sig = (st.st_size, st.st_mtime_ns, st.st_ino)       # taken before reading: a later edit rehashes
+            sig = (st.st_size, st.st_mtime_ns, st.st_ino)  # taken before reading: a later edit rehashes
             known = known_digests.get(p)
             if known is not None and tuple(known[0]) == sig:
                 return p, known[1], None
@@ -109,7 +116,7 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
             return p, BadImage(f"unreadable file ({e.strerror})"), None
 
     digests = {}
-    with ThreadPoolExecutor(threads) as pool:   # hashlib releases the GIL
+    with ThreadPoolExecutor(threads) as pool:  # hashlib releases the GIL
         for p, d, sig in pool.map(digest, files):
             digests[p] = d
             if sig is not None:
@@ -121,7 +128,7 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
         if isinstance(d, BadImage):
             out.failures.append(Failure("image", "", r.path, source, str(d)))
             continue
-        assert isinstance(d, str) and isinstance(target, str)     # a digest, of a resolved file
+        assert isinstance(d, str) and isinstance(target, str)  # a digest, of a resolved file
         key = image_key(d, r.crop)
         out.paths[(r.path, r.crop)] = key
         out.images.setdefault(key, ImageItem(key, r.path, target, r.crop, source))
@@ -131,15 +138,19 @@ def collect(manifest_paths: list[str], image_root: str | None, allow_outside_roo
 @dataclass
 class Plan:
     """Units of work: (unit number, keys of that unit still missing from the store)."""
+
     image_units: list[tuple[int, list[str]]]
     caption_units: list[tuple[int, list[str]]]
     stored_images: int
     stored_captions: int
 
     def for_rank(self, rank: int, world: int) -> "Plan":
-        return Plan([u for u in self.image_units if u[0] % world == rank],
-                    [u for u in self.caption_units if u[0] % world == rank],
-                    self.stored_images, self.stored_captions)
+        return Plan(
+            [u for u in self.image_units if u[0] % world == rank],
+            [u for u in self.caption_units if u[0] % world == rank],
+            self.stored_images,
+            self.stored_captions,
+        )
 
     @property
     def n_images(self):
@@ -153,9 +164,10 @@ class Plan:
 @dataclass
 class CaptionTokens:
     """Token ids of the captions to encode: what orders, cuts and deduplicates them."""
-    ids: dict[str, "object"]        # caption key -> Tokens of one row (ids and attention mask)
-    lengths: dict[str, int]         # caption key -> valid tokens (the attention mask's count)
-    token_key: dict[str, str]       # caption key -> sha256 of its token ids: equal ids, equal features
+
+    ids: dict[str, "object"]  # caption key -> Tokens of one row (ids and attention mask)
+    lengths: dict[str, int]  # caption key -> valid tokens (the attention mask's count)
+    token_key: dict[str, str]  # caption key -> sha256 of its token ids: equal ids, equal features
     truncated: dict[str, bool]
 
 
@@ -170,10 +182,17 @@ def tokenize_captions(enc, col: Collected, summary: "Summary", text_encoder=None
     out = CaptionTokens({}, {}, {}, {})
     for i, (k, n) in enumerate(zip(ckeys, toks.mask.sum(1).tolist())):
         if enc.spec.token_mask == "content" and n <= specials:
-            summary.failures.append(Failure("caption", k, col.captions.pop(k), col.caption_source[k],
-                                            "no content tokens under --token-mask content"))
+            summary.failures.append(
+                Failure(
+                    "caption",
+                    k,
+                    col.captions.pop(k),
+                    col.caption_source[k],
+                    "no content tokens under --token-mask content",
+                )
+            )
             continue
-        row = toks[i:i + 1]
+        row = toks[i : i + 1]
         out.ids[k], out.lengths[k] = row, n
         # right-padded: the valid ids and the family's padding fix the whole row
         out.token_key[k] = hashlib.sha256(np.asarray(row.ids[0, :n], "<i8").tobytes()).hexdigest()
@@ -181,8 +200,13 @@ def tokenize_captions(enc, col: Collected, summary: "Summary", text_encoder=None
     return out
 
 
-def make_plan(store: FeatureStore, col: Collected, tokens: CaptionTokens | None,
-              image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT) -> Plan:
+def make_plan(
+    store: FeatureStore,
+    col: Collected,
+    tokens: CaptionTokens | None,
+    image_unit: int = IMAGE_UNIT,
+    caption_unit: int = CAPTION_UNIT,
+) -> Plan:
     """Cut *all* keys into units in a fixed order, then keep each unit's missing keys.
 
     Units are drawn over every key, stored or not, so that a unit's number and content
@@ -192,14 +216,18 @@ def make_plan(store: FeatureStore, col: Collected, tokens: CaptionTokens | None,
     never cut apart, so one unit encodes them once."""
     ikeys = sorted(col.images)
     ihave = store.has(IMAGE, ikeys) if ikeys else np.zeros(0, bool)
-    if tokens is None:                       # every caption is stored: nothing to cut
+    if tokens is None:  # every caption is stored: nothing to cut
         ckeys, cut = sorted(col.captions), None
     else:
         ckeys = sorted(col.captions, key=lambda k: (tokens.lengths[k], tokens.token_key[k], k))
         cut = [tokens.token_key[k] for k in ckeys]
     chave = store.has(CAPTION, ckeys) if ckeys else np.zeros(0, bool)
-    return Plan(_units(ikeys, ihave, image_unit, None), _units(ckeys, chave, caption_unit, cut),
-                int(ihave.sum()), int(chave.sum()))
+    return Plan(
+        _units(ikeys, ihave, image_unit, None),
+        _units(ckeys, chave, caption_unit, cut),
+        int(ihave.sum()),
+        int(chave.sum()),
+    )
 
 
 def _units(keys: list[str], have: np.ndarray, size: int, group: list[str] | None) -> list[tuple[int, list[str]]]:
@@ -225,17 +253,19 @@ class Summary:
     captions_stored: int = 0
     captions_truncated: int = 0
     failures: list[Failure] = field(default_factory=list)
-    seconds: float = 0.0                  # the whole run
-    image_seconds: float = 0.0            # decoding + encoding + writing images
-    caption_seconds: float = 0.0          # encoding + writing captions
+    seconds: float = 0.0  # the whole run
+    image_seconds: float = 0.0  # decoding + encoding + writing images
+    caption_seconds: float = 0.0  # encoding + writing captions
     failures_file: str | None = None
 
     def lines(self) -> list[str]:
-        out = [f"images:   {self.images_new} new, {self.images_stored} already stored",
-               f"captions: {self.captions_new} new, {self.captions_stored} already stored, "
-               f"{self.captions_truncated} truncated to the context length",
-               f"failed:   {len(self.failures)}" + (f" (table: {self.failures_file})" if self.failures_file else ""),
-               f"time:     {self.seconds:.1f} s"]
+        out = [
+            f"images:   {self.images_new} new, {self.images_stored} already stored",
+            f"captions: {self.captions_new} new, {self.captions_stored} already stored, "
+            f"{self.captions_truncated} truncated to the context length",
+            f"failed:   {len(self.failures)}" + (f" (table: {self.failures_file})" if self.failures_file else ""),
+            f"time:     {self.seconds:.1f} s",
+        ]
         for f in self.failures[:10]:
             out.append(f"  {f.kind} {f.item!r} ({f.source}): {f.reason}")
         if len(self.failures) > 10:
@@ -256,7 +286,7 @@ class _ImageDataset:
             return i, self.preprocess(load_image(it.abs_path, it.crop)), None
         except BadImage as e:
             return i, None, str(e)
-        except Exception as e:   # a transform failing on a strange image is still a bad item
+        except Exception as e:  # a transform failing on a strange image is still a bad item
             return i, None, f"cannot preprocess ({type(e).__name__}: {e})"
 
 
@@ -264,29 +294,76 @@ def _collate(batch):
     return batch
 
 
-def run_extract(store: FeatureStore, enc, manifests: list[str], image_root: str | None, *,
-                device: str = "cpu", batch_size: int = 64, text_batch_size: int = 256,
-                workers: int = 2, on_error: str = "skip", allow_outside_root: bool = False,
-                rank: int = 0, world_size: int = 1, progress: bool = True,
-                image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT, loaded=None,
-                rehash: bool = False, log=print) -> Summary:
+def run_extract(
+    store: FeatureStore,
+    enc,
+    manifests: list[str],
+    image_root: str | None,
+    *,
+    device: str = "cpu",
+    batch_size: int = 64,
+    text_batch_size: int = 256,
+    workers: int = 2,
+    on_error: str = "skip",
+    allow_outside_root: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    progress: bool = True,
+    image_unit: int = IMAGE_UNIT,
+    caption_unit: int = CAPTION_UNIT,
+    loaded=None,
+    rehash: bool = False,
+    log=print,
+) -> Summary:
     """loaded: the encoder (encoders.load_model) already built for `enc` (a caller that
     extracts several times reuses one model); built here only when there is work."""
     try:
-        return _run_extract(store, enc, manifests, image_root, device=device, batch_size=batch_size,
-                            text_batch_size=text_batch_size, workers=workers, on_error=on_error,
-                            allow_outside_root=allow_outside_root, rank=rank, world_size=world_size,
-                            progress=progress, image_unit=image_unit, caption_unit=caption_unit, loaded=loaded,
-                            rehash=rehash)
+        return _run_extract(
+            store,
+            enc,
+            manifests,
+            image_root,
+            device=device,
+            batch_size=batch_size,
+            text_batch_size=text_batch_size,
+            workers=workers,
+            on_error=on_error,
+            allow_outside_root=allow_outside_root,
+            rank=rank,
+            world_size=world_size,
+            progress=progress,
+            image_unit=image_unit,
+            caption_unit=caption_unit,
+            loaded=loaded,
+            rehash=rehash,
+        )
     finally:
-        store.release_writer()      # our temporaries go; a crash leaves them to the next writer's sweep
+        store.release_writer()  # our temporaries go; a crash leaves them to the next writer's sweep
 
 
-def _run_extract(store, enc, manifests, image_root, *, device, batch_size, text_batch_size, workers, on_error,
-                 allow_outside_root, rank, world_size, progress, image_unit, caption_unit, loaded, rehash):
+def _run_extract(
+    store,
+    enc,
+    manifests,
+    image_root,
+    *,
+    device,
+    batch_size,
+    text_batch_size,
+    workers,
+    on_error,
+    allow_outside_root,
+    rank,
+    world_size,
+    progress,
+    image_unit,
+    caption_unit,
+    loaded,
+    rehash,
+):
     t0 = time.perf_counter()
     col = collect(manifests, image_root, allow_outside_root, known_digests=None if rehash else store.file_digests())
-    store.add_file_digests(col.new_digests)          # kept even if extraction stops later
+    store.add_file_digests(col.new_digests)  # kept even if extraction stops later
     summary = Summary(failures=list(col.failures))
     # Caption order needs token lengths; tokenise only when some caption is missing.
     ckeys = sorted(col.captions)
@@ -305,19 +382,40 @@ def _run_extract(store, enc, manifests, image_root, *, device, batch_size, text_
 
         from .encoders import load_model
         from .features import disable_tf32
+
         disable_tf32()
         model = loaded if loaded is not None else load_model(enc, device)
         preprocess = model.preprocess
         with torch.no_grad():
             if mine.n_images:
                 t = time.perf_counter()
-                _extract_images(store, model, preprocess, col, mine.image_units, summary, device,
-                                batch_size, workers, on_error, progress)
+                _extract_images(
+                    store,
+                    model,
+                    preprocess,
+                    col,
+                    mine.image_units,
+                    summary,
+                    device,
+                    batch_size,
+                    workers,
+                    on_error,
+                    progress,
+                )
                 summary.image_seconds = time.perf_counter() - t
             if mine.n_captions:
                 t = time.perf_counter()
-                _extract_captions(store, model, mine.caption_units, tokens, summary, device, text_batch_size,
-                                  enc.spec.token_mask, progress)
+                _extract_captions(
+                    store,
+                    model,
+                    mine.caption_units,
+                    tokens,
+                    summary,
+                    device,
+                    text_batch_size,
+                    enc.spec.token_mask,
+                    progress,
+                )
                 summary.caption_seconds = time.perf_counter() - t
     store.refresh()
     stored = store.has(IMAGE, list(col.paths.values())) if col.paths else []
@@ -329,8 +427,7 @@ def _run_extract(store, enc, manifests, image_root, *, device, batch_size, text_
     return summary
 
 
-def _extract_images(store, model, preprocess, col, units, summary, device, batch_size, workers,
-                    on_error, progress):
+def _extract_images(store, model, preprocess, col, units, summary, device, batch_size, workers, on_error, progress):
     import torch
     from torch.utils.data import DataLoader
 
@@ -340,15 +437,20 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
     # unit's last batch is padded (a batch of 8 would otherwise run 16 rows for 8 images)
     batch_size = -(-batch_size // IMAGE_ROWS) * IMAGE_ROWS
     items = [col.images[k] for _, u in units for k in u]
-    batches, unit_end = [], []   # batches never straddle a unit
+    batches, unit_end = [], []  # batches never straddle a unit
     start = 0
     for _, u in units:
         for b in range(start, start + len(u), batch_size):
             batches.append(list(range(b, min(b + batch_size, start + len(u)))))
         start += len(u)
         unit_end.append(len(batches))
-    loader = DataLoader(_ImageDataset(items, preprocess), batch_sampler=batches, num_workers=workers,
-                        collate_fn=_collate, prefetch_factor=4 if workers else None)
+    loader = DataLoader(
+        _ImageDataset(items, preprocess),
+        batch_sampler=batches,
+        num_workers=workers,
+        collate_fn=_collate,
+        prefetch_factor=4 if workers else None,
+    )
     bar = progress_bar(len(items), "images", "img", progress)
     acc_keys, acc_g, acc_p = [], [], []
     unit_i = 0
@@ -369,16 +471,18 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
         bar.update(len(batch))
         if bi + 1 == unit_end[unit_i]:
             if acc_keys:
-                store.write_segment(IMAGE, acc_keys, {"global": np.concatenate(acc_g),
-                                                      "patches": np.concatenate(acc_p)})
+                store.write_segment(
+                    IMAGE, acc_keys, {"global": np.concatenate(acc_g), "patches": np.concatenate(acc_p)}
+                )
                 summary.images_new += len(acc_keys)
             acc_keys, acc_g, acc_p = [], [], []
             unit_i += 1
     bar.close()
 
 
-def _extract_captions(store, model, units, tokens: CaptionTokens, summary, device, text_batch_size, mask_policy,
-                      progress):
+def _extract_captions(
+    store, model, units, tokens: CaptionTokens, summary, device, text_batch_size, mask_policy, progress
+):
     bar = progress_bar(sum(len(u) for _, u in units), "captions", "cap", progress)
     for _, unit in units:
         tks = [tokens.token_key[k] for k in unit]
@@ -387,9 +491,17 @@ def _extract_captions(store, model, units, tokens: CaptionTokens, summary, devic
         offsets = np.zeros(len(unit) + 1, np.int64)
         np.cumsum(n_tok, out=offsets[1:])
         trunc = np.array([tokens.truncated[k] for k in unit], np.uint8)
-        store.write_segment(CAPTION, list(unit), {
-            "token_keys": keys_to_bytes(tks), "global": np.stack([feats[t][0] for t in tks]),
-            "tokens": np.concatenate([feats[t][1] for t in tks]), "offsets": offsets, "truncated": trunc})
+        store.write_segment(
+            CAPTION,
+            list(unit),
+            {
+                "token_keys": keys_to_bytes(tks),
+                "global": np.stack([feats[t][0] for t in tks]),
+                "tokens": np.concatenate([feats[t][1] for t in tks]),
+                "offsets": offsets,
+                "truncated": trunc,
+            },
+        )
         summary.captions_new += len(unit)
         summary.captions_truncated += int(trunc.sum())
     bar.close()
@@ -402,7 +514,8 @@ def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, 
 
     from .encoder_families import Tokens
     from .features import TEXT_ROWS, encode_texts
-    text_batch_size = -(-text_batch_size // TEXT_ROWS) * TEXT_ROWS     # whole forwards, as for images
+
+    text_batch_size = -(-text_batch_size // TEXT_ROWS) * TEXT_ROWS  # whole forwards, as for images
     first: dict = {}
     for k, t in zip(unit, tks):
         first.setdefault(t, k)
@@ -412,10 +525,10 @@ def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, 
     if stored:
         cf = store.load_captions(list(stored.values()))
         for i, t in enumerate(stored):
-            feats[t] = (cf.global_[i], cf.tokens[cf.offsets[i]:cf.offsets[i + 1]])
+            feats[t] = (cf.global_[i], cf.tokens[cf.offsets[i] : cf.offsets[i + 1]])
     todo = [t for t in distinct if t not in stored]
     for b in range(0, len(todo), text_batch_size):
-        batch = todo[b:b + text_batch_size]
+        batch = todo[b : b + text_batch_size]
         f = encode_texts(model, Tokens.stack([tokens.ids[first[t]] for t in batch]).to(device), mask_policy)
         g, h, mask = f.sentence.half().cpu().numpy(), f.tokens.half().cpu().numpy(), f.mask.cpu().numpy()
         for i, t in enumerate(batch):
@@ -426,7 +539,16 @@ def _caption_features(store, model, tks, tokens, unit, device, text_batch_size, 
 
 def write_failures(store: FeatureStore, failures: list[Failure]) -> str:
     import pyarrow as pa
-    return store.append_records("failures", pa.table({
-        "kind": [f.kind for f in failures], "key": [f.key for f in failures],
-        "path_or_text": [f.item for f in failures], "source": [f.source for f in failures],
-        "reason": [f.reason for f in failures]}))
+
+    return store.append_records(
+        "failures",
+        pa.table(
+            {
+                "kind": [f.kind for f in failures],
+                "key": [f.key for f in failures],
+                "path_or_text": [f.item for f in failures],
+                "source": [f.source for f in failures],
+                "reason": [f.reason for f in failures],
+            }
+        ),
+    )

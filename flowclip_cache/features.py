@@ -11,6 +11,7 @@ context). Matrix products are then the same kernels with the same blocking whate
 else was in the batch, so an image or a caption gets the same bits in any batch,
 manifest or run (docs/store-format.md, "Same input, same bits").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,9 +34,9 @@ def image_features(encoder, images: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return F.normalize(pooled, dim=-1), F.normalize(patches, dim=-1)
 
 
-IMAGE_ROWS = 16                          # images per forward, always (padded)
-TEXT_ROWS = 64                           # captions per forward, always (padded)
-LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 77)     # a causal tower's widths (capped at its context)
+IMAGE_ROWS = 16  # images per forward, always (padded)
+TEXT_ROWS = 64  # captions per forward, always (padded)
+LENGTH_BUCKETS = (8, 16, 24, 32, 48, 64, 77)  # a causal tower's widths (capped at its context)
 
 
 @torch.no_grad()
@@ -43,7 +44,7 @@ def encode_images(encoder, images: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     """What extract stores: image_features in forwards of exactly IMAGE_ROWS images."""
     gs, ps = [], []
     for i in range(0, len(images), IMAGE_ROWS):
-        chunk = images[i:i + IMAGE_ROWS]
+        chunk = images[i : i + IMAGE_ROWS]
         n = len(chunk)
         if n < IMAGE_ROWS:
             chunk = torch.cat([chunk, chunk.new_zeros((IMAGE_ROWS - n, *chunk.shape[1:]))])
@@ -55,9 +56,9 @@ def encode_images(encoder, images: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 @dataclass
 class TextFeatures:
-    sentence: torch.Tensor     # [B, d]
-    tokens: torch.Tensor       # [B, L, d]; L = the longest caption for a causal tower, else the context
-    mask: torch.Tensor         # [B, L] bool, valid tokens under the policy
+    sentence: torch.Tensor  # [B, d]
+    tokens: torch.Tensor  # [B, L, d]; L = the longest caption for a causal tower, else the context
+    mask: torch.Tensor  # [B, L] bool, valid tokens under the policy
 
 
 def valid_mask(attention: torch.Tensor, policy: str = "nonpad", special: tuple[int, int] = (1, 1)) -> torch.Tensor:
@@ -79,8 +80,9 @@ def valid_mask(attention: torch.Tensor, policy: str = "nonpad", special: tuple[i
 def text_features(encoder, tokens: Tokens, policy: str = "nonpad", truncate: bool = True) -> TextFeatures:
     """Sentence, token states (L2-normalised FP32) and the valid mask; differentiable."""
     pooled, states, attention = encoder.text_forward(tokens, truncate)
-    return TextFeatures(F.normalize(pooled, dim=-1), F.normalize(states, dim=-1),
-                        valid_mask(attention, policy, encoder.special_tokens))
+    return TextFeatures(
+        F.normalize(pooled, dim=-1), F.normalize(states, dim=-1), valid_mask(attention, policy, encoder.special_tokens)
+    )
 
 
 def length_bucket(length: int, context: int) -> int:
@@ -101,7 +103,7 @@ def encode_texts(encoder, tokens: Tokens, policy: str = "nonpad") -> TextFeature
     for w in sorted(set(widths)):
         rows = [i for i, x in enumerate(widths) if x == w]
         for c in range(0, len(rows), TEXT_ROWS):
-            idx = torch.tensor(rows[c:c + TEXT_ROWS], device=tokens.ids.device)
+            idx = torch.tensor(rows[c : c + TEXT_ROWS], device=tokens.ids.device)
             pad = idx[:1].expand(TEXT_ROWS - len(idx))
             chunk = tokens[torch.cat([idx, pad])]
             f = text_features(encoder, type(tokens)(chunk.ids[:, :w], chunk.mask[:, :w]), policy, truncate=False)

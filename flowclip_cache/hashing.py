@@ -2,6 +2,7 @@
 when a record crops a region: the crop is part of what is encoded); a caption key is
 the sha256 of its exact UTF-8 text. Keys travel as 64-char hex strings and are stored
 as raw 32-byte digests."""
+
 from __future__ import annotations
 
 import hashlib

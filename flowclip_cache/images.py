@@ -5,6 +5,7 @@ unless the user allows it; PIL's decompression-bomb guard stays on (its warning 
 treated as an error); EXIF orientation is applied; CMYK, palette and 16-bit images
 are converted to 8-bit RGB.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,10 @@ def to_rgb(im: Image.Image) -> Image.Image:
         arr = np.asarray(im, dtype=np.float64)
         if im.mode == "F":
             if not np.isfinite(arr).all() or arr.min() < 0 or arr.max() > 255:
-                raise BadImage(f"float image with values outside [0, 255] or NaN "
-                               f"(range {np.nanmin(arr):.3g} to {np.nanmax(arr):.3g}); convert it to 8-bit first")
+                raise BadImage(
+                    f"float image with values outside [0, 255] or NaN "
+                    f"(range {np.nanmin(arr):.3g} to {np.nanmax(arr):.3g}); convert it to 8-bit first"
+                )
             hi = 1.0 if arr.max() <= 1.0 else 255.0
         else:
             hi = 65535.0 if im.mode.startswith("I;16") or arr.max() > 255 else 255.0

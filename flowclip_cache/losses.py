@@ -3,6 +3,7 @@
 A batch of B records gives S [B, 2B]: image i against the candidates
 [T_1+ .. T_B+, T_1- .. T_B-]. Ids are small integers standing for content keys.
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,14 +18,14 @@ def hnb_masks(image_ids: torch.Tensor, pos_ids: torch.Tensor, neg_ids: torch.Ten
     t2i [B, B]: image i (i != j) is masked for positive T_j when it is the same image as
       record j's, or record i's positive is the same text as T_j."""
     B = len(image_ids)
-    cand = torch.cat([pos_ids, neg_ids])                                   # [2B]
-    same_img = image_ids[:, None] == image_ids[None, :]                    # [B,B]
+    cand = torch.cat([pos_ids, neg_ids])  # [2B]
+    same_img = image_ids[:, None] == image_ids[None, :]  # [B,B]
     i2t = torch.zeros(B, 2 * B, dtype=torch.bool, device=image_ids.device)
     i2t[:, :B] = same_img
     i2t |= cand[None, :] == pos_ids[:, None]
     eye = torch.eye(B, dtype=torch.bool, device=image_ids.device)
-    i2t[:, :B] &= ~eye                                                     # the target stays
-    t2i = (same_img | (pos_ids[:, None] == pos_ids[None, :])) & ~eye      # [image i, text j]
+    i2t[:, :B] &= ~eye  # the target stays
+    t2i = (same_img | (pos_ids[:, None] == pos_ids[None, :])) & ~eye  # [image i, text j]
     return i2t, t2i
 
 

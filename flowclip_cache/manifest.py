@@ -7,6 +7,7 @@ recognised by its columns. Every kind names its image column and the columns tha
 hold caption text, so ``extract`` can collect keys from any manifest without knowing
 what benchmark it came from.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ META_EXTRA = b"flowclip.meta"  # JSON: benchmark name, class names, prompt templ
 @dataclass(frozen=True)
 class KindSpec:
     name: str
-    required: tuple[str, ...]          # columns that must exist
-    text_columns: tuple[str, ...]      # string or list<string> columns holding captions
+    required: tuple[str, ...]  # columns that must exist
+    text_columns: tuple[str, ...]  # string or list<string> columns holding captions
     optional: tuple[str, ...] = ()
 
 
@@ -37,8 +38,9 @@ KINDS: dict[str, KindSpec] = {
     # gold among candidate captions (pairwise = two candidates)
     "candidates": KindSpec("candidates", ("record_id", "image", "captions", "gold"), ("captions",), ("crop",)),
     # (image, positive, negatives, split) for train-head
-    "training": KindSpec("training", ("record_id", "image", "positive", "negatives", "split"),
-                         ("positive", "negatives"), ("crop",)),
+    "training": KindSpec(
+        "training", ("record_id", "image", "positive", "negatives", "split"), ("positive", "negatives"), ("crop",)
+    ),
     # a gallery: each row one image and its captions (the links)
     "retrieval": KindSpec("retrieval", ("image", "captions"), ("captions",)),
     # image + label; the class prompts live in the file metadata ("prompts": [..])
@@ -88,11 +90,15 @@ class Manifest:
             try:
                 version = int(md[META_VERSION])
             except ValueError:
-                raise ManifestError(f"{path}: {META_VERSION.decode()} {md[META_VERSION][:20]!r} is not an integer; "
-                                    f"rewrite the manifest with write_manifest") from None
+                raise ManifestError(
+                    f"{path}: {META_VERSION.decode()} {md[META_VERSION][:20]!r} is not an integer; "
+                    f"rewrite the manifest with write_manifest"
+                ) from None
             if version > SCHEMA_VERSION:
-                raise ManifestError(f"{path}: manifest schema version {version} is newer than this "
-                                    f"flowclip reads ({SCHEMA_VERSION}); upgrade flowclip")
+                raise ManifestError(
+                    f"{path}: manifest schema version {version} is newer than this "
+                    f"flowclip reads ({SCHEMA_VERSION}); upgrade flowclip"
+                )
         kind = md.get(META_KIND, b"").decode("utf-8", "replace") or _infer_kind(path, table)
         if kind not in KINDS:
             raise ManifestError(f"{path}: unknown manifest kind {kind!r}; known: {sorted(KINDS)}")
@@ -103,8 +109,7 @@ class Manifest:
             except ValueError as e:
                 raise ManifestError(f"{path}: {META_EXTRA.decode()} is not valid JSON ({e})") from None
             if not isinstance(meta, dict):
-                raise ManifestError(f"{path}: {META_EXTRA.decode()} must be a JSON object, got "
-                                    f"{type(meta).__name__}")
+                raise ManifestError(f"{path}: {META_EXTRA.decode()} must be a JSON object, got {type(meta).__name__}")
         _check_utf8(path, table)
         m = cls(path, kind, table, meta)
         m._validate()
@@ -116,14 +121,17 @@ class Manifest:
             if c not in cols:
                 raise ManifestError(
                     f"{self.path}: missing column {c!r} (a {self.kind!r} manifest needs "
-                    f"{', '.join(self.spec.required)}; found {', '.join(sorted(cols))})")
+                    f"{', '.join(self.spec.required)}; found {', '.join(sorted(cols))})"
+                )
         if self.table.num_rows == 0:
             raise ManifestError(f"{self.path}: the manifest is empty (0 rows)")
         if self.kind == "classification" and not self.meta.get("prompts"):
-            raise ManifestError(f"{self.path}: a classification manifest needs 'prompts' in its "
-                                f"flowclip.meta (one list of prompts per class)")
+            raise ManifestError(
+                f"{self.path}: a classification manifest needs 'prompts' in its "
+                f"flowclip.meta (one list of prompts per class)"
+            )
         self._check_types()
-        for _ in self.image_refs():      # empty paths, NUL bytes, bad UTF-8, bad crops: refused on read
+        for _ in self.image_refs():  # empty paths, NUL bytes, bad UTF-8, bad crops: refused on read
             pass
         if "record_id" in cols:
             ids = [str(i) for i in self.table.column("record_id").to_pylist()]
@@ -133,24 +141,37 @@ class Manifest:
                     if i in seen and i not in dup:
                         dup.append(i)
                     seen.add(i)
-                raise ManifestError(f"{self.path}: {len(dup)} record_id values appear more than once "
-                                    f"(first: {', '.join(map(repr, dup[:5]))}); each record needs its own id")
+                raise ManifestError(
+                    f"{self.path}: {len(dup)} record_id values appear more than once "
+                    f"(first: {', '.join(map(repr, dup[:5]))}); each record needs its own id"
+                )
         if "gold" in cols and "captions" in cols:
-            for row, (g, caps) in enumerate(zip(self.table.column("gold").to_pylist(),
-                                                self.table.column("captions").to_pylist())):
+            for row, (g, caps) in enumerate(
+                zip(self.table.column("gold").to_pylist(), self.table.column("captions").to_pylist())
+            ):
                 if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g < len(caps or []):
-                    raise ManifestError(f"{self.path}: row {row}: gold {g!r} is not the index of one of its "
-                                        f"{len(caps or [])} captions")
+                    raise ManifestError(
+                        f"{self.path}: row {row}: gold {g!r} is not the index of one of its {len(caps or [])} captions"
+                    )
 
     def _check_types(self) -> None:
         """Column types a manifest must have: text where text is read, integers for gold."""
         import pyarrow.types as pt
+
         schema = self.table.schema
         text = lambda t: pt.is_string(t) or pt.is_large_string(t) or pt.is_binary(t) or pt.is_large_binary(t)
-        checks = [("image", text, "text (a path)")] + \
-                 [(c, lambda t: text(t) or ((pt.is_list(t) or pt.is_large_list(t)) and text(t.value_type)),
-                   "text or a list of text") for c in self.spec.text_columns] + \
-                 [("gold", pt.is_integer, "integers"), ("label", pt.is_integer, "integers")]
+        checks = (
+            [("image", text, "text (a path)")]
+            + [
+                (
+                    c,
+                    lambda t: text(t) or ((pt.is_list(t) or pt.is_large_list(t)) and text(t.value_type)),
+                    "text or a list of text",
+                )
+                for c in self.spec.text_columns
+            ]
+            + [("gold", pt.is_integer, "integers"), ("label", pt.is_integer, "integers")]
+        )
         for col, ok, what in checks:
             if col in schema.names and not ok(schema.field(col).type):
                 raise ManifestError(f"{self.path}: column {col!r} is {schema.field(col).type}, expected {what}")
@@ -170,8 +191,10 @@ class Manifest:
             if crops is not None and crops[row] is not None:
                 crop = tuple(float(c) for c in crops[row])
                 if len(crop) != 4 or crop[2] <= 0 or crop[3] <= 0:
-                    raise ManifestError(f"{self.path}: row {row}: crop must be [x, y, width, height] "
-                                        f"with positive size, got {crops[row]}")
+                    raise ManifestError(
+                        f"{self.path}: row {row}: crop must be [x, y, width, height] "
+                        f"with positive size, got {crops[row]}"
+                    )
             yield ImageRef(row, p, crop)  # type: ignore[arg-type]  # four values, checked above
 
     def caption_refs(self) -> Iterator[CaptionRef]:
@@ -195,8 +218,9 @@ def _decode(path: str, row: int, col: str, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: row {row}: column {col!r} is not valid UTF-8 ({e}); "
-                            f"re-encode the manifest's text as UTF-8") from e
+        raise ManifestError(
+            f"{path}: row {row}: column {col!r} is not valid UTF-8 ({e}); re-encode the manifest's text as UTF-8"
+        ) from e
 
 
 def _infer_kind(path: str, table: pa.Table) -> str:
@@ -209,9 +233,11 @@ def _infer_kind(path: str, table: pa.Table) -> str:
         return "classification"
     if "captions" in cols:
         return "retrieval"
-    raise ManifestError(f"{path}: cannot tell the manifest kind: no flowclip.kind metadata and "
-                        f"none of the columns 'captions', 'gold', 'positive', 'label' "
-                        f"(found {', '.join(sorted(cols))})")
+    raise ManifestError(
+        f"{path}: cannot tell the manifest kind: no flowclip.kind metadata and "
+        f"none of the columns 'captions', 'gold', 'positive', 'label' "
+        f"(found {', '.join(sorted(cols))})"
+    )
 
 
 def write_manifest(path: str | os.PathLike, table: pa.Table, kind: str, meta: dict | None = None) -> None:
@@ -253,6 +279,7 @@ def _check_utf8(path: str, table) -> None:
     """Refuse a text column with bytes that are not UTF-8 (pyarrow reads such a file but
     fails on the first use of the value), naming the column and row."""
     import pyarrow as pa
+
     for name in table.column_names:
         col = table.column(name)
         nested = pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
@@ -269,8 +296,8 @@ def _check_utf8(path: str, table) -> None:
                         one = chunk.slice(i, 1)
                         (one.flatten() if nested else one).validate(full=True)
                     except pa.ArrowInvalid:
-                        raise ManifestError(f"{path}: row {start + i}, column {name!r}: text that is not valid "
-                                            f"UTF-8; re-encode the value as UTF-8 and write the manifest again")\
-                            from None
+                        raise ManifestError(
+                            f"{path}: row {start + i}, column {name!r}: text that is not valid "
+                            f"UTF-8; re-encode the value as UTF-8 and write the manifest again"
+                        ) from None
             start += len(chunk)
-

@@ -7,6 +7,7 @@ is wrong: SugarCrepe, ARO VG), "first" (np.argmax / a descending argsort that ke
 index order: the earliest of the tied candidates wins: ARO Order, What's Up, CREPE), or
 "correct" (a tie is right). Ties are always counted and reported.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -89,7 +90,7 @@ def retrieval_recall_blocks(row_blocks, caption_image: np.ndarray, n_images: int
     i_rank = np.zeros(n_images, np.int64)
     i_tie = np.zeros(n_images, bool)
     s_true = np.full(n_cap, np.nan, np.float32)
-    for a, block in row_blocks():                           # pass 1: images' ranks, captions' true scores
+    for a, block in row_blocks():  # pass 1: images' ranks, captions' true scores
         rows = np.arange(a, a + len(block))
         pos = caption_image[None, :] == rows[:, None]
         best = np.where(pos, block, -np.inf).max(1)
@@ -100,7 +101,7 @@ def retrieval_recall_blocks(row_blocks, caption_image: np.ndarray, n_images: int
         s_true[mine] = block[caption_image[mine] - a, np.flatnonzero(mine)]
     t_rank = np.zeros(n_cap, np.int64)
     t_tie = np.zeros(n_cap, bool)
-    for a, block in row_blocks():                           # pass 2: captions' ranks
+    for a, block in row_blocks():  # pass 2: captions' ranks
         rows = np.arange(a, a + len(block))
         wrong = caption_image[None, :] != rows[:, None]
         t_rank += ((block >= s_true[None, :]) & wrong).sum(0)
@@ -124,8 +125,9 @@ def _recalls(i_rank, t_rank, i_tie, t_tie, ks) -> dict:
     return out
 
 
-def retrieval_recall_pairs(img: np.ndarray, cap: np.ndarray, val: np.ndarray, caption_image: np.ndarray,
-                           n_images: int, ks=(1, 5, 10)) -> dict:
+def retrieval_recall_pairs(
+    img: np.ndarray, cap: np.ndarray, val: np.ndarray, caption_image: np.ndarray, n_images: int, ks=(1, 5, 10)
+) -> dict:
     """retrieval_recall when only some pairs were scored (a shortlist): every pair not
     listed scores -inf, below all scored ones. A query whose right answer was not scored
     ranks below everything (and counts no tie)."""
@@ -154,6 +156,7 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:
     left out as topk keeps them (a tie with the true class is not counted correct by
     rule). Also `ties`: images whose true class ties the best other class."""
     import torch
+
     t = torch.from_numpy(np.ascontiguousarray(logits, np.float32))
     kmax = min(max(ks), t.shape[1])
     pred = t.topk(kmax, 1, True, True)[1].numpy()
@@ -168,5 +171,9 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:
 
 def decision_changes(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
     """Paired changes from scorer A to scorer B on identical records."""
-    return {"repairs": int((~correct_a & correct_b).sum()), "regressions": int((correct_a & ~correct_b).sum()),
-            "both_right": int((correct_a & correct_b).sum()), "both_wrong": int((~correct_a & ~correct_b).sum())}
+    return {
+        "repairs": int((~correct_a & correct_b).sum()),
+        "regressions": int((correct_a & ~correct_b).sum()),
+        "both_right": int((correct_a & correct_b).sum()),
+        "both_wrong": int((~correct_a & ~correct_b).sum()),
+    }

@@ -5,6 +5,7 @@ places), shuffle-bigram (the caption's bigrams in another order), wordnet (a nou
 replaced by a WordNet co-hyponym; needs nltk's WordNet, an optional dependency).
 Word classes come from small built-in lexicons, so no tagger is needed. Every
 negative differs from its positive as a string; deterministic by seed."""
+
 from __future__ import annotations
 
 import random
@@ -13,22 +14,26 @@ import re
 from .errors import FlowclipError
 
 KINDS = ("swap-att", "swap-obj", "shuffle-bigram", "wordnet")
-ATTRIBUTES = set("""red orange yellow green blue purple pink brown black white gray grey silver gold golden
+ATTRIBUTES = set(
+    """red orange yellow green blue purple pink brown black white gray grey silver gold golden
 beige tan small large big little tiny huge tall short long wide narrow old new young wooden metal plastic
-glass stone brick leather striped spotted dark bright wet dry empty full open closed clean dirty""".split())
-OBJECTS = set("""person man woman child boy girl people bicycle car motorcycle airplane bus train truck boat
+glass stone brick leather striped spotted dark bright wet dry empty full open closed clean dirty""".split()
+)
+OBJECTS = set(
+    """person man woman child boy girl people bicycle car motorcycle airplane bus train truck boat
 light hydrant sign bench bird cat dog horse sheep cow elephant bear zebra giraffe backpack umbrella handbag
 tie suitcase frisbee skis snowboard ball kite bat glove skateboard surfboard racket bottle glass cup fork
 knife spoon bowl banana apple sandwich orange broccoli carrot pizza donut cake chair couch plant bed table
 toilet tv laptop mouse remote keyboard phone microwave oven toaster sink refrigerator book clock vase
 scissors teddy toothbrush shirt hat jacket wall floor door window tree grass field street road building sky
-water beach mountain snow plate box bag cube sphere cylinder cone""".split())
+water beach mountain snow plate box bag cube sphere cylinder cone""".split()
+)
 _WORD = re.compile(r"[A-Za-z]+")
 
 
 def _swap(words: list[str], lexicon: set[str], rng: random.Random) -> str | None:
     idx = [i for i, w in enumerate(words) if w.lower() in lexicon]
-    pairs = [(i, j) for a, i in enumerate(idx) for j in idx[a + 1:] if words[i].lower() != words[j].lower()]
+    pairs = [(i, j) for a, i in enumerate(idx) for j in idx[a + 1 :] if words[i].lower() != words[j].lower()]
     if not pairs:
         return None
     i, j = rng.choice(pairs)
@@ -38,7 +43,7 @@ def _swap(words: list[str], lexicon: set[str], rng: random.Random) -> str | None
 
 
 def _shuffle_bigrams(words: list[str], rng: random.Random) -> str | None:
-    grams = [words[i:i + 2] for i in range(0, len(words), 2)]
+    grams = [words[i : i + 2] for i in range(0, len(words), 2)]
     if len(grams) < 2:
         return None
     for _ in range(10):
@@ -51,10 +56,12 @@ def _shuffle_bigrams(words: list[str], rng: random.Random) -> str | None:
 def _wordnet(words: list[str], rng: random.Random) -> str | None:
     try:
         from nltk.corpus import wordnet as wn
+
         wn.synsets("dog")
     except (ImportError, LookupError) as e:
-        raise FlowclipError("the wordnet kind needs nltk's WordNet: pip install nltk && "
-                            "python -m nltk.downloader wordnet") from e
+        raise FlowclipError(
+            "the wordnet kind needs nltk's WordNet: pip install nltk && python -m nltk.downloader wordnet"
+        ) from e
     idx = [i for i, w in enumerate(words) if w.lower() in OBJECTS]
     rng.shuffle(idx)
     for i in idx:
@@ -62,8 +69,9 @@ def _wordnet(words: list[str], rng: random.Random) -> str | None:
         if not syns:
             continue
         hyper = syns[0].hypernyms()
-        sisters = sorted({l.name().replace("_", " ") for h in hyper for s in h.hyponyms() for l in s.lemmas()}
-                         - {words[i].lower()})
+        sisters = sorted(
+            {l.name().replace("_", " ") for h in hyper for s in h.hyponyms() for l in s.lemmas()} - {words[i].lower()}
+        )
         if sisters:
             out = list(words)
             out[i] = rng.choice(sisters)
@@ -71,11 +79,13 @@ def _wordnet(words: list[str], rng: random.Random) -> str | None:
     return None
 
 
-WHY_NONE = {"swap-att": "fewer than two different words from the attribute list (add words with --attributes)",
-            "swap-obj": "fewer than two different words from the object list (add words with --objects)",
-            "shuffle-bigram": "fewer than two bigrams (a caption of three words or fewer)",
-            "wordnet": "no noun from the object list with WordNet co-hyponyms",
-            "duplicate": "the same text as another negative of the caption"}
+WHY_NONE = {
+    "swap-att": "fewer than two different words from the attribute list (add words with --attributes)",
+    "swap-obj": "fewer than two different words from the object list (add words with --objects)",
+    "shuffle-bigram": "fewer than two bigrams (a caption of three words or fewer)",
+    "wordnet": "no noun from the object list with WordNet co-hyponyms",
+    "duplicate": "the same text as another negative of the caption",
+}
 
 
 def read_word_list(path: str) -> set[str]:
@@ -90,8 +100,9 @@ def read_word_list(path: str) -> set[str]:
     return words
 
 
-def make_negative(caption: str, kind: str, rng: random.Random, attributes: set[str] = ATTRIBUTES,
-                  objects: set[str] = OBJECTS) -> str | None:
+def make_negative(
+    caption: str, kind: str, rng: random.Random, attributes: set[str] = ATTRIBUTES, objects: set[str] = OBJECTS
+) -> str | None:
     words = caption.split()
     if kind == "swap-att":
         neg = _swap(words, attributes, rng)
@@ -106,8 +117,9 @@ def make_negative(caption: str, kind: str, rng: random.Random, attributes: set[s
     return neg if neg is not None and neg != caption else None
 
 
-def build_training(rows: list[dict], kinds: list[str], seed: int = 0, attributes: set[str] = ATTRIBUTES,
-                   objects: set[str] = OBJECTS) -> tuple[list[dict], list[tuple]]:
+def build_training(
+    rows: list[dict], kinds: list[str], seed: int = 0, attributes: set[str] = ATTRIBUTES, objects: set[str] = OBJECTS
+) -> tuple[list[dict], list[tuple]]:
     """rows: {image, caption[, split, record_id]} -> training rows, and (row, kind, reason)
     for each kind a caption got no negative of (reasons: WHY_NONE)."""
     for k in kinds:
@@ -124,6 +136,14 @@ def build_training(rows: list[dict], kinds: list[str], seed: int = 0, attributes
             negs.append(neg)
             got.append(k)
         if negs:
-            out.append({"record_id": str(r.get("record_id", i)), "image": r["image"], "positive": r["caption"],
-                        "negatives": negs, "negative_kinds": got, "split": r.get("split") or "train"})
+            out.append(
+                {
+                    "record_id": str(r.get("record_id", i)),
+                    "image": r["image"],
+                    "positive": r["caption"],
+                    "negatives": negs,
+                    "negative_kinds": got,
+                    "split": r.get("split") or "train",
+                }
+            )
     return out, missing

@@ -8,6 +8,7 @@ and an older output is adopted only by `flowclip adopt` (marker written on reque
 `--overwrite` replaces only what the marker lists, and refuses, naming them, when
 anything else is in the folder. No output goes inside a feature store.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,12 +19,19 @@ import uuid
 from .errors import FlowclipError
 
 MARKER = "FLOWCLIP_OUTPUT.json"
-KINDS = {"score-results": "a score results folder", "head-run": "a train-head run folder",
-         "study": "a study folder", "pretrain-run": "a pretrain-tiny-clip run folder",
-         "explain": "an explain folder", "adapt-run": "an adapt run folder"}
-_LEGACY = {"score-results": ("results.json", ("store_fingerprint", "results")),
-           "head-run": ("config.json", ("store_fingerprint", "train")),
-           "pretrain-run": ("config.json", ("scenes", "steps", "attribute_rate"))}
+KINDS = {
+    "score-results": "a score results folder",
+    "head-run": "a train-head run folder",
+    "study": "a study folder",
+    "pretrain-run": "a pretrain-tiny-clip run folder",
+    "explain": "an explain folder",
+    "adapt-run": "an adapt run folder",
+}
+_LEGACY = {
+    "score-results": ("results.json", ("store_fingerprint", "results")),
+    "head-run": ("config.json", ("store_fingerprint", "train")),
+    "pretrain-run": ("config.json", ("scenes", "steps", "attribute_rate")),
+}
 
 
 def atomic_write(path: str, write) -> None:
@@ -37,9 +45,11 @@ def atomic_write(path: str, write) -> None:
 
 def write_text(path: str, text: str) -> None:
     """A text file written whole or not at all (summaries, profiles)."""
+
     def write(tmp):
         with open(tmp, "w") as f:
             f.write(text)
+
     atomic_write(path, write)
 
 
@@ -54,8 +64,11 @@ def _read_marker(folder: str) -> dict | None:
     files = marker.get("files", [])
     # plain entry names only: a marker is data a stranger may have written, and a listed
     # "../x" or "/x" must never make --overwrite reach outside the folder
-    marker["files"] = [f for f in files if isinstance(f, str) and f not in ("", ".", "..") and "/" not in f
-                       and os.sep not in f] if isinstance(files, list) else []
+    marker["files"] = (
+        [f for f in files if isinstance(f, str) and f not in ("", ".", "..") and "/" not in f and os.sep not in f]
+        if isinstance(files, list)
+        else []
+    )
     return marker
 
 
@@ -152,12 +165,15 @@ def require_own(out: str, kind: str) -> None:
     """Refuse an existing, non-empty `out` that is not this command's kind of output by its
     marker, a symbolic link, and any place inside a feature store."""
     if os.path.islink(out):
-        raise FlowclipError(f"{out} is a symbolic link; name the folder itself (flowclip never follows a link "
-                            f"to replace what it points at)")
+        raise FlowclipError(
+            f"{out} is a symbolic link; name the folder itself (flowclip never follows a link "
+            f"to replace what it points at)"
+        )
     store = _store_at_or_above(out)
     if store is not None:
-        raise FlowclipError(f"{out} is inside the feature store {store}; outputs never go inside a store. "
-                            f"Choose another --out")
+        raise FlowclipError(
+            f"{out} is inside the feature store {store}; outputs never go inside a store. Choose another --out"
+        )
     if not os.path.isdir(out):
         if os.path.exists(out):
             raise FlowclipError(f"{out} exists and is a file, not {KINDS[kind]}; choose another --out")
@@ -170,13 +186,16 @@ def require_own(out: str, kind: str) -> None:
     if found is not None:
         what = KINDS[found]
     elif legacy_kind(out) == kind:
-        raise FlowclipError(f"{out} looks like {KINDS[kind]} of an older flowclip but has no {MARKER}; only the "
-                            f"marker proves flowclip wrote it. If it is yours to replace: flowclip adopt {out} "
-                            f"--kind {kind}; otherwise choose another --out")
+        raise FlowclipError(
+            f"{out} looks like {KINDS[kind]} of an older flowclip but has no {MARKER}; only the "
+            f"marker proves flowclip wrote it. If it is yours to replace: flowclip adopt {out} "
+            f"--kind {kind}; otherwise choose another --out"
+        )
     else:
         what = "not a folder flowclip wrote (a feature store? your files?)"
-    raise FlowclipError(f"{out} is {what}, not {KINDS[kind]}; flowclip writes and replaces only its own "
-                        f"output. Choose another --out")
+    raise FlowclipError(
+        f"{out} is {what}, not {KINDS[kind]}; flowclip writes and replaces only its own output. Choose another --out"
+    )
 
 
 def refuse_foreign(out: str) -> None:
@@ -184,8 +203,10 @@ def refuse_foreign(out: str) -> None:
     foreign = foreign_entries(out)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise FlowclipError(f"{out} holds entries flowclip did not write there ({shown}); --overwrite replaces "
-                            f"only its own files. Move them out, or choose another --out")
+        raise FlowclipError(
+            f"{out} holds entries flowclip did not write there ({shown}); --overwrite replaces "
+            f"only its own files. Move them out, or choose another --out"
+        )
 
 
 def remove_own(out: str) -> None:
@@ -206,8 +227,9 @@ def check_replaceable(out: str, kind: str, overwrite: bool) -> None:
     require_own(out, kind)
     if os.path.isdir(out) and os.listdir(out):
         if not overwrite:
-            raise FlowclipError(f"{out} exists; pass --overwrite to replace it (results are never overwritten "
-                                f"silently)")
+            raise FlowclipError(
+                f"{out} exists; pass --overwrite to replace it (results are never overwritten silently)"
+            )
         refuse_foreign(out)
 
 
@@ -226,6 +248,6 @@ def publish(tmp: str, out: str, kind: str, overwrite: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)
         return
     try:
-        os.rename(tmp, out)         # onto a non-empty folder this fails: nothing is replaced
+        os.rename(tmp, out)  # onto a non-empty folder this fails: nothing is replaced
     except OSError:
         raise FlowclipError(taken) from None

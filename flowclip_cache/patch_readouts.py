@@ -19,6 +19,7 @@ ln_post and the visual projection, and the patch tokens are kept. Attention logi
 scaled by head_dim^-1/2. NACLIP's bias is exp(-|Δ|² / (2σ²)) between patch grid
 positions with σ = 5 patches (NACLIP's kernel; none to or from the class token).
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from .errors import FlowclipError
 
 READOUTS = ("standard", "maskclip", "clearclip", "sclip", "naclip", "maskclip-reduced", "sclip-reduced")
-KEEPS_RESIDUAL = {"maskclip", "sclip"}          # the released code keeps the block's residual and MLP
+KEEPS_RESIDUAL = {"maskclip", "sclip"}  # the released code keeps the block's residual and MLP
 # Readouts whose definition changed (before: without residual and MLP): the fingerprint
 # records the revision, so a store of the old definition is never extended with the new.
 REVISION = {"maskclip": 2, "sclip": 2}
@@ -42,13 +43,21 @@ def check_readout(readout: str, model: str, model_cfg: dict | None) -> None:
     if readout == "standard":
         return
     vision = (model_cfg or {}).get("vision_cfg", {})
-    custom = [k for k in _CUSTOM_BLOCK if vision.get(k)] + (["block_type"] if vision.get("block_type") == "custom"
-                                                           else [])
+    custom = [k for k in _CUSTOM_BLOCK if vision.get(k)] + (
+        ["block_type"] if vision.get("block_type") == "custom" else []
+    )
     if model_cfg is None or vision.get("timm_model_name") or custom:
-        why = ("a timm tower" if vision.get("timm_model_name") else
-               f"its last block is not open_clip's default ({', '.join(custom)})" if custom else "not an open_clip ViT")
-        raise FlowclipError(f"--patch-readout {readout}: {model} has {why}; the readouts are defined on open_clip's "
-                            f"default ViT block (ln_1, in_proj, out_proj, ls_1) and are not computed for others")
+        why = (
+            "a timm tower"
+            if vision.get("timm_model_name")
+            else f"its last block is not open_clip's default ({', '.join(custom)})"
+            if custom
+            else "not an open_clip ViT"
+        )
+        raise FlowclipError(
+            f"--patch-readout {readout}: {model} has {why}; the readouts are defined on open_clip's "
+            f"default ViT block (ln_1, in_proj, out_proj, ls_1) and are not computed for others"
+        )
 
 
 def grid_bias(grid: tuple[int, int], sigma: float, prefix: int, device, dtype) -> torch.Tensor:
@@ -58,7 +67,7 @@ def grid_bias(grid: tuple[int, int], sigma: float, prefix: int, device, dtype) -
     d2 = torch.cdist(pos, pos).pow(2)
     n = prefix + len(pos)
     bias = torch.zeros(n, n, dtype=dtype)
-    bias[prefix:, prefix:] = torch.exp(-d2 / (2 * sigma ** 2))
+    bias[prefix:, prefix:] = torch.exp(-d2 / (2 * sigma**2))
     return bias.to(device)
 
 
@@ -81,8 +90,10 @@ def readout_patches(visual, x: torch.Tensor, readout: str) -> torch.Tensor:
         raise FlowclipError(f"--patch-readout {readout}: the last block is not open_clip's default block")
     B, T, D = x.shape
     H = attn.num_heads
-    q, k, v = (t.view(B, T, H, D // H).transpose(1, 2)
-               for t in F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1))
+    q, k, v = (
+        t.view(B, T, H, D // H).transpose(1, 2)
+        for t in F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
+    )
     scale = (D // H) ** -0.5
     attention = readout.removesuffix("-reduced")
     if attention == "maskclip":
@@ -90,7 +101,9 @@ def readout_patches(visual, x: torch.Tensor, readout: str) -> torch.Tensor:
     elif attention == "clearclip":
         o = torch.softmax(q @ q.transpose(-1, -2) * scale, -1) @ v
     elif attention == "sclip":
-        o = (torch.softmax(q @ q.transpose(-1, -2) * scale, -1) + torch.softmax(k @ k.transpose(-1, -2) * scale, -1)) @ v
+        o = (
+            torch.softmax(q @ q.transpose(-1, -2) * scale, -1) + torch.softmax(k @ k.transpose(-1, -2) * scale, -1)
+        ) @ v
     elif attention == "naclip":
         g = visual.grid_size
         bias = grid_bias(g, NACLIP_SIGMA, T - g[0] * g[1], x.device, x.dtype)
@@ -101,5 +114,5 @@ def readout_patches(visual, x: torch.Tensor, readout: str) -> torch.Tensor:
     if readout in KEEPS_RESIDUAL:
         o = x + o
         o = o + block.ls_2(block.mlp(block.ln_2(o)))
-    tokens = visual.ln_post(o)[:, T - visual.grid_size[0] * visual.grid_size[1]:]
+    tokens = visual.ln_post(o)[:, T - visual.grid_size[0] * visual.grid_size[1] :]
     return tokens @ visual.proj if visual.proj is not None else tokens

@@ -5,6 +5,7 @@ package (flowclip_cache/weights/) as FP16 safetensors with their sha256 and this
 config, and load offline as `--pretrained synthetic`. Reads top to bottom: render a
 pool of scenes -> model -> (resume) -> steps of InfoNCE over fresh captions -> export.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,16 +36,16 @@ WEIGHTS_DIR = os.path.join(os.path.dirname(__file__), "weights")
 class PretrainConfig:
     model: str = "flowclip-tiny-clip"
     seed: int = field(default=0, metadata={"min": 0})
-    scenes: int = field(default=40000, metadata={"min": 1})   # rendered once; captions drawn fresh each step
+    scenes: int = field(default=40000, metadata={"min": 1})  # rendered once; captions drawn fresh each step
     steps: int = field(default=4000, metadata={"min": 0})
     batch_size: int = field(default=256, metadata={"min": 2})
     lr: float = field(default=1e-3, metadata={"min": 0.0})
     weight_decay: float = field(default=0.1, metadata={"min": 0.0})
     warmup: int = field(default=200, metadata={"min": 1})
-    attribute_rate: float = field(default=0.5, metadata={"min": 0.0})   # share of objects whose colour is named
+    attribute_rate: float = field(default=0.5, metadata={"min": 0.0})  # share of objects whose colour is named
     checkpoint_every: int = field(default=250, metadata={"min": 1})
     image_size: int = field(default=64, metadata={"min": 1})
-    probe_scenes: int = field(default=0, metadata={"min": 0})   # held-out scenes probed for grounding
+    probe_scenes: int = field(default=0, metadata={"min": 0})  # held-out scenes probed for grounding
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
@@ -66,13 +67,16 @@ def render_pool(cfg: PretrainConfig):
 def soft_contrastive(logits: torch.Tensor, same: torch.Tensor) -> torch.Tensor:
     """Symmetric InfoNCE where captions shared by several scenes of the batch are all positives."""
     target = same.float() / same.sum(1, keepdim=True)
-    return 0.5 * (torch.sum(-target * F.log_softmax(logits, 1), 1).mean()
-                  + torch.sum(-target * F.log_softmax(logits.T, 1), 1).mean())
+    return 0.5 * (
+        torch.sum(-target * F.log_softmax(logits, 1), 1).mean()
+        + torch.sum(-target * F.log_softmax(logits.T, 1), 1).mean()
+    )
 
 
 def probe_set(cfg: PretrainConfig):
     """Held-out two-object scenes and their full captions, for the grounding probe."""
     from .world import _pair_caption, object_label
+
     rng = random.Random(f"probe:{cfg.seed}")
     combos = [(c, s) for c in COLOURS for s in SHAPES]
     images: list = []
@@ -94,6 +98,7 @@ def grounding_probe(clip: OpenAIClip, probe, mean, std) -> dict:
     """clip_profile's grounding measure on the probe scenes, straight from the model (the
     same features extract stores, before FP16 rounding; token mask 'nonpad')."""
     from .clip_profile import grounding_hits
+
     images, captions, objects = probe
     was = clip.model.training
     clip.model.eval()
@@ -104,8 +109,9 @@ def grounding_probe(clip: OpenAIClip, probe, mean, std) -> dict:
     clip.model.train(was)
     ids = clip.tokenize(captions)
     id_rows = [row[m].tolist() for row, m in zip(ids.ids, ids.mask)]
-    return grounding_hits(patches, [states[i, :len(r)] for i, r in enumerate(id_rows)], id_rows, objects,
-                          clip.tokenizer.decoder, 0)
+    return grounding_hits(
+        patches, [states[i, : len(r)] for i, r in enumerate(id_rows)], id_rows, objects, clip.tokenizer.decoder, 0
+    )
 
 
 def _save_state(out: str, model, opt, state: dict) -> None:
@@ -121,8 +127,9 @@ def _load_state(out: str, model, opt) -> dict:
 
 def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, export_to: str | None = None) -> str:
     import open_clip
+
     register_package_configs()
-    outputs.require_own(out, "pretrain-run")          # never writes into a folder it did not make
+    outputs.require_own(out, "pretrain-run")  # never writes into a folder it did not make
     os.makedirs(out, exist_ok=True)
     outputs.mark(out, "pretrain-run")
     json.dump(dataclasses.asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
@@ -145,7 +152,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     t0 = time.perf_counter()
     while state["step"] < cfg.steps:
         step = state["step"]
-        rng = np.random.default_rng([cfg.seed, step])           # the batch depends on (seed, step) only
+        rng = np.random.default_rng([cfg.seed, step])  # the batch depends on (seed, step) only
         idx = rng.choice(cfg.scenes, cfg.batch_size, replace=False)
         caps = [describe(scenes[i], random.Random(f"{cfg.seed}:{step}:{i}"), cfg.attribute_rate) for i in idx]
         x = torch.from_numpy(images[idx]).permute(0, 3, 1, 2).float().div(255)
@@ -154,7 +161,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         for g in opt.param_groups:
             g["lr"] = lr
         img = F.normalize(clip.image_forward(x)[0], dim=-1)
-        txt = F.normalize(clip.text_forward(clip.tokenize(caps))[0], dim=-1)     # cut to the longest caption
+        txt = F.normalize(clip.text_forward(clip.tokenize(caps))[0], dim=-1)  # cut to the longest caption
         same = torch.tensor([[a == b for b in caps] for a in caps])
         loss = soft_contrastive(model.logit_scale.exp() * img @ txt.T, same)
         opt.zero_grad(set_to_none=True)
@@ -169,12 +176,14 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         bar.set_postfix(loss=f"{loss.item():.3f}")
         if state["step"] % cfg.checkpoint_every == 0 or state["step"] == cfg.steps:
             state["seconds"] = state.get("seconds", 0) + time.perf_counter() - t0
-            if probe is not None:       # not counted in the training seconds
+            if probe is not None:  # not counted in the training seconds
                 g = grounding_probe(clip, probe, mean, std)
                 state.setdefault("grounding", []).append({"step": state["step"], **g})
-                log(f"step {state['step']}: patch grounding {100 * g['hit_rate']:.1f}% "
+                log(
+                    f"step {state['step']}: patch grounding {100 * g['hit_rate']:.1f}% "
                     f"(chance {100 * g['chance']:.1f}%), object contrast {100 * g['object_hit_rate']:.1f}% "
-                    f"(chance {100 * g['object_chance']:.1f}%)")
+                    f"(chance {100 * g['object_chance']:.1f}%)"
+                )
             _save_state(out, model, opt, state)
             t0 = time.perf_counter()
     bar.close()
@@ -184,13 +193,21 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
 def export(model, cfg: PretrainConfig, state: dict, folder: str) -> str:
     """FP16 safetensors + a JSON card (sha256, recipe config, training summary)."""
     from safetensors.torch import save_file
+
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{cfg.model}-synthetic.safetensors")
     save_file({k: v.detach().half().contiguous() for k, v in model.state_dict().items()}, path)
     sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    card = {"model": cfg.model, "file": os.path.basename(path), "sha256": sha, "recipe": dataclasses.asdict(cfg),
-            "steps": state["step"], "final_loss_mean_last_100": float(np.mean(state["loss"][-100:])),
-            "cpu_seconds": state.get("seconds"), "grounding_probe": state.get("grounding", [])}
+    card = {
+        "model": cfg.model,
+        "file": os.path.basename(path),
+        "sha256": sha,
+        "recipe": dataclasses.asdict(cfg),
+        "steps": state["step"],
+        "final_loss_mean_last_100": float(np.mean(state["loss"][-100:])),
+        "cpu_seconds": state.get("seconds"),
+        "grounding_probe": state.get("grounding", []),
+    }
     with open(path.replace(".safetensors", ".json"), "w") as f:
         json.dump(card, f, indent=1)
     return path

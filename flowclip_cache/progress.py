@@ -1,5 +1,6 @@
 """One progress bar for every long loop (extract, train, score, pretrain): rate and ETA
 on stderr when it is a terminal; nothing when it is not (logs, CI) or under --quiet."""
+
 from __future__ import annotations
 
 import sys
@@ -7,6 +8,15 @@ import sys
 
 def bar(total: int, desc: str, unit: str, enabled: bool = True, initial: int = 0):
     from tqdm import tqdm
+
     # disable=None: tqdm shows the bar only when stderr is a terminal
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
-                disable=None if enabled else True, leave=False)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit=unit,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=None if enabled else True,
+        leave=False,
+    )

@@ -1,6 +1,7 @@
 """Reports that read themselves: results.md / results.csv of `flowclip score`, and the
 Markdown helpers every report shares (the study summary and the encoder profile use
 them too). Figures in tables are percent; results.json holds fractions."""
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,10 @@ CONTROLS_NOTE = (
     "gets another record's image (one seeded permutation per task; all candidates of a record share "
     "it). **Fixed**: every record gets one seeded anchor image. Under Shuffle and Fixed the gold "
     "caption is no longer about the image, so accuracy above chance (50% for a pair) is preference "
-    "the text carries on its own: there, lower is better.")
+    "the text carries on its own: there, lower is better."
+)
+
+
 def interval_cell(lo: float, hi: float) -> str:
     """A 95% interval in points, marked * when it excludes 0 (every report's one rule)."""
     return f"[{fmt(lo)}, {fmt(hi)}]" + (" *" if lo > 0 or hi < 0 else "")
@@ -20,7 +24,8 @@ BOOTSTRAP_NOTE = (
     "The bootstrap resamples images (all records of an image together, the same draws for every "
     "scorer and task). *mean* is the mean over draws of the difference of the two methods' official "
     "scores, the runs of a method (seeds) averaged inside each draw; it is close to, not equal to, "
-    "the difference of the accuracies in the tables above. An interval that excludes 0 is marked *.")
+    "the difference of the accuracies in the tables above. An interval that excludes 0 is marked *."
+)
 
 
 def fmt(v, digits: int = 2) -> str:
@@ -30,8 +35,9 @@ def fmt(v, digits: int = 2) -> str:
 
 def table(header: list[str], rows: list[list]) -> list[str]:
     """A Markdown table (header, separator, one line per row)."""
-    return ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)] + \
-           ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(map(str, r)) + " |" for r in rows
+    ]
 
 
 def scorer_labels(scorers) -> dict[str, str]:
@@ -47,9 +53,15 @@ def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[st
     """(results.md lines, results.csv lines) of a score summary."""
     name = scorer_labels(scorers)
     comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates")]
-    md = ["# flowclip score", "", f"store fingerprint `{summary['store_fingerprint'][:16]}`, "
-          f"git {summary['git_revision'][:10]}; scorers: " + ", ".join(f"{name[s.run]} ({s.head.kind})" for s in scorers),
-          "", "Figures are percent (results.json: fractions).", ""]
+    md = [
+        "# flowclip score",
+        "",
+        f"store fingerprint `{summary['store_fingerprint'][:16]}`, "
+        f"git {summary['git_revision'][:10]}; scorers: " + ", ".join(f"{name[s.run]} ({s.head.kind})" for s in scorers),
+        "",
+        "Figures are percent (results.json: fractions).",
+        "",
+    ]
     csv = ["control,scorer,column,percent"]
     if comp:
         m, c = _compositional(summary, scorers, controls, benches, comp, name)
@@ -69,9 +81,11 @@ def _compositional(summary, scorers, controls, benches, comp, name):
         for s in scorers:
             per = summary["results"].get(f"{control}|{s.run}", {})
             cm = summary["cross_task_means"].get(f"{control}|{s.run}", {})
-            vals = [per[t]["score"] * 100 if t in per else None for t in comp] + \
-                   [per[t]["pooled"] * 100 if t in per else None for t in pooled] + \
-                   [cm[k]["mean"] * 100 if k in cm else None for k in means]
+            vals = (
+                [per[t]["score"] * 100 if t in per else None for t in comp]
+                + [per[t]["pooled"] * 100 if t in per else None for t in pooled]
+                + [cm[k]["mean"] * 100 if k in cm else None for k in means]
+            )
             cells = [fmt(v) for v in vals]
             for i, k in enumerate(means):
                 if cm.get(k, {}).get("partial"):
@@ -79,23 +93,42 @@ def _compositional(summary, scorers, controls, benches, comp, name):
                     partial[k] = cm[k]
             rows.append([control, name[s.run]] + cells)
             csv += [f"{control},{name[s.run]},{col},{fmt(v, 4)}" for col, v in zip(cols, vals)]
-    md = ["## Compositional matching (Tab. 1/2; Tab. 4 for the Shuffle and Fixed rows)", "",
-          "Accuracy (%), each benchmark's official aggregation; cross-task means at the right.", "",
-          *table(["control", "scorer"] + cols, rows), ""]
+    md = [
+        "## Compositional matching (Tab. 1/2; Tab. 4 for the Shuffle and Fixed rows)",
+        "",
+        "Accuracy (%), each benchmark's official aggregation; cross-task means at the right.",
+        "",
+        *table(["control", "scorer"] + cols, rows),
+        "",
+    ]
     for k, e in partial.items():
         if e.get("missing"):
-            md.append(f"\\* {k} is partial: the mean of {len(e['members'])} of its {e['expected']} members "
-                      f"({', '.join(e['members'])}); missing {', '.join(e['missing'])}.")
+            md.append(
+                f"\\* {k} is partial: the mean of {len(e['members'])} of its {e['expected']} members "
+                f"({', '.join(e['members'])}); missing {', '.join(e['missing'])}."
+            )
         if e.get("members_with_excluded_records"):
-            md.append(f"\\* {k} is partial: {', '.join(e['members_with_excluded_records'])} left out records "
-                      f"whose image or caption failed at extract.")
+            md.append(
+                f"\\* {k} is partial: {', '.join(e['members_with_excluded_records'])} left out records "
+                f"whose image or caption failed at extract."
+            )
     first = summary["results"].get(f"real|{scorers[0].run}", {})
     notes = [f"{t}: {first[t]['partial']}" for t in first if "partial" in first[t]]
     md += ([""] if partial else []) + [f"Partial: {n}" for n in notes] + ([""] if notes else [])
-    md += [CONTROLS_NOTE, "", "Ties (gold exactly as high as the best foil; counted under each benchmark's "
-           "own rule), Real images:", "",
-           *table(["scorer"] + comp, [[name[s.run]] + [summary["results"].get(f"real|{s.run}", {}).get(t, {})
-                                                      .get("ties", "") for t in comp] for s in scorers]), ""]
+    md += [
+        CONTROLS_NOTE,
+        "",
+        "Ties (gold exactly as high as the best foil; counted under each benchmark's own rule), Real images:",
+        "",
+        *table(
+            ["scorer"] + comp,
+            [
+                [name[s.run]] + [summary["results"].get(f"real|{s.run}", {}).get(t, {}).get("ties", "") for t in comp]
+                for s in scorers
+            ],
+        ),
+        "",
+    ]
     for t in comp:
         m, c = _breakdown(summary, scorers, controls, benches[t], t, name)
         md, csv = md + m, csv + c
@@ -106,28 +139,45 @@ def _breakdown(summary, scorers, controls, sc, task, name):
     """One table per breakdown a benchmark declares (Scoring.breakdowns)."""
     md, csv = [], []
     for title, key in sc.breakdowns():
-        cols = sorted({g for s in scorers for c in controls
-                       for g in summary["results"].get(f"{c}|{s.run}", {}).get(task, {}).get(key, {})},
-                      key=lambda g: (len(g), g) if g.isdigit() else (0, g))
+        cols = sorted(
+            {
+                g
+                for s in scorers
+                for c in controls
+                for g in summary["results"].get(f"{c}|{s.run}", {}).get(task, {}).get(key, {})
+            },
+            key=lambda g: (len(g), g) if g.isdigit() else (0, g),
+        )
         if not cols:
             continue
         rows = []
         for control in controls:
             for s in scorers:
                 vals = summary["results"].get(f"{control}|{s.run}", {}).get(task, {}).get(key, {})
-                if key.startswith("ties_by_"):         # counts, not fractions
+                if key.startswith("ties_by_"):  # counts, not fractions
                     rows.append([control, name[s.run]] + [vals.get(g, "") for g in cols])
                     continue
                 rows.append([control, name[s.run]] + [fmt(vals.get(g, float("nan")) * 100) for g in cols])
-                csv += [f"{control},{name[s.run]},{task}/{key}/{g},{fmt(vals.get(g, float('nan')) * 100, 4)}"
-                        for g in cols]
-        out = {g for s in scorers for g in summary["results"].get(f"real|{s.run}", {}).get(task, {})
-               .get("left_out_groups", [])} if key == f"by_{sc.group_by}" else set()
+                csv += [
+                    f"{control},{name[s.run]},{task}/{key}/{g},{fmt(vals.get(g, float('nan')) * 100, 4)}" for g in cols
+                ]
+        out = (
+            {
+                g
+                for s in scorers
+                for g in summary["results"].get(f"real|{s.run}", {}).get(task, {}).get("left_out_groups", [])
+            }
+            if key == f"by_{sc.group_by}"
+            else set()
+        )
         heads = [f"{g} †" if g in out else g for g in cols]
         md += [f"### {task}: {title}", "", *table(["control", "scorer"] + heads, rows), ""]
         if out:
-            md += [f"† fewer than {sc.min_group} records: shown, but left out of the macro mean "
-                   f"({len(out)} of {len(cols)} groups).", ""]
+            md += [
+                f"† fewer than {sc.min_group} records: shown, but left out of the macro mean "
+                f"({len(out)} of {len(cols)} groups).",
+                "",
+            ]
     return md, csv
 
 
@@ -140,12 +190,21 @@ def _retrieval(summary, scorers, benches, name):
     for s in scorers:
         for t in retr:
             r = summary["results"].get(f"real|{s.run}", {}).get(t, {})
-            rows.append([name[s.run], t + (" (approximate)" if r.get("approximate") else "")]
-                        + [fmt(r.get(k, float("nan")) * 100) for k in ks] + [r.get("i2t_ties", ""), r.get("t2i_ties", "")])
+            rows.append(
+                [name[s.run], t + (" (approximate)" if r.get("approximate") else "")]
+                + [fmt(r.get(k, float("nan")) * 100) for k in ks]
+                + [r.get("i2t_ties", ""), r.get("t2i_ties", "")]
+            )
             csv += [f"real,{name[s.run]},{t}/{k},{fmt(r.get(k, float('nan')) * 100, 4)}" for k in ks]
-    md = ["## Retrieval (Tab. 7)", "", "A wrong candidate scoring exactly as high as the right one ranks above it "
-          "(both directions); the ties columns count the queries where that happened.", "",
-          *table(["scorer", "benchmark"] + ks + ["i2t ties", "t2i ties"], rows), ""]
+    md = [
+        "## Retrieval (Tab. 7)",
+        "",
+        "A wrong candidate scoring exactly as high as the right one ranks above it "
+        "(both directions); the ties columns count the queries where that happened.",
+        "",
+        *table(["scorer", "benchmark"] + ks + ["i2t ties", "t2i ties"], rows),
+        "",
+    ]
     approx = [f"{k}: {t}" for k, per in summary["results"].items() for t, r in per.items() if r.get("approximate")]
     if approx:
         md += ["Approximate (shortlist re-ranking): " + ", ".join(approx), ""]
@@ -159,16 +218,27 @@ def _zero_shot(summary, scorers, benches, name):
     rows, csv = [], []
     for s in scorers:
         per = summary["results"].get(f"real|{s.run}", {})
-        rows.append([name[s.run]] + [fmt(per.get(t, {}).get(f"top{k}", float("nan")) * 100) for t in zero for k in (1, 5)]
-                    + [per.get(zero[0], {}).get("prompt_ensemble", ""), sum(per.get(t, {}).get("ties", 0) for t in zero)])
-        csv += [f"real,{name[s.run]},{t}/top{k},{fmt(per.get(t, {}).get(f'top{k}', float('nan')) * 100, 4)}"
-                for t in zero for k in (1, 5)]
-    return ["## Zero-shot classification (Tab. 7)", "",
-            "Top-k as open_clip and CLIP_benchmark count it (torch.topk keeps k classes; a true class tied with "
-            "another is right only if topk keeps it). Prompts: `embedding` averages the normalised prompt "
-            "embeddings and renormalises (CLIP's rule, for embedding scorers); `score` averages a pairwise "
-            "head's per-prompt scores. Ties: images whose true class ties the best other class.", "",
-            *table(["scorer"] + [f"{t} top-{k}" for t in zero for k in (1, 5)] + ["prompts", "ties"], rows), ""], csv
+        rows.append(
+            [name[s.run]]
+            + [fmt(per.get(t, {}).get(f"top{k}", float("nan")) * 100) for t in zero for k in (1, 5)]
+            + [per.get(zero[0], {}).get("prompt_ensemble", ""), sum(per.get(t, {}).get("ties", 0) for t in zero)]
+        )
+        csv += [
+            f"real,{name[s.run]},{t}/top{k},{fmt(per.get(t, {}).get(f'top{k}', float('nan')) * 100, 4)}"
+            for t in zero
+            for k in (1, 5)
+        ]
+    return [
+        "## Zero-shot classification (Tab. 7)",
+        "",
+        "Top-k as open_clip and CLIP_benchmark count it (torch.topk keeps k classes; a true class tied with "
+        "another is right only if topk keeps it). Prompts: `embedding` averages the normalised prompt "
+        "embeddings and renormalises (CLIP's rule, for embedding scorers); `score` averages a pairwise "
+        "head's per-prompt scores. Ties: images whose true class ties the best other class.",
+        "",
+        *table(["scorer"] + [f"{t} top-{k}" for t in zero for k in (1, 5)] + ["prompts", "ties"], rows),
+        "",
+    ], csv
 
 
 def _bootstrap(summary, scorers, benches, name):
@@ -178,8 +248,14 @@ def _bootstrap(summary, scorers, benches, name):
     for task, d in summary["bootstrap"].items():
         for key, v in d.items():
             rows.append([task, key, fmt(v["mean_pts"]), interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]])
-    return ["## Paired image-cluster bootstrap (95% interval, points)", "", BOOTSTRAP_NOTE, "",
-            *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows), ""], []
+    return [
+        "## Paired image-cluster bootstrap (95% interval, points)",
+        "",
+        BOOTSTRAP_NOTE,
+        "",
+        *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows),
+        "",
+    ], []
 
 
 def _changes(summary, scorers, benches, name):
@@ -191,5 +267,11 @@ def _changes(summary, scorers, benches, name):
         for key, v in d.items():
             b, a = key.split(" vs ")
             rows.append([task, f"{by_run.get(b, b)} vs {by_run.get(a, a)}", v["repairs"], v["regressions"]])
-    return ["## Paired decision changes (Real)", "", "A repair: the second scorer right where the first was wrong; "
-            "a regression: the reverse.", "", *table(["task", "comparison", "repairs", "regressions"], rows), ""], []
+    return [
+        "## Paired decision changes (Real)",
+        "",
+        "A repair: the second scorer right where the first was wrong; a regression: the reverse.",
+        "",
+        *table(["task", "comparison", "repairs", "regressions"], rows),
+        "",
+    ], []

@@ -1,5 +1,6 @@
 """A head run folder's files: checkpoints while training, head.safetensors and DONE when
 it ends, and loading a finished run for scoring (refusing a malformed one)."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,12 @@ from .heads import HEAD_KINDS, Head, build_head, head_class
 
 def git_revision() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=os.path.dirname(__file__), timeout=5
+            ).stdout.strip()
+            or "unknown"
+        )
     except Exception:
         return "unknown"
 
@@ -25,6 +30,7 @@ def write_finished_head(out: str, head: Head, done: dict) -> None:
     """A head run folder's last files: head.safetensors (the scored weights), then DONE,
     written last (a finished run). train-head and adapt both end with it."""
     from safetensors.torch import save_file
+
     weights = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
     outputs.atomic_write(os.path.join(out, "head.safetensors"), lambda p: save_file(weights, p))
     outputs.atomic_write(os.path.join(out, "DONE"), lambda p: open(p, "w").write(json.dumps(done)))
@@ -47,6 +53,7 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
     is refused naming what is wrong, never scored."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
+
     where = f"run folder {run_dir}"
     try:
         cfg = json.load(open(os.path.join(run_dir, "config.json")))
@@ -70,7 +77,9 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
         raise FlowclipError(f"{where}: head.safetensors holds {sorted(weights)}, a {kind} head needs {sorted(want)}")
     for k, v in weights.items():
         if v.shape != want[k].shape or v.dtype != want[k].dtype:
-            raise FlowclipError(f"{where}: {k} is {v.dtype}{list(v.shape)}, expected {want[k].dtype}{list(want[k].shape)}")
+            raise FlowclipError(
+                f"{where}: {k} is {v.dtype}{list(v.shape)}, expected {want[k].dtype}{list(want[k].shape)}"
+            )
         if not torch.isfinite(v).all():
             raise FlowclipError(f"{where}: {k} holds NaN or inf")
     head.load_state_dict(weights)

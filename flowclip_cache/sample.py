@@ -1,5 +1,6 @@
 """A small generated sample (images + manifests) for tests, benchmarks and the
 first-run demo: coloured shapes on a background, with captions and foils."""
+
 from __future__ import annotations
 
 import os
@@ -10,11 +11,34 @@ from PIL import Image, ImageDraw
 
 from .manifest import write_manifest
 
-COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (230, 210, 40),
-           "purple": (140, 60, 180), "orange": (240, 140, 30)}
+COLOURS = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 70, 220),
+    "yellow": (230, 210, 40),
+    "purple": (140, 60, 180),
+    "orange": (240, 140, 30),
+}
 SHAPES = ("square", "circle", "triangle")
-WORDS = ("small", "large", "bright", "dark", "shiny", "matte", "wooden", "metal", "on", "the", "table",
-         "near", "a", "picture", "of", "next", "to")
+WORDS = (
+    "small",
+    "large",
+    "bright",
+    "dark",
+    "shiny",
+    "matte",
+    "wooden",
+    "metal",
+    "on",
+    "the",
+    "table",
+    "near",
+    "a",
+    "picture",
+    "of",
+    "next",
+    "to",
+)
 
 
 def draw_scene(rng: random.Random, size: int) -> tuple[Image.Image, list[tuple[str, str]]]:
@@ -36,8 +60,9 @@ def draw_scene(rng: random.Random, size: int) -> tuple[Image.Image, list[tuple[s
     return im, objs
 
 
-def make_sample(root: str, n_images: int = 32, extra_captions: int = 0, seed: int = 0, size: int = 96,
-                fmt: str = "PNG") -> dict[str, str]:
+def make_sample(
+    root: str, n_images: int = 32, extra_captions: int = 0, seed: int = 0, size: int = 96, fmt: str = "PNG"
+) -> dict[str, str]:
     """Write images under root/images and two manifests (candidates, training).
     extra_captions adds filler captions of ~14 tokens per image (for throughput tests)."""
     rng = random.Random(seed)
@@ -56,10 +81,20 @@ def make_sample(root: str, n_images: int = 32, extra_captions: int = 0, seed: in
         for _ in range(extra_captions):
             caps.append(" ".join(rng.choice(WORDS) for _ in range(12)))
         rows.append({"record_id": f"s{i}", "image": name, "captions": caps, "gold": 0, "subset": "swap_att"})
-        train.append({"record_id": f"t{i}", "image": name, "positive": gold, "negatives": [foil],
-                      "split": "val" if i % 5 == 0 else "train"})
-    paths = {"candidates": os.path.join(root, "sample_candidates.parquet"),
-             "training": os.path.join(root, "sample_training.parquet"), "image_root": img_dir}
+        train.append(
+            {
+                "record_id": f"t{i}",
+                "image": name,
+                "positive": gold,
+                "negatives": [foil],
+                "split": "val" if i % 5 == 0 else "train",
+            }
+        )
+    paths = {
+        "candidates": os.path.join(root, "sample_candidates.parquet"),
+        "training": os.path.join(root, "sample_training.parquet"),
+        "image_root": img_dir,
+    }
     write_manifest(paths["candidates"], pa.Table.from_pylist(rows), "candidates", {"benchmark": "sample"})
     write_manifest(paths["training"], pa.Table.from_pylist(train), "training", {"benchmark": "sample"})
     return paths

@@ -7,6 +7,7 @@
 The engine knows task kinds, not benchmarks: everything particular to a benchmark
 comes from its Scoring declaration.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,37 +33,81 @@ from .stats import paired_bootstrap
 from .store import FeatureStore
 
 
-def run_score(store: FeatureStore, manifest_paths: list[str], scorer_specs: list[str], out: str, *,
-              controls=("real",), device: str = "cpu", seed: int = 0, bootstrap_draws: int = 10_000,
-              max_memory_mb: int = 2048, shortlist: int | None = None, overwrite: bool = False,
-              image_root: str | None = None, compare: list[tuple[str, str]] | None = None, progress: bool = True,
-              log=print) -> dict:
+def run_score(
+    store: FeatureStore,
+    manifest_paths: list[str],
+    scorer_specs: list[str],
+    out: str,
+    *,
+    controls=("real",),
+    device: str = "cpu",
+    seed: int = 0,
+    bootstrap_draws: int = 10_000,
+    max_memory_mb: int = 2048,
+    shortlist: int | None = None,
+    overwrite: bool = False,
+    image_root: str | None = None,
+    compare: list[tuple[str, str]] | None = None,
+    progress: bool = True,
+    log=print,
+) -> dict:
     """compare: (baseline, other) method pairs for the bootstrap; default every pair."""
     outputs.check_replaceable(out, "score-results", overwrite)
     scorers = load_scorers(scorer_specs, store, device)
-    checked = [(m, *scoring_of(m, log)) for m in evaluation_manifests(manifest_paths, log)]   # fail before any work
+    checked = [(m, *scoring_of(m, log)) for m in evaluation_manifests(manifest_paths, log)]  # fail before any work
     names = [n for _, n, _ in checked]
     if len(set(names)) < len(names):
-        raise FlowclipError(f"two manifests score as the same task ({', '.join(sorted({n for n in names if names.count(n) > 1}))}); "
-                            f"give one a different flowclip.meta 'name'")
+        raise FlowclipError(
+            f"two manifests score as the same task ({', '.join(sorted({n for n in names if names.count(n) > 1}))}); "
+            f"give one a different flowclip.meta 'name'"
+        )
     tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
-        summary = _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_draws, max_memory_mb,
-                             shortlist, image_root, compare, progress, log)
+        summary = _score_all(
+            store,
+            checked,
+            scorers,
+            tmp,
+            controls,
+            device,
+            seed,
+            bootstrap_draws,
+            max_memory_mb,
+            shortlist,
+            image_root,
+            compare,
+            progress,
+            log,
+        )
         outputs.publish(tmp, out, "score-results", overwrite)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)       # a failure (or a full disk) leaves nothing behind
+        shutil.rmtree(tmp, ignore_errors=True)  # a failure (or a full disk) leaves nothing behind
     log(f"wrote {out}")
     return summary
 
 
-def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_draws, max_memory_mb, shortlist,
-               image_root, compare, progress, log) -> dict:
+def _score_all(
+    store,
+    checked,
+    scorers,
+    tmp,
+    controls,
+    device,
+    seed,
+    bootstrap_draws,
+    max_memory_mb,
+    shortlist,
+    image_root,
+    compare,
+    progress,
+    log,
+) -> dict:
     from .progress import bar
+
     t0 = time.perf_counter()
     records_bar = bar(sum(len(m) for m, _, _ in checked), "score", "record", progress)
-    results: dict = {}            # (control, run) -> benchmark -> result
+    results: dict = {}  # (control, run) -> benchmark -> result
     record_rows, boot_tasks, changes = [], [], {}
     all_images: dict[str, int] = {}
     benches: dict[str, Scoring] = {}
@@ -73,49 +118,64 @@ def _score_all(store, checked, scorers, tmp, controls, device, seed, bootstrap_d
         m, dropped = drop_failed_rows(store, m, image_root)
         if dropped:
             excluded[name] = dropped
-            log(f"{name}: {len(dropped)} records left out: extract recorded their image or caption as failed "
-                f"(first: {dropped[0]['record']}, {dropped[0]['reason']})")
+            log(
+                f"{name}: {len(dropped)} records left out: extract recorded their image or caption as failed "
+                f"(first: {dropped[0]['record']}, {dropped[0]['reason']})"
+            )
         if not len(m):
             raise FlowclipError(f"{m.path}: every record's image or caption failed at extract; nothing to score")
         log(f"scoring {name} ({len(m)} records, {sc.task})")
         if sc.task in ("pairwise", "candidates"):
-            rows, changes[name], boot = _score_candidate_task(store, m, name, sc, scorers, controls, seed, device,
-                                                              image_root, max_memory_mb, results, all_images)
+            rows, changes[name], boot = _score_candidate_task(
+                store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results, all_images
+            )
             record_rows += rows
             boot_tasks += boot
         elif sc.task == "retrieval":
             for s in scorers:
-                results.setdefault(("real", s.run), {})[name] = score_retrieval(store, m, s, device, max_memory_mb,
-                                                                                shortlist, image_root, tmp)
+                results.setdefault(("real", s.run), {})[name] = score_retrieval(
+                    store, m, s, device, max_memory_mb, shortlist, image_root, tmp
+                )
         else:
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)
 
     mark_partial(results, excluded)
     methods, pairs = _comparisons(scorers, compare)
-    bootstrap = paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed) \
-        if pairs and boot_tasks and bootstrap_draws else {}
+    bootstrap = (
+        paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed)
+        if pairs and boot_tasks and bootstrap_draws
+        else {}
+    )
     summary = {
-        "store": store.root, "store_fingerprint": store.fingerprint,
-        "scorers": [{"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind}
-                    for s in scorers],
-        "git_revision": git_revision(), "controls": list(controls), "seed": seed,
+        "store": store.root,
+        "store_fingerprint": store.fingerprint,
+        "scorers": [
+            {"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind} for s in scorers
+        ],
+        "git_revision": git_revision(),
+        "controls": list(controls),
+        "seed": seed,
         "units": "fractions in [0, 1] (accuracies, recalls); the bootstrap in percentage points; "
-                 "results.md and results.csv in percent",
+        "results.md and results.csv in percent",
         "results": {f"{c}|{r}": v for (c, r), v in results.items()},
         "cross_task_means": cross_task_means(results, benches, [s.run for s in scorers], expected_members()),
-        "decision_changes": changes, "bootstrap": bootstrap, "seconds": time.perf_counter() - t0,
+        "decision_changes": changes,
+        "bootstrap": bootstrap,
+        "seconds": time.perf_counter() - t0,
     }
     write_outputs(tmp, summary, record_rows, scorers, controls, benches)
     return summary
 
 
-def _score_candidate_task(store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb,
-                          results: dict, all_images: dict) -> tuple[list[dict], dict, list]:
+def _score_candidate_task(
+    store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results: dict, all_images: dict
+) -> tuple[list[dict], dict, list]:
     """A pairs or candidate-set manifest under every control: its aggregation into results,
     its per-record rows, the decision changes between scorers, and its bootstrap input."""
-    mats, gold, cols, ikeys = score_candidates(store, m, scorers, controls, seed, device, image_root, name,
-                                               max_memory_mb)
+    mats, gold, cols, ikeys = score_candidates(
+        store, m, scorers, controls, seed, device, image_root, name, max_memory_mb
+    )
     correct_real, record_rows = {}, []
     ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
     for (control, run), mat in mats.items():
@@ -123,14 +183,26 @@ def _score_candidate_task(store, m, name, sc, scorers, controls, seed, device, i
         correct = metrics.decisions(mat, gold, sc.tie_rule)[0]
         if control == "real":
             correct_real[run] = correct
-        record_rows += [{"benchmark": name, "record_id": rid, "control": control, "scorer": run,
-                         "scores": row[~np.isnan(row)].tolist(), "gold": g, "correct": c}
-                        for rid, row, g, c in zip(ids, mat, gold.tolist(), correct.tolist())]
+        record_rows += [
+            {
+                "benchmark": name,
+                "record_id": rid,
+                "control": control,
+                "scorer": run,
+                "scores": row[~np.isnan(row)].tolist(),
+                "gold": g,
+                "correct": c,
+            }
+            for rid, row, g, c in zip(ids, mat, gold.tolist(), correct.tolist())
+        ]
     if "real" not in controls:
         return record_rows, {}, []
     runs = [s.run for s in scorers]
-    changes = {f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
-               for i, a in enumerate(runs) for b in runs[i + 1:]}
+    changes = {
+        f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
+        for i, a in enumerate(runs)
+        for b in runs[i + 1 :]
+    }
     return record_rows, changes, [bootstrap_task(name, sc, cols, ikeys, correct_real, all_images)]
 
 
@@ -140,9 +212,18 @@ def mark_partial(results: dict, excluded: dict[str, list[dict]]) -> None:
         for name, dropped in excluded.items():
             if name in per_task:
                 per_task[name]["excluded_failed"] = dropped
-                per_task[name]["partial"] = "; ".join(filter(None, [per_task[name].get("partial"), (
-                    f"{len(dropped)} records left out (extract recorded their image or caption as failed; listed "
-                    f"in results.json under excluded_failed)")]))
+                per_task[name]["partial"] = "; ".join(
+                    filter(
+                        None,
+                        [
+                            per_task[name].get("partial"),
+                            (
+                                f"{len(dropped)} records left out (extract recorded their image or caption as "
+                                f"failed; listed in results.json under excluded_failed)"
+                            ),
+                        ],
+                    )
+                )
 
 
 def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
@@ -152,8 +233,11 @@ def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str
     for s in scorers:
         methods.setdefault(s.method, []).append(s.run)
     names = list(methods)
-    pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))] \
-        if compare is None else list(compare)
+    pairs = (
+        [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
+        if compare is None
+        else list(compare)
+    )
     for a, b in pairs:
         if a not in methods or b not in methods:
             raise FlowclipError(f"bootstrap comparison {a} vs {b}: no such scorer (have {', '.join(methods)})")
@@ -170,6 +254,7 @@ def headline(res: dict) -> float:
 def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     with open(os.path.join(folder, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
     if record_rows:
@@ -182,14 +267,17 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
 
 def write_figures(folder: str, summary: dict, record_rows: list) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     # gold-foil margins of pairwise tasks, Real control, one panel per benchmark
     by_task: dict = {}
     for r in record_rows:
         if r["control"] == "real" and len(r["scores"]) == 2:
             by_task.setdefault(r["benchmark"], {}).setdefault(r["scorer"], []).append(
-                metrics.margin(r["scores"], r["gold"]))
+                metrics.margin(r["scores"], r["gold"])
+            )
     for task, per in by_task.items():
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for run, margins in per.items():

@@ -1,6 +1,7 @@
 """What flowclip score scores with and on: scorers (the frozen encoder or a finished
 run folder), the manifests to score and each one's Scoring (its benchmark's, one its
 metadata declares, or the generic one), and the Real/Shuffle/Fixed image controls."""
+
 from __future__ import annotations
 
 import hashlib
@@ -22,20 +23,21 @@ CONTROLS = ("real", "shuffle", "fixed")
 
 @dataclass
 class Scorer:
-    method: str          # runs of one method (seeds) share this name
-    run: str             # unique label
+    method: str  # runs of one method (seeds) share this name
+    run: str  # unique label
     head: Head
-    head_sha256: str     # of the weights file; "frozen" for clip
-    train: dict | None = None    # the run's training settings (config.json); None for clip
+    head_sha256: str  # of the weights file; "frozen" for clip
+    train: dict | None = None  # the run's training settings (config.json); None for clip
 
 
 def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Scorer]:
     """'clip', a run folder, or 'name=run folder' (runs sharing a name are seeds of one method)."""
     from .run_folder import load_head
+
     out, seen = [], set()
     for spec in specs:
         name, sep, path = spec.partition("=")
-        if not sep or "/" in name or os.path.exists(spec):      # a bare path
+        if not sep or "/" in name or os.path.exists(spec):  # a bare path
             name, path = "", spec
         if path == "clip":
             scorer = Scorer(name or "clip", "clip", build_head("clip", store.meta["dim"]).to(device), "frozen")
@@ -43,14 +45,17 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
             if not os.path.isdir(path):
                 raise FlowclipError(f"--scorer {spec}: the folder {path} does not exist" + _nearest(path))
             if not os.path.exists(os.path.join(path, "head.safetensors")) and not os.path.exists(
-                    os.path.join(path, "DONE")):
+                os.path.join(path, "DONE")
+            ):
                 raise FlowclipError(f"--scorer {spec}: {path} is not a finished train-head run folder")
             if not os.path.exists(os.path.join(path, "DONE")):
                 raise FlowclipError(f"--scorer {spec}: {path} is an unfinished run")
             head, cfg = load_head(path, device)
             if cfg["store_fingerprint"] != store.fingerprint:
-                raise FlowclipError(f"--scorer {spec}: trained on encoder {cfg['store_fingerprint'][:12]}, this store "
-                                    f"holds {store.fingerprint[:12]}; refused")
+                raise FlowclipError(
+                    f"--scorer {spec}: trained on encoder {cfg['store_fingerprint'][:12]}, this store "
+                    f"holds {store.fingerprint[:12]}; refused"
+                )
             sha = hashlib.sha256(open(os.path.join(path, "head.safetensors"), "rb").read()).hexdigest()
             label = os.path.basename(os.path.normpath(path))
             scorer = Scorer(name or label, label, head, sha, cfg["train"])
@@ -64,6 +69,7 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
 
 def _nearest(path: str) -> str:
     import difflib
+
     parent = os.path.dirname(os.path.normpath(path)) or "."
     if not os.path.isdir(parent):
         return f" (nor does {parent})"
@@ -86,9 +92,11 @@ def _same_method(scorers: list[Scorer]) -> None:
         for run, settings in runs[1:]:
             differ = sorted(k for k in set(first) | set(settings) if first.get(k) != settings.get(k))
             if differ:
-                raise FlowclipError(f"--scorer {name}=...: {first_run} and {run} are grouped as seeds of one method "
-                                    f"but differ in {', '.join(f'{k} ({first.get(k)} vs {settings.get(k)})' for k in differ)}; "
-                                    f"give them different names")
+                raise FlowclipError(
+                    f"--scorer {name}=...: {first_run} and {run} are grouped as seeds of one method "
+                    f"but differ in {', '.join(f'{k} ({first.get(k)} vs {settings.get(k)})' for k in differ)}; "
+                    f"give them different names"
+                )
 
 
 def find_manifests(paths: list[str]) -> list[str]:
@@ -120,8 +128,10 @@ def evaluation_manifests(paths: list[str], log=print) -> list[Manifest]:
     return out
 
 
-GENERIC = {"pairwise": Scoring(task="pairwise", tie_rule="wrong"), "candidates": Scoring(task="candidates",
-                                                                                         tie_rule="wrong")}
+GENERIC = {
+    "pairwise": Scoring(task="pairwise", tie_rule="wrong"),
+    "candidates": Scoring(task="candidates", tie_rule="wrong"),
+}
 
 
 def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
@@ -132,15 +142,19 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
     if name and name in all_benchmarks():
         bench = get_benchmark(name)
         if bench.scoring is None or m.kind == "training":
-            raise FlowclipError(f"{m.path}: {name} is a training set; score takes evaluation manifests "
-                                f"(keep training manifests out of the folders you score, or name files one by one)")
+            raise FlowclipError(
+                f"{m.path}: {name} is a training set; score takes evaluation manifests "
+                f"(keep training manifests out of the folders you score, or name files one by one)"
+            )
         sc = bench.scoring
     elif m.kind == "training":
         raise FlowclipError(f"{m.path}: a training manifest; score takes evaluation manifests")
     elif m.kind != "candidates":
-        raise FlowclipError(f"{m.path}: {'unknown benchmark ' + repr(name) if name else 'no benchmark'} in its "
-                            f"flowclip.meta; a {m.kind} manifest needs a registered one "
-                            f"({', '.join(sorted(all_benchmarks()))})")
+        raise FlowclipError(
+            f"{m.path}: {'unknown benchmark ' + repr(name) if name else 'no benchmark'} in its "
+            f"flowclip.meta; a {m.kind} manifest needs a registered one "
+            f"({', '.join(sorted(all_benchmarks()))})"
+        )
     else:
         name = m.meta.get("name") or name or os.path.splitext(os.path.basename(m.path))[0]
         if "scoring" in m.meta:
@@ -152,8 +166,12 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
             how = f"generic {'pairwise' if two else 'candidate-set'} accuracy, a tie counted wrong"
         if log is not None:
             log(f"note: {m.path} names no registered benchmark: scored as {name!r} with {how}")
-    needed = {"candidates": ("captions", "gold"), "pairwise": ("captions", "gold"),
-              "retrieval": ("captions",), "classification": ("label",)}[sc.task]
+    needed = {
+        "candidates": ("captions", "gold"),
+        "pairwise": ("captions", "gold"),
+        "retrieval": ("captions",),
+        "classification": ("label",),
+    }[sc.task]
     for col in needed + tuple(c for c in (sc.group_by, sc.exclude_column, *sc.report_by) if c):
         if col not in m.table.column_names:
             raise FlowclipError(f"{m.path}: the {name} benchmark needs column {col!r}, which is missing")

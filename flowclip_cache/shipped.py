@@ -3,6 +3,7 @@ researcher finds them without reading Python: pipelines/ (the study configs) and
 manifests/ (the benchmark and training-source catalogue). A checkout (an editable
 install) reads them there; a wheel carries them as package data, mapped from the same
 folders into flowclip_cache/_shipped/ (pyproject.toml), so no second copy is committed."""
+
 from __future__ import annotations
 
 from pathlib import Path

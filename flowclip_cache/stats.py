@@ -7,6 +7,7 @@ each task's official aggregation (pooled mean, or a macro mean over groups); a g
 that a draw leaves without weight cannot be represented: the statistic is then taken
 over the groups that remain, and how many draws lost a group is reported.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,8 +40,14 @@ def weighted_stat(correct: np.ndarray, W: np.ndarray, groups: np.ndarray | None)
     return np.nanmean(per_group, 1), np.isnan(per_group).any(1)
 
 
-def paired_bootstrap(tasks: list[dict], methods: dict[str, list[str]], pairs: list[tuple[str, str]],
-                     n_images: int, draws: int = 10_000, seed: int = 0) -> dict:
+def paired_bootstrap(
+    tasks: list[dict],
+    methods: dict[str, list[str]],
+    pairs: list[tuple[str, str]],
+    n_images: int,
+    draws: int = 10_000,
+    seed: int = 0,
+) -> dict:
     """tasks: [{name, image_index [n] (into the shared image list), groups [n] or None,
                correct: {run: [n] bool}}]
     methods: method -> its runs (seeds). Returns {task: {"a - b": {mean, lo, hi, draws_missing_groups}}}."""
@@ -65,8 +72,12 @@ def paired_bootstrap(tasks: list[dict], methods: dict[str, list[str]], pairs: li
         for key, chunks in diffs[t["name"]].items():
             d = np.concatenate(chunks) * 100
             ok = d[~np.isnan(d)]
-            out[t["name"]][key] = {"mean_pts": float(ok.mean()) if len(ok) else float("nan"),
-                                   "ci95_pts": [float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))]
-                                   if len(ok) else [float("nan")] * 2,
-                                   "draws": draws, "draws_missing_a_group": lost[t["name"]]}
+            out[t["name"]][key] = {
+                "mean_pts": float(ok.mean()) if len(ok) else float("nan"),
+                "ci95_pts": [float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))]
+                if len(ok)
+                else [float("nan")] * 2,
+                "draws": draws,
+                "draws_missing_a_group": lost[t["name"]],
+            }
     return out

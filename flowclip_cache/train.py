@@ -12,6 +12,7 @@ The run folder holds everything needed to resume and to score:
     head.safetensors   the trained head's weights, written when training ends
     DONE               written last; a finished run
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,9 +42,9 @@ from .training_data import TrainingData, load_training_data, pairwise_accuracy
 
 @dataclass
 class TrainConfig:
-    head: str = field(default="flow", metadata={"choices": HEAD_KINDS})    # clip | global | flow
+    head: str = field(default="flow", metadata={"choices": HEAD_KINDS})  # clip | global | flow
     epochs: int = field(default=5, metadata={"min": 0})
-    batch_size: int = field(default=32, metadata={"min": 1})    # records per batch (each brings one negative)
+    batch_size: int = field(default=32, metadata={"min": 1})  # records per batch (each brings one negative)
     lr: float = field(default=8e-5, metadata={"min": 0.0})
     weight_decay: float = field(default=1e-4, metadata={"min": 0.0})
     beta1: float = field(default=0.9, metadata={"min": 0.0})
@@ -52,13 +53,13 @@ class TrainConfig:
     tau_c: float = field(default=0.01, metadata={"gt": 0.0})
     tau_p: float = field(default=0.05, metadata={"gt": 0.0})
     alpha: float = 1.0
-    cimr: float | None = field(default=None, metadata={"min": 0.0})   # lambda_CIMR; None: the head's paper default
+    cimr: float | None = field(default=None, metadata={"min": 0.0})  # lambda_CIMR; None: the head's paper default
     seed: int = field(default=0, metadata={"min": 0})
-    checkpoint_every: int = field(default=500, metadata={"min": 1})   # steps between checkpoints (and every epoch end)
+    checkpoint_every: int = field(default=500, metadata={"min": 1})  # steps between checkpoints (and every epoch end)
     train_eval_records: int = field(default=2000, metadata={"min": 0})  # fixed training sample scored each epoch
 
     def __post_init__(self):
-        if self.cimr is None:       # each head kind's default: its row of the paper's Tab. 2
+        if self.cimr is None:  # each head kind's default: its row of the paper's Tab. 2
             self.cimr = head_class(self.head).default_cimr if self.head in HEAD_KINDS else 0.0
 
     def build_head(self, dim: int) -> Head:
@@ -88,7 +89,7 @@ def batch_loss(head: Head, cfg: TrainConfig, img, pos, neg, feats):
     v, P, t, H, mask = feats
     S, terms = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
     l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
-    weight = cfg.cimr or 0.0          # None was resolved to the head's default by TrainConfig
+    weight = cfg.cimr or 0.0  # None was resolved to the head's default by TrainConfig
     l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if weight > 0 else S.new_zeros(())
     return l_hnb + weight * l_cimr, l_hnb, l_cimr, terms
 
@@ -99,7 +100,7 @@ def seconds_per_step(data: TrainingData, cfg: TrainConfig, device: str, repeats:
     head = cfg.build_head(data.bank.dim).to(device)
     params = list(head.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr) if params else None
-    rec = torch.as_tensor(np.nonzero(data.split == "train")[0][:cfg.batch_size], device=data.rec_image.device)
+    rec = torch.as_tensor(np.nonzero(data.split == "train")[0][: cfg.batch_size], device=data.rec_image.device)
     img, pos, neg = data.rec_image[rec], data.rec_pos[rec], data.rec_neg[rec, 0]
     best = float("inf")
     for i in range(repeats + 1):
@@ -125,41 +126,60 @@ class HeadRun:
     """One run folder: its head, optimiser, state, log and evaluation."""
 
     @staticmethod
-    def prepare_folder(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, device: str,
-                       resume: bool, overwrite: bool) -> bool:
+    def prepare_folder(
+        store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, device: str, resume: bool, overwrite: bool
+    ) -> bool:
         """Check the run folder before any data are loaded: never mix two runs, never
         resume on another encoder or with other settings. Returns whether it had started."""
         started = checkpoint.claim_run(out, "head-run", "run", resume, overwrite, ", or score it: --scorer " + out)
         if not started and os.path.exists(os.path.join(out, "state.json")):
-            raise FlowclipError(f"{out} is an unfinished run of an older flowclip (no {checkpoint.POINTER}); "
-                                f"pass --overwrite to start it again")
-        run_config = {"train": dataclasses.asdict(cfg), "store": store.root, "store_fingerprint": store.fingerprint,
-                      "encoder": store.encoder_config["model"], "manifest": os.path.abspath(manifest_path),
-                      "manifest_sha256": file_sha256(manifest_path), "git_revision": git_revision(),
-                      "head": cfg.build_head(store.meta["dim"]).hparams(),
-                      "dim": store.meta["dim"], "parameters": head_parameters(cfg, store.meta["dim"]),
-                      "torch": torch.__version__, "device": device}
+            raise FlowclipError(
+                f"{out} is an unfinished run of an older flowclip (no {checkpoint.POINTER}); "
+                f"pass --overwrite to start it again"
+            )
+        run_config = {
+            "train": dataclasses.asdict(cfg),
+            "store": store.root,
+            "store_fingerprint": store.fingerprint,
+            "encoder": store.encoder_config["model"],
+            "manifest": os.path.abspath(manifest_path),
+            "manifest_sha256": file_sha256(manifest_path),
+            "git_revision": git_revision(),
+            "head": cfg.build_head(store.meta["dim"]).hparams(),
+            "dim": store.meta["dim"],
+            "parameters": head_parameters(cfg, store.meta["dim"]),
+            "torch": torch.__version__,
+            "device": device,
+        }
         if started:
             old = json.load(open(os.path.join(out, "config.json")))
             if old["store_fingerprint"] != store.fingerprint:
-                raise FlowclipError(f"{out} was trained on another encoder (store fingerprint "
-                                    f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused")
+                raise FlowclipError(
+                    f"{out} was trained on another encoder (store fingerprint "
+                    f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused"
+                )
             if old["train"] != run_config["train"] or old["manifest_sha256"] != run_config["manifest_sha256"]:
                 raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
         else:
-            outputs.atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1))
+            outputs.atomic_write(
+                os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1)
+            )
         return started
 
-    def __init__(self, store: FeatureStore, out: str, cfg: TrainConfig, data: TrainingData, device: str,
-                 started: bool, log):
+    def __init__(
+        self, store: FeatureStore, out: str, cfg: TrainConfig, data: TrainingData, device: str, started: bool, log
+    ):
         if cfg.uses_tokens and not data.bank.has_patches:
             raise FlowclipError("the training data hold no patches, which a flow head needs")
         self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
         self.head = cfg.build_head(store.meta["dim"]).to(device)
         self.params = list(self.head.parameters())
         log(f"{cfg.head} head at d={store.meta['dim']}: {sum(p.numel() for p in self.params):,} parameters")
-        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                     weight_decay=cfg.weight_decay) if self.params else None
+        self.opt = (
+            torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+            if self.params
+            else None
+        )
         self.state: dict[str, Any] = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}
         if started:
             self.state = load_checkpoint(out, self.head, self.opt, device)
@@ -168,13 +188,14 @@ class HeadRun:
         self.logf = open(os.path.join(out, "log.jsonl"), "a")
         train_rec = np.nonzero(data.split == "train")[0]
         sample_rng = np.random.default_rng(cfg.seed)
-        self.train_eval = np.sort(sample_rng.choice(train_rec, min(cfg.train_eval_records, len(train_rec)),
-                                                    replace=False))
+        self.train_eval = np.sort(
+            sample_rng.choice(train_rec, min(cfg.train_eval_records, len(train_rec)), replace=False)
+        )
         self.val_rec = np.nonzero(data.split == "val")[0]
         self.seconds_before = self.state.get("seconds", 0.0)
         self.t_last = self.t_start = time.perf_counter()
         if not self.state["metrics"]:
-            self.state["metrics"].append(self.evaluate(0))    # before training (the starting point)
+            self.state["metrics"].append(self.evaluate(0))  # before training (the starting point)
 
     @property
     def position(self):
@@ -188,10 +209,15 @@ class HeadRun:
         self.head.train()
         self.logf.write(json.dumps({"eval": m}) + "\n")
         self.logf.flush()
-        what = "start (before training; CLIP, Global-M and Flow-CLIP then score as the frozen encoder)" \
-            if epoch == 0 else f"epoch {epoch}"
-        self.log(f"{what}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
-                 + (f", val {m['val']['all']:.4f}" if "val" in m else ""))
+        what = (
+            "start (before training; CLIP, Global-M and Flow-CLIP then score as the frozen encoder)"
+            if epoch == 0
+            else f"epoch {epoch}"
+        )
+        self.log(
+            f"{what}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
+            + (f", val {m['val']['all']:.4f}" if "val" in m else "")
+        )
         return m
 
     def step(self, img, pos, neg, feats) -> None:
@@ -200,8 +226,10 @@ class HeadRun:
         loss, l_hnb, l_cimr, terms = batch_loss(self.head, cfg, img, pos, neg, feats)
         epoch, step = self.position
         if not torch.isfinite(loss):
-            raise FlowclipError(f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
-                                f"the last good checkpoint in {self.out} is kept (try a lower --lr)")
+            raise FlowclipError(
+                f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
+                f"the last good checkpoint in {self.out} is kept (try a lower --lr)"
+            )
         assert self.opt is not None, "a head without parameters takes no step"
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -209,12 +237,19 @@ class HeadRun:
         self.opt.step()
         self.state["step_in_epoch"], self.state["global_step"] = step + 1, self.state["global_step"] + 1
         now = time.perf_counter()
-        rec_log = {"step": self.state["global_step"], "epoch": epoch, "loss": loss.item(), "hnb": l_hnb.item(),
-                   "cimr": l_cimr.item(), "lr": self.opt.param_groups[0]["lr"], "grad_norm": grad_norm.item(),
-                   "steps_per_s": 1.0 / max(now - self.t_last, 1e-9)}
+        rec_log = {
+            "step": self.state["global_step"],
+            "epoch": epoch,
+            "loss": loss.item(),
+            "hnb": l_hnb.item(),
+            "cimr": l_cimr.item(),
+            "lr": self.opt.param_groups[0]["lr"],
+            "grad_norm": grad_norm.item(),
+            "steps_per_s": 1.0 / max(now - self.t_last, 1e-9),
+        }
         self.t_last = now
         s_token = terms.get("s_token")
-        rec_log.update({k: v.item() for k, v in terms.items() if v.numel() == 1})    # e.g. a learned temperature
+        rec_log.update({k: v.item() for k, v in terms.items() if v.numel() == 1})  # e.g. a learned temperature
         if s_token is not None:
             b = torch.arange(len(img), device=img.device)
             rec_log["mean_abs_s_token"] = s_token.detach().abs().mean().item()
@@ -226,7 +261,7 @@ class HeadRun:
     def end_epoch(self) -> None:
         self.state["epoch"], self.state["step_in_epoch"] = self.state["epoch"] + 1, 0
         self.state["metrics"].append(self.evaluate(self.state["epoch"]))
-        self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start   # training wall time
+        self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start  # training wall time
         self.save()
 
     def save(self) -> None:
@@ -242,10 +277,21 @@ class HeadRun:
         return self.state
 
 
-def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, TrainConfig]], *, device: str = "cpu",
-                resume: bool = False, overwrite: bool = False, image_root: str | None = None, progress: bool = True,
-                max_steps: int | None = None, data: TrainingData | None = None, placement: str = "auto",
-                log=print) -> list[dict]:
+def train_heads(
+    store: FeatureStore,
+    manifest_path: str,
+    runs: list[tuple[str, TrainConfig]],
+    *,
+    device: str = "cpu",
+    resume: bool = False,
+    overwrite: bool = False,
+    image_root: str | None = None,
+    progress: bool = True,
+    max_steps: int | None = None,
+    data: TrainingData | None = None,
+    placement: str = "auto",
+    log=print,
+) -> list[dict]:
     """Train several heads side by side on the same batches: each batch is gathered once
     and every head takes its own step on it. The runs must share seed, batch size and
     epochs (the data order); each ends exactly as it would alone."""
@@ -265,14 +311,27 @@ def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, T
     manifest = Manifest.read(manifest_path)
     new = {out: os.path.isdir(out) for out, _ in runs if not os.path.exists(out) or not os.listdir(out)}
     try:
-        started_flags = [HeadRun.prepare_folder(store, manifest_path, out, cfg, device, resume, overwrite)
-                         for out, cfg in runs]
-        return _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps,
-                      data, placement, log)
+        started_flags = [
+            HeadRun.prepare_folder(store, manifest_path, out, cfg, device, resume, overwrite) for out, cfg in runs
+        ]
+        return _train(
+            store,
+            manifest,
+            manifest_path,
+            runs,
+            started_flags,
+            device,
+            image_root,
+            progress,
+            max_steps,
+            data,
+            placement,
+            log,
+        )
     except BaseException:
-        for out, existed in new.items():   # a failure leaves nothing behind but what --resume needs
+        for out, existed in new.items():  # a failure leaves nothing behind but what --resume needs
             if not checkpoint.exists(out) and os.path.isdir(out):
-                for name in os.listdir(out) if existed else []:       # the user's empty folder stays
+                for name in os.listdir(out) if existed else []:  # the user's empty folder stays
                     path = os.path.join(out, name)
                     shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
                 if not existed:
@@ -280,8 +339,9 @@ def train_heads(store: FeatureStore, manifest_path: str, runs: list[tuple[str, T
         raise
 
 
-def _train(store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps, data,
-           placement, log):
+def _train(
+    store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps, data, placement, log
+):
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     torch.manual_seed(ref.seed)
@@ -289,22 +349,30 @@ def _train(store, manifest, manifest_path, runs, started_flags, device, image_ro
         torch.use_deterministic_algorithms(True, warn_only=True)
     # 1. data, once, on the device
     if data is None:
-        data = load_training_data(store, manifest, any(c.uses_tokens for c in cfgs), device, image_root,
-                                  placement, log)
+        data = load_training_data(store, manifest, any(c.uses_tokens for c in cfgs), device, image_root, placement, log)
     train_rec = np.nonzero(data.split == "train")[0]
     if len(train_rec) < 2:
         raise FlowclipError(f"{manifest_path}: fewer than 2 records with split == 'train'")
     # 2. one HeadRun per folder (resumed where it stopped)
-    heads = [HeadRun(store, out, cfg, data, device, started,
-                     log if len(runs) == 1 else (lambda m, o=out: log(f"{os.path.basename(o)}: {m}")))
-             for (out, cfg), started in zip(runs, started_flags)]
+    heads = [
+        HeadRun(
+            store,
+            out,
+            cfg,
+            data,
+            device,
+            started,
+            log if len(runs) == 1 else (lambda m, o=out: log(f"{os.path.basename(o)}: {m}")),
+        )
+        for (out, cfg), started in zip(runs, started_flags)
+    ]
     trainable = [h for h in heads if h.params]
     groups: dict[tuple, list[HeadRun]] = {}
-    for h in trainable:       # runs resumed at different points go side by side from where each stopped
+    for h in trainable:  # runs resumed at different points go side by side from where each stopped
         groups.setdefault(h.position, []).append(h)
     for group in groups.values():
         if not _lockstep(group, data, train_rec, ref, device, progress, max_steps):
-            return [h.state for h in heads]       # stopped early (max_steps, for tests of resume)
+            return [h.state for h in heads]  # stopped early (max_steps, for tests of resume)
     # 4. finished: the marker last
     return [h.finish() for h in heads]
 
@@ -323,8 +391,15 @@ def steps_per_epoch(n_train: int, batch_size: int) -> int:
     return n_train // batch_size if n_train >= batch_size else 1
 
 
-def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, ref: TrainConfig, device: str,
-              progress: bool, max_steps: int | None) -> bool:
+def _lockstep(
+    group: list[HeadRun],
+    data: TrainingData,
+    train_rec: np.ndarray,
+    ref: TrainConfig,
+    device: str,
+    progress: bool,
+    max_steps: int | None,
+) -> bool:
     """Epochs of batches for heads at the same position; False if max_steps cut it short."""
     B = ref.batch_size
     n_steps = steps_per_epoch(len(train_rec), B)
@@ -335,11 +410,12 @@ def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, r
     while group[0].state["epoch"] < ref.epochs:
         epoch, first_step = group[0].position
         order, neg_pick = epoch_order(train_rec, data.rec_neg, ref.seed, epoch, device)
+
         def batch(step):
-            rec = order[step * B:(step + 1) * B]
+            rec = order[step * B : (step + 1) * B]
             img = data.rec_image[rec]
             pos, neg = data.rec_pos[rec], data.rec_neg[rec, neg_pick[rec]]
-            return img, pos, neg, data.features(img, torch.cat([pos, neg]), need_tokens)   # once for all heads
+            return img, pos, neg, data.features(img, torch.cat([pos, neg]), need_tokens)  # once for all heads
 
         steps = range(first_step, n_steps)
         # the in-device bank gathers in no time; the others read ahead on a worker thread
@@ -360,11 +436,34 @@ def _lockstep(group: list[HeadRun], data: TrainingData, train_rec: np.ndarray, r
     return True
 
 
-def train_head(store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, *, device: str = "cpu",
-               resume: bool = False, overwrite: bool = False, image_root: str | None = None,
-               progress: bool = True, max_steps: int | None = None, data: TrainingData | None = None,
-               placement: str = "auto", log=print) -> dict:
+def train_head(
+    store: FeatureStore,
+    manifest_path: str,
+    out: str,
+    cfg: TrainConfig,
+    *,
+    device: str = "cpu",
+    resume: bool = False,
+    overwrite: bool = False,
+    image_root: str | None = None,
+    progress: bool = True,
+    max_steps: int | None = None,
+    data: TrainingData | None = None,
+    placement: str = "auto",
+    log=print,
+) -> dict:
     """One head. data: features already gathered for this manifest (a study shares one copy)."""
-    return train_heads(store, manifest_path, [(out, cfg)], device=device, resume=resume, overwrite=overwrite,
-                       placement=placement,
-                       image_root=image_root, progress=progress, max_steps=max_steps, data=data, log=log)[0]
+    return train_heads(
+        store,
+        manifest_path,
+        [(out, cfg)],
+        device=device,
+        resume=resume,
+        overwrite=overwrite,
+        placement=placement,
+        image_root=image_root,
+        progress=progress,
+        max_steps=max_steps,
+        data=data,
+        log=log,
+    )[0]

@@ -1,5 +1,6 @@
 """A training manifest's records as indices into a bank of their features (banks.py),
 and the pairwise accuracy every run reports: what train-head, studies and adapt share."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,12 +19,12 @@ from .store import FeatureStore
 
 @dataclass
 class TrainingData:
-    bank: Any                     # FeatureBank (device / host placement) or StoreBank (store placement)
-    rec_image: torch.Tensor       # [R] index into the bank's images
-    rec_pos: torch.Tensor         # [R] index into the bank's captions
-    rec_neg: torch.Tensor         # [R, K] index into the bank's captions, -1 = none
-    rec_neg_kind: list            # [R][K] negative kind names ("" when unknown)
-    split: np.ndarray             # [R] str
+    bank: Any  # FeatureBank (device / host placement) or StoreBank (store placement)
+    rec_image: torch.Tensor  # [R] index into the bank's images
+    rec_pos: torch.Tensor  # [R] index into the bank's captions
+    rec_neg: torch.Tensor  # [R, K] index into the bank's captions, -1 = none
+    rec_neg_kind: list  # [R][K] negative kind names ("" when unknown)
+    split: np.ndarray  # [R] str
     placement: str = "device"
 
     def features(self, imgs, caps, need_tokens: bool):
@@ -36,8 +37,10 @@ def caption_records(manifest: Manifest, command: str) -> tuple[dict, list[str], 
     train-head and adapt both read records with it; refused: another kind of manifest, a
     record without negatives."""
     if manifest.kind != "training":
-        raise FlowclipError(f"{manifest.path}: {command} needs a 'training' manifest "
-                            f"(record_id, image, positive, negatives, split), got {manifest.kind!r}")
+        raise FlowclipError(
+            f"{manifest.path}: {command} needs a 'training' manifest "
+            f"(record_id, image, positive, negatives, split), got {manifest.kind!r}"
+        )
     t = manifest.table.to_pydict()
     negs = t["negatives"]
     if any(not n for n in negs):
@@ -47,12 +50,19 @@ def caption_records(manifest: Manifest, command: str) -> tuple[dict, list[str], 
     cap_index = {c: i for i, c in enumerate(texts)}
     rec_neg = torch.full((len(negs), max(map(len, negs))), -1, dtype=torch.long)
     for r, ns in enumerate(negs):
-        rec_neg[r, :len(ns)] = torch.tensor([cap_index[n] for n in ns])
+        rec_neg[r, : len(ns)] = torch.tensor([cap_index[n] for n in ns])
     return t, texts, torch.tensor([cap_index[c] for c in t["positive"]]), rec_neg
 
 
-def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bool, device: str,
-                       image_root: str | None = None, placement: str = "device", log=print) -> TrainingData:
+def load_training_data(
+    store: FeatureStore,
+    manifest: Manifest,
+    need_patches: bool,
+    device: str,
+    image_root: str | None = None,
+    placement: str = "device",
+    log=print,
+) -> TrainingData:
     """The manifest's records as indices into a bank of their features; placement
     auto|device|host|store says where the features live (banks.py), chosen from a memory
     estimate made before anything is loaded."""
@@ -64,9 +74,14 @@ def load_training_data(store: FeatureStore, manifest: Manifest, need_patches: bo
     bank = make_bank(store, uimg, texts, need_patches, device, placement, log)
     kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in t["negatives"]]
     return TrainingData(
-        bank=bank, rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
-        rec_pos=rec_pos.to(device), rec_neg=rec_neg.to(device), rec_neg_kind=kinds, split=np.array(t["split"]),
-        placement=placement)
+        bank=bank,
+        rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
+        rec_pos=rec_pos.to(device),
+        rec_neg=rec_neg.to(device),
+        rec_neg_kind=kinds,
+        split=np.array(t["split"]),
+        placement=placement,
+    )
 
 
 # -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------
@@ -75,7 +90,7 @@ def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk
     """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
     correct: dict[str, list[int]] = {}
     for s in range(0, len(records), chunk):
-        r = torch.as_tensor(records[s:s + chunk], device=data.rec_image.device)
+        r = torch.as_tensor(records[s : s + chunk], device=data.rec_image.device)
         for k in range(data.rec_neg.shape[1]):
             rk = r[data.rec_neg[r, k] >= 0]
             if len(rk) == 0:

@@ -17,6 +17,7 @@ Splits: pretraining scenes (captions only), head-training records with full-capt
 negatives, disjoint evaluation scenes, and a held-out split whose scenes contain
 colour-shape combinations never seen in head training.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,11 +30,33 @@ from PIL import Image, ImageDraw
 
 from .manifest import write_manifest
 
-COLOURS = {"red": (215, 40, 40), "green": (40, 160, 60), "blue": (45, 80, 220), "yellow": (225, 205, 35),
-           "purple": (135, 55, 175), "orange": (240, 135, 25)}
+COLOURS = {
+    "red": (215, 40, 40),
+    "green": (40, 160, 60),
+    "blue": (45, 80, 220),
+    "yellow": (225, 205, 35),
+    "purple": (135, 55, 175),
+    "orange": (240, 135, 25),
+}
 SIZES = ("small", "large")
-SHAPES = ("circle", "square", "triangle", "diamond", "pentagon", "hexagon", "star", "cross", "ring", "heart",
-          "arrow", "crescent", "bar", "trapezoid", "octagon", "cone")
+SHAPES = (
+    "circle",
+    "square",
+    "triangle",
+    "diamond",
+    "pentagon",
+    "hexagon",
+    "star",
+    "cross",
+    "ring",
+    "heart",
+    "arrow",
+    "crescent",
+    "bar",
+    "trapezoid",
+    "octagon",
+    "cone",
+)
 FAMILIES = ("swap-att", "swap-obj", "relation", "order", "add", "replace", "object")
 GRID = 3
 OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
@@ -44,7 +67,7 @@ class Obj:
     shape: str
     colour: str
     size: str
-    cell: tuple[int, int]      # (column, row) on the grid
+    cell: tuple[int, int]  # (column, row) on the grid
 
     def phrase(self, colour=True, size=False) -> str:
         words = ([self.size] if size else []) + ([self.colour] if colour else []) + [self.shape]
@@ -56,8 +79,9 @@ def article(word: str) -> str:
 
 
 def _polygon(cx, cy, r, n, rot=0.0):
-    return [(cx + r * math.cos(rot + 2 * math.pi * k / n), cy + r * math.sin(rot + 2 * math.pi * k / n))
-            for k in range(n)]
+    return [
+        (cx + r * math.cos(rot + 2 * math.pi * k / n), cy + r * math.sin(rot + 2 * math.pi * k / n)) for k in range(n)
+    ]
 
 
 def draw_shape(d: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float, fill, bg) -> None:
@@ -103,8 +127,15 @@ def draw_shape(d: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: floa
     elif shape == "bar":
         d.rectangle((cx - r, cy - 0.35 * r, cx + r, cy + 0.35 * r), fill=fill)
     elif shape == "trapezoid":
-        d.polygon([(cx - 0.5 * r, cy - 0.7 * r), (cx + 0.5 * r, cy - 0.7 * r), (cx + r, cy + 0.7 * r),
-                   (cx - r, cy + 0.7 * r)], fill=fill)
+        d.polygon(
+            [
+                (cx - 0.5 * r, cy - 0.7 * r),
+                (cx + 0.5 * r, cy - 0.7 * r),
+                (cx + r, cy + 0.7 * r),
+                (cx - r, cy + 0.7 * r),
+            ],
+            fill=fill,
+        )
     elif shape == "cone":
         d.polygon([(cx, cy - r), (cx + 0.7 * r, cy + 0.6 * r), (cx - 0.7 * r, cy + 0.6 * r)], fill=fill)
         d.ellipse((cx - 0.7 * r, cy + 0.35 * r, cx + 0.7 * r, cy + 0.85 * r), fill=fill)
@@ -117,11 +148,10 @@ def render(objs: list[Obj], rng: random.Random, size: int = 64, scale: int = 4) 
     bg = tuple(rng.randrange(200, 246) for _ in range(3))
     im = Image.new("RGB", (S, S), bg)
     d = ImageDraw.Draw(im)
-    for _ in range(rng.randrange(3, 8)):                  # clutter: faint lines and dots
+    for _ in range(rng.randrange(3, 8)):  # clutter: faint lines and dots
         g = tuple(min(255, c + rng.randrange(-30, 10)) for c in bg)
         x0, y0 = rng.randrange(S), rng.randrange(S)
-        d.line((x0, y0, x0 + rng.randrange(-S // 3, S // 3), y0 + rng.randrange(-S // 3, S // 3)), fill=g,
-               width=scale)
+        d.line((x0, y0, x0 + rng.randrange(-S // 3, S // 3), y0 + rng.randrange(-S // 3, S // 3)), fill=g, width=scale)
     cell = S / GRID
     for o in objs:
         r = cell * (0.42 if o.size == "large" else 0.26)
@@ -186,7 +216,7 @@ def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: li
         return [gold, foil], gold
     if family == "relation":
         rel = relation(a, b)
-        assert rel is not None               # the pair was chosen among related ones
+        assert rel is not None  # the pair was chosen among related ones
         gold, foil = _pair_caption(a, b, rel), _pair_caption(a, b, OPPOSITE[rel])
         return [gold, foil], gold
     if family == "add":
@@ -201,7 +231,7 @@ def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: li
             return None
         gold = _pair_caption(a, b)
         return [gold, _pair_caption(a, b, colours=(rng.choice(others), b.colour))], gold
-    if family == "object":                               # which objects are present, no attributes
+    if family == "object":  # which objects are present, no attributes
         absent = [x for x in SHAPES if x not in {o.shape for o in objs}]
         gold = f"{article(a.shape)} {a.shape} and {article(b.shape)} {b.shape}"
         other = rng.choice(absent)
@@ -213,33 +243,32 @@ def make_record(objs: list[Obj], family: str, rng: random.Random, combos_all: li
     raise ValueError(family)
 
 
-
 def _order_foils(gold: str, rng: random.Random) -> list[str]:
     """Four word-order foils of "a C S and a C S" (ARO's perturbations: content words among
     themselves, the rest among themselves, within trigrams, trigrams), or [] if four
     distinct ones do not come up."""
     w = gold.split()
-    content = [1, 2, 5, 6]                               # colours and shapes of "a C S and a C S"
+    content = [1, 2, 5, 6]  # colours and shapes of "a C S and a C S"
     foils: list[str] = []
     for k in range(40):
         if len(foils) == 4:
             break
         v = list(w)
-        if k % 4 == 0:                                   # shuffle colours and shapes among themselves
+        if k % 4 == 0:  # shuffle colours and shapes among themselves
             vals = [w[i] for i in content]
             rng.shuffle(vals)
             for i, x in zip(content, vals):
                 v[i] = x
-        elif k % 4 == 1:                                 # shuffle everything else
+        elif k % 4 == 1:  # shuffle everything else
             rest = [i for i in range(len(w)) if i not in content]
             vals = [w[i] for i in rest]
             rng.shuffle(vals)
             for i, x in zip(rest, vals):
                 v[i] = x
-        elif k % 4 == 2:                                 # within trigrams
-            v = [x for t in range(0, len(w), 3) for x in rng.sample(w[t:t + 3], len(w[t:t + 3]))]
-        else:                                            # trigrams
-            tri = [w[t:t + 3] for t in range(0, len(w), 3)]
+        elif k % 4 == 2:  # within trigrams
+            v = [x for t in range(0, len(w), 3) for x in rng.sample(w[t : t + 3], len(w[t : t + 3]))]
+        else:  # trigrams
+            tri = [w[t : t + 3] for t in range(0, len(w), 3)]
             rng.shuffle(tri)
             v = [x for t in tri for x in t]
         cand = " ".join(v)
@@ -259,24 +288,46 @@ def held_out_combos(seed: int, fraction: float = 0.2) -> set[tuple[str, str]]:
     return set(rng.sample(combos, int(len(combos) * fraction)))
 
 
-def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int = 2000, eval_scenes: int = 300,
-                heldout_scenes: int = 300, pretrain_scenes: int = 0, log=print) -> dict[str, str]:
+def build_world(
+    root: str,
+    *,
+    seed: int = 0,
+    size: int = 64,
+    train_scenes: int = 2000,
+    eval_scenes: int = 300,
+    heldout_scenes: int = 300,
+    pretrain_scenes: int = 0,
+    log=print,
+) -> dict[str, str]:
     """Write images and manifests under root; returns the manifest paths. Idempotent."""
     marker = os.path.join(root, "WORLD_DONE")
-    paths = {"image_root": os.path.join(root, "images"), "training": os.path.join(root, "train.parquet"),
-             "pretrain": os.path.join(root, "pretrain.parquet")}
+    paths = {
+        "image_root": os.path.join(root, "images"),
+        "training": os.path.join(root, "train.parquet"),
+        "pretrain": os.path.join(root, "pretrain.parquet"),
+    }
     for fam in FAMILIES:
         paths[f"eval-{fam}"] = os.path.join(root, f"eval_{fam}.parquet")
     paths["eval-heldout-swap-att"] = os.path.join(root, "eval_heldout_swap-att.parquet")
-    settings = {"seed": seed, "size": size, "train_scenes": train_scenes, "eval_scenes": eval_scenes,
-                "heldout_scenes": heldout_scenes, "pretrain_scenes": pretrain_scenes, "version": 1}
+    settings = {
+        "seed": seed,
+        "size": size,
+        "train_scenes": train_scenes,
+        "eval_scenes": eval_scenes,
+        "heldout_scenes": heldout_scenes,
+        "pretrain_scenes": pretrain_scenes,
+        "version": 1,
+    }
     if os.path.exists(marker):
         import json
+
         built = json.load(open(marker))
         if built != settings:
             from .errors import FlowclipError
-            raise FlowclipError(f"{root} holds a world built with other settings ({built}); remove it or use "
-                                f"another folder")
+
+            raise FlowclipError(
+                f"{root} holds a world built with other settings ({built}); remove it or use another folder"
+            )
         return paths
     os.makedirs(paths["image_root"], exist_ok=True)
     held = held_out_combos(seed)
@@ -297,26 +348,38 @@ def build_world(root: str, *, seed: int = 0, size: int = 64, train_scenes: int =
             out.append((name, objs, rng))
         return out
 
-    write_manifest(paths["training"], pa.Table.from_pylist(_training_rows(scenes("train", train_scenes, seen_combos),
-                                                                           all_combos)),
-                   "training", {"benchmark": "synthetic-train"})
+    write_manifest(
+        paths["training"],
+        pa.Table.from_pylist(_training_rows(scenes("train", train_scenes, seen_combos), all_combos)),
+        "training",
+        {"benchmark": "synthetic-train"},
+    )
     # evaluation: disjoint scenes (their own seed stream), one manifest per family
     ev = scenes("eval", eval_scenes, seen_combos)
     for fam in FAMILIES:
-        write_manifest(paths[f"eval-{fam}"], pa.Table.from_pylist(_eval_rows(ev, fam, f"{seed}:{fam}", all_combos)),
-                       "candidates", {"benchmark": f"synthetic-{fam}"})
+        write_manifest(
+            paths[f"eval-{fam}"],
+            pa.Table.from_pylist(_eval_rows(ev, fam, f"{seed}:{fam}", all_combos)),
+            "candidates",
+            {"benchmark": f"synthetic-{fam}"},
+        )
     # held-out colour-shape combinations, binding family
     ho = scenes("heldout", heldout_scenes, all_combos, need_held=True)
-    write_manifest(paths["eval-heldout-swap-att"],
-                   pa.Table.from_pylist(_eval_rows(ho, "swap-att", f"{seed}:heldout", all_combos, "heldout")),
-                   "candidates", {"benchmark": "synthetic-heldout-swap-att"})
+    write_manifest(
+        paths["eval-heldout-swap-att"],
+        pa.Table.from_pylist(_eval_rows(ho, "swap-att", f"{seed}:heldout", all_combos, "heldout")),
+        "candidates",
+        {"benchmark": "synthetic-heldout-swap-att"},
+    )
     if pretrain_scenes:
         pre = scenes("pretrain", pretrain_scenes, all_combos)
-        rows = [{"image": name, "captions": [describe(objs, random.Random(f"{seed}:cap:{i}:{j}"), 0.5)
-                                             for j in range(4)]}
-                for i, (name, objs, rng) in enumerate(pre)]
+        rows = [
+            {"image": name, "captions": [describe(objs, random.Random(f"{seed}:cap:{i}:{j}"), 0.5) for j in range(4)]}
+            for i, (name, objs, rng) in enumerate(pre)
+        ]
         write_manifest(paths["pretrain"], pa.Table.from_pylist(rows), "retrieval", {"benchmark": "synthetic-pretrain"})
     import json
+
     with open(marker, "w") as f:
         json.dump(settings, f)
     log(f"world written to {root}")
@@ -333,9 +396,16 @@ def _training_rows(train: list, all_combos: list) -> list[dict]:
             rec = make_record(objs, fam, rng, all_combos)
             if rec is None:
                 continue
-            rows.append({"record_id": f"train/{i}/{fam}", "image": name, "positive": rec[1],
-                         "negatives": [rng.choice(rec[0][1:])], "negative_kinds": [fam],
-                         "split": "val" if i % 10 == 0 else "train"})
+            rows.append(
+                {
+                    "record_id": f"train/{i}/{fam}",
+                    "image": name,
+                    "positive": rec[1],
+                    "negatives": [rng.choice(rec[0][1:])],
+                    "negative_kinds": [fam],
+                    "split": "val" if i % 10 == 0 else "train",
+                }
+            )
             if sum(r["image"] == name for r in rows[-2:]) == 2:
                 break
     return rows
@@ -348,6 +418,14 @@ def _eval_rows(scenes: list, fam: str, stream: str, all_combos: list, prefix: st
     for i, (name, objs, _) in enumerate(scenes):
         rec = make_record(objs, fam, random.Random(f"{stream}:{i}"), all_combos)
         if rec:
-            rows.append({"record_id": f"{prefix or fam}/{i}", "image": name, "captions": rec[0], "gold": 0,
-                         "family": fam, "objects": [object_label(o) for o in objs]})
+            rows.append(
+                {
+                    "record_id": f"{prefix or fam}/{i}",
+                    "image": name,
+                    "captions": rec[0],
+                    "gold": 0,
+                    "family": fam,
+                    "objects": [object_label(o) for o in objs],
+                }
+            )
     return rows

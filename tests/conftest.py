@@ -1,6 +1,6 @@
 import os
 
-os.environ["HF_HUB_OFFLINE"] = "1"          # the suite never downloads
+os.environ["HF_HUB_OFFLINE"] = "1"  # the suite never downloads
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 import pytest  # noqa: E402
@@ -27,14 +27,17 @@ def tiny_model(tiny_encoder):
 @pytest.fixture
 def sample(tmp_path):
     from flowclip_cache.sample import make_sample
+
     return make_sample(str(tmp_path / "sample"), n_images=12)
 
 
 def needs_shared(*parts):
     path = os.path.join(SHARED_BENCHMARKS, *parts)
-    return pytest.mark.skipif(not os.path.exists(path),
-                              reason=f"official benchmark files not present at {path}; set FLOWCLIP_BENCHMARK_FILES "
-                                     f"to the folder holding sugarcrepe/, abc6k/, aro/ (default ../shared/benchmarks)")
+    return pytest.mark.skipif(
+        not os.path.exists(path),
+        reason=f"official benchmark files not present at {path}; set FLOWCLIP_BENCHMARK_FILES "
+        f"to the folder holding sugarcrepe/, abc6k/, aro/ (default ../shared/benchmarks)",
+    )
 
 
 # -- Hugging Face families, built offline (encoder_families/offline.py) ------------------
@@ -42,6 +45,7 @@ def needs_shared(*parts):
 def siglip_tokenizer(tmp_path_factory):
     pytest.importorskip("transformers", reason="the SigLIP family needs transformers (pip install 'flowclip[hf]')")
     from flowclip_cache.encoder_families.offline import siglip_like_tokenizer
+
     return siglip_like_tokenizer(str(tmp_path_factory.mktemp("siglip-tokenizer")))
 
 
@@ -49,4 +53,5 @@ def siglip_tokenizer(tmp_path_factory):
 def blip_folder(tmp_path_factory):
     pytest.importorskip("transformers", reason="the BLIP family needs transformers (pip install 'flowclip[hf]')")
     from flowclip_cache.encoder_families.offline import blip_folder as make
+
     return make(str(tmp_path_factory.mktemp("blip")))

@@ -2,6 +2,7 @@
 definitions as train-head and extract; exact resume; torchrun ranks train what one
 process trains; the exported encoder goes through extract and score like any other; and
 extract under torchrun builds the store one process builds."""
+
 import json
 import os
 import subprocess
@@ -39,6 +40,7 @@ def world(tmp_path_factory):
     from flowclip_cache.extract import run_extract
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import FeatureStore
+
     root = tmp_path_factory.mktemp("adapt")
     s = make_sample(str(root / "sample"), n_images=24)
     enc = resolve(EncoderSpec(TINY))
@@ -60,7 +62,7 @@ def test_first_step_equals_train_heads_with_frozen_encoders(world, tmp_path):
     data = load_training_data(fs, Manifest.read(s["training"]), True, "cpu", log=quiet)
     recs = read_records(s["training"], s["image_root"])
     for a, b in ((data.rec_image, recs.rec_image), (data.rec_pos, recs.rec_pos), (data.rec_neg, recs.rec_neg)):
-        assert torch.equal(a.cpu(), b)                           # the same records, ids and negatives
+        assert torch.equal(a.cpu(), b)  # the same records, ids and negatives
     train_rec = np.nonzero(data.split == "train")[0]
     order, pick = epoch_order(train_rec, data.rec_neg, cfg.seed, 0, "cpu")
     rec = order[:8]
@@ -72,20 +74,27 @@ def test_first_step_equals_train_heads_with_frozen_encoders(world, tmp_path):
     model = Adapted(encoder, cfg.build_head(fs.meta["dim"]))
     x = torch.stack([_Images(recs, encoder.preprocess)[int(r)] for r in rec])
     tokens = encoder.tokenize([recs.texts[int(i)] for i in torch.cat([pos, neg])])
-    loss_a = batch_loss(model.head, cfg, img, pos, neg, batch_features(model, Ranks(), x, tokens, "nonpad",
-                                                                       "fp32"))[0]
+    loss_a = batch_loss(model.head, cfg, img, pos, neg, batch_features(model, Ranks(), x, tokens, "nonpad", "fp32"))[0]
     grad_a = torch.autograd.grad(loss_a, list(model.head.parameters()))
     assert abs(loss_a.item() - loss_c.item()) < 2e-3 * abs(loss_c.item())
     for ga, gc in zip(grad_a, grad_c):
-        if gc.norm() < 1e-5:          # M_tok at W = 0: q_res = q, so its gradient is zero but for round-off
+        if gc.norm() < 1e-5:  # M_tok at W = 0: q_res = q, so its gradient is zero but for round-off
             assert ga.norm() < 1e-5
             continue
         cos = torch.nn.functional.cosine_similarity(ga.flatten(), gc.flatten(), dim=0)
         assert cos > 0.999 and abs(ga.norm() / gc.norm() - 1) < 0.01
     # and the commands' own first steps: adapt (encoder lr 0) and train-head log the same loss
     acfg = AdaptConfig(head="flow", batch_size=8, epochs=1, seed=3, lr=1e-3, encoder_lr=0.0, workers=0)
-    st = run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], str(tmp_path / "a"), acfg, progress=False,
-                   max_steps=1, log=quiet)
+    st = run_adapt(
+        EncoderSpec(TINY),
+        s["training"],
+        s["image_root"],
+        str(tmp_path / "a"),
+        acfg,
+        progress=False,
+        max_steps=1,
+        log=quiet,
+    )
     train_head(fs, s["training"], str(tmp_path / "h"), cfg, progress=False, max_steps=1, log=quiet)
     first = [json.loads(x) for x in open(tmp_path / "h" / "log.jsonl") if '"loss"' in x][0]
     assert st["loss"][0] == pytest.approx(loss_a.item(), rel=1e-6)
@@ -94,8 +103,9 @@ def test_first_step_equals_train_heads_with_frozen_encoders(world, tmp_path):
 
 def test_resume_is_bit_identical_and_export_goes_through_extract_and_score(world, tmp_path):
     s = world["sample"]
-    cfg = AdaptConfig(head="flow", batch_size=4, epochs=2, seed=1, lr=1e-3, encoder_lr=1e-4, workers=0,
-                      checkpoint_every=100)
+    cfg = AdaptConfig(
+        head="flow", batch_size=4, epochs=2, seed=1, lr=1e-3, encoder_lr=1e-4, workers=0, checkpoint_every=100
+    )
     whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], whole, cfg, progress=False, log=quiet)
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, max_steps=5, log=quiet)
@@ -108,23 +118,71 @@ def test_resume_is_bit_identical_and_export_goes_through_extract_and_score(world
     base = load_file(os.path.join(whole, "encoder.safetensors"))
     # the encoder moved; open_clip loads it; extract makes a new store that scores the head
     import open_clip
+
     model = open_clip.create_model(TINY, pretrained=os.path.join(whole, "encoder.safetensors"))
     assert torch.equal(model.state_dict()["visual.proj"], base["visual.proj"])
     store = str(tmp_path / "store")
-    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", TINY, "--pretrained",
-                                  os.path.join(whole, "encoder.safetensors"), "--manifest", s["candidates"],
-                                  "--image-root", s["image_root"], "--workers", "0", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            store,
+            "--model",
+            TINY,
+            "--pretrained",
+            os.path.join(whole, "encoder.safetensors"),
+            "--manifest",
+            s["candidates"],
+            "--image-root",
+            s["image_root"],
+            "--workers",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     fp = json.load(open(os.path.join(store, "store.json")))["fingerprint"]
     assert fp != world["store"].fingerprint == world["enc"].fingerprint
     assert json.load(open(os.path.join(whole, "config.json")))["store_fingerprint"] == fp
-    r = CliRunner().invoke(main, ["score", "--store", store, "--manifests", s["candidates"], "--scorer", "clip",
-                                  "--scorer", f"adapted={whole}", "--out", str(tmp_path / "res"), "--bootstrap", "0",
-                                  "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--store",
+            store,
+            "--manifests",
+            s["candidates"],
+            "--scorer",
+            "clip",
+            "--scorer",
+            f"adapted={whole}",
+            "--out",
+            str(tmp_path / "res"),
+            "--bootstrap",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(main, ["score", "--store", world["store"].root, "--manifests", s["candidates"],
-                                  "--scorer", whole, "--out", str(tmp_path / "res2"), "--bootstrap", "0", "--quiet"])
-    assert r.exit_code != 0 and "refused" in r.output          # not on the frozen encoder's store
+    r = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--store",
+            world["store"].root,
+            "--manifests",
+            s["candidates"],
+            "--scorer",
+            whole,
+            "--out",
+            str(tmp_path / "res2"),
+            "--bootstrap",
+            "0",
+            "--quiet",
+        ],
+    )
+    assert r.exit_code != 0 and "refused" in r.output  # not on the frozen encoder's store
 
 
 @pytest.mark.slow
@@ -135,17 +193,44 @@ def test_sigkilled_adapt_resumes_to_the_uninterrupted_weights(world, tmp_path):
     import random
     import signal
     import time
+
     s = world["sample"]
-    args = [sys.executable, "-m", "flowclip_cache", "adapt", "--model", TINY, "--train", s["training"],
-            "--image-root", s["image_root"], "--workers", "0", "--epochs", "3", "--batch-size", "4",
-            "--encoder-lr", "1e-4", "--checkpoint-every", "1", "--seed", "3", "--quiet"]
+    args = [
+        sys.executable,
+        "-m",
+        "flowclip_cache",
+        "adapt",
+        "--model",
+        TINY,
+        "--train",
+        s["training"],
+        "--image-root",
+        s["image_root"],
+        "--workers",
+        "0",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "4",
+        "--encoder-lr",
+        "1e-4",
+        "--checkpoint-every",
+        "1",
+        "--seed",
+        "3",
+        "--quiet",
+    ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
     subprocess.run([*args, "--out", whole], env=env, check=True, capture_output=True, timeout=600)
     rng, kills = random.Random(0), 0
     for attempt in range(3):
-        proc = subprocess.Popen([*args, "--out", cut, *(["--resume"] if attempt else [])], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*args, "--out", cut, *(["--resume"] if attempt else [])],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         first = None
         while proc.poll() is None:
             if os.path.exists(os.path.join(cut, "checkpoint.json")):
@@ -170,15 +255,17 @@ def test_resume_restores_the_random_state(world, tmp_path, monkeypatch):
     import torch.nn.functional as F
 
     import flowclip_cache.features as features
+
     plain = features.image_features
-    monkeypatch.setattr(features, "image_features",
-                        lambda enc, x: tuple(F.dropout(f, 0.3, training=True) for f in plain(enc, x)))
+    monkeypatch.setattr(
+        features, "image_features", lambda enc, x: tuple(F.dropout(f, 0.3, training=True) for f in plain(enc, x))
+    )
     s = world["sample"]
     cfg = AdaptConfig(head="flow", batch_size=4, epochs=1, seed=1, encoder_lr=1e-4, workers=0)
     whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], whole, cfg, progress=False, log=quiet)
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, max_steps=2, log=quiet)
-    torch.manual_seed(123)                   # whatever the process drew meanwhile
+    torch.manual_seed(123)  # whatever the process drew meanwhile
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, resume=True, log=quiet)
     for f in ("encoder.safetensors", "head.safetensors"):
         a, b = load_file(os.path.join(whole, f)), load_file(os.path.join(cut, f))
@@ -191,22 +278,55 @@ def test_exported_encoder_resolves_as_its_base(world, tmp_path):
     the same architecture and its store is the one the adapted head was trained for. The
     head also comes from a YAML config, where `head: none` means NegCLIP-style."""
     import yaml
+
     s = world["sample"]
     cfg = AdaptConfig(head="global", batch_size=8, epochs=1, workers=0)
     out = str(tmp_path / "run")
-    run_adapt(EncoderSpec(TINY, force_quick_gelu=True), s["training"], s["image_root"], out, cfg, progress=False,
-              log=quiet)
+    run_adapt(
+        EncoderSpec(TINY, force_quick_gelu=True), s["training"], s["image_root"], out, cfg, progress=False, log=quiet
+    )
     store = str(tmp_path / "store")
-    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", TINY, "--pretrained",
-                                  os.path.join(out, "encoder.safetensors"), "--manifest", s["candidates"],
-                                  "--image-root", s["image_root"], "--workers", "0", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            store,
+            "--model",
+            TINY,
+            "--pretrained",
+            os.path.join(out, "encoder.safetensors"),
+            "--manifest",
+            s["candidates"],
+            "--image-root",
+            s["image_root"],
+            "--workers",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     made = json.load(open(os.path.join(store, "store.json")))
     assert made["encoder"]["model_cfg"]["quick_gelu"] is True
     assert made["fingerprint"] == json.load(open(os.path.join(out, "config.json")))["store_fingerprint"]
     (tmp_path / "negclip.yaml").write_text(yaml.safe_dump({"head": "none", "epochs": 1, "batch_size": 8, "workers": 0}))
-    r = CliRunner().invoke(main, ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"],
-                                  "--config", str(tmp_path / "negclip.yaml"), "--out", str(tmp_path / "n"), "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "adapt",
+            "--model",
+            TINY,
+            "--train",
+            s["training"],
+            "--image-root",
+            s["image_root"],
+            "--config",
+            str(tmp_path / "negclip.yaml"),
+            "--out",
+            str(tmp_path / "n"),
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.load(open(tmp_path / "n" / "config.json"))["head"]["kind"] == "clip"
 
@@ -215,6 +335,7 @@ def test_malformed_tag_settings_are_refused(tmp_path):
     from safetensors.torch import save_file
 
     from flowclip_cache.encoder_families.open_clip_common import TAG_SETTINGS_KEY, file_tag_settings
+
     path = str(tmp_path / "w.safetensors")
     for bad in ('{"quick_gelu": "yes"}', '{"mean": [0.5, 0.5]}', '{"exec": "rm -rf /"}', "not json"):
         save_file({"x": torch.zeros(1)}, path, metadata={TAG_SETTINGS_KEY: bad})
@@ -226,8 +347,22 @@ def test_malformed_tag_settings_are_refused(tmp_path):
 
 def test_refusals_and_negclip(world, tmp_path):
     s = world["sample"]
-    args = ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"], "--workers", "0",
-            "--epochs", "1", "--batch-size", "8", "--quiet"]
+    args = [
+        "adapt",
+        "--model",
+        TINY,
+        "--train",
+        s["training"],
+        "--image-root",
+        s["image_root"],
+        "--workers",
+        "0",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--quiet",
+    ]
     r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "n"), "--head", "none"])
     assert r.exit_code == 0, r.output
     assert json.load(open(tmp_path / "n" / "config.json"))["head"]["kind"] == "clip"
@@ -242,6 +377,7 @@ def test_refusals_and_negclip(world, tmp_path):
     # records as train-head reads them, refusals included: a row without negatives would
     # otherwise draw caption -1 (the last caption) as its negative
     from flowclip_cache.manifest import write_manifest
+
     table = Manifest.read(s["training"]).table
     negs = table.column("negatives").to_pylist()
     negs[3] = []
@@ -256,8 +392,18 @@ def test_refusals_and_negclip(world, tmp_path):
 
 def _torchrun(n, args, cwd):
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-port",
-           str(29500 + os.getpid() % 1000), "-m", "flowclip_cache", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(n),
+        "--master-port",
+        str(29500 + os.getpid() % 1000),
+        "-m",
+        "flowclip_cache",
+        *args,
+    ]
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
@@ -266,8 +412,10 @@ def _torchrun(n, args, cwd):
 def _rank_gradients(rank, world, init_file, sample, model_name, head_kind, out):
     """One global batch of 8 records on `world` gloo ranks: loss and every gradient (rank 0 saves them)."""
     import torch.distributed as dist
+
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     from flowclip_cache.adapt import gather_group
+
     ranks = Ranks(rank, world, gather_group())
     grads = _gradients(ranks, sample, model_name, head_kind)
     if rank == 0:
@@ -282,7 +430,7 @@ def _gradients(ranks, sample, model_name, head_kind):
     encoder = load_model(enc)
     head = cfg.build_head(enc.dim)
     with torch.no_grad():
-        for p in head.parameters():     # a head away from its initialisation: every part has a gradient
+        for p in head.parameters():  # a head away from its initialisation: every part has a gradient
             p.add_(0.1 * torch.randn_like(p))
     model = Adapted(encoder, head)
     recs = read_records(sample["training"], sample["image_root"])
@@ -292,14 +440,18 @@ def _gradients(ranks, sample, model_name, head_kind):
     glob = order[:8]
     mine = ranks.share(glob)
     x = torch.stack([_Images(recs, encoder.preprocess)[int(r)] for r in mine])
-    tokens = encoder.tokenize([recs.texts[int(i)] for i in torch.cat([recs.rec_pos[mine],
-                                                                      recs.rec_neg[mine, pick[mine]]])])
+    tokens = encoder.tokenize(
+        [recs.texts[int(i)] for i in torch.cat([recs.rec_pos[mine], recs.rec_neg[mine, pick[mine]]])]
+    )
     feats = batch_features(forward, ranks, x, tokens, encoder.config["token_mask"], "fp32", head.uses_tokens)
     loss = batch_loss(head, cfg, recs.rec_image[glob], recs.rec_pos[glob], recs.rec_neg[glob, pick[glob]], feats)[0]
     loss.backward()
     frozen_names = [n for n, p in model.named_parameters() if not p.requires_grad]
-    return {"loss": loss.item(), "frozen": (frozen, frozen_names),
-            **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}
+    return {
+        "loss": loss.item(),
+        "frozen": (frozen, frozen_names),
+        **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+    }
 
 
 @pytest.fixture(params=["tiny-flow", "tiny-global", "blip-flow"])
@@ -318,6 +470,7 @@ def test_two_ranks_compute_the_one_process_gradient(world, adapted_model, tmp_pa
     first (DDP would wait for their gradients): the logit scale; BLIP's ITM head and
     cross-attention, never its ITC path."""
     import torch.multiprocessing as mp
+
     out = str(tmp_path / "grads.pt")
     model_name, head_kind = adapted_model
     mp.spawn(_rank_gradients, args=(2, str(tmp_path / "init"), world["sample"], model_name, head_kind, out), nprocs=2)
@@ -344,9 +497,12 @@ def test_grad_checkpointing_recomputes_blocks_and_keeps_the_gradient(family, req
     from PIL import Image
 
     from flowclip_cache.features import image_features, text_features
-    spec = {"tiny": lambda: EncoderSpec(TINY),
-            "siglip": lambda: EncoderSpec("ViT-B-16-SigLIP", tokenizer=request.getfixturevalue("siglip_tokenizer")),
-            "blip": lambda: EncoderSpec(f"blip:{request.getfixturevalue('blip_folder')}")}[family]()
+
+    spec = {
+        "tiny": lambda: EncoderSpec(TINY),
+        "siglip": lambda: EncoderSpec("ViT-B-16-SigLIP", tokenizer=request.getfixturevalue("siglip_tokenizer")),
+        "blip": lambda: EncoderSpec(f"blip:{request.getfixturevalue('blip_folder')}"),
+    }[family]()
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 80, 3), dtype=np.uint8))
     rerun, grads = {}, {}
     for on in (False, True):
@@ -358,6 +514,7 @@ def test_grad_checkpointing_recomputes_blocks_and_keeps_the_gradient(family, req
 
         def count(*_):
             counting["calls"] += counting["backward"]
+
         hooks = [m.register_forward_hook(count) for m in enc.model.modules()]
         v, P = image_features(enc, torch.stack([enc.preprocess(image)] * 2))
         f = text_features(enc, enc.tokenize(["a red cube left of a blue ball", "two cubes"]), enc.config["token_mask"])
@@ -383,14 +540,34 @@ def test_torchrun_adapt_trains_what_one_process_trains(world, tmp_path):
     can flip a step: measured 1.45e-5 at lr 1e-4 over 2 steps under DDP)."""
     s = world["sample"]
     lr_enc, lr_head = 1e-4, 1e-3
-    args = ["adapt", "--model", TINY, "--train", s["training"], "--image-root", s["image_root"], "--workers", "0",
-            "--epochs", "1", "--batch-size", "8", "--encoder-lr", str(lr_enc), "--lr", str(lr_head),
-            "--device", "cpu", "--quiet"]
+    args = [
+        "adapt",
+        "--model",
+        TINY,
+        "--train",
+        s["training"],
+        "--image-root",
+        s["image_root"],
+        "--workers",
+        "0",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--encoder-lr",
+        str(lr_enc),
+        "--lr",
+        str(lr_head),
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     r = CliRunner().invoke(main, [*args, "--out", one])
     assert r.exit_code == 0, r.output
     _torchrun(2, [*args, "--out", two], tmp_path)
     from flowclip_cache import checkpoint
+
     la, lb = checkpoint.read_state(one)["loss"], checkpoint.read_state(two)["loss"]
     assert len(la) == len(lb) >= 2
     np.testing.assert_allclose(la, lb, rtol=1e-5)
@@ -403,10 +580,28 @@ def test_torchrun_adapt_trains_what_one_process_trains(world, tmp_path):
 @pytest.mark.slow
 def test_extract_under_torchrun_builds_the_one_process_store(world, tmp_path):
     from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+
     s = world["sample"]
-    args = ["extract", "--store", str(tmp_path / "two"), "--model", TINY, "--manifest", s["training"],
-            "--manifest", s["candidates"], "--image-root", s["image_root"], "--workers", "0", "--quiet",
-            "--image-unit", "4", "--caption-unit", "8"]
+    args = [
+        "extract",
+        "--store",
+        str(tmp_path / "two"),
+        "--model",
+        TINY,
+        "--manifest",
+        s["training"],
+        "--manifest",
+        s["candidates"],
+        "--image-root",
+        s["image_root"],
+        "--workers",
+        "0",
+        "--quiet",
+        "--image-unit",
+        "4",
+        "--caption-unit",
+        "8",
+    ]
     _torchrun(2, args, tmp_path)
     a, b = world["store"], FeatureStore(str(tmp_path / "two"))
     assert store_problems(b.root) == [] and a.fingerprint == b.fingerprint

@@ -1,5 +1,6 @@
 """Aggregations checked against hand computations (issue 11, part 6): each test names
 the mutation it was run against (a mean turned max, ddof 1 -> 0, a filter dropped)."""
+
 import numpy as np
 import pytest
 import torch
@@ -16,10 +17,14 @@ from flowclip_cache.training_data import TrainingData, pairwise_accuracy
 
 def test_cross_task_means_by_hand():
     """Mutation checked: np.mean -> np.max fails here."""
-    benches = {"a": Scoring("pairwise", joins=(("m2", ""),)), "b": Scoring("pairwise", joins=(("m2", ""), ("gx", "G"))),
-               "c": Scoring("pairwise", joins=(("gx", ""),))}
-    results = {("real", "r1"): {"a": {"score": 0.2}, "b": {"score": 0.6, "named_groups": {"G": 0.9}},
-                                "c": {"score": 0.5}}}
+    benches = {
+        "a": Scoring("pairwise", joins=(("m2", ""),)),
+        "b": Scoring("pairwise", joins=(("m2", ""), ("gx", "G"))),
+        "c": Scoring("pairwise", joins=(("gx", ""),)),
+    }
+    results = {
+        ("real", "r1"): {"a": {"score": 0.2}, "b": {"score": 0.6, "named_groups": {"G": 0.9}}, "c": {"score": 0.5}}
+    }
     out = cross_task_means(results, benches, ["r1"])["real|r1"]
     assert out["m2"]["mean"] == pytest.approx(0.4) and out["m2"]["members"] == ["a", "b"]
     assert out["gx"]["mean"] == pytest.approx(0.7) and out["gx"]["members"] == ["b/G", "c"]
@@ -31,11 +36,18 @@ def test_summarise_mean_and_sample_std_by_hand():
     runs = [RunSpec("flow", seed, {}) for seed in range(3)]
     res = {"real|clip": {"t": {"score": 0.50}}}
     res.update({f"real|{r.folder}": {"t": {"score": v}} for r, v in zip(runs, (0.60, 0.70, 0.65))})
-    score = {"results": res, "cross_task_means": {}, "controls": ["real"], "bootstrap": {},
-             "decision_changes": {}, "store_fingerprint": "x", "git_revision": "y"}
+    score = {
+        "results": res,
+        "cross_task_means": {},
+        "controls": ["real"],
+        "bootstrap": {},
+        "decision_changes": {},
+        "store_fingerprint": "x",
+        "git_revision": "y",
+    }
     row = summarise(score, runs)["table"]["flow"]["t"]
     assert row["mean"] == pytest.approx(65.0) and row["n"] == 3
-    assert row["std"] == pytest.approx(5.0)                      # sqrt(((-5)^2 + 5^2 + 0) / 2)
+    assert row["std"] == pytest.approx(5.0)  # sqrt(((-5)^2 + 5^2 + 0) / 2)
     assert row["delta"] == pytest.approx(15.0)
 
 
@@ -43,12 +55,22 @@ def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
     """summary.md said an interval that excludes 0 is marked * and marked none (the demo's
     report, issue 29); score's results.md did. Both now use report.interval_cell."""
     from flowclip_cache.studies.study import write_summary
+
     runs = [RunSpec("flow", 0, {})]
-    score = {"results": {"real|clip": {"t": {"score": 0.5}}, f"real|{runs[0].folder}": {"t": {"score": 0.6}}},
-             "cross_task_means": {}, "controls": ["real"], "decision_changes": {}, "store_fingerprint": "x",
-             "git_revision": "y",
-             "bootstrap": {"t": {"flow - clip": {"mean_pts": 10.0, "ci95_pts": [0.35, 4.4], "draws_missing_a_group": 0},
-                                 "flow - flow": {"mean_pts": 0.1, "ci95_pts": [-1.0, 2.0], "draws_missing_a_group": 0}}}}
+    score = {
+        "results": {"real|clip": {"t": {"score": 0.5}}, f"real|{runs[0].folder}": {"t": {"score": 0.6}}},
+        "cross_task_means": {},
+        "controls": ["real"],
+        "decision_changes": {},
+        "store_fingerprint": "x",
+        "git_revision": "y",
+        "bootstrap": {
+            "t": {
+                "flow - clip": {"mean_pts": 10.0, "ci95_pts": [0.35, 4.4], "draws_missing_a_group": 0},
+                "flow - flow": {"mean_pts": 0.1, "ci95_pts": [-1.0, 2.0], "draws_missing_a_group": 0},
+            }
+        },
+    }
     write_summary(str(tmp_path), summarise(score, runs))
     md = (tmp_path / "summary.md").read_text()
     assert "| t | flow - clip | 10.00 | [0.35, 4.40] * | 0 |" in md
@@ -64,10 +86,15 @@ def test_pairwise_accuracy_by_hand():
     """Images e0, e1; record 0: pos e0 vs negs [e1, e0] (a tie, counted wrong);
     record 1: pos e1 vs neg e0 (right). Per kind and pooled."""
     e = np.eye(2)
-    bank = _bank(e, [e[0], e[1], e[1], e[0], e[0]], None)        # captions 0..4
-    data = TrainingData(bank=bank, rec_image=torch.tensor([0, 1]), rec_pos=torch.tensor([0, 2]),
-                        rec_neg=torch.tensor([[1, 4], [3, -1]]), rec_neg_kind=[["swap", "dup"], ["swap"]],
-                        split=np.array(["train", "train"]))
+    bank = _bank(e, [e[0], e[1], e[1], e[0], e[0]], None)  # captions 0..4
+    data = TrainingData(
+        bank=bank,
+        rec_image=torch.tensor([0, 1]),
+        rec_pos=torch.tensor([0, 2]),
+        rec_neg=torch.tensor([[1, 4], [3, -1]]),
+        rec_neg_kind=[["swap", "dup"], ["swap"]],
+        split=np.array(["train", "train"]),
+    )
     acc = pairwise_accuracy(build_head("clip", 2), data, np.array([0, 1]))
     assert acc["swap"] == 1.0 and acc["dup"] == 0.0
     assert acc["all"] == pytest.approx(2 / 3) and acc["pairs"] == 3
@@ -86,11 +113,14 @@ def test_crepe_recall_by_complexity_and_foil_by_hand():
     the old rule (tied foils above the gold) gives R@1 0.25 here."""
     sc = get("crepe-productivity").scoring
     scores = np.array([[0.9, 0.1, 0.2, 0.3], [0.2, 0.9, 0.1, 0.3], [0.5, 0.5, 0.1, 0.2], [0.3, 0.4, 0.5, 0.6]])
-    official = torch.argsort(torch.tensor(scores), descending=True)        # RAIVNLab/CREPE's ranking
+    official = torch.argsort(torch.tensor(scores), descending=True)  # RAIVNLab/CREPE's ranking
     assert [int((row == 0).nonzero()) for row in official] == [0, 2, 0, 3]
     gold = np.zeros(4, int)
-    cols = {"foil_type": np.array(["atom", "atom", "swap", "swap"]), "complexity": np.array([4, 4, 4, 5]),
-            "foil_complexity": np.array(["atom/04", "atom/04", "swap/04", "swap/05"])}
+    cols = {
+        "foil_type": np.array(["atom", "atom", "swap", "swap"]),
+        "complexity": np.array([4, 4, 4, 5]),
+        "foil_complexity": np.array(["atom/04", "atom/04", "swap/04", "swap/05"]),
+    }
     res = aggregate(sc, scores, gold, cols)
     assert res["recall"] == {"R@1": 0.5, "R@3": 0.75, "R@5": 1.0, "R@10": 1.0}
     assert res["recall_by_complexity"] == {"4": pytest.approx(2 / 3), "5": 0.0}
@@ -107,10 +137,10 @@ def test_tie_rules_by_hand():
     g = np.array([1])
     assert [metrics.gold_rank(s, g, r)[0] for r in ("wrong", "first", "correct")] == [2, 1, 0]
     assert [bool(metrics.decisions(s, g, r)[0][0]) for r in ("wrong", "first", "correct")] == [False, False, True]
-    g0 = np.array([0])                                  # gold first among the tied: argmax picks it
+    g0 = np.array([0])  # gold first among the tied: argmax picks it
     assert bool(metrics.decisions(s, g0, "first")[0][0]) and int(np.argmax(s[0])) == 0
     assert not metrics.decisions(s, g0, "wrong")[0][0]
-    nan = np.array([[0.2, 0.5, np.nan]])                # fewer candidates: NaN never ranks
+    nan = np.array([[0.2, 0.5, np.nan]])  # fewer candidates: NaN never ranks
     assert metrics.gold_rank(nan, np.array([1]), "wrong")[0] == 0
 
 
@@ -119,8 +149,9 @@ def test_whatsup_pair_and_set_accuracy_by_hand():
     on, under). Pair 1 all right (2 pairs, 1 set); pair 2: left and right right, on wrong
     (1 pair, no set). Pair accuracy 3 / (8/2), set accuracy 1 / (8/4)."""
     sc = get("whatsup-controlled-a").scoring
-    names = [f"controlled_images/{o}_{p}_plate.jpeg" for o in ("mug", "cup")
-             for p in ("left_of", "right_of", "on", "under")]
+    names = [
+        f"controlled_images/{o}_{p}_plate.jpeg" for o in ("mug", "cup") for p in ("left_of", "right_of", "on", "under")
+    ]
     correct = np.array([1, 1, 1, 1, 1, 1, 0, 1], bool)
     scores = np.where(correct[:, None], [[0.9, 0.1, 0.2, 0.3]], [[0.1, 0.9, 0.2, 0.3]])
     res = aggregate(sc, scores, np.zeros(8, int), {"image": names, "preposition": np.array(["x"] * 8)})
@@ -148,22 +179,35 @@ def test_results_md_for_a_hand_built_case(tmp_path):
     class S:
         def __init__(self, run, kind):
             self.run, self.method, self.head = run, run, build_head(kind, 2)
+
     scorers = [S("clip", "clip"), S("flow", "flow")]
-    benches = {"t1": Scoring("pairwise", group_by="subset", joins=(("m", ""),)),
-               "t2": Scoring("pairwise", joins=(("m", ""),))}
-    results = {"real|clip": {"t1": {"score": 0.5, "ties": 2, "by_subset": {"a": 0.25, "b": 0.75}},
-                             "t2": {"score": 0.7, "ties": 0}},
-               "real|flow": {"t1": {"score": 0.625, "ties": 0, "by_subset": {"a": 0.5, "b": 0.75}},
-                             "t2": {"score": 0.75, "ties": 1}}}
-    summary = {"store_fingerprint": "f" * 64, "git_revision": "abc", "results": results,
-               "cross_task_means": cross_task_means({tuple(k.split("|")): v for k, v in results.items()}, benches,
-                                                    ["clip", "flow"], {"m": ["t1", "t2", "t3"]}),
-               "bootstrap": {"t1": {"flow - clip": {"mean_pts": 12.5, "ci95_pts": [2.0, 23.0],
-                                                    "draws_missing_a_group": 0}}},
-               "decision_changes": {"t1": {"flow vs clip": {"repairs": 3, "regressions": 1}}}}
+    benches = {
+        "t1": Scoring("pairwise", group_by="subset", joins=(("m", ""),)),
+        "t2": Scoring("pairwise", joins=(("m", ""),)),
+    }
+    results = {
+        "real|clip": {
+            "t1": {"score": 0.5, "ties": 2, "by_subset": {"a": 0.25, "b": 0.75}},
+            "t2": {"score": 0.7, "ties": 0},
+        },
+        "real|flow": {
+            "t1": {"score": 0.625, "ties": 0, "by_subset": {"a": 0.5, "b": 0.75}},
+            "t2": {"score": 0.75, "ties": 1},
+        },
+    }
+    summary = {
+        "store_fingerprint": "f" * 64,
+        "git_revision": "abc",
+        "results": results,
+        "cross_task_means": cross_task_means(
+            {tuple(k.split("|")): v for k, v in results.items()}, benches, ["clip", "flow"], {"m": ["t1", "t2", "t3"]}
+        ),
+        "bootstrap": {"t1": {"flow - clip": {"mean_pts": 12.5, "ci95_pts": [2.0, 23.0], "draws_missing_a_group": 0}}},
+        "decision_changes": {"t1": {"flow vs clip": {"repairs": 3, "regressions": 1}}},
+    }
     write_outputs(str(tmp_path), summary, [], scorers, ["real"], benches)
     md = (tmp_path / "results.md").read_text()
-    assert "| real | clip | 50.00 | 70.00 | 60.00 * |" in md          # partial: t3 was not scored
+    assert "| real | clip | 50.00 | 70.00 | 60.00 * |" in md  # partial: t3 was not scored
     assert "| real | flow | 62.50 | 75.00 | 68.75 * |" in md
     assert "m is partial: the mean of 2 of its 3 members (t1, t2); missing t3." in md
     assert "### t1: per subset" in md and "| real | flow | 50.00 | 75.00 |" in md
@@ -178,6 +222,7 @@ def test_results_md_for_a_hand_built_case(tmp_path):
 
 def test_margin_is_gold_minus_the_best_foil():
     from flowclip_cache.metrics import margin
+
     assert margin([0.2, 0.5, 0.1], 1) == pytest.approx(0.3)
     assert margin([0.2, 0.5, 0.1], 0) == pytest.approx(-0.3)
     assert margin([0.4, 0.4], 0) == 0.0
@@ -187,15 +232,27 @@ def test_groups_left_out_of_a_macro_mean_are_marked(tmp_path):
     """VG-Attribution style: a group under min_group is listed, marked † and named as left
     out of the macro mean; aggregate names it. Mutation checked: without the mark the
     table shows 'c' as if it counted."""
+
     class S:
         def __init__(self, run):
             self.run, self.method, self.head = run, run, build_head("clip", 2)
+
     sc = Scoring("pairwise", aggregate="macro", group_by="g", min_group=2)
-    res = aggregate(sc, np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.6, 0.1], [0.9, 0.2]]), np.zeros(5, int),
-                    {"g": np.array(["a", "a", "b", "b", "c"])})
+    res = aggregate(
+        sc,
+        np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.6, 0.1], [0.9, 0.2]]),
+        np.zeros(5, int),
+        {"g": np.array(["a", "a", "b", "b", "c"])},
+    )
     assert res["left_out_groups"] == ["c"] and res["score"] == pytest.approx(0.75) and res["by_g"]["c"] == 1.0
-    summary = {"store_fingerprint": "f" * 64, "git_revision": "abc", "results": {"real|clip": {"t": res}},
-               "cross_task_means": {}, "bootstrap": {}, "decision_changes": {}}
+    summary = {
+        "store_fingerprint": "f" * 64,
+        "git_revision": "abc",
+        "results": {"real|clip": {"t": res}},
+        "cross_task_means": {},
+        "bootstrap": {},
+        "decision_changes": {},
+    }
     write_outputs(str(tmp_path), summary, [], [S("clip")], ["real"], {"t": sc})
     md = (tmp_path / "results.md").read_text()
     assert "| control | scorer | a | b | c † |" in md

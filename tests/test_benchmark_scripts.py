@@ -1,6 +1,7 @@
 """Every speed script in benchmarks/ runs to the end on tiny sizes (their figures are
 measured by hand with the commands in docs/performance.md; this only keeps the scripts
 working as the code under them changes: two had broken silently)."""
+
 import os
 import subprocess
 import sys
@@ -11,8 +12,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SMALL = {
     "bench_adapt.py": ["--model", "flowclip-tiny-vit", "--batch", "4", "--repeats", "1"],
-    "bench_extract.py": ["--images", "8", "--captions", "16", "--model", "flowclip-tiny-vit", "--workers", "0",
-                         "--batch-size", "4"],
+    "bench_extract.py": [
+        "--images",
+        "8",
+        "--captions",
+        "16",
+        "--model",
+        "flowclip-tiny-vit",
+        "--workers",
+        "0",
+        "--batch-size",
+        "4",
+    ],
     "bench_families.py": ["--images", "2", "--batch-size", "2", "--repeats", "1"],
     "bench_fixed_shapes.py": ["--model", "flowclip-tiny-vit", "--images", "4", "--captions", "8", "--reps", "1"],
     "bench_grid.py": ["--scenes", "60", "--epochs", "1"],
@@ -20,8 +31,18 @@ SMALL = {
     "bench_load.py": ["--images", "50", "--captions", "200"],
     "bench_readouts.py": ["--model", "flowclip-tiny-vit", "--batch", "4", "--repeats", "1"],
     "bench_rehash.py": ["--files", "20", "--kib", "4"],
-    "bench_scale.py": ["--root", "{tmp}/scale", "--fractions", "0.002", "--steps", "2", "--exact-images", "50",
-                       "--shortlist", "5"],
+    "bench_scale.py": [
+        "--root",
+        "{tmp}/scale",
+        "--fractions",
+        "0.002",
+        "--steps",
+        "2",
+        "--exact-images",
+        "50",
+        "--shortlist",
+        "5",
+    ],
     "bench_score.py": ["--images", "8", "--captions", "16", "--reps", "1"],
     "bench_train.py": ["--steps", "2", "--encode-steps", "1"],
 }
@@ -38,7 +59,13 @@ def test_script_runs_on_tiny_sizes(script, tmp_path):
         pytest.importorskip("transformers", reason="bench_families needs transformers (pip install 'flowclip[hf]')")
     args = [a.replace("{tmp}", str(tmp_path)) for a in SMALL[script]]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *args], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", script), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "failed" not in r.stdout and r.stdout.strip(), r.stdout[-2000:]

@@ -1,5 +1,6 @@
 """Converters against the real files where we have them, hand-written fixtures in the
 official formats elsewhere; the catalogue against the registry."""
+
 import json
 import os
 
@@ -28,8 +29,15 @@ def build(name, source, out, on_error="fail", **opt):
 @needs_shared("sugarcrepe")
 def test_sugarcrepe_real_files(tmp_path):
     report, m = build("sugarcrepe", os.path.join(SHARED_BENCHMARKS, "sugarcrepe"), tmp_path / "sc.parquet")
-    assert report.counts == {"add_att": 692, "add_obj": 2062, "replace_att": 788, "replace_obj": 1652,
-                             "replace_rel": 1406, "swap_att": 666, "swap_obj": 245}
+    assert report.counts == {
+        "add_att": 692,
+        "add_obj": 2062,
+        "replace_att": 788,
+        "replace_obj": 1652,
+        "replace_rel": 1406,
+        "swap_att": 666,
+        "swap_obj": 245,
+    }
     assert report.records == 7511 == len(m) and report.images == 1560
     ids = set(m.table.column("record_id").to_pylist())
     assert "swap_obj/107" in ids and "swap_obj/108" not in ids and "swap_obj/109" in ids
@@ -40,12 +48,17 @@ def test_sugarcrepe_real_files(tmp_path):
 def test_abc6k_real_file(tmp_path):
     lines = open(os.path.join(SHARED_BENCHMARKS, "abc6k", "ABC-6K.txt"), encoding="utf-8").read().split("\n")
     # a COCO caption file, written by hand in COCO's format, that knows the first 10 originals
-    coco = {"images": [{"id": 100 + i, "file_name": f"COCO_val2014_{100 + i:012d}.jpg"} for i in range(10)],
-            "annotations": [{"image_id": 100 + i, "id": i, "caption": lines[2 * i].lower() + "  "}
-                            for i in range(10)]}
+    coco = {
+        "images": [{"id": 100 + i, "file_name": f"COCO_val2014_{100 + i:012d}.jpg"} for i in range(10)],
+        "annotations": [{"image_id": 100 + i, "id": i, "caption": lines[2 * i].lower() + "  "} for i in range(10)],
+    }
     (tmp_path / "captions_val2014.json").write_text(json.dumps(coco))
-    report, m = build("abc6k", os.path.join(SHARED_BENCHMARKS, "abc6k"), tmp_path / "abc.parquet",
-                      coco_captions=str(tmp_path / "captions_val2014.json"))
+    report, m = build(
+        "abc6k",
+        os.path.join(SHARED_BENCHMARKS, "abc6k"),
+        tmp_path / "abc.parquet",
+        coco_captions=str(tmp_path / "captions_val2014.json"),
+    )
     assert report.counts["pairs_in_file"] == 3217 and report.counts["identical_in_file"] == 100
     assert report.records == 10 and report.counts["image_not_found"] == 3207
     assert len(report.skipped) == 3207 and "no COCO image has the caption" in report.skipped[0][2]
@@ -56,8 +69,15 @@ def test_abc6k_real_file(tmp_path):
 
 
 def vg_item(i, **kw):
-    item = {"image_path": f"{i}.jpg", "bbox_x": 1, "bbox_y": 2, "bbox_w": 30, "bbox_h": 40,
-            "true_caption": f"the cat is on the mat {i}", "false_caption": f"the mat is on the cat {i}"}
+    item = {
+        "image_path": f"{i}.jpg",
+        "bbox_x": 1,
+        "bbox_y": 2,
+        "bbox_w": 30,
+        "bbox_h": 40,
+        "true_caption": f"the cat is on the mat {i}",
+        "false_caption": f"the mat is on the cat {i}",
+    }
     item.update(kw)
     return item
 
@@ -68,16 +88,23 @@ def test_aro_vg_relation_excludes_the_official_list(tmp_path):
     assert len(excluded) == 157
     items = [vg_item(0, relation_name="on"), vg_item(1, relation_name=excluded[0]), vg_item(2, relation_name="on")]
     (tmp_path / "visual_genome_relation.json").write_text(json.dumps(items))
-    report, m = build("aro-vg-relation", tmp_path, tmp_path / "vgr.parquet",
-                      excluded_relations=os.path.join(SHARED_BENCHMARKS, "aro", "vgr_excluded_relations.json"))
+    report, m = build(
+        "aro-vg-relation",
+        tmp_path,
+        tmp_path / "vgr.parquet",
+        excluded_relations=os.path.join(SHARED_BENCHMARKS, "aro", "vgr_excluded_relations.json"),
+    )
     rows = m.table.to_pylist()
     assert [r["excluded"] for r in rows] == [False, True, False]
     assert rows[0]["crop"] == [1, 2, 30, 40] and rows[0]["captions"][0].startswith("the cat")
 
 
 def test_aro_vg_attribution_and_bad_items(tmp_path):
-    items = [vg_item(0, attributes=["red", "blue"]), vg_item(1, attributes=["red", "blue"]),
-             {"image_path": "2.jpg", "true_caption": "a", "false_caption": "b", "attributes": ["x", "y"]}]
+    items = [
+        vg_item(0, attributes=["red", "blue"]),
+        vg_item(1, attributes=["red", "blue"]),
+        {"image_path": "2.jpg", "true_caption": "a", "false_caption": "b", "attributes": ["x", "y"]},
+    ]
     (tmp_path / "visual_genome_attribution.json").write_text(json.dumps(items))
     with pytest.raises(ManifestError, match=r"visual_genome_attribution.json: item 2: missing or non-numeric bbox"):
         build("aro-vg-attribution", tmp_path, tmp_path / "vga.parquet")
@@ -89,24 +116,31 @@ def test_aro_vg_attribution_and_bad_items(tmp_path):
 def fake_tagger(text):
     nouns = {"dog", "frisbee", "park", "man", "horse", "beach"}
     adjs = {"brown", "red", "white", "sandy"}
-    return [(w, "NN" if w.strip(".").lower() in nouns else "JJ" if w.lower() in adjs else "DT")
-            for w in text.split()]
+    return [(w, "NN" if w.strip(".").lower() in nouns else "JJ" if w.lower() in adjs else "DT") for w in text.split()]
 
 
 def test_aro_coco_order_with_injected_tags(tmp_path):
-    data = [{"image": "val2014/COCO_val2014_000000000001.jpg",
-             "caption": ["A brown dog catches a red frisbee in the park.", "A man rides a white horse on a sandy beach."]}]
+    data = [
+        {
+            "image": "val2014/COCO_val2014_000000000001.jpg",
+            "caption": [
+                "A brown dog catches a red frisbee in the park.",
+                "A man rides a white horse on a sandy beach.",
+            ],
+        }
+    ]
     (tmp_path / "coco_karpathy_test.json").write_text(json.dumps(data))
     report, m = build("aro-coco-order", tmp_path, tmp_path / "o.parquet", tagger=fake_tagger)
     rows = m.table.to_pylist()
     assert report.records == 2 and all(len(r["captions"]) == 5 for r in rows)
     gold = rows[0]["captions"][0]
-    assert gold == "a brown dog catches a red frisbee in the park"     # ARO's clean-up
+    assert gold == "a brown dog catches a red frisbee in the park"  # ARO's clean-up
     for foil in rows[0]["captions"][1:]:
-        assert sorted(foil.split()) == sorted(gold.split())           # shuffles keep the words
+        assert sorted(foil.split()) == sorted(gold.split())  # shuffles keep the words
     report2, m2 = build("aro-coco-order", tmp_path, tmp_path / "o2.parquet", tagger=fake_tagger)
-    assert m2.table.to_pylist() == rows                               # deterministic
+    assert m2.table.to_pylist() == rows  # deterministic
     from flowclip_cache.datasets import _aro
+
     try:
         import spacy  # noqa: F401
     except ImportError:
@@ -116,15 +150,27 @@ def test_aro_coco_order_with_injected_tags(tmp_path):
 
 def test_whatsup(tmp_path):
     (tmp_path / "coco_qa_one_obj.json").write_text(json.dumps([[42, "A dog on the left", "A dog on the right"]]))
-    (tmp_path / "coco_qa_two_obj.json").write_text(json.dumps([[7, "a cup left of a plate", "a cup right of a plate"],
-                                                                [8, "x"]]))
+    (tmp_path / "coco_qa_two_obj.json").write_text(
+        json.dumps([[7, "a cup left of a plate", "a cup right of a plate"], [8, "x"]])
+    )
     report, m = build("whatsup-coco-spatial", tmp_path, tmp_path / "w.parquet", on_error="skip")
     assert report.counts == {"one": 1, "two": 1} and len(report.skipped) == 1
     assert m.table.column("image").to_pylist() == ["val2017/000000000042.jpg", "val2017/000000000007.jpg"]
-    (tmp_path / "controlled_images_dataset.json").write_text(json.dumps([
-        {"image_path": "data/controlled_images/mug_left_of_plate.jpeg",
-         "caption_options": ["A mug to the left of a plate", "A mug to the right of a plate",
-                             "A mug on a plate", "A mug under a plate"]}]))
+    (tmp_path / "controlled_images_dataset.json").write_text(
+        json.dumps(
+            [
+                {
+                    "image_path": "data/controlled_images/mug_left_of_plate.jpeg",
+                    "caption_options": [
+                        "A mug to the left of a plate",
+                        "A mug to the right of a plate",
+                        "A mug on a plate",
+                        "A mug under a plate",
+                    ],
+                }
+            ]
+        )
+    )
     report, m = build("whatsup-controlled-a", tmp_path, tmp_path / "a.parquet")
     assert m.table.to_pylist()[0]["preposition"] == "left" and len(m.table.to_pylist()[0]["captions"]) == 4
 
@@ -135,7 +181,8 @@ def test_crepe_literal_lists_only(tmp_path):
     (d / "prod_vg_hard_negs_swap_complexity_4.csv").write_text(
         "image_id,caption,x,y,width,height,hard_negs\n"
         "2317,a red car near a tree,1,2,30,40,\"['a tree near a red car', 'a red tree near a car']\"\n"
-        "2318,a dog,1,2,30,40,\"__import__('os').system('echo pwned')\"\n")
+        "2318,a dog,1,2,30,40,\"__import__('os').system('echo pwned')\"\n"
+    )
     with pytest.raises(ManifestError, match="complexity_4.csv: line 3: unreadable row"):
         build("crepe-productivity", tmp_path, tmp_path / "c.parquet")
     report, m = build("crepe-productivity", tmp_path, tmp_path / "c.parquet", on_error="skip")
@@ -151,12 +198,14 @@ def test_pug_and_clevr(tmp_path):
         "character1_pos,character2_pos\n"
         "a.png,Desert,Goldfish,Elephant,Grass,Asphalt,left,right\n"
         "b.png,Desert,Goldfish,Goldfish,Grass,Asphalt,left,right\n"
-        "c.png,Desert,Goldfish,Elephant,Default,Asphalt,left,right\n")
+        "c.png,Desert,Goldfish,Elephant,Default,Asphalt,left,right\n"
+    )
     report, m = build("pug-spar", tmp_path, tmp_path / "p.parquet")
     assert report.records == 1 and report.counts["not_assignment_pairs"] == 2
     assert m.table.to_pylist()[0]["captions"] == [
         "This is a photo of a Goldfish textured with Grass and a Elephant textured with Asphalt",
-        "This is a photo of a Elephant textured with Grass and a Goldfish textured with Asphalt"]
+        "This is a photo of a Elephant textured with Grass and a Goldfish textured with Asphalt",
+    ]
     (tmp_path / "clevr.csv").write_text("img1.png,cube,red,sphere,blue\nimg2.png,cube,red,sphere,red\n")
     report, m = build("clevr-binding", tmp_path / "clevr.csv", tmp_path / "cl.parquet")
     rows = m.table.to_pylist()
@@ -165,9 +214,17 @@ def test_pug_and_clevr(tmp_path):
 
 
 def test_retrieval_both_formats(tmp_path):
-    k = {"images": [{"filepath": "val2014", "filename": "a.jpg", "split": "test",
-                     "sentences": [{"raw": "one"}, {"raw": "two"}]},
-                    {"filepath": "train2014", "filename": "b.jpg", "split": "train", "sentences": [{"raw": "x"}]}]}
+    k = {
+        "images": [
+            {
+                "filepath": "val2014",
+                "filename": "a.jpg",
+                "split": "test",
+                "sentences": [{"raw": "one"}, {"raw": "two"}],
+            },
+            {"filepath": "train2014", "filename": "b.jpg", "split": "train", "sentences": [{"raw": "x"}]},
+        ]
+    }
     (tmp_path / "dataset_coco.json").write_text(json.dumps(k))
     report, m = build("coco-retrieval", tmp_path, tmp_path / "r.parquet")
     assert m.kind == "retrieval" and m.table.to_pylist() == [{"image": "val2014/a.jpg", "captions": ["one", "two"]}]
@@ -185,7 +242,7 @@ def test_cifar_binary_without_pickle(tmp_path):
     assert m.kind == "classification" and m.table.column("label").to_pylist() == [3, 0, 9]
     assert m.meta["prompts"][3] == ["a photo of a class3."]
     img = np.asarray(Image.open(tmp_path / "c10.parquet.images" / "00000.png"))
-    np.testing.assert_array_equal(img[..., 0], recs[0][1:1025].reshape(32, 32))    # red plane first
+    np.testing.assert_array_equal(img[..., 0], recs[0][1:1025].reshape(32, 32))  # red plane first
     recs100 = [np.concatenate([[1, 57], rng.integers(0, 256, 3072)]).astype(np.uint8)]
     np.concatenate(recs100).tofile(tmp_path / "test.bin")
     (tmp_path / "fine_label_names.txt").write_text("\n".join(f"f_{i}" for i in range(100)))
@@ -198,8 +255,11 @@ def test_imagenetv2_folders(tmp_path):
         (tmp_path / c).mkdir()
         Image.new("RGB", (4, 4)).save(tmp_path / c / "x.jpeg")
     report, m = build("imagenetv2", tmp_path, tmp_path / "in.parquet")
-    assert m.table.to_pylist() == [{"image": "0/x.jpeg", "label": 0}, {"image": "1/x.jpeg", "label": 1},
-                                   {"image": "10/x.jpeg", "label": 10}]
+    assert m.table.to_pylist() == [
+        {"image": "0/x.jpeg", "label": 0},
+        {"image": "1/x.jpeg", "label": 1},
+        {"image": "10/x.jpeg", "label": 10},
+    ]
     assert len(m.meta["classes"]) == 1000
 
 
@@ -207,13 +267,15 @@ def test_coco_train_negclip_tsv(tmp_path):
     (tmp_path / "train_neg_clip.tsv").write_text(
         "\ttitle\tfilepath\tneg_caption\tneg_image\n"
         "0\tA cat on a mat.\tcoco/train2014/a.jpg\t['A mat on a cat .', 'A cat on a mat.']\t[1, 2]\n"
-        "1\tA dog.\tcoco/train2014/b.jpg\t['A dog.']\t[3]\n")
+        "1\tA dog.\tcoco/train2014/b.jpg\t['A dog.']\t[3]\n"
+    )
     (tmp_path / "valid_neg_clip.tsv").write_text(
-        "\ttitle\tfilepath\tneg_caption\tneg_image\n0\tTwo birds.\tcoco/val2014/c.jpg\t['Two words .']\t[1]\n")
+        "\ttitle\tfilepath\tneg_caption\tneg_image\n0\tTwo birds.\tcoco/val2014/c.jpg\t['Two words .']\t[1]\n"
+    )
     report, m = build("coco-train", tmp_path, tmp_path / "t.parquet", on_error="skip")
     rows = m.table.to_pylist()
     assert [r["split"] for r in rows] == ["train", "val"] and rows[0]["image"] == "train2014/a.jpg"
-    assert rows[0]["negatives"] == ["A mat on a cat ."]                   # the copy of the positive is dropped
+    assert rows[0]["negatives"] == ["A mat on a cat ."]  # the copy of the positive is dropped
     assert "no negative that differs" in report.skipped[0][2]
 
 
@@ -224,14 +286,18 @@ def test_malformed_files_name_file_and_line(tmp_path):
     (tmp_path / "add_att.json").write_bytes(b'{"0": {"filename": "a.jpg",\n"caption": "\xff"}}')
     with pytest.raises(ManifestError, match="add_att.json: line 2: not valid UTF-8"):
         build("sugarcrepe", tmp_path, tmp_path / "o.parquet")
-    (tmp_path / "add_att.json").write_text(json.dumps({"0": {"filename": "a.jpg", "caption": "", "negative_caption": "b"}}))
+    (tmp_path / "add_att.json").write_text(
+        json.dumps({"0": {"filename": "a.jpg", "caption": "", "negative_caption": "b"}})
+    )
     with pytest.raises(ManifestError, match="add_att.json: record '0': empty or non-text 'caption'"):
         build("sugarcrepe", tmp_path, tmp_path / "o.parquet")
 
 
 def test_negatives_differ_and_are_deterministic():
-    rows = [{"image": "a.jpg", "caption": "a red car next to a blue bus on the street"},
-            {"image": "b.jpg", "caption": "sky"}]
+    rows = [
+        {"image": "a.jpg", "caption": "a red car next to a blue bus on the street"},
+        {"image": "b.jpg", "caption": "sky"},
+    ]
     out, missing = build_training(rows, ["swap-att", "swap-obj", "shuffle-bigram"], seed=3)
     assert out == build_training(rows, ["swap-att", "swap-obj", "shuffle-bigram"], seed=3)[0]
     r = out[0]
@@ -239,6 +305,7 @@ def test_negatives_differ_and_are_deterministic():
     assert all(n != r["positive"] for n in r["negatives"])
     assert r["negatives"][0] == "a blue car next to a red bus on the street"
     from flowclip_cache.negatives import OBJECTS
+
     pos, neg = r["positive"].split(), r["negatives"][1].split()
     changed = [i for i, (a, b) in enumerate(zip(pos, neg)) if a != b]
     assert sorted(pos) == sorted(neg) and len(changed) == 2 and all(pos[i] in OBJECTS for i in changed)
@@ -248,18 +315,32 @@ def test_negatives_differ_and_are_deterministic():
 
 def test_manifest_check(tmp_path):
     (tmp_path / "a.jpg").write_bytes(b"x")
-    write_manifest(tmp_path / "m.parquet", pa.Table.from_pylist([
-        {"record_id": "1", "image": "a.jpg", "captions": ["x", "x"], "gold": 0},
-        {"record_id": "2", "image": "b.jpg", "captions": ["x", "y"], "gold": 0}]), "candidates")
+    write_manifest(
+        tmp_path / "m.parquet",
+        pa.Table.from_pylist(
+            [
+                {"record_id": "1", "image": "a.jpg", "captions": ["x", "x"], "gold": 0},
+                {"record_id": "2", "image": "b.jpg", "captions": ["x", "y"], "gold": 0},
+            ]
+        ),
+        "candidates",
+    )
     problems = check_manifest(Manifest.read(tmp_path / "m.parquet"), str(tmp_path))
     assert any("'b.jpg' not found" in p for p in problems)
     assert any("row 0: duplicate captions" in p for p in problems)
     r = CliRunner().invoke(main, ["manifest", "check", str(tmp_path / "m.parquet"), "--image-root", str(tmp_path)])
     assert r.exit_code == 2
     # duplicate record ids are refused on every read (extract, train, score), naming them
-    write_manifest(tmp_path / "d.parquet", pa.Table.from_pylist([
-        {"record_id": "1", "image": "a.jpg", "captions": ["x", "y"], "gold": 0},
-        {"record_id": "1", "image": "a.jpg", "captions": ["x", "z"], "gold": 1}]), "candidates")
+    write_manifest(
+        tmp_path / "d.parquet",
+        pa.Table.from_pylist(
+            [
+                {"record_id": "1", "image": "a.jpg", "captions": ["x", "y"], "gold": 0},
+                {"record_id": "1", "image": "a.jpg", "captions": ["x", "z"], "gold": 1},
+            ]
+        ),
+        "candidates",
+    )
     r = CliRunner().invoke(main, ["manifest", "check", str(tmp_path / "d.parquet")])
     assert r.exit_code == 2 and "record_id values appear more than once (first: '1')" in r.output
 
@@ -269,8 +350,15 @@ def test_negatives_report_per_kind_and_take_word_lists(tmp_path):
     report says why; the user's own word list makes them."""
     captions = [{"image": f"{i}.png", "caption": f"a red star left of a blue moon number {i}"} for i in range(40)]
     pq.write_table(pa.Table.from_pylist(captions), tmp_path / "c.parquet")
-    args = ["negatives", "--in", str(tmp_path / "c.parquet"), "--out", str(tmp_path / "t.parquet"),
-            "--kinds", "swap-obj,swap-att"]
+    args = [
+        "negatives",
+        "--in",
+        str(tmp_path / "c.parquet"),
+        "--out",
+        str(tmp_path / "t.parquet"),
+        "--kinds",
+        "swap-obj,swap-att",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert "swap-obj: 0 of 40 captions got one" in r.output and "swap-att: 40 of 40" in r.output
@@ -287,25 +375,45 @@ def test_catalogue_matches_registry():
     assert set(cat) == set(benches)
     for name, b in benches.items():
         assert callable(b.build)
-        assert (b.scoring is None) == (b.kind == "training"), name     # every evaluated set is scored
+        assert (b.scoring is None) == (b.kind == "training"), name  # every evaluated set is scored
         entry = cat[name]
-        assert entry["source"] and entry["licence"] and (entry["files"] or name == "sample" or name.startswith("synthetic-"))
+        assert (
+            entry["source"]
+            and entry["licence"]
+            and (entry["files"] or name == "sample" or name.startswith("synthetic-"))
+        )
 
 
 def test_coco_train_from_karpathy_json(tmp_path):
-    k = {"images": [{"filepath": "train2014", "filename": "a.jpg", "split": "train",
-                     "sentences": [{"raw": "a red car next to a blue bus"}, {"raw": "sky"}]},
-                    {"filepath": "val2014", "filename": "b.jpg", "split": "restval",
-                     "sentences": [{"raw": "a dog on a bed near a cat"}]},
-                    {"filepath": "val2014", "filename": "c.jpg", "split": "val",
-                     "sentences": [{"raw": "a man and a horse on the beach"}]},
-                    {"filepath": "val2014", "filename": "d.jpg", "split": "test", "sentences": [{"raw": "x y"}]}]}
+    k = {
+        "images": [
+            {
+                "filepath": "train2014",
+                "filename": "a.jpg",
+                "split": "train",
+                "sentences": [{"raw": "a red car next to a blue bus"}, {"raw": "sky"}],
+            },
+            {
+                "filepath": "val2014",
+                "filename": "b.jpg",
+                "split": "restval",
+                "sentences": [{"raw": "a dog on a bed near a cat"}],
+            },
+            {
+                "filepath": "val2014",
+                "filename": "c.jpg",
+                "split": "val",
+                "sentences": [{"raw": "a man and a horse on the beach"}],
+            },
+            {"filepath": "val2014", "filename": "d.jpg", "split": "test", "sentences": [{"raw": "x y"}]},
+        ]
+    }
     (tmp_path / "dataset_coco.json").write_text(json.dumps(k))
     report, m = build("coco-train", tmp_path, tmp_path / "t.parquet")
     rows = m.table.to_pylist()
     assert [r["image"] for r in rows] == ["train2014/a.jpg", "val2014/b.jpg", "val2014/c.jpg"]
     assert [r["split"] for r in rows] == ["train", "train", "val"]
-    assert report.counts["records_without_any_negative"] == 1            # "sky" has no negative
+    assert report.counts["records_without_any_negative"] == 1  # "sky" has no negative
     for r in rows:
         assert r["negatives"] and all(n != r["positive"] for n in r["negatives"])
         assert len(r["negative_kinds"]) == len(r["negatives"])
@@ -314,6 +422,7 @@ def test_coco_train_from_karpathy_json(tmp_path):
 def _tar(path, members, mode="w"):
     import io
     import tarfile
+
     with tarfile.open(path, mode) as tf:
         for name, data in members:
             info = tarfile.TarInfo(name)
@@ -328,12 +437,24 @@ def test_cc3m_100k_webdataset_shards(tmp_path):
     buf = __import__("io").BytesIO()
     Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, "JPEG")
     jpg = buf.getvalue()
-    sample = lambda k, alt: [(f"{k}.jpg", jpg), (f"{k}.txt", alt.encode()), (f"{k}.json", json.dumps({"key": k}).encode())]
-    _tar(src / "00000.tar", sample("000000001", "alt one") + sample("000000002", "alt two")
-         + [("000000003.txt", b"no image")])
+    sample = lambda k, alt: [
+        (f"{k}.jpg", jpg),
+        (f"{k}.txt", alt.encode()),
+        (f"{k}.json", json.dumps({"key": k}).encode()),
+    ]
+    _tar(
+        src / "00000.tar",
+        sample("000000001", "alt one") + sample("000000002", "alt two") + [("000000003.txt", b"no image")],
+    )
     _tar(src / "00001.tar", sample("000000004", "a man rides a horse"))
-    _tar(src / "coca_captions.tar.gz", [("coca_captions/000000001.txt", b"a red car next to a blue bus\n"),
-                                        ("coca_captions/000000002.txt", b"a dog on a bed near a cat\n")], "w:gz")
+    _tar(
+        src / "coca_captions.tar.gz",
+        [
+            ("coca_captions/000000001.txt", b"a red car next to a blue bus\n"),
+            ("coca_captions/000000002.txt", b"a dog on a bed near a cat\n"),
+        ],
+        "w:gz",
+    )
     (tmp_path / "val.txt").write_text("000000002\n000000099\n")
     out = tmp_path / "m" / "cc3m.parquet"
     out.parent.mkdir()
@@ -341,7 +462,8 @@ def test_cc3m_100k_webdataset_shards(tmp_path):
     rows = m.table.to_pylist()
     assert [(r["record_id"], r["image"], r["positive"], r["split"]) for r in rows] == [
         ("cc3m-train/000000001", "000000001.jpg", "a red car next to a blue bus", "train"),
-        ("cc3m-train/000000002", "000000002.jpg", "a dog on a bed near a cat", "val")]
+        ("cc3m-train/000000002", "000000002.jpg", "a dog on a bed near a cat", "val"),
+    ]
     assert all(r["negatives"] and r["positive"] not in r["negatives"] for r in rows)
     reasons = sorted(s[2] for s in report.skipped)
     assert reasons == ["no CoCa caption coca_captions/000000004.txt", "no image (jpg/jpeg/png/webp)"]
@@ -350,9 +472,10 @@ def test_cc3m_100k_webdataset_shards(tmp_path):
     assert report.counts["train"] == 1 and report.counts["val"] == 1
     assert any("1 val_keys are in no shard" in n for n in report.notes)
     # the alt-texts instead, and a rerun writes no image twice
-    report, m = build("cc3m-train", src, tmp_path / "alt.parquet", on_error="skip", caption="alt",
-                      images_out=str(images))
-    assert [r["positive"] for r in m.table.to_pylist()] == ["a man rides a horse"]   # others have no negative
+    report, m = build(
+        "cc3m-train", src, tmp_path / "alt.parquet", on_error="skip", caption="alt", images_out=str(images)
+    )
+    assert [r["positive"] for r in m.table.to_pylist()] == ["a man rides a horse"]  # others have no negative
     assert report.counts["records_without_any_negative"] == 2
     assert any("(1 new)" in n for n in report.notes)
     with pytest.raises(ManifestError, match="no webdataset shards"):

@@ -1,15 +1,18 @@
 """The CUDA paths: run where a GPU is present, skipped with a reason elsewhere."""
+
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA device on this machine; these run on a GPU machine")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device on this machine; these run on a GPU machine"
+)
 
 
 def test_factorised_scorer_on_cuda_matches_cpu():
     import torch.nn.functional as F
 
     from flowclip_cache.heads import token_scores
+
     g = torch.Generator().manual_seed(0)
     P = F.normalize(torch.randn(4, 49, 64, generator=g), dim=-1)
     H = F.normalize(torch.randn(6, 10, 64, generator=g), dim=-1)
@@ -26,12 +29,20 @@ def test_train_head_on_cuda(tmp_path, tiny_encoder):
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.train import TrainConfig, train_head
+
     s = make_sample(str(tmp_path / "s"), n_images=24)
     fs = FeatureStore.open_or_create(str(tmp_path / "st"), tiny_encoder.config)
     run_extract(fs, tiny_encoder, [s["training"]], s["image_root"], device="cuda", workers=0, progress=False)
     fs.refresh()
-    state = train_head(fs, s["training"], str(tmp_path / "run"), TrainConfig(epochs=1, batch_size=8),
-                       device="cuda", progress=False, log=lambda *_: None)
+    state = train_head(
+        fs,
+        s["training"],
+        str(tmp_path / "run"),
+        TrainConfig(epochs=1, batch_size=8),
+        device="cuda",
+        progress=False,
+        log=lambda *_: None,
+    )
     assert state["global_step"] > 0
 
 
@@ -44,6 +55,7 @@ def test_placements_on_cuda_train_the_same_weights(tmp_path, tiny_encoder):
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.train import TrainConfig, train_head
+
     torch.backends.cuda.matmul.allow_tf32 = False
     s = make_sample(str(tmp_path / "s"), n_images=24)
     fs = FeatureStore.open_or_create(str(tmp_path / "st"), tiny_encoder.config)
@@ -52,8 +64,16 @@ def test_placements_on_cuda_train_the_same_weights(tmp_path, tiny_encoder):
     out = {}
     for placement in ("device", "host", "store"):
         run = str(tmp_path / placement)
-        train_head(fs, s["training"], run, TrainConfig(epochs=1, batch_size=8), device="cuda", placement=placement,
-                   progress=False, log=lambda *_: None)
+        train_head(
+            fs,
+            s["training"],
+            run,
+            TrainConfig(epochs=1, batch_size=8),
+            device="cuda",
+            placement=placement,
+            progress=False,
+            log=lambda *_: None,
+        )
         out[placement] = load_file(f"{run}/head.safetensors")
     for k in out["device"]:
         assert torch.equal(out["device"][k], out["host"][k]) and torch.equal(out["device"][k], out["store"][k]), k
@@ -65,14 +85,26 @@ def test_adapt_on_cuda_fp32_and_bf16(tmp_path, sample):
     from flowclip_cache import checkpoint
     from flowclip_cache.adapt import AdaptConfig, run_adapt
     from flowclip_cache.encoders import EncoderSpec
+
     torch.backends.cuda.matmul.allow_tf32 = False
     base = dict(head="flow", batch_size=8, epochs=1, seed=0, lr=1e-3, encoder_lr=1e-5, workers=0)
     losses = {}
-    for name, device, extra in (("cpu", "cpu", {}), ("cuda", "cuda", {}),
-                                ("bf16", "cuda", {"precision": "bf16", "grad_checkpointing": True})):
+    for name, device, extra in (
+        ("cpu", "cpu", {}),
+        ("cuda", "cuda", {}),
+        ("bf16", "cuda", {"precision": "bf16", "grad_checkpointing": True}),
+    ):
         out = str(tmp_path / name)
-        run_adapt(EncoderSpec("flowclip-tiny-vit"), sample["training"], sample["image_root"], out,
-                  AdaptConfig(**base, **extra), device=device, progress=False, log=lambda *_: None)
+        run_adapt(
+            EncoderSpec("flowclip-tiny-vit"),
+            sample["training"],
+            sample["image_root"],
+            out,
+            AdaptConfig(**base, **extra),
+            device=device,
+            progress=False,
+            log=lambda *_: None,
+        )
         losses[name] = checkpoint.read_state(out)["loss"]
     assert losses["cuda"][0] == pytest.approx(losses["cpu"][0], rel=1e-4)
     assert all(torch.isfinite(torch.tensor(losses["bf16"])))

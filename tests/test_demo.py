@@ -1,4 +1,5 @@
 """The README's main job, in a small configuration."""
+
 import os
 
 from click.testing import CliRunner
@@ -15,6 +16,7 @@ def test_demo_end_to_end(tmp_path):
     assert "## Fixed images" in r.output and "| flow_hnb_cimr |" in r.output
     # SCLIP patches by default (the readout that grounds the tiny CLIP's words)
     import json
+
     assert json.load(open(os.path.join(out, "store", "store.json")))["encoder"]["patch_readout"] == "clearclip"
     # the report links its evidence explorer
     assert "[explain/explorer.html](explain/explorer.html)" in open(os.path.join(out, "summary.md")).read()
@@ -22,9 +24,10 @@ def test_demo_end_to_end(tmp_path):
     # a second run finds everything done
     r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1"])
     assert r.exit_code == 0 and "the study is finished" in r.output
-    assert open(os.path.join(out, "summary.md")).read().count("explain/explorer.html") == 2   # linked once
+    assert open(os.path.join(out, "summary.md")).read().count("explain/explorer.html") == 2  # linked once
     # a summary written again without the link (a study re-summarised) gets it back
     from flowclip_cache.demo import EXPLORER_LINK
+
     summary = os.path.join(out, "summary.md")
     without = open(summary).read().replace(EXPLORER_LINK, "")
     assert "explain/explorer.html" not in without

@@ -1,4 +1,5 @@
 """The worked examples in docs/ run as written (in a fresh folder, on data they make)."""
+
 import os
 import re
 import subprocess
@@ -33,7 +34,12 @@ def test_own_candidates_example(tmp_path):
 def test_offline_families_example(tmp_path):
     pytest.importorskip("transformers", reason="the example needs transformers (pip install 'flowclip[hf]')")
     for lang, code in examples("encoders.md")["offline-families"]:
-        r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path,
-                           env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True)
+        r = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", code],
+            cwd=tmp_path,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, f"{code}\n{r.stdout}\n{r.stderr}"
     assert "family          blip-itc" in r.stdout and "num_patches     16" in r.stdout

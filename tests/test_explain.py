@@ -1,6 +1,7 @@
 """flowclip explain: its numbers are score's (records.parquet), its maps are distributions,
 its sensitivity is a derivative (finite differences), its PNGs print the same numbers, and
 its page works in a real browser (headless Chromium)."""
+
 import json
 import math
 import os
@@ -21,25 +22,104 @@ from flowclip_cache.cli import main
 def explained(tmp_path_factory):
     """A small store, Global-M and Flow-CLIP heads, their score, and explain of every record."""
     from flowclip_cache.sample import make_sample
+
     root = tmp_path_factory.mktemp("explain")
     s = make_sample(str(root / "sample"), n_images=30)
     st, g, f, res, ex = (str(root / n) for n in ("store", "global", "flow", "res", "ex"))
     run = lambda args: CliRunner().invoke(main, args)
-    r = run(["extract", "--store", st, "--model", "flowclip-tiny-vit", "--manifest", s["candidates"],
-             "--manifest", s["training"], "--image-root", s["image_root"], "--workers", "0", "--quiet"])
+    r = run(
+        [
+            "extract",
+            "--store",
+            st,
+            "--model",
+            "flowclip-tiny-vit",
+            "--manifest",
+            s["candidates"],
+            "--manifest",
+            s["training"],
+            "--image-root",
+            s["image_root"],
+            "--workers",
+            "0",
+            "--quiet",
+        ]
+    )
     assert r.exit_code == 0, r.output
     for out, head, extra in ((g, "global", []), (f, "flow", ["--lr", "1e-2", "--epochs", "2"])):
-        r = run(["train-head", "--store", st, "--train", s["training"], "--out", out, "--head", head, "--epochs", "1",
-                 *extra, "--quiet"])
+        r = run(
+            [
+                "train-head",
+                "--store",
+                st,
+                "--train",
+                s["training"],
+                "--out",
+                out,
+                "--head",
+                head,
+                "--epochs",
+                "1",
+                *extra,
+                "--quiet",
+            ]
+        )
         assert r.exit_code == 0, r.output
-    r = run(["score", "--store", st, "--manifests", s["candidates"], "--scorer", "clip", "--scorer", f"global={g}",
-             "--scorer", f"flow={f}", "--out", res, "--bootstrap", "0", "--quiet"])
+    r = run(
+        [
+            "score",
+            "--store",
+            st,
+            "--manifests",
+            s["candidates"],
+            "--scorer",
+            "clip",
+            "--scorer",
+            f"global={g}",
+            "--scorer",
+            f"flow={f}",
+            "--out",
+            res,
+            "--bootstrap",
+            "0",
+            "--quiet",
+        ]
+    )
     assert r.exit_code == 0, r.output
-    r = run(["explain", "--store", st, "--manifest", s["candidates"], "--scorer", "clip", "--scorer", f"global={g}",
-             "--scorer", f"flow={f}", "--records", "all", "--max", "0", "--image-root", s["image_root"], "--out", ex])
+    r = run(
+        [
+            "explain",
+            "--store",
+            st,
+            "--manifest",
+            s["candidates"],
+            "--scorer",
+            "clip",
+            "--scorer",
+            f"global={g}",
+            "--scorer",
+            f"flow={f}",
+            "--records",
+            "all",
+            "--max",
+            "0",
+            "--image-root",
+            s["image_root"],
+            "--out",
+            ex,
+        ]
+    )
     assert r.exit_code == 0, r.output
-    return {"root": root, "sample": s, "store": st, "global": g, "flow": f, "res": res, "ex": ex,
-            "data": json.load(open(os.path.join(ex, "explain.json")))}
+    return {
+        "root": root,
+        "sample": s,
+        "store": st,
+        "global": g,
+        "flow": f,
+        "res": res,
+        "ex": ex,
+        "data": json.load(open(os.path.join(ex, "explain.json"))),
+    }
 
 
 def test_numbers_equal_the_score_records(explained):
@@ -55,7 +135,7 @@ def test_numbers_equal_the_score_records(explained):
         a, b = rec["correct"]["clip"], rec["correct"]["flow"]
         assert rec["status"] == ("repair" if b and not a else "regression" if a and not b else "unchanged")
         flow = rec["maps"]["flow"]
-        assert set(rec["maps"]) == {"flow"}                 # clip and Global-M have no token evidence
+        assert set(rec["maps"]) == {"flow"}  # clip and Global-M have no token evidence
         for cap in flow["captions"]:
             # the maps' own numbers add up to the scorer's score of that caption
             assert math.isclose(cap["s"], rec["scores"]["flow"][cap["index"]], abs_tol=1e-5)
@@ -73,17 +153,36 @@ def test_pngs_print_the_same_margins(explained, monkeypatch, tmp_path):
     """Every text the figures draw, captured at savefig: each record figure's title carries
     every scorer's margin as the records give them."""
     import matplotlib.figure
+
     drawn = []
     real_save = matplotlib.figure.Figure.savefig
 
     def capture(fig, path, *a, **k):
         drawn.append((str(path), [t.get_text() for t in fig.texts] + [ax.get_title() for ax in fig.axes]))
         return real_save(fig, path, *a, **k)
+
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", capture)
     e = explained
-    r = CliRunner().invoke(main, ["explain", "--store", e["store"], "--manifest", e["sample"]["candidates"],
-                                  "--scorer", "clip", "--scorer", f"flow={e['flow']}", "--records", "changed",
-                                  "--image-root", e["sample"]["image_root"], "--out", str(tmp_path / "ex")])
+    r = CliRunner().invoke(
+        main,
+        [
+            "explain",
+            "--store",
+            e["store"],
+            "--manifest",
+            e["sample"]["candidates"],
+            "--scorer",
+            "clip",
+            "--scorer",
+            f"flow={e['flow']}",
+            "--records",
+            "changed",
+            "--image-root",
+            e["sample"]["image_root"],
+            "--out",
+            str(tmp_path / "ex"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     data = json.load(open(tmp_path / "ex" / "explain.json"))
     rows = pq.read_table(os.path.join(e["res"], "records.parquet")).to_pylist()
@@ -108,6 +207,7 @@ def test_displayed_image_is_what_the_encoder_saw(explained):
     from flowclip_cache.explain import display_image
     from flowclip_cache.images import load_image, resolve_image_path
     from flowclip_cache.store import FeatureStore
+
     store = FeatureStore(explained["store"])
     rec = explained["data"]["records"][0]
     pre = store.encoder_config["preprocess"]
@@ -121,6 +221,7 @@ def test_displayed_image_is_what_the_encoder_saw(explained):
 def test_sensitivity_is_the_directional_derivative():
     from flowclip_cache.explain import sensitivity
     from flowclip_cache.heads.flow import FlowHead
+
     torch.manual_seed(0)
     head = FlowHead(12, tau_p=0.1).double()
     with torch.no_grad():
@@ -136,14 +237,27 @@ def test_sensitivity_is_the_directional_derivative():
         d = torch.zeros_like(P)
         d[j] = P[j] - P.mean(0)
         with torch.no_grad():
-            fd = (head.token_margin(P + eps * d, H, mask, 0, 2) - head.token_margin(P - eps * d, H, mask, 0, 2)) / (2 * eps)
+            fd = (head.token_margin(P + eps * d, H, mask, 0, 2) - head.token_margin(P - eps * d, H, mask, 0, 2)) / (
+                2 * eps
+            )
         assert math.isclose(float(sens[j]), float(fd), rel_tol=1e-5, abs_tol=1e-9)
 
 
 def test_selections_and_refusals(explained, tmp_path):
     e = explained
-    base = ["explain", "--store", e["store"], "--manifest", e["sample"]["candidates"], "--scorer", "clip",
-            "--scorer", f"flow={e['flow']}", "--image-root", e["sample"]["image_root"]]
+    base = [
+        "explain",
+        "--store",
+        e["store"],
+        "--manifest",
+        e["sample"]["candidates"],
+        "--scorer",
+        "clip",
+        "--scorer",
+        f"flow={e['flow']}",
+        "--image-root",
+        e["sample"]["image_root"],
+    ]
     data = e["data"]["records"]
     repairs = sorted(r["record_id"] for r in data if r["status"] == "repair")
     r = CliRunner().invoke(main, [*base, "--records", "repairs", "--out", str(tmp_path / "a")])
@@ -172,6 +286,7 @@ def _chromium():
 
 def test_the_page_in_a_real_browser(explained):
     from playwright.sync_api import sync_playwright
+
     exe = _chromium()
     page_path = os.path.join(explained["ex"], "explorer.html")
     records = explained["data"]["records"]
@@ -183,8 +298,10 @@ def test_the_page_in_a_real_browser(explained):
         errors = []
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("request", lambda r: errors.append(f"network request {r.url}")
-                if not r.url.startswith(("file:", "data:")) else None)
+        page.on(
+            "request",
+            lambda r: errors.append(f"network request {r.url}") if not r.url.startswith(("file:", "data:")) else None,
+        )
         page.goto("file://" + page_path)
         assert page.locator("tr.rec").count() == len(records) == int(page.inner_text("#count"))
         page.select_option("#f-status", "regression")
@@ -202,9 +319,12 @@ def test_the_page_in_a_real_browser(explained):
         shown = [float(x) for x in page.locator("td.score").all_inner_texts()]
         want = [x for run in explained["data"]["scorers"] for x in rec["scores"][run]]
         np.testing.assert_allclose(shown, want, rtol=0, atol=1e-6)
-        n_tokens = sum(len(c["contrib"]) for c in rec["maps"]["flow"]["captions"]
-                       if c["index"] in (rec["gold"], rec["maps"]["flow"]["foil"]))
-        assert page.locator(".scorer-maps canvas").count() == 1 + 3 * n_tokens         # before, after, moved
+        n_tokens = sum(
+            len(c["contrib"])
+            for c in rec["maps"]["flow"]["captions"]
+            if c["index"] in (rec["gold"], rec["maps"]["flow"]["foil"])
+        )
+        assert page.locator(".scorer-maps canvas").count() == 1 + 3 * n_tokens  # before, after, moved
         page.wait_for_timeout(300)
         page.screenshot(path=os.path.join(art, "explain-explorer.png"), full_page=True)
         browser.close()
@@ -214,10 +334,29 @@ def test_the_page_in_a_real_browser(explained):
 def test_score_explain_n(explained, tmp_path):
     e = explained
     out = str(tmp_path / "res")
-    r = CliRunner().invoke(main, ["score", "--store", e["store"], "--manifests", e["sample"]["candidates"],
-                                  "--scorer", "clip", "--scorer", f"flow={e['flow']}", "--out", out,
-                                  "--bootstrap", "0", "--quiet", "--explain", "2",
-                                  "--image-root", e["sample"]["image_root"]])
+    r = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--store",
+            e["store"],
+            "--manifests",
+            e["sample"]["candidates"],
+            "--scorer",
+            "clip",
+            "--scorer",
+            f"flow={e['flow']}",
+            "--out",
+            out,
+            "--bootstrap",
+            "0",
+            "--quiet",
+            "--explain",
+            "2",
+            "--image-root",
+            e["sample"]["image_root"],
+        ],
+    )
     assert r.exit_code == 0, r.output
     got = json.load(open(os.path.join(out, "explain", "explain.json")))["records"]
     every = e["data"]["records"]
@@ -234,8 +373,9 @@ def test_token_map_heads_explain_their_own_maps(kind):
     the sensitivity of their margin is its directional derivative."""
     from flowclip_cache.explain import sensitivity
     from flowclip_cache.heads import build_head
+
     torch.manual_seed(1)
-    head = build_head(kind, 12).double().eval()       # as load_head returns it
+    head = build_head(kind, 12).double().eval()  # as load_head returns it
     with torch.no_grad():
         for p in head.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -247,7 +387,7 @@ def test_token_map_heads_explain_their_own_maps(kind):
     score = head.pair_scores(P[None], H, mask)[0]
     torch.testing.assert_close(ev["s"], score)
     shares = ev["contrib"].sum(-1)
-    if kind == "filip":             # the token-to-image half of FILIP's score
+    if kind == "filip":  # the token-to-image half of FILIP's score
         q, p = F.normalize(H @ head.A.T, dim=-1), F.normalize(P @ head.B.T, dim=-1)
         sim = torch.einsum("tld,nd->tln", q, p).masked_fill(~mask[:, :, None], -1e4)
         torch.testing.assert_close(shares, score - 0.5 * sim.max(1).values.mean(-1))

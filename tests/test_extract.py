@@ -1,4 +1,5 @@
 """flowclip extract end to end on the tiny CLIP: once per key, bad input, safety."""
+
 import json
 import os
 import shutil
@@ -29,16 +30,21 @@ def run(store_dir, enc, manifests, root, backend="zarr", **kw):
 
 
 def candidates(path, rows):
-    write_manifest(path, pa.Table.from_pylist(
-        [{"record_id": f"r{i}", "image": img, "captions": caps, "gold": 0} for i, (img, caps) in enumerate(rows)]),
-        "candidates")
+    write_manifest(
+        path,
+        pa.Table.from_pylist(
+            [{"record_id": f"r{i}", "image": img, "captions": caps, "gold": 0} for i, (img, caps) in enumerate(rows)]
+        ),
+        "candidates",
+    )
     return str(path)
 
 
 @pytest.mark.parametrize("backend", ["zarr", "hdf5"])
 def test_extract_once_and_equal_to_direct_encoding(tmp_path, sample, tiny_encoder, tiny_model, backend):
-    fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"],
-                backend)
+    fs, s = run(
+        tmp_path / "st", tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], backend
+    )
     m = Manifest.read(sample["candidates"])
     texts = {c.text for c in m.caption_refs()}
     assert s.images_new == 12 and s.captions_new == len(texts) and not s.failures
@@ -77,7 +83,7 @@ def test_second_run_loads_no_model_and_new_manifest_adds_only_new(tmp_path, samp
 
 
 def test_unchanged_image_files_are_not_read_again(tmp_path, sample, tiny_encoder, monkeypatch):
-    root = tmp_path / "images"                      # a copy, so one file can be edited
+    root = tmp_path / "images"  # a copy, so one file can be edited
     shutil.copytree(sample["image_root"], root)
     run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root))
     hashed, real = [], extract_mod.file_sha256
@@ -96,10 +102,12 @@ def test_unchanged_image_files_are_not_read_again(tmp_path, sample, tiny_encoder
 
 def test_ranks_split_the_plan(tmp_path, sample, tiny_encoder):
     kw = dict(image_unit=4, caption_unit=8)
-    fs_a, _ = run(tmp_path / "a", tiny_encoder, [sample["candidates"]], sample["image_root"], rank=0,
-                  world_size=2, **kw)
-    fs_b, _ = run(tmp_path / "a", tiny_encoder, [sample["candidates"]], sample["image_root"], rank=1,
-                  world_size=2, **kw)
+    fs_a, _ = run(
+        tmp_path / "a", tiny_encoder, [sample["candidates"]], sample["image_root"], rank=0, world_size=2, **kw
+    )
+    fs_b, _ = run(
+        tmp_path / "a", tiny_encoder, [sample["candidates"]], sample["image_root"], rank=1, world_size=2, **kw
+    )
     fs_a.refresh()
     fs_one, _ = run(tmp_path / "one", tiny_encoder, [sample["candidates"]], sample["image_root"], **kw)
     fs_one.refresh()
@@ -120,7 +128,7 @@ def _bad_images(root):
     ok.convert("P").save(f"{root}/palette.png")
     Image.fromarray((np.arange(40 * 20).reshape(20, 40) * 70).astype(np.uint16)).save(f"{root}/sixteen.png")
     exif = Image.Exif()
-    exif[0x0112] = 6                         # rotate 90° on display
+    exif[0x0112] = 6  # rotate 90° on display
     ok.save(f"{root}/rotated.jpg", exif=exif.tobytes())
     return data
 
@@ -131,9 +139,23 @@ def test_bad_items_are_reported_and_never_stored(tmp_path, tiny_encoder):
     outside = tmp_path / "outside.png"
     Image.new("RGB", (8, 8)).save(outside)
     os.symlink(outside, f"{root}/link.png")
-    rows = [(n, [f"caption {n}"]) for n in ["ok.png", "zero.png", "truncated.jpg", "text.jpg", "cmyk.jpg",
-                                             "palette.png", "sixteen.png", "rotated.jpg", "missing.png",
-                                             "../outside.png", str(outside), "link.png"]]
+    rows = [
+        (n, [f"caption {n}"])
+        for n in [
+            "ok.png",
+            "zero.png",
+            "truncated.jpg",
+            "text.jpg",
+            "cmyk.jpg",
+            "palette.png",
+            "sixteen.png",
+            "rotated.jpg",
+            "missing.png",
+            "../outside.png",
+            str(outside),
+            "link.png",
+        ]
+    ]
     rows.append(("ok.png", ["", "word " * 100]))
     man = candidates(tmp_path / "m.parquet", rows)
     fs, s = run(tmp_path / "st", tiny_encoder, [man], root)
@@ -146,12 +168,13 @@ def test_bad_items_are_reported_and_never_stored(tmp_path, tiny_encoder):
     assert "escapes the image root" in reasons["link.png"]
     assert "absolute path refused" in reasons[str(outside)]
     assert reasons[""] == "empty caption"
-    assert s.images_new == 5                 # ok, cmyk, palette, sixteen, rotated
+    assert s.images_new == 5  # ok, cmyk, palette, sixteen, rotated
     assert s.captions_truncated == 1
     fs.refresh()
     assert fs.count(IMAGE) == 5 and store_problems(fs.root) == []
     assert not fs.has(IMAGE, [file_sha256(f"{root}/zero.png")])[0]
     import pyarrow.parquet as pq
+
     table = pq.read_table(s.failures_file)
     assert table.num_rows == len(s.failures) and set(table.column_names) >= {"key", "path_or_text", "reason"}
     assert load_image(f"{root}/rotated.jpg").size == (20, 40)
@@ -174,17 +197,42 @@ def test_on_error_fail_exits_non_zero(tmp_path, tiny_encoder):
     root = tmp_path / "imgs"
     root.mkdir()
     man = candidates(tmp_path / "m.parquet", [("missing.png", ["x"])])
-    r = CliRunner().invoke(main, ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-vit",
-                                  "--manifest", man, "--image-root", str(root), "--on-error", "fail", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            str(tmp_path / "st"),
+            "--model",
+            "flowclip-tiny-vit",
+            "--manifest",
+            man,
+            "--image-root",
+            str(root),
+            "--on-error",
+            "fail",
+            "--quiet",
+        ],
+    )
     assert r.exit_code != 0 and "missing file" in r.output
 
 
 def test_manifest_errors_name_file_column_row(tmp_path, tiny_encoder):
     import pyarrow.parquet as pq
+
     empty = tmp_path / "empty.parquet"
-    write_manifest(empty, pa.table({"record_id": pa.array([], pa.string()), "image": pa.array([], pa.string()),
-                                    "captions": pa.array([], pa.list_(pa.string())),
-                                    "gold": pa.array([], pa.int32())}), "candidates")
+    write_manifest(
+        empty,
+        pa.table(
+            {
+                "record_id": pa.array([], pa.string()),
+                "image": pa.array([], pa.string()),
+                "captions": pa.array([], pa.list_(pa.string())),
+                "gold": pa.array([], pa.int32()),
+            }
+        ),
+        "candidates",
+    )
     with pytest.raises(ManifestError, match="empty.parquet: the manifest is empty"):
         Manifest.read(empty)
     nocol = tmp_path / "nocol.parquet"
@@ -192,9 +240,18 @@ def test_manifest_errors_name_file_column_row(tmp_path, tiny_encoder):
     with pytest.raises(ManifestError, match="nocol.parquet: missing column 'gold'"):
         Manifest.read(nocol)
     bad = tmp_path / "bad.parquet"
-    write_manifest(bad, pa.table({"record_id": ["a", "b"], "image": ["x.png", "y.png"],
-                                  "captions": pa.array([[b"ok"], [b"\xff\xfe"]], pa.list_(pa.binary())),
-                                  "gold": [0, 0]}), "candidates")
+    write_manifest(
+        bad,
+        pa.table(
+            {
+                "record_id": ["a", "b"],
+                "image": ["x.png", "y.png"],
+                "captions": pa.array([[b"ok"], [b"\xff\xfe"]], pa.list_(pa.binary())),
+                "gold": [0, 0],
+            }
+        ),
+        "candidates",
+    )
     with pytest.raises(ManifestError, match="bad.parquet: row 1: column 'captions' is not valid UTF-8"):
         list(Manifest.read(bad).caption_refs())
     with pytest.raises(FlowclipError, match="image root .*nowhere does not exist"):
@@ -212,34 +269,38 @@ def test_store_cli_info_and_verify(tmp_path, sample, tiny_encoder):
     r = CliRunner().invoke(main, ["store", "verify", fs.root])
     assert r.exit_code == 0 and r.output.startswith("ok:")
     seg = next(s for s in fs.segments if s.kind == "img")
-    shutil.rmtree(os.path.join(seg.path, "patches"))            # damage a committed segment
+    shutil.rmtree(os.path.join(seg.path, "patches"))  # damage a committed segment
     r = CliRunner().invoke(main, ["store", "verify", fs.root])
     assert r.exit_code == 2 and seg.name in r.output
 
 
-def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, tiny_encoder, tiny_model,
-                                                              monkeypatch):
+def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, tiny_encoder, tiny_model, monkeypatch):
     """ABC-6K's abc/1887: two captions whose token ids are equal, either side of a batch
     boundary, must score as a tie. Features are a function of the token ids: encoded
     once per distinct sequence in a run, and reused from the store by a later run."""
     tokenize = tiny_model.tokenize
     m = Manifest.read(sample["candidates"])
     rows = m.table.to_pylist()
-    rows[0]["captions"] = ["A red square near a blue circle.", "a red square near a blue circle."]  # tokenizer lowercases
+    rows[0]["captions"] = [
+        "A red square near a blue circle.",
+        "a red square near a blue circle.",
+    ]  # tokenizer lowercases
     man = tmp_path / "m.parquet"
     write_manifest(man, pa.Table.from_pylist(rows), "candidates")
     import flowclip_cache.features as features_mod
+
     encoded = []
     real = features_mod.encode_texts
-    monkeypatch.setattr(features_mod, "encode_texts", lambda model, ids, *a: (encoded.append(ids), real(model, ids, *a))[1])
-    fs, s = run(tmp_path / "st", tiny_encoder, [str(man)], sample["image_root"], text_batch_size=3,
-                caption_unit=3)
+    monkeypatch.setattr(
+        features_mod, "encode_texts", lambda model, ids, *a: (encoded.append(ids), real(model, ids, *a))[1]
+    )
+    fs, s = run(tmp_path / "st", tiny_encoder, [str(man)], sample["image_root"], text_batch_size=3, caption_unit=3)
     t = tokenize([c.text for c in Manifest.read(man).caption_refs()])
     distinct = {tuple(r[m].tolist()) for r, m in zip(t.ids, t.mask)}
-    assert sum(len(x) for x in encoded) == len(distinct) == s.captions_new - 1      # the pair encoded once
+    assert sum(len(x) for x in encoded) == len(distinct) == s.captions_new - 1  # the pair encoded once
     a = fs.load_captions([caption_key(c) for c in rows[0]["captions"]])
     np.testing.assert_array_equal(a.global_[0], a.global_[1])
-    np.testing.assert_array_equal(a.tokens[a.offsets[0]:a.offsets[1]], a.tokens[a.offsets[1]:a.offsets[2]])
+    np.testing.assert_array_equal(a.tokens[a.offsets[0] : a.offsets[1]], a.tokens[a.offsets[1] : a.offsets[2]])
     # a later run adds a third spelling: it gets the stored features, not a new encoding
     rows[1]["captions"] = ["A RED SQUARE NEAR A BLUE CIRCLE.", rows[1]["captions"][1]]
     write_manifest(man, pa.Table.from_pylist(rows), "candidates")
@@ -248,4 +309,4 @@ def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, 
     assert s.captions_new == 1 and sum(len(x) for x in encoded) == 0
     c = fs.load_captions([caption_key(rows[0]["captions"][0]), caption_key(rows[1]["captions"][0])])
     np.testing.assert_array_equal(c.global_[0], c.global_[1])
-    np.testing.assert_array_equal(c.tokens[c.offsets[0]:c.offsets[1]], c.tokens[c.offsets[1]:c.offsets[2]])
+    np.testing.assert_array_equal(c.tokens[c.offsets[0] : c.offsets[1]], c.tokens[c.offsets[1] : c.offsets[2]])

@@ -1,4 +1,5 @@
 """SIGKILL extract at a random point, rerun, and get the store an uninterrupted run makes."""
+
 import os
 import random
 import signal
@@ -15,10 +16,35 @@ from flowclip_cache.store.integrity import store_problems
 
 
 def extract_cmd(store, s, backend):
-    return [sys.executable, "-m", "flowclip_cache.cli", "extract", "--store", store, "--model", "flowclip-tiny-vit",
-            "--manifest", s["candidates"], "--manifest", s["training"], "--image-root", s["image_root"],
-            "--backend", backend, "--workers", "1", "--batch-size", "4", "--text-batch-size", "8",
-            "--image-unit", "8", "--caption-unit", "16", "--quiet"]
+    return [
+        sys.executable,
+        "-m",
+        "flowclip_cache.cli",
+        "extract",
+        "--store",
+        store,
+        "--model",
+        "flowclip-tiny-vit",
+        "--manifest",
+        s["candidates"],
+        "--manifest",
+        s["training"],
+        "--image-root",
+        s["image_root"],
+        "--backend",
+        backend,
+        "--workers",
+        "1",
+        "--batch-size",
+        "4",
+        "--text-batch-size",
+        "8",
+        "--image-unit",
+        "8",
+        "--caption-unit",
+        "16",
+        "--quiet",
+    ]
 
 
 def logical_content(root):
@@ -39,11 +65,12 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, backend):
     subprocess.run(extract_cmd(ref, s, backend), check=True, env=env, capture_output=True)
 
     victim = str(tmp_path / "victim")
-    proc = subprocess.Popen(extract_cmd(victim, s, backend), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        extract_cmd(victim, s, backend), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     seg_dir = os.path.join(victim, "segments")
     deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:     # wait until work is under way
+    while time.time() < deadline and proc.poll() is None:  # wait until work is under way
         if os.path.isdir(seg_dir) and any(not n.startswith(".") for n in os.listdir(seg_dir)):
             break
         time.sleep(0.01)

@@ -3,6 +3,7 @@ its library's own encode functions, with patches and tokens equal to an independ
 computation written here, masks equal to the tokenizer's attention mask, and (non-causal
 towers) features that do not depend on the batch they were encoded in. Random weights,
 built offline from configs; the HF tokenizers and the BLIP config are built in conftest."""
+
 import os
 
 import numpy as np
@@ -18,7 +19,7 @@ from flowclip_cache.features import encode_images, encode_texts
 from flowclip_cache.store.integrity import store_problems
 
 CAPTIONS = ["a red cube", "two blue spheres left of a large green cylinder on the table", "photo"]
-EXACT = dict(rtol=0, atol=2e-6)      # FP32 round-off, before FP16 rounding
+EXACT = dict(rtol=0, atol=2e-6)  # FP32 round-off, before FP16 rounding
 
 
 def _images(size, n=2, seed=0):
@@ -26,12 +27,14 @@ def _images(size, n=2, seed=0):
 
 
 # -- OpenAI-style CLIP backbones (Tab. 6) ----------------------------------------------------
-@pytest.mark.parametrize("model,patches,dim", [("ViT-B-32", 49, 512), ("ViT-B-16", 196, 512),
-                                               ("ViT-L-14", 256, 768), ("ViT-L-14-336", 576, 768)])
+@pytest.mark.parametrize(
+    "model,patches,dim",
+    [("ViT-B-32", 49, 512), ("ViT-B-16", 196, 512), ("ViT-L-14", 256, 768), ("ViT-L-14-336", 576, 768)],
+)
 def test_clip_backbones_resolve_to_their_patch_counts(model, patches, dim):
     enc = resolve(EncoderSpec(model))
     assert (enc.num_patches, enc.dim, enc.family.name) == (patches, dim, "openai-clip")
-    assert "adapter" not in enc.config         # stores made before families keep their fingerprint
+    assert "adapter" not in enc.config  # stores made before families keep their fingerprint
 
 
 def test_openai_fingerprints_are_those_of_stores_made_before_families():
@@ -40,9 +43,12 @@ def test_openai_fingerprints_are_those_of_stores_made_before_families():
     import copy
 
     from flowclip_cache.encoders import fingerprint_of
-    golden = {("flowclip-tiny-vit", "none"): "fab95d9d060b757afa83b82a5a207d0d816b0104f14c55bbaf142a474015e854",
-              ("ViT-B-32", "none"): "61de68c54f82fd7b0329b50396d24cff2421e47253e575acc40a1b1987e2d009",
-              ("ViT-L-14", "none"): "c22c513d41d852f11ff463638a352b9aafaa8b30b314cc2dfebecb9401f37e5a"}
+
+    golden = {
+        ("flowclip-tiny-vit", "none"): "fab95d9d060b757afa83b82a5a207d0d816b0104f14c55bbaf142a474015e854",
+        ("ViT-B-32", "none"): "61de68c54f82fd7b0329b50396d24cff2421e47253e575acc40a1b1987e2d009",
+        ("ViT-L-14", "none"): "c22c513d41d852f11ff463638a352b9aafaa8b30b314cc2dfebecb9401f37e5a",
+    }
     for (model, pretrained), want in golden.items():
         cfg = copy.deepcopy(resolve(EncoderSpec(model, pretrained)).config)
         cfg.pop("versions")
@@ -56,7 +62,7 @@ def test_vit_l14_336_features_match_open_clip():
     g, p = encode_images(enc, x)
     torch.testing.assert_close(g, F.normalize(enc.model.encode_image(x), dim=-1), **EXACT)
     v = enc.model.visual
-    v.output_tokens = True                      # open_clip's own token path, then the projection
+    v.output_tokens = True  # open_clip's own token path, then the projection
     try:
         _, tokens = v(x)
     finally:
@@ -87,17 +93,18 @@ def test_siglip_image_features(siglip):
 @torch.no_grad()
 def test_siglip_text_features_and_mask(siglip):
     tok = siglip.tokenize(CAPTIONS)
-    assert torch.equal(tok.ids, siglip.tokenizer(CAPTIONS))            # open_clip's own tokenizer's ids
-    hf = siglip.tokenizer.tokenizer([siglip.tokenizer.clean_fn(c) for c in CAPTIONS], max_length=64,
-                                    padding="max_length", truncation=True)
+    assert torch.equal(tok.ids, siglip.tokenizer(CAPTIONS))  # open_clip's own tokenizer's ids
+    hf = siglip.tokenizer.tokenizer(
+        [siglip.tokenizer.clean_fn(c) for c in CAPTIONS], max_length=64, padding="max_length", truncation=True
+    )
     assert tok.mask.long().tolist() == hf["attention_mask"]
     pad = siglip.config["tokenizer"]["pad_id"]
-    assert pad == 1 and (tok.ids[tok.mask] == pad).sum() == len(CAPTIONS)    # the real </s> shares the pad id
+    assert pad == 1 and (tok.ids[tok.mask] == pad).sum() == len(CAPTIONS)  # the real </s> shares the pad id
     f = encode_texts(siglip, tok)
     torch.testing.assert_close(f.sentence, F.normalize(siglip.model.encode_text(tok.ids), dim=-1), **EXACT)
-    assert f.tokens.shape[1] == 64                       # never cut: the tower is not causal
+    assert f.tokens.shape[1] == 64  # never cut: the tower is not causal
     text = siglip.model.text
-    text.output_tokens = True                            # open_clip's own token path, then the projection
+    text.output_tokens = True  # open_clip's own token path, then the projection
     try:
         pooled, states = text(tok.ids)
     finally:
@@ -118,12 +125,13 @@ def test_siglip_features_do_not_depend_on_the_batch(siglip):
 
 def test_siglip_fingerprint_records_adapter_tokenizer_and_logit_bias(siglip_tokenizer, tmp_path):
     from safetensors.torch import save_file
+
     enc = resolve(EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_tokenizer))
     c = enc.config
     assert c["adapter"] == {"name": "siglip", "version": 2} and c["num_patches"] == 196
     assert c["tokenizer"]["name"] == "local" and len(c["tokenizer"]["sha256"]) == 64
     assert c["tokenizer"]["context_length"] == 64 and c["logit_bias"] == -10
-    assert c["preprocess"]["mean"] == [0.5, 0.5, 0.5]     # SigLIP's tag, also for random weights
+    assert c["preprocess"]["mean"] == [0.5, 0.5, 0.5]  # SigLIP's tag, also for random weights
     # a checkpoint's logit bias is read from its file and changes the fingerprint
     model = load_model(enc).model
     with torch.no_grad():
@@ -134,6 +142,7 @@ def test_siglip_fingerprint_records_adapter_tokenizer_and_logit_bias(siglip_toke
     assert other.config["logit_bias"] == -7.5 and other.fingerprint != enc.fingerprint
     # another tokenizer's content is another fingerprint, whatever its folder is called
     import shutil
+
     copy = tmp_path / "tok-copy"
     shutil.copytree(siglip_tokenizer, copy)
     assert resolve(EncoderSpec("ViT-B-16-SigLIP", tokenizer=str(copy))).fingerprint == enc.fingerprint
@@ -145,11 +154,12 @@ def test_siglip_tokenizer_offline_fails_fast(monkeypatch):
     import time
 
     from flowclip_cache.errors import WeightsUnavailable
+
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t = time.perf_counter()
     with pytest.raises(WeightsUnavailable, match="or pass a local folder"):
-        resolve(EncoderSpec("ViT-B-16-SigLIP"))          # timm/ViT-B-16-SigLIP is not in the cache
+        resolve(EncoderSpec("ViT-B-16-SigLIP"))  # timm/ViT-B-16-SigLIP is not in the cache
     with pytest.raises(WeightsUnavailable, match="huggingface-cli download Salesforce/blip-itm-base-coco"):
         resolve(EncoderSpec("blip:Salesforce/blip-itm-base-coco"))
     assert time.perf_counter() - t < 5
@@ -177,8 +187,9 @@ def test_blip_features_equal_its_itc_and_an_independent_path(blip):
     torch.testing.assert_close(g, F.normalize(direct[:, 0], dim=-1), **EXACT)
     torch.testing.assert_close(p, F.normalize(direct[:, 1:], dim=-1), **EXACT)
     assert p.shape == (2, 16, 32) and blip.config["num_patches"] == 16
-    states = blip.model.text_encoder(input_ids=tok.ids, attention_mask=tok.mask.long(),
-                                     output_hidden_states=True).hidden_states[-1]
+    states = blip.model.text_encoder(
+        input_ids=tok.ids, attention_mask=tok.mask.long(), output_hidden_states=True
+    ).hidden_states[-1]
     torch.testing.assert_close(f.tokens, F.normalize(blip.model.text_proj(states), dim=-1), **EXACT)
     hf = blip.tokenizer(CAPTIONS, max_length=35, padding="max_length", truncation=True)
     assert f.mask.long().tolist() == hf["attention_mask"] and f.tokens.shape[1] == 35
@@ -194,6 +205,7 @@ def test_blip_features_do_not_depend_on_the_batch(blip):
 
 def test_blip_weights_from_safetensors_only(blip, blip_folder, tmp_path):
     import shutil
+
     folder = tmp_path / "blip-weights"
     shutil.copytree(blip_folder, folder)
     with torch.no_grad():
@@ -211,12 +223,14 @@ def test_blip_weights_from_safetensors_only(blip, blip_folder, tmp_path):
 
 def test_blip_without_transformers_says_how_to_install(blip_folder, monkeypatch):
     import builtins
+
     real = builtins.__import__
 
     def no_transformers(name, *a, **k):
         if name == "transformers" or name.startswith("transformers."):
             raise ImportError("no transformers")
         return real(name, *a, **k)
+
     monkeypatch.setattr(builtins, "__import__", no_transformers)
     with pytest.raises(FlowclipError, match=r"pip install 'flowclip\[hf\]'"):
         resolve(EncoderSpec(f"blip:{blip_folder}"))
@@ -233,6 +247,7 @@ def test_unknown_family_names_the_supported_ones():
 @pytest.mark.parametrize("d", [256, 512, 768, 1024])
 def test_flow_head_has_3d2_parameters_at_every_dimension(d):
     from flowclip_cache.train import TrainConfig, head_parameters
+
     assert head_parameters(TrainConfig(head="flow"), d) == 3 * d * d
     assert head_parameters(TrainConfig(head="global"), d) == d * d
 
@@ -248,33 +263,113 @@ FAMILY_RUNS = {
 def test_family_extract_train_score_end_to_end(family, tmp_path, siglip_tokenizer, blip_folder):
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import IMAGE, FeatureStore
+
     s = make_sample(str(tmp_path / "sample"), n_images=6)
     store, run, res = (str(tmp_path / n) for n in ("store", "run", "res"))
     args = FAMILY_RUNS[family]({"siglip_tokenizer": siglip_tokenizer, "blip_folder": blip_folder})
-    r = CliRunner().invoke(main, ["extract", "--store", store, *args, "--manifest", s["training"],
-                                  "--manifest", s["candidates"], "--image-root", s["image_root"],
-                                  "--workers", "0", "--batch-size", "3", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            store,
+            *args,
+            "--manifest",
+            s["training"],
+            "--manifest",
+            s["candidates"],
+            "--image-root",
+            s["image_root"],
+            "--workers",
+            "0",
+            "--batch-size",
+            "3",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     fs = FeatureStore(store)
     assert store_problems(fs.root) == [] and fs.count(IMAGE) == 6
-    r = CliRunner().invoke(main, ["train-head", "--store", store, "--train", s["training"], "--out", run,
-                                  "--epochs", "1", "--batch-size", "4", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "train-head",
+            "--store",
+            store,
+            "--train",
+            s["training"],
+            "--out",
+            run,
+            "--epochs",
+            "1",
+            "--batch-size",
+            "4",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = fs.meta["dim"]
     assert f"flow head at d={d}: {3 * d * d:,} parameters" in r.output
     import json
+
     assert json.load(open(os.path.join(run, "config.json")))["parameters"] == 3 * d * d
-    r = CliRunner().invoke(main, ["score", "--store", store, "--manifests", s["candidates"], "--scorer", "clip",
-                                  "--scorer", f"flow={run}", "--out", res, "--bootstrap", "0", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--store",
+            store,
+            "--manifests",
+            s["candidates"],
+            "--scorer",
+            "clip",
+            "--scorer",
+            f"flow={run}",
+            "--out",
+            res,
+            "--bootstrap",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert os.path.exists(os.path.join(res, "records.parquet"))
     # a head from another encoder is refused
     other = str(tmp_path / "other")
-    r = CliRunner().invoke(main, ["extract", "--store", other, "--model", "flowclip-tiny-vit", "--manifest",
-                                  s["candidates"], "--image-root", s["image_root"], "--workers", "0", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            other,
+            "--model",
+            "flowclip-tiny-vit",
+            "--manifest",
+            s["candidates"],
+            "--image-root",
+            s["image_root"],
+            "--workers",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(main, ["score", "--store", other, "--manifests", s["candidates"], "--scorer", run,
-                                  "--out", str(tmp_path / "res2"), "--bootstrap", "0", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--store",
+            other,
+            "--manifests",
+            s["candidates"],
+            "--scorer",
+            run,
+            "--out",
+            str(tmp_path / "res2"),
+            "--bootstrap",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code != 0 and "encoder" in r.output.lower()
-    np.testing.assert_array_equal(fs.load_images(fs.keys(IMAGE)[:1]).patches.shape[1:],
-                                  (fs.meta["num_patches"], d))
+    np.testing.assert_array_equal(fs.load_images(fs.keys(IMAGE)[:1]).patches.shape[1:], (fs.meta["num_patches"], d))

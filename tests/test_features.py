@@ -1,5 +1,6 @@
 """Features equal open_clip's own encode_image / encode_text, and the patch and token
 paths equal a direct computation."""
+
 import numpy as np
 import pytest
 import torch
@@ -56,15 +57,15 @@ def test_text_features_match_open_clip_with_truncated_batches(model_and_tok):
     full = model.encode_text(ids)
     torch.testing.assert_close(f.sentence, F.normalize(full, dim=-1), rtol=0, atol=2e-6)
     L = f.tokens.shape[1]
-    assert int((ids != 0).sum(1).max()) <= L < ids.shape[1]        # each caption cut to its length bucket
+    assert int((ids != 0).sum(1).max()) <= L < ids.shape[1]  # each caption cut to its length bucket
     direct = direct_token_states(model, ids)[:, :L]
-    v = f.mask                                                     # the valid tokens: what is stored
+    v = f.mask  # the valid tokens: what is stored
     torch.testing.assert_close(f.tokens[v], direct[v], rtol=0, atol=2e-6)
     f, direct = f.__class__(f.sentence, f.tokens[v], f.mask), direct[v]
     # what is stored: FP16 of the same numbers. Rounding each adds at most half an FP16 step,
     # so the stored values differ by at most the FP32 difference plus one step (values that
     # differ by round-off can round either way; how often depends on the BLAS)
-    step = torch.clamp(direct.abs(), min=2 ** -14) * 2 ** -10
+    step = torch.clamp(direct.abs(), min=2**-14) * 2**-10
     gap16 = (f.tokens.half().float() - direct.half().float()).abs()
     assert (gap16 <= (f.tokens - direct).abs() + step * 1.0001).all()
     assert f.mask.sum(1).tolist() == (ids != 0).sum(1).tolist()
@@ -86,6 +87,7 @@ def test_quick_gelu_is_part_of_the_fingerprint():
     b = resolve(EncoderSpec("flowclip-tiny-vit", force_quick_gelu=True))
     assert a.fingerprint != b.fingerprint
     from flowclip_cache.encoders import diff_configs
+
     assert diff_configs(a.config, b.config) == ["model_cfg.quick_gelu: False != True"]
 
 
@@ -93,6 +95,7 @@ def test_weights_unavailable_fail_fast(monkeypatch):
     import time
 
     from flowclip_cache.errors import WeightsUnavailable
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t = time.perf_counter()
     with pytest.raises(WeightsUnavailable, match="--pretrained /path/to"):
@@ -102,6 +105,7 @@ def test_weights_unavailable_fail_fast(monkeypatch):
 
 def test_local_checkpoint_is_hashed_and_loads(tmp_path, tiny_model, tiny_encoder):
     from safetensors.torch import save_file
+
     model = tiny_model.model
     path = tmp_path / "tiny.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
@@ -120,6 +124,7 @@ def _invariance(enc, n_caps=70, n_img=20, trials=3):
     import random
 
     from flowclip_cache.features import encode_images, encode_texts
+
     words = "a red cube left of blue sphere on the large small green metal rubber cylinder behind".split()
     rng = random.Random(0)
     caps = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(n_caps)]
@@ -149,8 +154,9 @@ def test_features_depend_on_their_input_alone(model):
 
 
 def test_siglip_features_depend_on_their_input_alone(siglip_tokenizer):
-    _invariance(load_model(resolve(EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_tokenizer))), n_caps=40, n_img=6,
-                trials=2)
+    _invariance(
+        load_model(resolve(EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_tokenizer))), n_caps=40, n_img=6, trials=2
+    )
 
 
 def test_blip_features_depend_on_their_input_alone(blip_folder):
@@ -169,6 +175,7 @@ def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend, model, r
     from flowclip_cache.manifest import Manifest, write_manifest
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+
     tokenizer = request.getfixturevalue("siglip_tokenizer") if "SigLIP" in model else None
     enc = resolve(EncoderSpec(model, tokenizer=tokenizer))
     s = make_sample(str(tmp_path / "s"), n_images=24 if model == "flowclip-tiny-clip" else 20)
@@ -177,8 +184,17 @@ def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend, model, r
     write_manifest(sub, pa.Table.from_pylist(rows[::-2]), "candidates")
 
     def extract(store, manifest, images, captions):
-        run_extract(store, enc, [manifest], s["image_root"], workers=0, progress=False, batch_size=images,
-                    text_batch_size=captions, log=lambda *_: None)
+        run_extract(
+            store,
+            enc,
+            [manifest],
+            s["image_root"],
+            workers=0,
+            progress=False,
+            batch_size=images,
+            text_batch_size=captions,
+            log=lambda *_: None,
+        )
 
     a = FeatureStore.open_or_create(str(tmp_path / "a"), enc.config, backend)
     extract(a, s["candidates"], 64, 256)

@@ -1,4 +1,5 @@
 """The Flow-CLIP score: factorised == direct (scores and gradients), masks, init."""
+
 import math
 
 import pytest
@@ -13,8 +14,8 @@ def case(I=3, T=4, L=6, N=7, d=16, seed=0, dtype=torch.float32):
     P = F.normalize(torch.randn(I, N, d, generator=g, dtype=dtype), dim=-1)
     H = F.normalize(torch.randn(T, L, d, generator=g, dtype=dtype), dim=-1)
     mask = torch.ones(T, L, dtype=torch.bool)
-    mask[0, min(4, L):] = False
-    mask[min(1, T - 1), 1:] = False          # a caption of one valid token
+    mask[0, min(4, L) :] = False
+    mask[min(1, T - 1), 1:] = False  # a caption of one valid token
     M_tok = torch.eye(d, dtype=dtype) + 0.3 * torch.randn(d, d, generator=g, dtype=dtype)
     W = 0.5 * torch.randn(d, d, generator=g, dtype=dtype)
     return P, H, mask, M_tok, W
@@ -33,7 +34,7 @@ def test_factorised_equals_direct(tau_p):
     ref = token_scores_direct(P, H, mask, M_tok, W, tau_p)
     assert fast.shape == (3, 4)
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
-    assert ref.abs().max() > 1e-3            # the case is not trivially zero
+    assert ref.abs().max() > 1e-3  # the case is not trivially zero
 
 
 def test_gradients_agree_fp32():
@@ -108,7 +109,7 @@ def test_untrained_head_scores_like_the_encoder():
 def test_global_scores_by_hand():
     v = torch.tensor([[1.0, 0.0]])
     t = torch.tensor([[0.6, 0.8]])
-    M = torch.tensor([[0.0, 1.0], [1.0, 0.0]])      # swaps the axes: M t = (0.8, 0.6)
+    M = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # swaps the axes: M t = (0.8, 0.6)
     assert global_scores(v, t, M).item() == pytest.approx(0.8)
     assert global_scores(v, t, None).item() == pytest.approx(0.6)
 
@@ -142,12 +143,13 @@ def test_labclip_ranks_by_its_linear_map_and_learns_its_temperature():
     """s = v . norm(A t); the loop sees s * tau_c / tau, so HNB's logits are s / tau, and at
     the start (tau = tau_c, A = I) LABCLIP's loss equals Global-M's."""
     from flowclip_cache.train import TrainConfig, batch_loss
+
     g = torch.Generator().manual_seed(4)
     v = F.normalize(torch.randn(4, 8, generator=g), dim=-1)
     t = F.normalize(torch.randn(8, 8, generator=g), dim=-1)
     img, pos, neg = torch.arange(4), torch.arange(4), torch.arange(4, 8)
     cfg = TrainConfig.from_dict({"head": "labclip", "tau_c": 0.02})
-    assert (cfg.batch_size, cfg.lr, cfg.epochs) == (1024, 1e-3, 10)              # its published recipe
+    assert (cfg.batch_size, cfg.lr, cfg.epochs) == (1024, 1e-3, 10)  # its published recipe
     lab, glob = cfg.build_head(8), build_head("global", 8)
     feats = (v, None, t, None, None)
     assert torch.equal(batch_loss(lab, cfg, img, pos, neg, feats)[0], batch_loss(glob, cfg, img, pos, neg, feats)[0])
@@ -159,7 +161,7 @@ def test_labclip_ranks_by_its_linear_map_and_learns_its_temperature():
     torch.testing.assert_close(lab.score_matched(v, None, t[:4], None, None), torch.diagonal(want) * 0.4)
     loss = batch_loss(lab, cfg, img, pos, neg, feats)[0]
     loss.backward()
-    assert lab.log_tau.grad is not None and lab.log_tau.grad != 0                 # the temperature learns
+    assert lab.log_tau.grad is not None and lab.log_tau.grad != 0  # the temperature learns
 
 
 def _pairs_case(seed=5, I=2, T=3, L=4, N=9, d=6):
@@ -175,8 +177,7 @@ def _fsc_released(image_tokens, text_tokens, attn_mask, logit_scale):
     ytaek-oh/fsc-clip's Local_HNLoss.get_per_token_visual_patches (minmax, no sparsify)
     and get_aggregated_local_score: image_tokens [P, D], text_tokens [T, D] un-normalised,
     attn_mask [T] (already without the start token)."""
-    sim = [[float(text_tokens[t] @ image_tokens[p]) for p in range(len(image_tokens))]
-           for t in range(len(text_tokens))]
+    sim = [[float(text_tokens[t] @ image_tokens[p]) for p in range(len(image_tokens))] for t in range(len(text_tokens))]
     scores = []
     for t, row in enumerate(sim):
         lo, hi = min(row), max(row)
@@ -196,6 +197,7 @@ def test_fsc_local_score_is_the_released_function():
     token kept. Mutations checked: a plain token mean, the old 1/N sparsification, dropping
     no start token: each fails here."""
     from flowclip_cache.heads.fsc_local import LOGIT_SCALE
+
     g, P, H, mask = _pairs_case()
     head = build_head("fsc-local", 6).double().eval()
     with torch.no_grad():
@@ -206,14 +208,15 @@ def test_fsc_local_score_is_the_released_function():
     for i in range(2):
         for t in range(3):
             valid = [l for l in range(4) if mask[t, l]]
-            fsc_mask = [l != valid[0] for l in valid]             # encode_text: attn_mask[:, 0] = 0
+            fsc_mask = [l != valid[0] for l in valid]  # encode_text: attn_mask[:, 0] = 0
             want = _fsc_released(P[i] @ B.T, H[t, valid] @ A.T, fsc_mask, LOGIT_SCALE)
             assert abs(float(got[i, t]) - want) < 1e-9 * max(1.0, abs(want))
     idx = torch.arange(3) % 2
-    torch.testing.assert_close(head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)],
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)], rtol=0, atol=1e-12
+    )
     # where all of a token's similarities are equal the released code gives NaN; here uniform weights
-    flat = head(None, torch.ones(1, 9, 6, dtype=torch.float64) / 6 ** 0.5, None, H, mask)
+    flat = head(None, torch.ones(1, 9, 6, dtype=torch.float64) / 6**0.5, None, H, mask)
     assert torch.isfinite(flat).all()
     # in training the weights pass no gradient (the released .detach()); in eval they do
     head.train()
@@ -234,14 +237,15 @@ def test_dcsm_score_against_loops():
     for i in range(2):
         for t in range(3):
             valid = [l for l in range(4) if mask[t, l]]
-            m = torch.stack([H[t, l] @ P[i].T for l in valid])                # [valid, N]
+            m = torch.stack([H[t, l] @ P[i].T for l in valid])  # [valid, N]
             z = (m - m.mean()) / m.std(unbiased=False)
             rows = []
-            for r in z:                                                        # 3x3 grid -> 7x7 average pooling
+            for r in z:  # 3x3 grid -> 7x7 average pooling
                 grid = r.reshape(1, 1, 3, 3)
                 pooled = F.adaptive_avg_pool2d(grid, 7).reshape(49)
                 rows.append(float(net(pooled).detach()))
             assert abs(float(got[i, t]) - sum(rows) / len(rows)) < 1e-10
     idx = torch.arange(3) % 2
-    torch.testing.assert_close(head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)],
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)], rtol=0, atol=1e-12
+    )

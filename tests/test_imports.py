@@ -1,6 +1,7 @@
 """No import loops in the package: every module's imports (module level and inside
 functions alike, read with ast, nothing executed) form a graph without cycles, so each
 module can be read, tested and changed below the ones that use it."""
+
 import ast
 import os
 
@@ -31,7 +32,7 @@ def imports_of(name: str, path: str, modules: dict[str, str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
             for a in node.names:

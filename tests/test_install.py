@@ -1,5 +1,6 @@
 """A normal (non-editable) install carries everything the package reads (issue 11, part 7):
 the wheel is built and unpacked outside the repository, and imported from there."""
+
 import os
 import subprocess
 import sys
@@ -11,8 +12,11 @@ from conftest import ROOT
 
 @pytest.mark.slow
 def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-                        str(tmp_path / "dist"), ROOT], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), ROOT],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0 and "No module named" in r.stderr and "setuptools" in r.stderr:
         pytest.skip("setuptools is not installed here, so no wheel can be built without the network")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -32,20 +36,23 @@ def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path):
         "register_package_configs()\n"
         "w = os.path.join(os.path.dirname(flowclip_cache.__file__), 'weights')\n"
         "assert any(f.endswith('.safetensors') for f in os.listdir(w))\n"
-        "print('ok', len(cat))\n") % str(site)
+        "print('ok', len(cat))\n"
+    ) % str(site)
     env = dict(os.environ, PYTHONPATH=str(site))
     r = subprocess.run([sys.executable, "-c", probe], cwd=str(tmp_path), env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr[-3000:]
     # the study configs and the catalogue are the repository's top-level pipelines/ and
     # manifests/, carried by the wheel: the commands find them outside the repository
-    where = ("import flowclip_cache.config as c, flowclip_cache.catalogue as k\n"
-             "print(c.PACKAGED, k.CATALOGUE_DIR)\n")
+    where = "import flowclip_cache.config as c, flowclip_cache.catalogue as k\nprint(c.PACKAGED, k.CATALOGUE_DIR)\n"
     r = subprocess.run([sys.executable, "-c", where], cwd=str(tmp_path), env=env, capture_output=True, text=True)
-    assert r.stdout.split() == [str(site / "flowclip_cache" / "_shipped" / "pipelines"),
-                                str(site / "flowclip_cache" / "_shipped" / "manifests")], r.stderr[-2000:]
+    assert r.stdout.split() == [
+        str(site / "flowclip_cache" / "_shipped" / "pipelines"),
+        str(site / "flowclip_cache" / "_shipped" / "manifests"),
+    ], r.stderr[-2000:]
     for args in (["run", "synthetic", "--dry-run", f"out={tmp_path / 'study'}"], ["manifest", "list"]):
-        r = subprocess.run([sys.executable, "-m", "flowclip_cache", *args], cwd=str(tmp_path), env=env,
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "flowclip_cache", *args], cwd=str(tmp_path), env=env, capture_output=True, text=True
+        )
         assert r.returncode == 0, (args, r.stdout[-2000:], r.stderr[-2000:])
     assert "sugarcrepe" in r.stdout
 
@@ -54,8 +61,12 @@ def test_every_package_folder_is_in_the_wheel_list():
     """pyproject.toml lists the packages (the top-level folders are mapped in beside them):
     a new subpackage must be added there, or the wheel would lack it."""
     import tomllib
+
     listed = set(tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["tool"]["setuptools"]["packages"])
-    found = {os.path.relpath(d, ROOT).replace(os.sep, ".") for d, _, files in os.walk(os.path.join(ROOT, "flowclip_cache"))
-             if "__init__.py" in files}
+    found = {
+        os.path.relpath(d, ROOT).replace(os.sep, ".")
+        for d, _, files in os.walk(os.path.join(ROOT, "flowclip_cache"))
+        if "__init__.py" in files
+    }
     assert found <= listed, sorted(found - listed)
     assert {"flowclip_cache._shipped.pipelines", "flowclip_cache._shipped.manifests"} <= listed

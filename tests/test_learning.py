@@ -5,6 +5,7 @@ The planted store is written directly (seeded numpy, no encoder), so these numbe
 depend on the training arithmetic alone. Mutations each test was checked against
 (docs/architecture.md lists them): the sign of s_token in the training step, the sign
 of the CIMR term, the seed of the data order."""
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -31,8 +32,13 @@ def planted(tmp_path_factory):
     n = 400
     patches = unit(rng.standard_normal((n, P, D)))
     glob = unit(patches.mean(1) + 0.1 * rng.standard_normal((n, D)))
-    cfg = {"model": "planted", "model_cfg": {"embed_dim": D}, "num_patches": P, "token_mask": "nonpad",
-           "weights": {"source": "random-init", "init_seed": 0}}
+    cfg = {
+        "model": "planted",
+        "model_cfg": {"embed_dim": D},
+        "num_patches": P,
+        "token_mask": "nonpad",
+        "weights": {"source": "random-init", "init_seed": 0},
+    }
     fs = FeatureStore.open_or_create(str(root / "store"), cfg)
     ikeys = [caption_key(f"img{i}") for i in range(n)]
     fs.write_segment(IMAGE, ikeys, {"global": glob.astype(np.float16), "patches": patches.astype(np.float16)})
@@ -45,17 +51,37 @@ def planted(tmp_path_factory):
             texts.append(f"{kind} {i}")
             sent.append(shared)
             toks.append(t)
-    fs.write_segment(CAPTION, [caption_key(t) for t in texts], {
-        "global": np.stack(sent).astype(np.float16), "tokens": np.concatenate(toks).astype(np.float16),
-        "offsets": np.arange(0, L * len(texts) + 1, L, dtype=np.int64),
-        "truncated": np.zeros(len(texts), np.uint8)})
+    fs.write_segment(
+        CAPTION,
+        [caption_key(t) for t in texts],
+        {
+            "global": np.stack(sent).astype(np.float16),
+            "tokens": np.concatenate(toks).astype(np.float16),
+            "offsets": np.arange(0, L * len(texts) + 1, L, dtype=np.int64),
+            "truncated": np.zeros(len(texts), np.uint8),
+        },
+    )
     fs.release_writer()
     fs.refresh()
     man = str(root / "train.parquet")
-    write_manifest(man, pa.Table.from_pylist([
-        {"record_id": f"r{i}", "image": f"img{i}", "image_key": ikeys[i], "positive": f"gold {i}",
-         "negatives": [f"foil {i}"], "negative_kinds": ["planted"], "split": "train" if i < 320 else "val"}
-        for i in range(n)]), "training")
+    write_manifest(
+        man,
+        pa.Table.from_pylist(
+            [
+                {
+                    "record_id": f"r{i}",
+                    "image": f"img{i}",
+                    "image_key": ikeys[i],
+                    "positive": f"gold {i}",
+                    "negatives": [f"foil {i}"],
+                    "negative_kinds": ["planted"],
+                    "split": "train" if i < 320 else "val",
+                }
+                for i in range(n)
+            ]
+        ),
+        "training",
+    )
     return fs, man
 
 
@@ -67,6 +93,7 @@ def cfg(**kw):
 
 def final_accuracy(out):
     import json
+
     return json.load(open(f"{out}/DONE"))
 
 
@@ -75,7 +102,9 @@ def test_only_the_token_term_can_learn_the_planted_binding(planted, tmp_path):
     q = dict(progress=False, log=lambda *_: None)
     flow = train_head(fs, man, str(tmp_path / "flow"), cfg(head="flow", cimr=0.0), **q)["metrics"]
     glob = train_head(fs, man, str(tmp_path / "glob"), cfg(head="global", cimr=0.0), **q)["metrics"]
-    assert glob[0]["train_sample"]["all"] == 0.0 and flow[0]["train_sample"]["all"] <= 0.5   # untrained: ties (flow: round-off)
+    assert (
+        glob[0]["train_sample"]["all"] == 0.0 and flow[0]["train_sample"]["all"] <= 0.5
+    )  # untrained: ties (flow: round-off)
     # measured: flow 0.90 train / 0.85 held-out; Global-M 0 (every pair a tie, counted wrong)
     assert flow[-1]["train_sample"]["all"] >= 0.85 and flow[-1]["val"]["all"] >= 0.75, flow[-1]
     assert glob[-1]["train_sample"]["all"] == 0.0 and glob[-1]["val"]["all"] == 0.0, glob[-1]
@@ -85,12 +114,14 @@ def test_golden_values_of_a_seeded_run(planted, tmp_path):
     """First losses and the final weights of a fixed small run (tolerance 1e-5 relative:
     FP32 on one CPU is deterministic here; other BLAS builds may differ in the last bits)."""
     import json
+
     fs, man = planted
     out = str(tmp_path / "g")
     train_head(fs, man, out, cfg(head="flow", cimr=0.1, epochs=2), progress=False, log=lambda *_: None)
     steps = [json.loads(x) for x in open(f"{out}/log.jsonl") if '"step"' in x]
     got = {"loss": [s["loss"] for s in steps[:4]], "cimr": [s["cimr"] for s in steps[:2]]}
     from safetensors.torch import load_file
+
     w = load_file(f"{out}/head.safetensors")
     got["weights"] = {k: float(v.double().sum()) for k, v in sorted(w.items())}
     got["W_abs"] = float(w["W"].double().abs().sum())
@@ -106,7 +137,9 @@ def test_golden_values_of_a_seeded_run(planted, tmp_path):
 
 
 # printed by this test on the project's machine (python -m pytest tests/test_learning.py -k golden -s)
-GOLDEN = {"loss": [1.4542906284332275, 1.3142169713974, 0.9550623893737793, 0.8083287477493286],
-          "cimr": [0.6931471824645996, 0.6928003430366516],
-          "weights": {"M": 15.920483794267057, "M_tok": 16.156954100573785, "W": -0.0912917196219496},
-          "W_abs": 1.4248314751130238}
+GOLDEN = {
+    "loss": [1.4542906284332275, 1.3142169713974, 0.9550623893737793, 0.8083287477493286],
+    "cimr": [0.6931471824645996, 0.6928003430366516],
+    "weights": {"M": 15.920483794267057, "M_tok": 16.156954100573785, "W": -0.0912917196219496},
+    "W_abs": 1.4248314751130238,
+}

@@ -1,4 +1,5 @@
 """HNB and CIMR on small cases computed by hand."""
+
 import math
 
 import pytest
@@ -13,8 +14,7 @@ def lse(xs):
 
 def test_hnb_two_records_by_hand():
     # image i x candidates [T1+, T2+, T1-, T2-]
-    S = torch.tensor([[0.30, 0.10, 0.25, 0.00],
-                      [0.05, 0.40, 0.10, 0.35]])
+    S = torch.tensor([[0.30, 0.10, 0.25, 0.00], [0.05, 0.40, 0.10, 0.35]])
     tau = 0.1
     u = (S / tau).tolist()
     i2t = [-(u[0][0] - lse(u[0])), -(u[1][1] - lse(u[1]))]
@@ -28,26 +28,28 @@ def test_hnb_masks_other_positives_of_the_same_image_and_same_text():
     # records 0 and 1 show the same image; record 2's positive is the same text as record 0's
     img, pos, neg = torch.tensor([7, 7, 8]), torch.tensor([0, 1, 0]), torch.tensor([3, 4, 5])
     i2t, t2i = hnb_masks(img, pos, neg)
-    assert i2t.tolist() == [[False, True, True, False, False, False],
-                            [True, False, False, False, False, False],
-                            [True, False, False, False, False, False]]
+    assert i2t.tolist() == [
+        [False, True, True, False, False, False],
+        [True, False, False, False, False, False],
+        [True, False, False, False, False, False],
+    ]
     # t2i[i, j]: image i is not a negative for T_j+
     assert t2i.tolist() == [[False, True, True], [True, False, False], [True, False, False]]
     S = torch.randn(3, 6)
     tau = 0.5
     u = (S / tau).tolist()
-    i2t_want = [-(u[0][0] - lse([u[0][0], u[0][3], u[0][4], u[0][5]])),
-                -(u[1][1] - lse([u[1][1], u[1][2], u[1][3], u[1][4], u[1][5]])),
-                -(u[2][2] - lse([u[2][1], u[2][2], u[2][3], u[2][4], u[2][5]]))]
-    t2i_want = [-(u[0][0] - lse([u[0][0]])), -(u[1][1] - lse([u[1][1], u[2][1]])),
-                -(u[2][2] - lse([u[1][2], u[2][2]]))]
+    i2t_want = [
+        -(u[0][0] - lse([u[0][0], u[0][3], u[0][4], u[0][5]])),
+        -(u[1][1] - lse([u[1][1], u[1][2], u[1][3], u[1][4], u[1][5]])),
+        -(u[2][2] - lse([u[2][1], u[2][2], u[2][3], u[2][4], u[2][5]])),
+    ]
+    t2i_want = [-(u[0][0] - lse([u[0][0]])), -(u[1][1] - lse([u[1][1], u[2][1]])), -(u[2][2] - lse([u[1][2], u[2][2]]))]
     want = 0.5 * (sum(i2t_want) / 3 + sum(t2i_want) / 3)
     assert hnb_loss(S, tau, img, pos, neg).item() == pytest.approx(want, rel=1e-5)
 
 
 def test_cimr_by_hand():
-    S = torch.tensor([[0.5, 0.2, 0.1, 0.3],
-                      [0.4, 0.6, 0.35, 0.1]])
+    S = torch.tensor([[0.5, 0.2, 0.1, 0.3], [0.4, 0.6, 0.35, 0.1]])
     tau = 0.1
     donors = donor_map(torch.tensor([10, 11]))
     assert donors.tolist() == [1, 0]

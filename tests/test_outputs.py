@@ -1,4 +1,5 @@
 """Nothing a command does destroys data it did not make (issue 11, part 3)."""
+
 import errno
 import os
 
@@ -23,20 +24,28 @@ def scored_world(tmp_path_factory, tiny_encoder):
     from flowclip_cache.extract import run_extract
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import FeatureStore
+
     base = tmp_path_factory.mktemp("outputs")
     s = make_sample(str(base / "s"), n_images=24)
     fs = FeatureStore.open_or_create(str(base / "store"), tiny_encoder.config)
     run_extract(fs, tiny_encoder, [s["candidates"], s["training"]], s["image_root"], workers=0, progress=False)
     fs.refresh()
     run = str(base / "flow")
-    train_head(fs, s["training"], run, TrainConfig(head="flow", epochs=1, batch_size=8, lr=1e-3), progress=False,
-               log=lambda *_: None)
+    train_head(
+        fs,
+        s["training"],
+        run,
+        TrainConfig(head="flow", epochs=1, batch_size=8, lr=1e-3),
+        progress=False,
+        log=lambda *_: None,
+    )
     return fs, s, run, base
 
 
 @pytest.fixture
 def tmp(tmp_path):
     return tmp_path
+
 
 quiet = dict(log=lambda *_: None)
 
@@ -50,8 +59,9 @@ def test_overwrite_never_replaces_a_store_or_a_users_folder(scored_world, tmp):
         with pytest.raises(FlowclipError, match="only its own output|never go inside a store"):
             run_score(fs, [s["candidates"]], ["clip"], out, overwrite=True, bootstrap_draws=0, **quiet)
         with pytest.raises(FlowclipError, match="only its own output|never go inside a store"):
-            train_head(fs, s["training"], out, TrainConfig(head="global", epochs=1), overwrite=True,
-                       progress=False, **quiet)
+            train_head(
+                fs, s["training"], out, TrainConfig(head="global", epochs=1), overwrite=True, progress=False, **quiet
+            )
         with pytest.raises(FlowclipError, match="not a train-head run folder|never go inside a store"):
             train_head(fs, s["training"], out, TrainConfig(head="global", epochs=1), progress=False, **quiet)
     assert (mine / "thesis.tex").read_text() == "years of work" and sorted(os.listdir(mine)) == ["thesis.tex"]
@@ -60,15 +70,18 @@ def test_overwrite_never_replaces_a_store_or_a_users_folder(scored_world, tmp):
     res = str(tmp / "res")
     run_score(fs, [s["candidates"]], ["clip"], res, bootstrap_draws=0, **quiet)
     with pytest.raises(FlowclipError, match="is a score results folder, not a train-head run folder"):
-        train_head(fs, s["training"], res, TrainConfig(head="global", epochs=1), overwrite=True, progress=False,
-                   **quiet)
+        train_head(
+            fs, s["training"], res, TrainConfig(head="global", epochs=1), overwrite=True, progress=False, **quiet
+        )
     with pytest.raises(FlowclipError, match="is a train-head run folder, not a score results folder"):
         run_score(fs, [s["candidates"]], ["clip"], run, overwrite=True, bootstrap_draws=0, **quiet)
-    run_score(fs, [s["candidates"]], ["clip"], res, overwrite=True, bootstrap_draws=0, **quiet)   # its own: fine
+    run_score(fs, [s["candidates"]], ["clip"], res, overwrite=True, bootstrap_draws=0, **quiet)  # its own: fine
 
 
-@pytest.mark.parametrize("code,says", [(errno.ENOSPC, "disk is full"), (errno.EROFS, "file system is read-only"),
-                                       (errno.EACCES, "permission denied")])
+@pytest.mark.parametrize(
+    "code,says",
+    [(errno.ENOSPC, "disk is full"), (errno.EROFS, "file system is read-only"), (errno.EACCES, "permission denied")],
+)
 def test_failed_score_leaves_nothing_and_disk_full_is_one_line(scored_world, tmp, monkeypatch, code, says):
     fs, s, run, _ = scored_world
 
@@ -76,8 +89,22 @@ def test_failed_score_leaves_nothing_and_disk_full_is_one_line(scored_world, tmp
         raise OSError(code, os.strerror(code), str(tmp / "res"))
 
     monkeypatch.setattr(score_mod, "write_outputs", full_disk)
-    r = CliRunner().invoke(main, ["score", "--store", fs.root, "--manifests", s["candidates"], "--scorer", "clip",
-                                  "--out", str(tmp / "res"), "--bootstrap", "0"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--store",
+            fs.root,
+            "--manifests",
+            s["candidates"],
+            "--scorer",
+            "clip",
+            "--out",
+            str(tmp / "res"),
+            "--bootstrap",
+            "0",
+        ],
+    )
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     errors = [x for x in r.output.splitlines() if x.startswith("error:")]
     assert len(errors) == 1 and says in errors[0] and str(tmp / "res") in errors[0]
@@ -92,13 +119,14 @@ def test_two_scores_to_one_out_never_replace_each_other(scored_world, tmp, monke
     def other_finishes_first(*a, **k):
         summary = real(*a, **k)
         monkeypatch.setattr(score_mod, "_score_all", real)
-        run_score(fs, [s["candidates"]], ["clip"], out, bootstrap_draws=0, **quiet)     # the other command
+        run_score(fs, [s["candidates"]], ["clip"], out, bootstrap_draws=0, **quiet)  # the other command
         return summary
 
     monkeypatch.setattr(score_mod, "_score_all", other_finishes_first)
     with pytest.raises(FlowclipError, match="written by another command while this one ran"):
         run_score(fs, [s["candidates"]], [run], out, bootstrap_draws=0, **quiet)
     import json
+
     assert [x["run"] for x in json.load(open(os.path.join(out, "results.json")))["scorers"]] == ["clip"]
     assert not [n for n in os.listdir(tmp) if n.startswith("res.")]
 
@@ -137,12 +165,20 @@ def test_killed_at_each_checkpoint_write_resumes_exactly(scored_world, tmp, monk
             if count["n"] == count["at"]:
                 raise Killed()
             return fn(*a, **k)
+
         return inner
 
     import safetensors.torch
-    real = {"save_file": safetensors.torch.save_file, "replace": os.replace, "fsync": os.fsync,
-            "rmtree": checkpoint.shutil.rmtree, "makedirs": os.makedirs, "fsync_tree": checkpoint.fsync_tree,
-            "fsync_dir": checkpoint.fsync_dir}
+
+    real = {
+        "save_file": safetensors.torch.save_file,
+        "replace": os.replace,
+        "fsync": os.fsync,
+        "rmtree": checkpoint.shutil.rmtree,
+        "makedirs": os.makedirs,
+        "fsync_tree": checkpoint.fsync_tree,
+        "fsync_dir": checkpoint.fsync_dir,
+    }
     # count the operations of a run that saves three times (steps 1, 2 and at the stop)
     monkeypatch.setattr(safetensors.torch, "save_file", wrap(real["save_file"]))
     monkeypatch.setattr(checkpoint.os, "replace", wrap(real["replace"]))
@@ -155,7 +191,7 @@ def test_killed_at_each_checkpoint_write_resumes_exactly(scored_world, tmp, monk
     train_head(fs, s["training"], probe, cfg, progress=False, max_steps=2, **quiet)
     per_run = count["n"]
     assert per_run >= 2 * len(ops)
-    for at in range(1, per_run + 1):       # a kill at every operation of the run's three saves
+    for at in range(1, per_run + 1):  # a kill at every operation of the run's three saves
         victim = str(tmp / f"v{at}")
         count.update(n=0, at=at)
         with pytest.raises(Killed):
@@ -169,7 +205,7 @@ def test_killed_at_each_checkpoint_write_resumes_exactly(scored_world, tmp, monk
 
 def test_scorer_typos_and_mixed_seeds_are_named(scored_world, tmp):
     fs, s, run, base = scored_world
-    typo = run[:-1] + "w_"                                     # .../flow -> .../flow_ does not exist
+    typo = run[:-1] + "w_"  # .../flow -> .../flow_ does not exist
     with pytest.raises(FlowclipError, match=r"does not exist; did you mean .*flow\?"):
         run_score(fs, [s["candidates"]], [typo], str(tmp / "x"), bootstrap_draws=0, **quiet)
     other = str(base / "global0")
@@ -186,6 +222,7 @@ def test_only_the_marker_proves_ownership_and_adopt_is_explicit(scored_world, tm
     import json
 
     from flowclip_cache import outputs
+
     fs, s, _, _ = scored_world
     u = tmp / "U"
     u.mkdir()
@@ -196,26 +233,39 @@ def test_only_the_marker_proves_ownership_and_adopt_is_explicit(scored_world, tm
     (tmp / "res").mkdir()
     (tmp / "res" / "results.json").write_text(json.dumps({"store_fingerprint": "x", "results": {}}))
     assert outputs.kind_of(str(u)) is None and outputs.kind_of(str(tmp / "res")) is None
-    args = ["train-head", "--store", fs.root, "--train", s["training"], "--head", "global", "--epochs", "1",
-            "--out", str(u), "--overwrite"]
+    args = [
+        "train-head",
+        "--store",
+        fs.root,
+        "--train",
+        s["training"],
+        "--head",
+        "global",
+        "--epochs",
+        "1",
+        "--out",
+        str(u),
+        "--overwrite",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 2 and "flowclip adopt" in r.output, r.output
     assert (u / "thesis.txt").read_text() == "precious" and (u / "data" / "big.csv").exists()
     r = CliRunner().invoke(main, ["adopt", str(u), "--kind", "head-run"])
     assert r.exit_code == 0 and outputs.kind_of(str(u)) == "head-run", r.output
-    assert CliRunner().invoke(main, ["adopt", str(u), "--kind", "head-run"]).exit_code == 2   # once
+    assert CliRunner().invoke(main, ["adopt", str(u), "--kind", "head-run"]).exit_code == 2  # once
 
 
 def test_overwrite_replaces_only_what_the_command_wrote(scored_world, tmp):
     """A finished run and a score folder list what they wrote; --overwrite refuses, naming
     them, while other files are there, and replaces exactly the listed entries."""
     from flowclip_cache import outputs
+
     fs, s, _, _ = scored_world
     run, res = str(tmp / "run"), str(tmp / "res")
     cfg = TrainConfig(head="flow", epochs=1, batch_size=8)
     train_head(fs, s["training"], run, cfg, progress=False, **quiet)
     run_score(fs, [s["candidates"]], ["clip"], res, bootstrap_draws=0, **quiet)
-    assert outputs.foreign_entries(run) == [] and outputs.foreign_entries(res) == []   # every entry listed
+    assert outputs.foreign_entries(run) == [] and outputs.foreign_entries(res) == []  # every entry listed
     for out in (run, res):
         open(os.path.join(out, "notes.txt"), "w").write("mine")
     with pytest.raises(FlowclipError, match=r"did not write there \(notes.txt\)"):
@@ -233,28 +283,72 @@ def test_overwrite_replaces_only_what_the_command_wrote(scored_world, tmp):
 def test_symlinked_out_and_stores_inside_outputs_are_refused(scored_world, tmp):
     fs, s, run, _ = scored_world
     import shutil
+
     mine = str(tmp / "run")
     shutil.copytree(run, mine)
     link = tmp / "link"
     link.symlink_to(mine)
-    r = CliRunner().invoke(main, ["train-head", "--store", fs.root, "--train", s["training"], "--head", "global",
-                                  "--epochs", "1", "--out", str(link), "--overwrite"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "train-head",
+            "--store",
+            fs.root,
+            "--train",
+            s["training"],
+            "--head",
+            "global",
+            "--epochs",
+            "1",
+            "--out",
+            str(link),
+            "--overwrite",
+        ],
+    )
     assert r.exit_code == 2 and "symbolic link" in r.output and os.path.exists(os.path.join(mine, "DONE"))
     # extract into a score results folder (or a user's non-empty folder): refused, nothing made
     res = str(tmp / "res")
     run_score(fs, [s["candidates"]], ["clip"], res, bootstrap_draws=0, **quiet)
     before = sorted(os.listdir(res))
     for where in (res, os.path.join(res, "inner")):
-        r = CliRunner().invoke(main, ["extract", "--store", where, "--model", "flowclip-tiny-vit",
-                                      "--manifest", s["candidates"], "--image-root", s["image_root"],
-                                      "--workers", "0", "--quiet"])
+        r = CliRunner().invoke(
+            main,
+            [
+                "extract",
+                "--store",
+                where,
+                "--model",
+                "flowclip-tiny-vit",
+                "--manifest",
+                s["candidates"],
+                "--image-root",
+                s["image_root"],
+                "--workers",
+                "0",
+                "--quiet",
+            ],
+        )
         assert r.exit_code == 2 and "inside" in r.output, r.output
     assert sorted(os.listdir(res)) == before
     user = tmp / "user"
     user.mkdir()
     (user / "notes.txt").write_text("x")
-    r = CliRunner().invoke(main, ["extract", "--store", str(user), "--model", "flowclip-tiny-vit",
-                                  "--manifest", s["candidates"], "--image-root", s["image_root"], "--workers", "0"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            str(user),
+            "--model",
+            "flowclip-tiny-vit",
+            "--manifest",
+            s["candidates"],
+            "--image-root",
+            s["image_root"],
+            "--workers",
+            "0",
+        ],
+    )
     assert r.exit_code == 2 and "holds other files" in r.output and os.listdir(user) == ["notes.txt"]
     # and no output inside a store
     with pytest.raises(FlowclipError, match="never go inside a store"):
@@ -268,6 +362,7 @@ def test_a_marker_never_reaches_outside_its_folder(tmp):
     import json
 
     from flowclip_cache import outputs
+
     out = tmp / "run"
     out.mkdir()
     (tmp / "precious.txt").write_text("keep")

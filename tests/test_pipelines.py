@@ -1,4 +1,5 @@
 """flowclip run: plan, overrides, refusals, and a reduced synthetic grid killed and rerun."""
+
 import json
 import os
 import signal
@@ -11,11 +12,18 @@ from click.testing import CliRunner
 
 from flowclip_cache.cli import main
 
-SYNTH = "synthetic"          # a packaged config, by name
-REDUCED = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10}",
-           "encoder={model: flowclip-tiny-vit, pretrained: none}", "seeds=[0,1]", "heads={global: {head: global}, flow: {head: flow, cimr: 0.1}}",
-           "train_config.epochs=1", "train_config.batch_size=8", "compare=[[global,flow]]", "bootstrap=200",
-           "controls=[real,shuffle]"]
+SYNTH = "synthetic"  # a packaged config, by name
+REDUCED = [
+    "world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10}",
+    "encoder={model: flowclip-tiny-vit, pretrained: none}",
+    "seeds=[0,1]",
+    "heads={global: {head: global}, flow: {head: flow, cimr: 0.1}}",
+    "train_config.epochs=1",
+    "train_config.batch_size=8",
+    "compare=[[global,flow]]",
+    "bootstrap=200",
+    "controls=[real,shuffle]",
+]
 
 
 def test_every_pipeline_file_names_its_command_and_parses():
@@ -23,6 +31,7 @@ def test_every_pipeline_file_names_its_command_and_parses():
 
     from flowclip_cache.config import build, find_config
     from flowclip_cache.studies import pipeline_module
+
     for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders", "readouts", "adaptation"):
         path = find_config(name)
         first = open(path).readline()
@@ -55,31 +64,50 @@ def test_dry_run_checks_everything_and_creates_nothing(tmp_path, sample, tiny_en
 
     from flowclip_cache.extract import run_extract
     from flowclip_cache.store import FeatureStore
+
     fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
-    run_extract(fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], workers=0,
-                progress=False)
+    run_extract(
+        fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], workers=0, progress=False
+    )
     evals = tmp_path / "evals"
     evals.mkdir()
     shutil.copy(sample["candidates"], evals / "sample.parquet")
-    shutil.copy(sample["training"], evals / "train-too.parquet")        # the README's old mistake
-    args = ["run", "ablation", f"store={fs.root}", f"train={sample['training']}", f"eval=[{evals}]",
-            f"out={tmp_path}/study", "seeds=[0]", "train_config.epochs=1", "train_config.batch_size=4", "--dry-run"]
+    shutil.copy(sample["training"], evals / "train-too.parquet")  # the README's old mistake
+    args = [
+        "run",
+        "ablation",
+        f"store={fs.root}",
+        f"train={sample['training']}",
+        f"eval=[{evals}]",
+        f"out={tmp_path}/study",
+        "seeds=[0]",
+        "train_config.epochs=1",
+        "train_config.batch_size=4",
+        "--dry-run",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert f"fingerprint {fs.fingerprint[:16]}" in r.output and "every feature stored" in r.output
     assert "note: skipping" in r.output and "train-too.parquet: a training manifest" in r.output
-    assert r.output.count("[todo   ]") == 4 and "time left: about" in r.output and "dry run: every check passed" in r.output
+    assert (
+        r.output.count("[todo   ]") == 4
+        and "time left: about" in r.output
+        and "dry run: every check passed" in r.output
+    )
     assert not os.path.exists(tmp_path / "study")
     # a caption the store lacks: named, with the extract command to run; still nothing created
     import pyarrow as pa
 
     from flowclip_cache.manifest import Manifest, write_manifest
+
     m = Manifest.read(sample["candidates"])
     rows = m.table.to_pylist()
     rows[0]["captions"] = ["a caption never extracted", rows[0]["captions"][1]]
     write_manifest(evals / "sample.parquet", pa.Table.from_pylist(rows), "candidates", m.meta)
     r = CliRunner().invoke(main, args)
-    assert r.exit_code == 2 and "'a caption never extracted'" in r.output and "Run: flowclip extract --store" in r.output
+    assert (
+        r.exit_code == 2 and "'a caption never extracted'" in r.output and "Run: flowclip extract --store" in r.output
+    )
     assert not os.path.exists(tmp_path / "study")
 
 
@@ -96,8 +124,9 @@ def test_killed_grid_resumes_without_redoing_finished_runs(tmp_path):
     while time.time() < deadline and proc.poll() is None:
         runs = out / "runs"
         if runs.exists():
-            done_before = {d: os.path.getmtime(runs / d / "DONE") for d in os.listdir(runs)
-                           if (runs / d / "DONE").exists()}
+            done_before = {
+                d: os.path.getmtime(runs / d / "DONE") for d in os.listdir(runs) if (runs / d / "DONE").exists()
+            }
             if len(done_before) >= 2:
                 break
         time.sleep(0.02)
@@ -125,28 +154,57 @@ def test_profile_command_writes_and_guards_the_profile(tmp_path):
     assert "| flowclip-tiny-vit (none, standard) |" in r.output and "object contrast" in r.output
     prof = json.load(open(tmp_path / "p" / "profile.json"))
     g = prof["grounding"]
-    assert set(prof["accuracy"]) == {"object", "swap-att", "swap-obj", "relation", "order", "add", "replace",
-                                     "heldout-swap-att"}
+    assert set(prof["accuracy"]) == {
+        "object",
+        "swap-att",
+        "swap-obj",
+        "relation",
+        "order",
+        "add",
+        "replace",
+        "heldout-swap-att",
+    }
     assert g["words"] > 0 and 0 < g["chance"] < 1 and 0 < g["object_chance"] <= 0.5
-    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small])          # same encoder, same profile: fine
+    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small])  # same encoder, same profile: fine
     assert r.exit_code == 0, r.output
-    prof["accuracy"]["object"] = 0.0                                      # a different profile is kept ...
+    prof["accuracy"]["object"] = 0.0  # a different profile is kept ...
     json.dump(prof, open(tmp_path / "p" / "profile.json", "w"))
     r = CliRunner().invoke(main, ["profile", SYNTH, out, *small])
     assert r.exit_code == 2 and "--overwrite" in r.output
-    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small, "--overwrite"])   # ... unless asked
+    r = CliRunner().invoke(main, ["profile", SYNTH, out, *small, "--overwrite"])  # ... unless asked
     assert r.exit_code == 0 and json.load(open(tmp_path / "p" / "profile.json"))["accuracy"]["object"] > 0
 
 
 def test_a_study_trains_from_the_store_placement(tmp_path):
     """data_placement is a study key: several heads share one bank read from the store."""
-    r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/s", *REDUCED, "seeds=[0]", "bootstrap=0",
-                                  "compare=[]", "data_placement=store", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "run",
+            SYNTH,
+            f"out={tmp_path}/s",
+            *REDUCED,
+            "seeds=[0]",
+            "bootstrap=0",
+            "compare=[]",
+            "data_placement=store",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "placement 'store'" in r.output and os.path.exists(tmp_path / "s" / "summary.md")
     # one more seed: the summary in place no longer answers the grid, so it is not "finished"
-    more = ["run", SYNTH, f"out={tmp_path}/s", *REDUCED, "seeds=[0,1]", "bootstrap=0", "compare=[]",
-            "data_placement=store", "--quiet"]
+    more = [
+        "run",
+        SYNTH,
+        f"out={tmp_path}/s",
+        *REDUCED,
+        "seeds=[0,1]",
+        "bootstrap=0",
+        "compare=[]",
+        "data_placement=store",
+        "--quiet",
+    ]
     r = CliRunner().invoke(main, more)
     assert r.exit_code == 0, r.output
     assert "made for another grid" in r.output and "the study is finished" not in r.output
@@ -162,6 +220,7 @@ def test_encoders_study_dry_run_then_side_by_side(tmp_path, sample, blip_folder)
     from flowclip_cache.encoders import EncoderSpec, resolve
     from flowclip_cache.extract import run_extract
     from flowclip_cache.store import FeatureStore
+
     for name in ("backbones", "encoders"):
         r = CliRunner().invoke(main, ["run", name, f"out={tmp_path}/{name}", "--dry-run"])
         assert r.exit_code == 2 and "no store at cache/" in r.output and "flowclip extract --store" in r.output
@@ -169,13 +228,29 @@ def test_encoders_study_dry_run_then_side_by_side(tmp_path, sample, blip_folder)
     stores = {}
     for label, model in (("tiny", "flowclip-tiny-vit"), ("blip", f"blip:{blip_folder}")):
         fs = FeatureStore.open_or_create(str(tmp_path / label), resolve(EncoderSpec(model)).config)
-        run_extract(fs, resolve(EncoderSpec(model)), [sample["candidates"], sample["training"]],
-                    sample["image_root"], workers=0, progress=False)
+        run_extract(
+            fs,
+            resolve(EncoderSpec(model)),
+            [sample["candidates"], sample["training"]],
+            sample["image_root"],
+            workers=0,
+            progress=False,
+        )
         stores[label] = (model, fs.root)
     rows = ", ".join(f"{k}: {{model: '{m}', store: '{p}'}}" for k, (m, p) in stores.items())
-    base = ["run", "backbones", f"encoders={{{rows}}}", f"train={sample['training']}",
-            f"eval=[{sample['candidates']}]", f"out={tmp_path}/study", "seeds=[0]", "train_config.epochs=1",
-            "train_config.batch_size=4", "bootstrap=50", "device=cpu"]
+    base = [
+        "run",
+        "backbones",
+        f"encoders={{{rows}}}",
+        f"train={sample['training']}",
+        f"eval=[{sample['candidates']}]",
+        f"out={tmp_path}/study",
+        "seeds=[0]",
+        "train_config.epochs=1",
+        "train_config.batch_size=4",
+        "bootstrap=50",
+        "device=cpu",
+    ]
     r = CliRunner().invoke(main, [*base, "--dry-run"])
     assert r.exit_code == 0, r.output
     assert r.output.count("[todo   ]") == 4 and not os.path.exists(tmp_path / "study")
@@ -204,13 +279,21 @@ def test_patch_readout_is_a_grid_axis_and_profile_prints_each(tmp_path):
     assert r.output.count("[todo   ]") == 4 and not os.path.exists(tmp_path / "s")
     r = CliRunner().invoke(main, [*args, "--quiet"])
     assert r.exit_code == 0, r.output
-    assert sorted(os.listdir(tmp_path / "s")) == ["FLOWCLIP_OUTPUT.json", "readout-sclip", "readout-standard",
-                                                  "summary.json", "summary.md", "world"]
+    assert sorted(os.listdir(tmp_path / "s")) == [
+        "FLOWCLIP_OUTPUT.json",
+        "readout-sclip",
+        "readout-standard",
+        "summary.json",
+        "summary.md",
+        "world",
+    ]
     md = open(tmp_path / "s" / "summary.md").read()
     assert "| flowclip-tiny-vit / sclip | flow |" in md and "| flowclip-tiny-vit / standard | global |" in md
-    assert "(synthetic" not in md and "patch in cell" in md             # the profiles, one row per readout
-    stores = {r: json.load(open(tmp_path / "s" / f"readout-{r}" / "store" / "store.json"))["encoder"]
-              for r in ("standard", "sclip")}
+    assert "(synthetic" not in md and "patch in cell" in md  # the profiles, one row per readout
+    stores = {
+        r: json.load(open(tmp_path / "s" / f"readout-{r}" / "store" / "store.json"))["encoder"]
+        for r in ("standard", "sclip")
+    }
     assert stores["sclip"]["patch_readout"] == "sclip" and "patch_readout" not in stores["standard"]
     r = CliRunner().invoke(main, ["profile", SYNTH, f"out={tmp_path}/p", REDUCED[0], enc])
     assert r.exit_code == 0, r.output
@@ -225,8 +308,16 @@ def test_study_encoder_keys_are_extracts_flags(siglip_tokenizer):
     readout), so a study's store is the one extract would build."""
     from flowclip_cache.encoders import EncoderSpec
     from flowclip_cache.studies.ablation import encoder_spec
-    got = encoder_spec({"model": "ViT-B-16-SigLIP", "pretrained": "none", "token_mask": "content",
-                        "tokenizer": siglip_tokenizer, "init_seed": 3})
+
+    got = encoder_spec(
+        {
+            "model": "ViT-B-16-SigLIP",
+            "pretrained": "none",
+            "token_mask": "content",
+            "tokenizer": siglip_tokenizer,
+            "init_seed": 3,
+        }
+    )
     assert got == EncoderSpec("ViT-B-16-SigLIP", "none", 3, "content", tokenizer=siglip_tokenizer)
     assert encoder_spec({"model": "flowclip-tiny-vit", "patch_readout": "sclip"}).patch_readout == "sclip"
 
@@ -235,14 +326,21 @@ def test_adaptation_study_dry_run_and_a_reduced_run(tmp_path):
     """adaptation.yaml: the plan (frozen runs, adapted seeds) with nothing created; then a
     reduced run: frozen and adapted sides, the adapted store a new encoder, the table and
     the paired bootstrap of adapted - frozen."""
-    small = ["world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10}",
-             "encoder={model: flowclip-tiny-vit, pretrained: none}", "seeds=[0]", "train_config.epochs=1",
-             "train_config.batch_size=8", "adapt_config={encoder_lr: 1.0e-5, workers: 0}", "bootstrap=100"]
+    small = [
+        "world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10}",
+        "encoder={model: flowclip-tiny-vit, pretrained: none}",
+        "seeds=[0]",
+        "train_config.epochs=1",
+        "train_config.batch_size=8",
+        "adapt_config={encoder_lr: 1.0e-5, workers: 0}",
+        "bootstrap=100",
+    ]
     r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, "--dry-run"])
     assert r.exit_code == 0, r.output
     assert "[todo   ] adapted encoder + head, seed 0" in r.output and not os.path.exists(tmp_path / "a")
-    r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, "adapt_config={lr_enc: 1}",
-                                  "--dry-run"])
+    r = CliRunner().invoke(
+        main, ["run", "adaptation", f"out={tmp_path}/a", *small, "adapt_config={lr_enc: 1}", "--dry-run"]
+    )
     assert r.exit_code == 2 and "unknown keys ['lr_enc']" in r.output
     r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, "--quiet"])
     assert r.exit_code == 0, r.output

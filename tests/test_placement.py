@@ -1,6 +1,7 @@
 """Training data placements (issue 18): device, host and store give bit-identical
 weights for the same seed; the estimate is exact; auto falls back to the store; a store
 placement refuses damage like every other reader."""
+
 import os
 
 import pytest
@@ -16,8 +17,9 @@ from flowclip_cache.training_data import load_training_data
 
 
 def cfg(**kw):
-    return TrainConfig(**{**dict(head="flow", epochs=2, batch_size=16, lr=1e-3, train_eval_records=64,
-                                 checkpoint_every=7), **kw})
+    return TrainConfig(
+        **{**dict(head="flow", epochs=2, batch_size=16, lr=1e-3, train_eval_records=64, checkpoint_every=7), **kw}
+    )
 
 
 def test_placements_train_bit_identical_weights(planted, tmp_path):
@@ -45,24 +47,26 @@ def test_estimate_is_exact_and_auto_falls_back_to_the_store(planted, monkeypatch
     fs, man = planted
     data = load_training_data(fs, Manifest.read(man), True, "cpu", placement="device", log=lambda *_: None)
     b = data.bank
-    held = sum(t.numel() * t.element_size() for t in (b.img_global, b.img_patches, b.cap_global, b.cap_tokens,
-                                                         b.cap_offsets))
+    held = sum(
+        t.numel() * t.element_size() for t in (b.img_global, b.img_patches, b.cap_global, b.cap_tokens, b.cap_offsets)
+    )
     m = Manifest.read(man).table.to_pydict()
     texts = sorted(set(m["positive"]) | {n for ns in m["negatives"] for n in ns})
     assert banks.estimate_bytes(fs, m["image_key"], texts, True) == held
     said = []
-    monkeypatch.setattr(banks, "available_bytes", lambda device: held)       # 100% needed > 70% allowed
+    monkeypatch.setattr(banks, "available_bytes", lambda device: held)  # 100% needed > 70% allowed
     assert banks.choose_placement("auto", held, "cpu", said.append) == "store"
     assert "placement 'store'" in said[0] and "GiB of features" in said[0]
     monkeypatch.setattr(banks, "available_bytes", lambda device: 10 * held)
     assert banks.choose_placement("auto", held, "cpu", said.append) == "device"
-    assert banks.choose_placement("host", held, "cpu", said.append) == "device"    # on the CPU, host = device
+    assert banks.choose_placement("host", held, "cpu", said.append) == "device"  # on the CPU, host = device
 
 
 def test_store_placement_refuses_damage(planted, tmp_path):
     import shutil
 
     from flowclip_cache.store import FeatureStore
+
     fs, man = planted
     copy = str(tmp_path / "copy")
     shutil.copytree(fs.root, copy)
@@ -74,8 +78,7 @@ def test_store_placement_refuses_damage(planted, tmp_path):
         f.seek(100)
         f.write(bytes([b[0] ^ 1]))
     with pytest.raises(StoreDamaged, match="patches fails its checksum"):
-        load_training_data(FeatureStore(copy), Manifest.read(man), True, "cpu", placement="store",
-                           log=lambda *_: None)
+        load_training_data(FeatureStore(copy), Manifest.read(man), True, "cpu", placement="store", log=lambda *_: None)
 
 
 def test_store_placement_reads_hdf5_rows_too(planted, tmp_path):
@@ -84,13 +87,17 @@ def test_store_placement_reads_hdf5_rows_too(planted, tmp_path):
     import numpy as np
 
     from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+
     fs, man = planted
     h5 = FeatureStore.open_or_create(str(tmp_path / "h5"), fs.encoder_config, "hdf5")
     ik, ck = fs.keys(IMAGE), fs.keys(CAPTION)
     im, cp = fs.load_images(ik), fs.load_captions(ck)
     h5.write_segment(IMAGE, ik, {"global": im.global_, "patches": im.patches})
-    h5.write_segment(CAPTION, ck, {"global": cp.global_, "tokens": cp.tokens, "offsets": cp.offsets,
-                                   "truncated": cp.truncated.astype(np.uint8)})
+    h5.write_segment(
+        CAPTION,
+        ck,
+        {"global": cp.global_, "tokens": cp.tokens, "offsets": cp.offsets, "truncated": cp.truncated.astype(np.uint8)},
+    )
     h5.release_writer()
     h5.refresh()
     a, b = str(tmp_path / "a"), str(tmp_path / "b")

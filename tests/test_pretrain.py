@@ -1,4 +1,5 @@
 """The tiny CLIP's pretraining recipe: seeded, resumable, exported as safetensors with a card."""
+
 import json
 import os
 
@@ -10,22 +11,25 @@ from flowclip_cache import checkpoint
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.pretrain import PretrainConfig, pretrain
 
-SMALL = dict(model="flowclip-tiny-clip-gap", scenes=48, steps=4, batch_size=16, warmup=2, checkpoint_every=2,
-             probe_scenes=8)
+SMALL = dict(
+    model="flowclip-tiny-clip-gap", scenes=48, steps=4, batch_size=16, warmup=2, checkpoint_every=2, probe_scenes=8
+)
 
 
 def _run(tmp_path, name, **kw):
     cfg = PretrainConfig.from_dict({**SMALL, **kw})
-    return pretrain(str(tmp_path / name), cfg, log=lambda *_: None, progress=False,
-                    export_to=str(tmp_path / name / "export"))
+    return pretrain(
+        str(tmp_path / name), cfg, log=lambda *_: None, progress=False, export_to=str(tmp_path / name / "export")
+    )
 
 
 def test_resume_is_bit_identical_and_card_is_written(tmp_path, monkeypatch):
     from flowclip_cache import pretrain as pretrain_module
+
     straight = _run(tmp_path, "a")
     real_save = pretrain_module._save_state
 
-    def save_then_die(*args):                          # a crash right after the first checkpoint
+    def save_then_die(*args):  # a crash right after the first checkpoint
         real_save(*args)
         raise KeyboardInterrupt
 

@@ -2,6 +2,7 @@
 and head by head, from the last block's weights and its input captured by a hook on
 encode_image; the global never changes; refusals where the block is not open_clip's
 default."""
+
 import math
 
 import pytest
@@ -19,13 +20,14 @@ def direct_patches(visual, x_in: torch.Tensor, readout: str) -> torch.Tensor:
     attention below; MaskCLIP's and SCLIP's released code keep the block's residual and MLP
     around it (x + attn, then + mlp(ln_2 .)), the others (and the -reduced variants) drop both."""
     import copy
+
     block = visual.transformer.resblocks[-1]
     a = block.attn
     W, b = a.in_proj_weight.double(), a.in_proj_bias.double()
     D, H = W.shape[1], a.num_heads
     hd = D // H
     h = F.layer_norm(x_in.double(), (D,), block.ln_1.weight.double(), block.ln_1.bias.double(), block.ln_1.eps)
-    q, k, v = h @ W[:D].T + b[:D], h @ W[D:2 * D].T + b[D:2 * D], h @ W[2 * D:].T + b[2 * D:]
+    q, k, v = h @ W[:D].T + b[:D], h @ W[D : 2 * D].T + b[D : 2 * D], h @ W[2 * D :].T + b[2 * D :]
     T = h.shape[1]
     gh, gw = visual.grid_size
     prefix = T - gh * gw
@@ -33,7 +35,7 @@ def direct_patches(visual, x_in: torch.Tensor, readout: str) -> torch.Tensor:
     for i in range(gh * gw):
         for j in range(gh * gw):
             dy, dx = i // gw - j // gw, i % gw - j % gw
-            bias[prefix + i, prefix + j] = math.exp(-(dy * dy + dx * dx) / (2 * NACLIP_SIGMA ** 2))
+            bias[prefix + i, prefix + j] = math.exp(-(dy * dy + dx * dx) / (2 * NACLIP_SIGMA**2))
     heads = []
     for n in range(H):
         s = slice(n * hd, (n + 1) * hd)
@@ -63,7 +65,8 @@ def direct_patches(visual, x_in: torch.Tensor, readout: str) -> torch.Tensor:
 def last_block_input_by_hook(model, x):
     seen = {}
     hook = model.visual.transformer.resblocks[-1].register_forward_pre_hook(
-        lambda mod, args: seen.setdefault("x", args[0].detach()))
+        lambda mod, args: seen.setdefault("x", args[0].detach())
+    )
     try:
         model.encode_image(x)
     finally:
@@ -82,9 +85,9 @@ def test_each_readout_equals_the_direct_computation(model):
     for readout in READOUTS[1:]:
         enc = resolve(EncoderSpec(model, patch_readout=readout))
         assert enc.config["patch_readout"] == readout and enc.fingerprint != resolve(EncoderSpec(model)).fingerprint
-        base.config = enc.config                        # same weights, this readout
+        base.config = enc.config  # same weights, this readout
         g, p = encode_images(base, x)
-        torch.testing.assert_close(g, g_std, rtol=0, atol=0)        # the global is encode_image's, unchanged
+        torch.testing.assert_close(g, g_std, rtol=0, atol=0)  # the global is encode_image's, unchanged
         torch.testing.assert_close(g, F.normalize(base.model.encode_image(x), dim=-1), rtol=0, atol=1e-6)
         torch.testing.assert_close(p.double(), direct_patches(base.model.visual, x_in, readout), rtol=0, atol=2e-5)
         assert p.shape == p_std.shape and not torch.allclose(p, p_std, atol=1e-3)
@@ -94,13 +97,17 @@ def test_released_and_reduced_differ_and_old_definitions_are_refused():
     """maskclip/sclip are the released (residual + MLP) readouts; -reduced are the old ones;
     the fingerprint records the revision so an old-definition store is never extended."""
     from flowclip_cache.cli import READOUT_NAMES
+
     assert tuple(READOUT_NAMES) == READOUTS
     for name in ("maskclip", "sclip"):
-        new, red = resolve(EncoderSpec("ViT-B-16", patch_readout=name)), \
-            resolve(EncoderSpec("ViT-B-16", patch_readout=f"{name}-reduced"))
+        new, red = (
+            resolve(EncoderSpec("ViT-B-16", patch_readout=name)),
+            resolve(EncoderSpec("ViT-B-16", patch_readout=f"{name}-reduced")),
+        )
         assert new.config["patch_readout_revision"] == 2 and "patch_readout_revision" not in red.config
         old = {k: v for k, v in new.config.items() if k != "patch_readout_revision"}
         from flowclip_cache.encoders import fingerprint_of
+
         assert fingerprint_of(old) != new.fingerprint
     base = load_model(resolve(EncoderSpec("ViT-B-16")))
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(2))
@@ -118,6 +125,7 @@ def test_standard_keeps_every_fingerprint_and_refusals():
         resolve(EncoderSpec("ViT-B-16-SigLIP", patch_readout="sclip"))
     with pytest.raises(FlowclipError, match=r"not open_clip's default \(qk_norm"):
         from flowclip_cache.patch_readouts import check_readout
+
         check_readout("sclip", "x", {"vision_cfg": {"qk_norm": True}})
     with pytest.raises(FlowclipError, match="unknown patch readout"):
         resolve(EncoderSpec("ViT-B-32", patch_readout="dino"))
@@ -128,12 +136,29 @@ def test_extract_with_a_readout(tmp_path, sample):
 
     from flowclip_cache.cli import main
     from flowclip_cache.store import FeatureStore
+
     stores = {}
     for readout in ("standard", "sclip"):
         stores[readout] = str(tmp_path / readout)
-        r = CliRunner().invoke(main, ["extract", "--store", stores[readout], "--model", "flowclip-tiny-vit",
-                                      "--patch-readout", readout, "--manifest", sample["candidates"],
-                                      "--image-root", sample["image_root"], "--workers", "0", "--quiet"])
+        r = CliRunner().invoke(
+            main,
+            [
+                "extract",
+                "--store",
+                stores[readout],
+                "--model",
+                "flowclip-tiny-vit",
+                "--patch-readout",
+                readout,
+                "--manifest",
+                sample["candidates"],
+                "--image-root",
+                sample["image_root"],
+                "--workers",
+                "0",
+                "--quiet",
+            ],
+        )
         assert r.exit_code == 0, r.output
     a, b = FeatureStore(stores["standard"]), FeatureStore(stores["sclip"])
     keys = a.keys("img")[:3]
@@ -141,7 +166,21 @@ def test_extract_with_a_readout(tmp_path, sample):
     assert (ia.global_ == ib.global_).all() and not (ia.patches == ib.patches).all()
     assert b.encoder_config["patch_readout"] == "sclip" and "patch_readout" not in a.encoder_config
     # a store keeps its readout: extracting into it with another one is refused
-    r = CliRunner().invoke(main, ["extract", "--store", stores["sclip"], "--model", "flowclip-tiny-vit",
-                                  "--manifest", sample["candidates"], "--image-root", sample["image_root"],
-                                  "--workers", "0", "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            stores["sclip"],
+            "--model",
+            "flowclip-tiny-vit",
+            "--manifest",
+            sample["candidates"],
+            "--image-root",
+            sample["image_root"],
+            "--workers",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code != 0 and "patch_readout" in r.output

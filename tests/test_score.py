@@ -1,4 +1,5 @@
 """Official aggregations on hand-built score tables; ties; controls; bootstrap; the engine."""
+
 import json
 import os
 
@@ -74,8 +75,12 @@ def test_whatsup_subset_mean_and_vgr_exclusion():
     assert res["score"] == pytest.approx(0.875) and res["ties"] == 1
     vgr = get("aro-vg-relation").scoring
     scores = np.array([[1, 0], [0, 1], [1, 0], [1, 1]], float)
-    res = aggregate(vgr, scores, np.zeros(4, int), {"relation": np.array(["on", "on", "eats", "eats"]),
-                                                    "excluded": np.array([False, False, True, False])})
+    res = aggregate(
+        vgr,
+        scores,
+        np.zeros(4, int),
+        {"relation": np.array(["on", "on", "eats", "eats"]), "excluded": np.array([False, False, True, False])},
+    )
     # eats keeps only its tie (wrong for VG-R): on = 1/2, eats = 0 -> 0.25
     assert res["score"] == pytest.approx(0.25) and res["excluded"] == 1 and res["ties"] == 1
 
@@ -95,11 +100,15 @@ def test_retrieval_ties_count_against_the_query_in_both_directions():
     """One rule both ways: a wrong candidate scoring as high as the right one ranks above it."""
     const = np.zeros((4, 4))
     got = metrics.retrieval_recall(const, np.arange(4), (1, 4))
-    assert got["i2t_R@1"] == got["t2i_R@1"] == 0.0 and got["i2t_R@4"] == got["t2i_R@4"] == 1.0   # rank 3
+    assert got["i2t_R@1"] == got["t2i_R@1"] == 0.0 and got["i2t_R@4"] == got["t2i_R@4"] == 1.0  # rank 3
     assert got["i2t_ties"] == got["t2i_ties"] == 4
     # by hand: image 0's captions 0,1; image 1's caption 2. sim rows = images.
-    sim = np.array([[0.5, 0.9, 0.9],     # image 0: best positive 0.9 ties caption 2 (wrong) -> rank 1
-                    [0.2, 0.1, 0.7]])    # image 1: 0.7 beats all -> rank 0
+    sim = np.array(
+        [
+            [0.5, 0.9, 0.9],  # image 0: best positive 0.9 ties caption 2 (wrong) -> rank 1
+            [0.2, 0.1, 0.7],
+        ]
+    )  # image 1: 0.7 beats all -> rank 0
     got = metrics.retrieval_recall(sim, np.array([0, 0, 1]), (1, 2))
     assert got["i2t_R@1"] == 0.5 and got["i2t_R@2"] == 1.0 and got["i2t_ties"] == 1
     # captions: c0 true 0.5 vs 0.2 -> 0; c1 0.9 vs 0.1 -> 0; c2 true 0.7 vs 0.9 -> 1
@@ -121,18 +130,27 @@ def test_controls_keep_candidates_together():
 
 
 def test_bootstrap_by_hand_and_groups():
-    W = np.array([[2, 0, 1], [0, 3, 0]], np.float32)   # two draws over three records
+    W = np.array([[2, 0, 1], [0, 3, 0]], np.float32)  # two draws over three records
     c = np.array([1, 0, 1], bool)
     v, lost = weighted_stat(c, W, None)
     assert v.tolist() == pytest.approx([1.0, 0.0]) and not lost.any()
     v, lost = weighted_stat(c, W, np.array(["a", "b", "b"]))
     # draw 0: a = 1, b = 1/1 -> 1; draw 1: a has no weight -> only b = 0, reported as lost
     assert v.tolist() == pytest.approx([1.0, 0.0]) and lost.tolist() == [False, True]
-    tasks = [{"name": "t", "image_index": np.array([0, 0, 1, 2]), "groups": None,
-              "correct": {"a": np.array([1, 1, 0, 0], bool), "b": np.array([1, 1, 0, 0], bool),
-                          "c": np.array([1, 1, 1, 1], bool)}}]
+    tasks = [
+        {
+            "name": "t",
+            "image_index": np.array([0, 0, 1, 2]),
+            "groups": None,
+            "correct": {
+                "a": np.array([1, 1, 0, 0], bool),
+                "b": np.array([1, 1, 0, 0], bool),
+                "c": np.array([1, 1, 1, 1], bool),
+            },
+        }
+    ]
     out = paired_bootstrap(tasks, {"A": ["a"], "B": ["b"], "C": ["c"]}, [("A", "B"), ("A", "C")], 3, 400, 0)
-    assert out["t"]["B - A"]["ci95_pts"] == [0.0, 0.0]               # identical decisions: no difference
+    assert out["t"]["B - A"]["ci95_pts"] == [0.0, 0.0]  # identical decisions: no difference
     lo, hi = out["t"]["C - A"]["ci95_pts"]
     assert 0 <= lo <= 50 <= hi <= 100
 
@@ -143,21 +161,35 @@ def scored_world(tmp_path, tiny_encoder):
     from flowclip_cache.sample import make_sample
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.train import TrainConfig, train_head
+
     s = make_sample(str(tmp_path / "s"), n_images=24)
     fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
     run_extract(fs, tiny_encoder, [s["candidates"], s["training"]], s["image_root"], workers=0, progress=False)
     fs.refresh()
     run = str(tmp_path / "flow")
-    train_head(fs, s["training"], run, TrainConfig(head="flow", epochs=1, batch_size=8, lr=1e-3),
-               progress=False, log=lambda *_: None)
+    train_head(
+        fs,
+        s["training"],
+        run,
+        TrainConfig(head="flow", epochs=1, batch_size=8, lr=1e-3),
+        progress=False,
+        log=lambda *_: None,
+    )
     return fs, s, run, tmp_path
 
 
 def test_run_score_end_to_end(scored_world):
     fs, s, run, tmp = scored_world
     out = str(tmp / "res")
-    run_score(fs, [s["candidates"]], ["clip", run], out, controls=("real", "shuffle", "fixed"),
-              bootstrap_draws=200, log=lambda *_: None)
+    run_score(
+        fs,
+        [s["candidates"]],
+        ["clip", run],
+        out,
+        controls=("real", "shuffle", "fixed"),
+        bootstrap_draws=200,
+        log=lambda *_: None,
+    )
     for f in ("results.json", "records.parquet", "results.md", "results.csv", "margins_sample.png"):
         assert os.path.exists(os.path.join(out, f))
     res = json.load(open(os.path.join(out, "results.json")))
@@ -165,6 +197,7 @@ def test_run_score_end_to_end(scored_world):
     assert res["store_fingerprint"] == fs.fingerprint and len(res["scorers"][1]["head_sha256"]) == 64
     assert "flow - clip" in res["bootstrap"]["sample"]
     import pyarrow.parquet as pq
+
     recs = pq.read_table(os.path.join(out, "records.parquet")).to_pylist()
     assert len(recs) == 24 * 3 * 2
     # the official number equals a re-aggregation of the per-record table
@@ -178,17 +211,25 @@ def test_score_refusals(scored_world, tiny_encoder):
     fs, s, run, tmp = scored_world
     from flowclip_cache.encoders import EncoderSpec, resolve
     from flowclip_cache.store import FeatureStore
-    other = FeatureStore.open_or_create(str(tmp / "other"), resolve(EncoderSpec("flowclip-tiny-vit", init_seed=5)).config)
+
+    other = FeatureStore.open_or_create(
+        str(tmp / "other"), resolve(EncoderSpec("flowclip-tiny-vit", init_seed=5)).config
+    )
     with pytest.raises(FlowclipError, match="trained on encoder .* refused"):
         run_score(other, [s["candidates"]], [run], str(tmp / "x"), log=lambda *_: None)
     with pytest.raises(FlowclipError, match="features missing from the store(.|\n)*--pretrained none --init-seed 5"):
         run_score(other, [s["candidates"]], ["clip"], str(tmp / "y"), log=lambda *_: None)
     from flowclip_cache.data import _weights_args  # the hint gives each store's own weights back
+
     assert _weights_args({"weights": {"source": "flowclip:synthetic", "sha256": "x"}}) == ["--pretrained", "synthetic"]
     assert _weights_args({"weights": {"source": "open_clip:openai"}}) == ["--pretrained", "openai"]
     bad = tmp / "bad.parquet"
-    write_manifest(bad, pa.table({"record_id": ["1"], "image": ["a.png"], "captions": [["a", "b"]], "gold": [0]}),
-                   "candidates", {"benchmark": "whatsup-coco-spatial"})
+    write_manifest(
+        bad,
+        pa.table({"record_id": ["1"], "image": ["a.png"], "captions": [["a", "b"]], "gold": [0]}),
+        "candidates",
+        {"benchmark": "whatsup-coco-spatial"},
+    )
     with pytest.raises(FlowclipError, match="needs column 'subset', which is missing"):
         run_score(fs, [str(bad)], ["clip"], str(tmp / "z"), log=lambda *_: None)
 
@@ -210,10 +251,13 @@ def test_embedding_scorers_score_v_dot_their_caption_embedding():
     """A head that names a caption embedding (so zero-shot ensembles prompts CLIP's way)
     must score v . e(t) up to a positive factor; the others are pairwise."""
     from flowclip_cache.heads import HEAD_KINDS, build_head
+
     g = torch.Generator().manual_seed(0)
     d, n = 8, 4
-    v, t = (torch.nn.functional.normalize(torch.randn(3, d, generator=g), dim=-1),
-            torch.nn.functional.normalize(torch.randn(5, d, generator=g), dim=-1))
+    v, t = (
+        torch.nn.functional.normalize(torch.randn(3, d, generator=g), dim=-1),
+        torch.nn.functional.normalize(torch.randn(5, d, generator=g), dim=-1),
+    )
     P = torch.nn.functional.normalize(torch.randn(3, n, d, generator=g), dim=-1)
     H = torch.nn.functional.normalize(torch.randn(5, 6, d, generator=g), dim=-1)
     mask = torch.ones(5, 6, dtype=torch.bool)
@@ -229,8 +273,15 @@ def test_embedding_scorers_score_v_dot_their_caption_embedding():
                 s = head(v, P, t, H, mask)
                 ratio = s / (v @ e.T)
                 assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio), rtol=1e-5) and ratio.min() > 0
-    assert kinds == {"clip": True, "global": True, "labclip": True, "flow": False, "filip": False,
-                     "fsc-local": False, "dcsm": False}
+    assert kinds == {
+        "clip": True,
+        "global": True,
+        "labclip": True,
+        "flow": False,
+        "filip": False,
+        "fsc-local": False,
+        "dcsm": False,
+    }
 
 
 def test_retrieval_and_zero_shot_through_the_engine(scored_world):
@@ -241,22 +292,30 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
     from flowclip_cache.extract import run_extract
     from flowclip_cache.hashing import caption_key
     from flowclip_cache.manifest import Manifest
+
     fs, s, run, tmp = scored_world
     cand = Manifest.read(s["candidates"]).table.to_pylist()
     gallery = tmp / "gallery.parquet"
-    write_manifest(gallery, pa.Table.from_pylist([{"image": r["image"], "captions": [r["captions"][0]]}
-                                                  for r in cand[:12]]), "retrieval", {"benchmark": "coco-retrieval"})
+    write_manifest(
+        gallery,
+        pa.Table.from_pylist([{"image": r["image"], "captions": [r["captions"][0]]} for r in cand[:12]]),
+        "retrieval",
+        {"benchmark": "coco-retrieval"},
+    )
     zs = tmp / "zs.parquet"
     classes = ["red", "green", "blue"]
-    write_manifest(zs, pa.Table.from_pylist([{"image": r["image"], "label": i % 3} for i, r in enumerate(cand[:12])]),
-                   "classification", {"benchmark": "cifar10", "classes": classes,
-                                      "prompts": [[f"a {c} thing", f"something {c}"] for c in classes]})
+    write_manifest(
+        zs,
+        pa.Table.from_pylist([{"image": r["image"], "label": i % 3} for i, r in enumerate(cand[:12])]),
+        "classification",
+        {"benchmark": "cifar10", "classes": classes, "prompts": [[f"a {c} thing", f"something {c}"] for c in classes]},
+    )
     from flowclip_cache.encoders import EncoderSpec, resolve
+
     enc = resolve(EncoderSpec("flowclip-tiny-vit"))
     run_extract(fs, enc, [str(gallery), str(zs)], s["image_root"], workers=0, progress=False)
     fs.refresh()
-    out = run_score(fs, [str(gallery), str(zs)], ["clip", run], str(tmp / "rz"), bootstrap_draws=0,
-                    log=lambda *_: None)
+    out = run_score(fs, [str(gallery), str(zs)], ["clip", run], str(tmp / "rz"), bootstrap_draws=0, log=lambda *_: None)
     # independent: CLIP cosine similarities straight from the store
     m = Manifest.read(gallery)
     ik = image_keys(fs, m)
@@ -274,19 +333,26 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
     zv = F.normalize(torch.from_numpy(fs.load_images(image_keys(fs, Manifest.read(zs))).global_).float(), dim=-1)
     clf = []
     for c in classes:
-        e = F.normalize(torch.from_numpy(fs.load_captions([caption_key(f"a {c} thing"), caption_key(f"something {c}")])
-                                         .global_).float(), dim=-1).mean(0)
+        e = F.normalize(
+            torch.from_numpy(
+                fs.load_captions([caption_key(f"a {c} thing"), caption_key(f"something {c}")]).global_
+            ).float(),
+            dim=-1,
+        ).mean(0)
         clf.append(e / e.norm())
     logits = 100.0 * zv @ torch.stack(clf).T
     pred = logits.topk(3, 1, True, True)[1].t()
     correct = pred.eq(torch.as_tensor(np.arange(12) % 3).view(1, -1).expand_as(pred))
     got = out["results"]["real|clip"]["cifar10"]
     assert got["top1"] == pytest.approx(float(correct[:1].reshape(-1).float().sum()) / 12)
-    assert got["prompt_ensemble"] == "embedding" and out["results"]["real|flow"]["cifar10"]["prompt_ensemble"] == "score"
+    assert (
+        got["prompt_ensemble"] == "embedding" and out["results"]["real|flow"]["cifar10"]["prompt_ensemble"] == "score"
+    )
     # the flow head's exact gallery scores equal its shortlist scores when the shortlist is everything
     full = out["results"]["real|flow"]["coco-retrieval"]
-    short = run_score(fs, [str(gallery)], [run], str(tmp / "rs"), bootstrap_draws=0, shortlist=12,
-                      log=lambda *_: None)["results"]["real|flow"]["coco-retrieval"]
+    short = run_score(fs, [str(gallery)], [run], str(tmp / "rs"), bootstrap_draws=0, shortlist=12, log=lambda *_: None)[
+        "results"
+    ]["real|flow"]["coco-retrieval"]
     assert short["approximate"] and not full["approximate"]
     assert {k: v for k, v in short.items() if "@" in k} == {k: v for k, v in full.items() if "@" in k}
 
@@ -294,19 +360,27 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
 def test_own_candidate_sets_get_generic_or_declared_scoring(tmp_path):
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.score import scoring_of
+
     rows = [{"record_id": "a", "image": "x.png", "captions": ["p", "q"], "gold": 0, "g": "u"}]
     notes = []
     write_manifest(tmp_path / "pairs.parquet", pa.Table.from_pylist(rows), "candidates")
     name, sc = scoring_of(Manifest.read(tmp_path / "pairs.parquet"), notes.append)
     assert name == "pairs" and sc.task == "pairwise" and sc.tie_rule == "wrong" and sc.aggregate == "mean"
     assert "generic pairwise accuracy, a tie counted wrong" in notes[0]
-    write_manifest(tmp_path / "b.parquet", pa.Table.from_pylist([dict(rows[0], captions=["p", "q", "r"])]),
-                   "candidates", {"benchmark": "not-registered"})
+    write_manifest(
+        tmp_path / "b.parquet",
+        pa.Table.from_pylist([dict(rows[0], captions=["p", "q", "r"])]),
+        "candidates",
+        {"benchmark": "not-registered"},
+    )
     name, sc = scoring_of(Manifest.read(tmp_path / "b.parquet"))
     assert name == "not-registered" and sc.task == "candidates"
-    for bad, why in [({"task": "retrieval"}, "must be one of"), ({"task": "pairwise", "tie": "x"}, "unknown scoring keys"),
-                     ({"task": "pairwise", "aggregate": "macro"}, "needs 'group_by'"),
-                     ({"task": "pairwise", "group_by": "nope"}, "needs column 'nope'")]:
+    for bad, why in [
+        ({"task": "retrieval"}, "must be one of"),
+        ({"task": "pairwise", "tie": "x"}, "unknown scoring keys"),
+        ({"task": "pairwise", "aggregate": "macro"}, "needs 'group_by'"),
+        ({"task": "pairwise", "group_by": "nope"}, "needs column 'nope'"),
+    ]:
         write_manifest(tmp_path / "c.parquet", pa.Table.from_pylist(rows), "candidates", {"scoring": bad})
         with pytest.raises(FlowclipError, match=why):
             scoring_of(Manifest.read(tmp_path / "c.parquet"))
@@ -318,11 +392,13 @@ def test_candidate_scoring_in_memory_bounded_chunks_changes_nothing(scored_world
     fs, s, run, tmp = scored_world
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.score import load_scorers, score_candidates
+
     m = Manifest.read(s["candidates"])
     scorers = load_scorers(["clip", run], fs, "cpu")
     whole = score_candidates(fs, m, scorers, ("real", "shuffle", "fixed"), 0, "cpu", task="sample")[0]
-    small = score_candidates(fs, m, scorers, ("real", "shuffle", "fixed"), 0, "cpu", task="sample",
-                             max_memory_mb=0.02)[0]
+    small = score_candidates(fs, m, scorers, ("real", "shuffle", "fixed"), 0, "cpu", task="sample", max_memory_mb=0.02)[
+        0
+    ]
     gold = np.zeros(len(m), int)
     for k in whole:
         np.testing.assert_allclose(whole[k], small[k], rtol=1e-5, atol=1e-6)
@@ -332,13 +408,13 @@ def test_candidate_scoring_in_memory_bounded_chunks_changes_nothing(scored_world
 def test_retrieval_in_blocks_and_from_pairs_equals_the_whole_matrix():
     """The streamed and the shortlist forms of the metric against the whole-matrix one."""
     rng = np.random.default_rng(7)
-    sim = rng.integers(0, 6, (9, 20)).astype(np.float32)          # many exact ties
+    sim = rng.integers(0, 6, (9, 20)).astype(np.float32)  # many exact ties
     cap_img = rng.integers(0, 9, 20)
     whole = metrics.retrieval_recall(sim, cap_img)
-    blocks = lambda: [(a, sim[a:a + 2]) for a in range(0, 9, 2)]
+    blocks = lambda: [(a, sim[a : a + 2]) for a in range(0, 9, 2)]
     assert metrics.retrieval_recall_blocks(blocks, cap_img, 9) == whole
-    keep = rng.random(sim.shape) < 0.5                             # a shortlist: the rest is -inf
-    keep[cap_img, np.arange(20)] = True                            # (every right answer scored)
+    keep = rng.random(sim.shape) < 0.5  # a shortlist: the rest is -inf
+    keep[cap_img, np.arange(20)] = True  # (every right answer scored)
     i, t = np.nonzero(keep)
     sparse = np.where(keep, sim, -np.inf)
     assert metrics.retrieval_recall_pairs(i, t, sim[i, t], cap_img, 9) == metrics.retrieval_recall(sparse, cap_img)
@@ -346,7 +422,7 @@ def test_retrieval_in_blocks_and_from_pairs_equals_the_whole_matrix():
     keep[:, 0] = False
     keep[(cap_img[0] + 1) % 9, 0] = True
     i, t = np.nonzero(keep)
-    r = metrics.retrieval_recall_pairs(i, t, sim[i, t], cap_img, 9, ks=(8,))      # caption 0 ranks 8th: a miss
+    r = metrics.retrieval_recall_pairs(i, t, sim[i, t], cap_img, 9, ks=(8,))  # caption 0 ranks 8th: a miss
     assert r["t2i_R@8"] < 1.0
 
 
@@ -354,14 +430,21 @@ def test_retrieval_spilled_to_disk_equals_in_memory(scored_world):
     fs, s, run, tmp = scored_world
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.score import load_scorers, score_retrieval
+
     cand = Manifest.read(s["candidates"]).table.to_pylist()
     gallery = tmp / "g.parquet"
-    write_manifest(gallery, pa.Table.from_pylist([{"image": r["image"], "captions": r["captions"]} for r in cand]),
-                   "retrieval", {"benchmark": "coco-retrieval"})
+    write_manifest(
+        gallery,
+        pa.Table.from_pylist([{"image": r["image"], "captions": r["captions"]} for r in cand]),
+        "retrieval",
+        {"benchmark": "coco-retrieval"},
+    )
     from flowclip_cache.encoders import EncoderSpec, resolve
     from flowclip_cache.extract import run_extract
-    run_extract(fs, resolve(EncoderSpec("flowclip-tiny-vit")), [str(gallery)], s["image_root"], workers=0,
-                progress=False)
+
+    run_extract(
+        fs, resolve(EncoderSpec("flowclip-tiny-vit")), [str(gallery)], s["image_root"], workers=0, progress=False
+    )
     fs.refresh()
     m = Manifest.read(gallery)
     flow = load_scorers([run], fs, "cpu")[0]
@@ -381,6 +464,7 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     from flowclip_cache.extract import run_extract
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.store import FeatureStore
+
     rows = Manifest.read(sample["candidates"]).table.to_pylist()[:8]
     rows[2]["image"] = "gone.png"
     rows[5]["captions"] = [rows[5]["captions"][0], "   "]
@@ -399,9 +483,11 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     recs = pq.read_table(tmp_path / "res" / "records.parquet").to_pylist()
     assert len(recs) == 6 and rows[2]["record_id"] not in {r["record_id"] for r in recs}
     md = (tmp_path / "res" / "results.md").read_text()
-    assert "Partial: sugarcrepe: " in md and "2 records left out (extract recorded their image or caption as failed" in md
+    assert (
+        "Partial: sugarcrepe: " in md and "2 records left out (extract recorded their image or caption as failed" in md
+    )
     assert "left out records whose image or caption failed" in md
-    rows[0]["image"] = "never-extracted.png"           # not a recorded failure: refused as before
+    rows[0]["image"] = "never-extracted.png"  # not a recorded failure: refused as before
     write_manifest(man, pa.Table.from_pylist(rows), "candidates", {"benchmark": "sugarcrepe"})
     with pytest.raises(FlowclipError, match="features missing from the store"):
         run_score(fs, [str(man)], ["clip"], str(tmp_path / "res2"), bootstrap_draws=0, log=lambda *_: None)

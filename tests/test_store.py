@@ -1,4 +1,5 @@
 """The store's logical layout, identical for both backends."""
+
 import json
 import os
 
@@ -15,8 +16,13 @@ D, P = 8, 4
 
 
 def config(**over):
-    c = {"model": "m", "model_cfg": {"embed_dim": D, "quick_gelu": False}, "num_patches": P,
-         "token_mask": "nonpad", "weights": {"source": "random-init", "init_seed": 0}}
+    c = {
+        "model": "m",
+        "model_cfg": {"embed_dim": D, "quick_gelu": False},
+        "num_patches": P,
+        "token_mask": "nonpad",
+        "weights": {"source": "random-init", "init_seed": 0},
+    }
     c.update(over)
     return c
 
@@ -39,8 +45,7 @@ def write_images(fs, ks, rng):
 def write_captions(fs, ks, lengths, rng):
     off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     g, t = rand(rng, len(ks), D), rand(rng, int(off[-1]), D)
-    fs.write_segment(CAPTION, ks, {"global": g, "tokens": t, "offsets": off,
-                                   "truncated": np.zeros(len(ks), np.uint8)})
+    fs.write_segment(CAPTION, ks, {"global": g, "tokens": t, "offsets": off, "truncated": np.zeros(len(ks), np.uint8)})
     return g, t, off
 
 
@@ -73,8 +78,8 @@ def test_captions_are_ragged_without_padding(store):
     got = store.load_captions([ks2[0], ks1[2], ks1[1]])
     np.testing.assert_array_equal(got.offsets, [0, 4, 9, 10])
     np.testing.assert_array_equal(got.tokens[0:4], t2[0:4])
-    np.testing.assert_array_equal(got.tokens[4:9], t1[o1[2]:o1[3]])
-    np.testing.assert_array_equal(got.tokens[9:10], t1[o1[1]:o1[2]])
+    np.testing.assert_array_equal(got.tokens[4:9], t1[o1[2] : o1[3]])
+    np.testing.assert_array_equal(got.tokens[9:10], t1[o1[1] : o1[2]])
     np.testing.assert_array_equal(got.global_, np.stack([g2[0], g1[2], g1[1]]))
     assert store.info()["caption_tokens"] == 17
     assert store_problems(store.root) == []
@@ -82,7 +87,7 @@ def test_captions_are_ragged_without_padding(store):
 
 def test_reopen_and_fingerprint_mismatch_names_fields(store):
     root = store.root
-    FeatureStore.open_or_create(root, config())     # same config: fine
+    FeatureStore.open_or_create(root, config())  # same config: fine
     with pytest.raises(FingerprintMismatch) as e:
         FeatureStore.open_or_create(root, config(token_mask="content"))
     assert "token_mask: 'nonpad' != 'content'" in str(e.value)
@@ -93,7 +98,7 @@ def test_same_segment_twice_and_temporaries_are_ignored(store):
     ks = keys("e", 2)
     arrays = {"global": rand(rng, 2, D), "patches": rand(rng, 2, P, D)}
     store.write_segment(IMAGE, ks, arrays)
-    store.write_segment(IMAGE, ks, arrays)           # a second writer of the same unit
+    store.write_segment(IMAGE, ks, arrays)  # a second writer of the same unit
     open(os.path.join(store.segment_dir, f".tmp-1-x{store.backend.suffix}"), "w").close()
     store.refresh()
     assert store.count(IMAGE) == 2 and len(store.segments) == 1
@@ -151,12 +156,14 @@ def test_every_segment_file_is_fsynced_before_its_rename(store, monkeypatch):
     """Durable before visible: each file of the temporary segment is fsynced before the
     rename, and the segments folder after it."""
     import flowclip_cache.store.core as core
+
     events = []
     real_fsync, real_rename = os.fsync, os.rename
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
-                                                 real_fsync(fd))[1])
-    real_link = os.link      # a file segment is committed by link (never replaces), a folder by rename
-    seg_dir = store.segment_dir       # (zarr renames its own files inside the temporary; not counted)
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd))[1]
+    )
+    real_link = os.link  # a file segment is committed by link (never replaces), a folder by rename
+    seg_dir = store.segment_dir  # (zarr renames its own files inside the temporary; not counted)
     note = lambda a, b: events.append(("rename", a)) if os.path.dirname(b) == seg_dir else None
     monkeypatch.setattr(core.os, "rename", lambda a, b: (note(a, b), real_rename(a, b))[1])
     monkeypatch.setattr(core.os, "link", lambda a, b: (note(a, b), real_link(a, b))[1])
@@ -167,7 +174,7 @@ def test_every_segment_file_is_fsynced_before_its_rename(store, monkeypatch):
     tmp = events[renames[0]][1]
     final = [os.path.join(store.segment_dir, n) for n in os.listdir(store.segment_dir) if not n.startswith(".")][0]
     files = [os.path.join(r, f) for r, _, fs in os.walk(final) for f in fs] if os.path.isdir(final) else [final]
-    synced_before = {p for kind, p in events[:renames[0]] if kind == "fsync"}
-    for f in files:                                   # the same files under their temporary name
-        assert tmp + f[len(final):] in synced_before, f
-    assert ("fsync", os.path.realpath(store.segment_dir)) in events[renames[0]:]
+    synced_before = {p for kind, p in events[: renames[0]] if kind == "fsync"}
+    for f in files:  # the same files under their temporary name
+        assert tmp + f[len(final) :] in synced_before, f
+    assert ("fsync", os.path.realpath(store.segment_dir)) in events[renames[0] :]

@@ -1,5 +1,6 @@
 """A damaged store is detected and refused, never read as zeros (issue 11, part 1),
 and several writers at once leave a store every reader reads the same way (part 2)."""
+
 import glob
 import json
 import os
@@ -39,8 +40,9 @@ def seg_path(fs, kind=IMAGE):
 def array_file(fs, kind, name):
     """The file holding an array's bytes (a Zarr chunk, or the whole HDF5 file)."""
     path = seg_path(fs, kind)
-    return os.path.join(path, name, "c", *["0"] * (3 if name == "patches" else 2)) if fs.backend.name == "zarr" \
-        else path
+    return (
+        os.path.join(path, name, "c", *["0"] * (3 if name == "patches" else 2)) if fs.backend.name == "zarr" else path
+    )
 
 
 def flip_byte(path, offset_from_end=10):
@@ -57,6 +59,7 @@ def flip_in_array(fs, kind, name, at=11):
     off = at
     if fs.backend.name == "hdf5":
         import h5py
+
         with h5py.File(path, "r") as f:
             off += f[name].id.get_offset()
     with open(path, "r+b") as fh:
@@ -114,7 +117,7 @@ def test_keys_damage_is_refused_at_open(filled):
     with pytest.raises(StoreDamaged, match="keys fails its checksum"):
         FeatureStore(filled.root)
     if filled.backend.name == "zarr":
-        os.truncate(array_file(filled, IMAGE, "keys"), 40)          # a keys chunk cut short
+        os.truncate(array_file(filled, IMAGE, "keys"), 40)  # a keys chunk cut short
         with pytest.raises(StoreDamaged, match="keys: chunk 0 holds"):
             FeatureStore(filled.root)
 
@@ -173,9 +176,11 @@ def test_abandoned_temporaries_are_swept_live_ones_kept(tmp_path):
     """A writer killed with SIGKILL leaves its folder; its lock dies with it, so the next
     writer removes the folder. A live writer's folder (lock held) is left alone."""
     fs = FeatureStore.open_or_create(str(tmp_path / "s"), config())
-    code = ("import sys,time; sys.path.insert(0, %r); from flowclip_cache.store.writer import WriterDir; "
-            "w = WriterDir.create(%r); open(w.path + '/img-x.zarr', 'w').write('half'); print(w.path, flush=True); "
-            "time.sleep(60)") % (os.getcwd(), fs.segment_dir)
+    code = (
+        "import sys,time; sys.path.insert(0, %r); from flowclip_cache.store.writer import WriterDir; "
+        "w = WriterDir.create(%r); open(w.path + '/img-x.zarr', 'w').write('half'); print(w.path, flush=True); "
+        "time.sleep(60)"
+    ) % (os.getcwd(), fs.segment_dir)
     live = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     dead = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     live_dir, dead_dir = live.stdout.readline().strip(), dead.stdout.readline().strip()
@@ -183,7 +188,7 @@ def test_abandoned_temporaries_are_swept_live_ones_kept(tmp_path):
     dead.wait()
     try:
         assert WriterDir.status(live_dir) == "live" and WriterDir.status(dead_dir) == "abandoned"
-        FeatureStore.open_or_create(fs.root, config())          # what every extract does first
+        FeatureStore.open_or_create(fs.root, config())  # what every extract does first
         assert os.path.isdir(live_dir) and not os.path.exists(dead_dir)
         assert "1 live writer temporaries" in "\n".join(verify_store(fs.root).notes)
         with pytest.raises(StoreError, match="a writer is running"):
@@ -209,8 +214,9 @@ def test_quarantine_then_extract_restores_the_reference(tmp_path, sample, tiny_e
 
     def extract(path):
         fs = FeatureStore.open_or_create(str(path), tiny_encoder.config, backend)
-        extract_mod.run_extract(fs, tiny_encoder, mans, sample["image_root"], workers=0, progress=False,
-                                image_unit=4, caption_unit=16)
+        extract_mod.run_extract(
+            fs, tiny_encoder, mans, sample["image_root"], workers=0, progress=False, image_unit=4, caption_unit=16
+        )
         fs.refresh()
         return fs
 
@@ -219,7 +225,7 @@ def test_quarantine_then_extract_restores_the_reference(tmp_path, sample, tiny_e
     img = [s for s in fs.segments if s.kind == IMAGE][1]
     cap = [s for s in fs.segments if s.kind == CAPTION][0]
     for seg, name in ((img, "patches"), (cap, "tokens")):
-        fs.segments = [seg]                          # flip_in_array finds the first segment of a kind
+        fs.segments = [seg]  # flip_in_array finds the first segment of a kind
         flip_in_array(fs, seg.kind, name, 200)
     r = CliRunner().invoke(main, ["store", "verify", fs.root])
     assert r.exit_code == 2 and r.output.count("problem:") == 2, r.output
@@ -255,8 +261,9 @@ def test_overlapping_writers_at_once_then_compact(tmp_path, sample, tiny_encoder
     race made certain): both succeed, verify accepts the duplicate rows, every key
     reads as in a one-writer store, and compact removes the duplicates."""
     from flowclip_cache.manifest import Manifest, write_manifest
+
     m = Manifest.read(sample["candidates"])
-    part = str(tmp_path / "part.parquet")           # overlapping, not equal: other unit cuts
+    part = str(tmp_path / "part.parquet")  # overlapping, not equal: other unit cuts
     write_manifest(part, m.table.slice(0, len(m) // 2 + 1), "candidates", m.meta)
     sample = dict(sample, candidates=part)
     root = str(tmp_path / "s")
@@ -270,8 +277,7 @@ def test_overlapping_writers_at_once_then_compact(tmp_path, sample, tiny_encoder
     rep = verify_store(root)
     assert rep.problems == [] and "store compact" in "\n".join(rep.notes)
     ref = FeatureStore.open_or_create(str(tmp_path / "one"), tiny_encoder.config, backend)
-    extract_mod.run_extract(ref, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"],
-                            **kw)
+    extract_mod.run_extract(ref, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], **kw)
     before = _store_content(fs)
     for x, y in zip(before[:2], _store_content(ref)[:2]):
         assert x == y
@@ -279,7 +285,7 @@ def test_overlapping_writers_at_once_then_compact(tmp_path, sample, tiny_encoder
     assert removed == fs.duplicates(IMAGE) + fs.duplicates(CAPTION)
     fs = FeatureStore(root)
     assert fs.duplicates(IMAGE) == 0 and fs.duplicates(CAPTION) == 0 and verify_store(root).problems == []
-    for x, y in zip(_store_content(fs), before):          # compact changed no vector any reader reads
+    for x, y in zip(_store_content(fs), before):  # compact changed no vector any reader reads
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
@@ -288,11 +294,31 @@ def test_two_extract_processes_at_once(tmp_path, sample):
     """The real race: two `flowclip extract` processes started together on one store."""
     root = str(tmp_path / "s")
     env = dict(os.environ, TQDM_DISABLE="1")
-    cmd = lambda m: [sys.executable, "-m", "flowclip_cache.cli", "extract", "--store", root, "--model",
-                     "flowclip-tiny-vit", "--manifest", m, "--image-root", sample["image_root"], "--workers", "0",
-                     "--image-unit", "3", "--caption-unit", "5", "--quiet"]
-    procs = [subprocess.Popen(cmd(m), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for m in (sample["candidates"], sample["training"])]
+    cmd = lambda m: [
+        sys.executable,
+        "-m",
+        "flowclip_cache.cli",
+        "extract",
+        "--store",
+        root,
+        "--model",
+        "flowclip-tiny-vit",
+        "--manifest",
+        m,
+        "--image-root",
+        sample["image_root"],
+        "--workers",
+        "0",
+        "--image-unit",
+        "3",
+        "--caption-unit",
+        "5",
+        "--quiet",
+    ]
+    procs = [
+        subprocess.Popen(cmd(m), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for m in (sample["candidates"], sample["training"])
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert verify_store(root).problems == []
@@ -307,14 +333,40 @@ def test_score_and_train_head_refuse_a_damaged_store(tmp_path, sample, tiny_enco
     """The issue's first reproduction: a deleted chunk scored 41.33 instead of 44.00 with
     exit 0. Now score and train-head stop with the store's one-line refusal."""
     fs = FeatureStore.open_or_create(str(tmp_path / "s"), tiny_encoder.config)
-    extract_mod.run_extract(fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"],
-                            workers=0, progress=False)
+    extract_mod.run_extract(
+        fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], workers=0, progress=False
+    )
     fs.refresh()
     os.remove(array_file(fs, IMAGE, "patches"))
-    for args in (["score", "--store", fs.root, "--manifests", sample["candidates"], "--scorer", "clip", "--out",
-                  str(tmp_path / "res"), "--bootstrap", "0"],
-                 ["train-head", "--store", fs.root, "--train", sample["training"], "--out", str(tmp_path / "run"),
-                  "--head", "flow", "--epochs", "1", "--quiet"]):
+    for args in (
+        [
+            "score",
+            "--store",
+            fs.root,
+            "--manifests",
+            sample["candidates"],
+            "--scorer",
+            "clip",
+            "--out",
+            str(tmp_path / "res"),
+            "--bootstrap",
+            "0",
+        ],
+        [
+            "train-head",
+            "--store",
+            fs.root,
+            "--train",
+            sample["training"],
+            "--out",
+            str(tmp_path / "run"),
+            "--head",
+            "flow",
+            "--epochs",
+            "1",
+            "--quiet",
+        ],
+    ):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2 and "is damaged: segments/img-" in r.output and "chunk 0 is missing" in r.output
         errors = [x for x in r.output.splitlines() if x.startswith("error:")]
@@ -328,21 +380,61 @@ def test_a_damaged_hashes_record_stops_extract_only(tmp_path, sample, tiny_encod
     each command checks"): with one of its records damaged, verify reports it and extract
     refuses, while score and train-head, whose numbers never rest on it, run on."""
     fs = FeatureStore.open_or_create(str(tmp_path / "s"), tiny_encoder.config)
-    extract_mod.run_extract(fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"],
-                            workers=0, progress=False)
+    extract_mod.run_extract(
+        fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], workers=0, progress=False
+    )
     rec = glob.glob(os.path.join(fs.root, "hashes", "*.parquet"))[0]
     flip_byte(rec, 30)
     assert any("hashes/" in p for p in store_problems(fs.root))
-    ok = [["score", "--store", fs.root, "--manifests", sample["candidates"], "--scorer", "clip", "--out",
-           str(tmp_path / "res"), "--bootstrap", "0"],
-          ["train-head", "--store", fs.root, "--train", sample["training"], "--out", str(tmp_path / "run"),
-           "--head", "global", "--epochs", "1", "--quiet"]]
+    ok = [
+        [
+            "score",
+            "--store",
+            fs.root,
+            "--manifests",
+            sample["candidates"],
+            "--scorer",
+            "clip",
+            "--out",
+            str(tmp_path / "res"),
+            "--bootstrap",
+            "0",
+        ],
+        [
+            "train-head",
+            "--store",
+            fs.root,
+            "--train",
+            sample["training"],
+            "--out",
+            str(tmp_path / "run"),
+            "--head",
+            "global",
+            "--epochs",
+            "1",
+            "--quiet",
+        ],
+    ]
     for args in ok:
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(main, ["extract", "--store", fs.root, "--model", "flowclip-tiny-vit", "--manifest",
-                                  sample["candidates"], "--image-root", sample["image_root"], "--workers", "0",
-                                  "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "extract",
+            "--store",
+            fs.root,
+            "--model",
+            "flowclip-tiny-vit",
+            "--manifest",
+            sample["candidates"],
+            "--image-root",
+            sample["image_root"],
+            "--workers",
+            "0",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 2 and "hashes/" in r.output, r.output
 
 
@@ -359,25 +451,47 @@ def _format_1_store(root, rng):
 
     from flowclip_cache.encoders import fingerprint_of
     from flowclip_cache.hashing import keys_to_bytes
+
     os.makedirs(os.path.join(root, "segments"))
     cfg = config()
-    json.dump({"format": "flowclip-feature-store", "version": 1, "backend": "zarr", "fingerprint": fingerprint_of(cfg),
-               "encoder": cfg, "dim": 8, "num_patches": 4}, open(os.path.join(root, "store.json"), "w"))
+    json.dump(
+        {
+            "format": "flowclip-feature-store",
+            "version": 1,
+            "backend": "zarr",
+            "fingerprint": fingerprint_of(cfg),
+            "encoder": cfg,
+            "dim": 8,
+            "num_patches": 4,
+        },
+        open(os.path.join(root, "store.json"), "w"),
+    )
     ik, ck = keys("a", 3), keys("c", 2)
-    arrays = {IMAGE: {"keys": keys_to_bytes(ik), "global": rand(rng, 3, 8), "patches": rand(rng, 3, 4, 8)},
-              CAPTION: {"keys": keys_to_bytes(ck), "global": rand(rng, 2, 8), "tokens": rand(rng, 3, 8),
-                        "offsets": np.array([0, 1, 3], np.int64), "truncated": np.zeros(2, np.uint8)}}
+    arrays = {
+        IMAGE: {"keys": keys_to_bytes(ik), "global": rand(rng, 3, 8), "patches": rand(rng, 3, 4, 8)},
+        CAPTION: {
+            "keys": keys_to_bytes(ck),
+            "global": rand(rng, 2, 8),
+            "tokens": rand(rng, 3, 8),
+            "offsets": np.array([0, 1, 3], np.int64),
+            "truncated": np.zeros(2, np.uint8),
+        },
+    }
     for kind, a in arrays.items():
         name = f"{kind}-{hashlib.sha256(a['keys'].tobytes()).hexdigest()[:24]}.zarr"
         g = zarr.open_group(os.path.join(root, "segments", name), mode="w", zarr_format=3)
         g.attrs.update({"kind": kind, "rows": len(a["keys"]), "format_version": 1})
         for n, v in a.items():
             arr = g.create_array(n, shape=v.shape, dtype=v.dtype, chunks=v.shape, compressors=None, fill_value=0)
-            arr[...] = v                       # the all-zero 'truncated' chunk is not written
+            arr[...] = v  # the all-zero 'truncated' chunk is not written
     os.makedirs(os.path.join(root, "segments", f".tmp-123-{uuid.uuid4().hex}.zarr"))
     os.makedirs(os.path.join(root, "paths"))
-    pq.write_table(pa.table({"image_root": ["/r"], "path": ["x.png"], "crop": pa.array([None], pa.list_(pa.float64())),
-                             "key": [ik[0]]}), os.path.join(root, "paths", f"{uuid.uuid4()}.parquet"))
+    pq.write_table(
+        pa.table(
+            {"image_root": ["/r"], "path": ["x.png"], "crop": pa.array([None], pa.list_(pa.float64())), "key": [ik[0]]}
+        ),
+        os.path.join(root, "paths", f"{uuid.uuid4()}.parquet"),
+    )
     return ik, ck, arrays
 
 
@@ -406,29 +520,45 @@ def test_verify_never_aborts_at_exit(tmp_path, backend, runs):
     the last reference to a record file's Python bytes during interpreter shutdown. A
     ViT-B/16-shaped store (196 patches x 512), verified repeatedly while two processes keep
     both cores busy (the load that exposes the race), must exit 0 every time."""
-    fs = FeatureStore.open_or_create(str(tmp_path / "s"), config(
-        num_patches=196, model_cfg={"embed_dim": 512, "quick_gelu": False}), backend)
+    fs = FeatureStore.open_or_create(
+        str(tmp_path / "s"), config(num_patches=196, model_cfg={"embed_dim": 512, "quick_gelu": False}), backend
+    )
     rng = np.random.default_rng(0)
     ks = keys("img", 24)
     fs.write_segment(IMAGE, ks, {"global": rand(rng, 24, 512), "patches": rand(rng, 24, 196, 512)})
-    fs.write_segment(CAPTION, keys("c", 4), {"global": rand(rng, 4, 512), "tokens": rand(rng, 18, 512),
-                                             "offsets": np.array([0, 3, 7, 12, 18]),
-                                             "truncated": np.zeros(4, np.uint8)})
+    fs.write_segment(
+        CAPTION,
+        keys("c", 4),
+        {
+            "global": rand(rng, 4, 512),
+            "tokens": rand(rng, 18, 512),
+            "offsets": np.array([0, 3, 7, 12, 18]),
+            "truncated": np.zeros(4, np.uint8),
+        },
+    )
     fs.add_paths([("/root", f"{i}.jpg", None, k) for i, k in enumerate(ks)])
     fs.add_file_digests([(f"/root/{i}.jpg", (1, 2, i), "ab" * 32) for i in range(24)])
     fs.release_writer()
-    burners = [subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<120: pass"])
-               for _ in range(2)]
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<120: pass"])
+        for _ in range(2)
+    ]
     try:
-        codes = [subprocess.run([sys.executable, "-m", "flowclip_cache", "store", "verify", fs.root],
-                                capture_output=True, text=True).returncode for _ in range(runs)]
+        codes = [
+            subprocess.run(
+                [sys.executable, "-m", "flowclip_cache", "store", "verify", fs.root], capture_output=True, text=True
+            ).returncode
+            for _ in range(runs)
+        ]
     finally:
         for b in burners:
             b.kill()
     assert codes == [0] * runs
     # the cause, deterministically: reading the store's records goes nowhere near pyarrow's
     # dataset API, whose worker threads released the bytes (the race above is load-dependent)
-    probe = ("import sys\nfrom flowclip_cache.store.integrity import verify_store\n"
-             f"assert verify_store({fs.root!r}).problems == []\nprint('pyarrow._dataset' in sys.modules)")
+    probe = (
+        "import sys\nfrom flowclip_cache.store.integrity import verify_store\n"
+        f"assert verify_store({fs.root!r}).problems == []\nprint('pyarrow._dataset' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr

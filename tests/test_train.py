@@ -1,4 +1,5 @@
 """train-head: determinism, resume after SIGKILL, refusals, logs."""
+
 import json
 import os
 import signal
@@ -51,11 +52,12 @@ def test_same_seed_bit_identical_and_logs(world, tmp_path):
     assert set(wa) == {"M", "M_tok", "W"}
     for k in wa:
         assert torch.equal(wa[k], wb[k])
-    assert not torch.equal(wa["W"], torch.zeros_like(wa["W"]))      # it trained
+    assert not torch.equal(wa["W"], torch.zeros_like(wa["W"]))  # it trained
     lines = [json.loads(x) for x in open(os.path.join(a, "log.jsonl"))]
     steps = [x for x in lines if "step" in x]
-    assert {"loss", "hnb", "cimr", "lr", "grad_norm", "steps_per_s", "mean_abs_s_token",
-            "token_margin"} <= set(steps[0])
+    assert {"loss", "hnb", "cimr", "lr", "grad_norm", "steps_per_s", "mean_abs_s_token", "token_margin"} <= set(
+        steps[0]
+    )
     evals = [x["eval"] for x in lines if "eval" in x]
     assert [e["epoch"] for e in evals] == [0, 1, 2] and "val" in evals[0]
     conf = json.load(open(os.path.join(a, "config.json")))
@@ -80,9 +82,31 @@ def test_sigkill_then_resume_equals_uninterrupted(world, tmp_path):
     full, victim = str(tmp_path / "full"), str(tmp_path / "victim")
     c = cfg(epochs=3, checkpoint_every=1)
     train_head(world["store"], world["manifest"], full, c, progress=False, log=lambda *_: None)
-    cmd = [sys.executable, "-m", "flowclip_cache.cli", "train-head", "--store", world["store"].root, "--train",
-           world["manifest"], "--out", victim, "--head", "flow", "--epochs", "3", "--batch-size", "8",
-           "--lr", "1e-3", "--checkpoint-every", "1", "--device", "cpu", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowclip_cache.cli",
+        "train-head",
+        "--store",
+        world["store"].root,
+        "--train",
+        world["manifest"],
+        "--out",
+        victim,
+        "--head",
+        "flow",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--lr",
+        "1e-3",
+        "--checkpoint-every",
+        "1",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     (tmp_path / "c.yaml").write_text("train_eval_records: 16\n")
     cmd += ["--config", str(tmp_path / "c.yaml")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -91,7 +115,7 @@ def test_sigkill_then_resume_equals_uninterrupted(world, tmp_path):
         try:
             if checkpoint.read_state(victim).get("global_step", 0) >= 4:
                 break
-        except Exception:           # not written yet, or read while being replaced
+        except Exception:  # not written yet, or read while being replaced
             pass
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
@@ -107,8 +131,9 @@ def test_refusals(world, tmp_path, monkeypatch):
     train_head(world["store"], world["manifest"], out, cfg(epochs=1), progress=False, log=lambda *_: None)
     with pytest.raises(FlowclipError, match="finished run; pass --overwrite"):
         train_head(world["store"], world["manifest"], out, cfg(epochs=1), progress=False, log=lambda *_: None)
-    train_head(world["store"], world["manifest"], out, cfg(epochs=1), overwrite=True, progress=False,
-               log=lambda *_: None)
+    train_head(
+        world["store"], world["manifest"], out, cfg(epochs=1), overwrite=True, progress=False, log=lambda *_: None
+    )
     # NaN: stop, keep the last good checkpoint
     nan_out = str(tmp_path / "nan")
     real = train_mod.hnb_loss
@@ -132,19 +157,32 @@ def test_resume_on_another_encoder_is_refused(world, tmp_path):
     out = str(tmp_path / "x")
     train_head(world["store"], world["manifest"], out, cfg(), progress=False, log=lambda *_: None, max_steps=1)
     from flowclip_cache.encoders import EncoderSpec, resolve
-    other = FeatureStore.open_or_create(str(tmp_path / "other"), resolve(EncoderSpec("flowclip-tiny-vit",
-                                                                                     init_seed=1)).config)
+
+    other = FeatureStore.open_or_create(
+        str(tmp_path / "other"), resolve(EncoderSpec("flowclip-tiny-vit", init_seed=1)).config
+    )
     with pytest.raises(FlowclipError, match="trained on another encoder"):
         train_head(other, world["manifest"], out, cfg(), resume=True, progress=False, log=lambda *_: None)
 
 
 def test_missing_features_error(world, tmp_path):
     m = tmp_path / "m.parquet"
-    write_manifest(m, pa.Table.from_pylist([
-        {"record_id": "1", "image": "scene_00000.png", "positive": "never extracted", "negatives": ["x"],
-         "split": "train"},
-        {"record_id": "2", "image": "nowhere.png", "positive": "a", "negatives": ["b"], "split": "train"}]),
-        "training")
+    write_manifest(
+        m,
+        pa.Table.from_pylist(
+            [
+                {
+                    "record_id": "1",
+                    "image": "scene_00000.png",
+                    "positive": "never extracted",
+                    "negatives": ["x"],
+                    "split": "train",
+                },
+                {"record_id": "2", "image": "nowhere.png", "positive": "a", "negatives": ["b"], "split": "train"},
+            ]
+        ),
+        "training",
+    )
     with pytest.raises(FlowclipError) as e:
         train_head(world["store"], str(m), str(tmp_path / "o"), cfg(), progress=False, log=lambda *_: None)
     msg = str(e.value)
@@ -155,24 +193,58 @@ def test_missing_features_error(world, tmp_path):
 def test_config_keys_and_types_are_checked(world, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("lr: 1e-3\nlearning_rate: 2\n")
-    r = CliRunner().invoke(main, ["train-head", "--store", world["store"].root, "--train", world["manifest"],
-                                  "--out", str(tmp_path / "o"), "--config", str(bad)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "train-head",
+            "--store",
+            world["store"].root,
+            "--train",
+            world["manifest"],
+            "--out",
+            str(tmp_path / "o"),
+            "--config",
+            str(bad),
+        ],
+    )
     assert r.exit_code == 2 and "unknown keys ['learning_rate']" in r.output
     with pytest.raises(FlowclipError, match="'epochs': expected int"):
         TrainConfig.from_dict({"epochs": "five"})
     assert TrainConfig.from_dict({"lr": 1}).lr == 1.0
-    for bad_value, why in [({"batch_size": 0}, "at least 1"), ({"checkpoint_every": 0}, "at least 1"),
-                           ({"epochs": -1}, "at least 0"), ({"train_eval_records": -5}, "at least 0"),
-                           ({"lr": float("nan")}, "finite"), ({"tau_p": 0.0}, "greater than 0"),
-                           ({"head": "flwo"}, "must be one of"), ({"cimr": -0.1}, "at least 0")]:
+    for bad_value, why in [
+        ({"batch_size": 0}, "at least 1"),
+        ({"checkpoint_every": 0}, "at least 1"),
+        ({"epochs": -1}, "at least 0"),
+        ({"train_eval_records": -5}, "at least 0"),
+        ({"lr": float("nan")}, "finite"),
+        ({"tau_p": 0.0}, "greater than 0"),
+        ({"head": "flwo"}, "must be one of"),
+        ({"cimr": -0.1}, "at least 0"),
+    ]:
         with pytest.raises(FlowclipError, match=why):
             TrainConfig.from_dict(bad_value, "c.yaml")
     # YAML syntax and tags: one line naming the file, never a traceback or constructed object
-    for text, why in [("lr: [1e-3\n", "not valid YAML"), ("lr: !!python/object:os.system ls\n", "not valid YAML"),
-                      ("- 1\n- 2\n", "expected a mapping"), ("batch_size: 0\n", "at least 1")]:
+    for text, why in [
+        ("lr: [1e-3\n", "not valid YAML"),
+        ("lr: !!python/object:os.system ls\n", "not valid YAML"),
+        ("- 1\n- 2\n", "expected a mapping"),
+        ("batch_size: 0\n", "at least 1"),
+    ]:
         bad.write_text(text)
-        r = CliRunner().invoke(main, ["train-head", "--store", world["store"].root, "--train", world["manifest"],
-                                      "--out", str(tmp_path / "o"), "--config", str(bad)])
+        r = CliRunner().invoke(
+            main,
+            [
+                "train-head",
+                "--store",
+                world["store"].root,
+                "--train",
+                world["manifest"],
+                "--out",
+                str(tmp_path / "o"),
+                "--config",
+                str(bad),
+            ],
+        )
         assert r.exit_code == 2 and why in r.output and "Traceback" not in r.output, r.output
         r = CliRunner().invoke(main, ["run", str(bad)])
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output
@@ -182,26 +254,41 @@ def test_config_keys_and_types_are_checked(world, tmp_path):
 def test_global_and_clip_heads(world, tmp_path):
     for head in ("global", "clip"):
         out = str(tmp_path / head)
-        train_head(world["store"], world["manifest"], out, cfg(head=head, epochs=1), progress=False,
-                   log=lambda *_: None)
+        train_head(
+            world["store"], world["manifest"], out, cfg(head=head, epochs=1), progress=False, log=lambda *_: None
+        )
         assert os.path.exists(os.path.join(out, "DONE"))
         assert set(weights(out)) == ({"M"} if head == "global" else set())
 
 
 def test_side_by_side_equals_one_by_one(world, tmp_path):
     from flowclip_cache.train import train_heads
-    cfgs = {"g": cfg(head="global", epochs=1), "f": cfg(head="flow", cimr=0.0, epochs=1),
-            "fc": cfg(head="flow", cimr=0.1, epochs=1)}
-    train_heads(world["store"], world["manifest"], [(str(tmp_path / f"sbs_{k}"), c) for k, c in cfgs.items()],
-                progress=False, log=lambda *_: None)
+
+    cfgs = {
+        "g": cfg(head="global", epochs=1),
+        "f": cfg(head="flow", cimr=0.0, epochs=1),
+        "fc": cfg(head="flow", cimr=0.1, epochs=1),
+    }
+    train_heads(
+        world["store"],
+        world["manifest"],
+        [(str(tmp_path / f"sbs_{k}"), c) for k, c in cfgs.items()],
+        progress=False,
+        log=lambda *_: None,
+    )
     for k, c in cfgs.items():
-        train_head(world["store"], world["manifest"], str(tmp_path / f"one_{k}"), c, progress=False,
-                   log=lambda *_: None)
+        train_head(
+            world["store"], world["manifest"], str(tmp_path / f"one_{k}"), c, progress=False, log=lambda *_: None
+        )
         a, b = weights(str(tmp_path / f"sbs_{k}")), weights(str(tmp_path / f"one_{k}"))
         assert set(a) == set(b) and all(torch.equal(a[n], b[n]) for n in a), k
     with pytest.raises(FlowclipError, match="share seed"):
-        train_heads(world["store"], world["manifest"], [(str(tmp_path / "x1"), cfg(seed=0)),
-                                                        (str(tmp_path / "x2"), cfg(seed=1))], progress=False)
+        train_heads(
+            world["store"],
+            world["manifest"],
+            [(str(tmp_path / "x1"), cfg(seed=0)), (str(tmp_path / "x2"), cfg(seed=1))],
+            progress=False,
+        )
 
 
 def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):
@@ -209,8 +296,22 @@ def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):
     assert TrainConfig(head="global").cimr == 0.0 and TrainConfig(head="flow").cimr == 0.1
     assert TrainConfig(head="global", cimr=0.1).cimr == 0.1 and TrainConfig.from_dict({"head": "global"}).cimr == 0.0
     out = str(tmp_path / "g")
-    args = ["train-head", "--store", world["store"].root, "--train", world["manifest"], "--out", out, "--head",
-            "global", "--epochs", "1", "--batch-size", "8", "--quiet"]
+    args = [
+        "train-head",
+        "--store",
+        world["store"].root,
+        "--train",
+        world["manifest"],
+        "--out",
+        out,
+        "--head",
+        "global",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--quiet",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert "head=global" in r.output and "cimr=0.0" in r.output and "start (before training" in r.output
@@ -223,11 +324,32 @@ def test_every_registered_head_trains_and_scores(world, tmp_path, kind):
     """The registry's contract end to end: train-head builds, trains, checkpoints and
     finishes any head kind; score rebuilds it from its run folder and scores it."""
     from flowclip_cache.score import run_score
+
     out = str(tmp_path / kind)
-    args = ["train-head", "--store", world["store"].root, "--train", world["manifest"], "--out", out, "--head", kind,
-            "--epochs", "1", "--batch-size", "8", "--quiet"]
+    args = [
+        "train-head",
+        "--store",
+        world["store"].root,
+        "--train",
+        world["manifest"],
+        "--out",
+        out,
+        "--head",
+        kind,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--quiet",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
-    res = run_score(world["store"], [world["sample"]["candidates"]], [out], str(tmp_path / f"s-{kind}"),
-                    bootstrap_draws=0, log=lambda *_: None)
+    res = run_score(
+        world["store"],
+        [world["sample"]["candidates"]],
+        [out],
+        str(tmp_path / f"s-{kind}"),
+        bootstrap_draws=0,
+        log=lambda *_: None,
+    )
     assert 0 <= res["results"][f"real|{kind}"]["sample"]["score"] <= 1

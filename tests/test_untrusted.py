@@ -1,5 +1,6 @@
 """Input a stranger hands us: refused per row or in one clear line, never a traceback,
 never a file outside the folder the user named, never a hang (issue 11, part 4)."""
+
 import io
 import json
 import os
@@ -25,10 +26,18 @@ def test_cc3m_keys_never_become_paths(tmp_path):
     src.mkdir(parents=True)
     buf = io.BytesIO()
     Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, "JPEG")
-    sample = lambda name, key: [(f"{name}.jpg", buf.getvalue()), (f"{name}.txt", b"a red car next to a blue bus"),
-                                (f"{name}.json", json.dumps({"key": key}).encode())]
-    _tar(src / "00000.tar", sample("000000001", "../../pwned_by_tar") + sample("000000002", "/tmp/pwned_abs")
-         + sample("000000003", "..") + sample("000000004", "good_key-1"))
+    sample = lambda name, key: [
+        (f"{name}.jpg", buf.getvalue()),
+        (f"{name}.txt", b"a red car next to a blue bus"),
+        (f"{name}.json", json.dumps({"key": key}).encode()),
+    ]
+    _tar(
+        src / "00000.tar",
+        sample("000000001", "../../pwned_by_tar")
+        + sample("000000002", "/tmp/pwned_abs")
+        + sample("000000003", "..")
+        + sample("000000004", "good_key-1"),
+    )
     out = tmp_path / "m" / "cc3m.parquet"
     out.parent.mkdir()
     report, m = build("cc3m-train", src.parent, out, on_error="skip", caption="alt", kinds="shuffle-bigram")
@@ -52,36 +61,47 @@ def test_a_fifo_among_images_is_a_failure_row_not_a_hang(tmp_path, tiny_encoder)
     Image.new("RGB", (32, 32), (9, 9, 9)).save(root / "ok.png")
     os.mkfifo(root / "pipe.png")
     man = tmp_path / "m.parquet"
-    write_manifest(man, pa.Table.from_pylist([{"record_id": "a", "image": "ok.png", "captions": ["x", "y"], "gold": 0},
-                                              {"record_id": "b", "image": "pipe.png", "captions": ["x", "y"],
-                                               "gold": 0}]), "candidates")
+    write_manifest(
+        man,
+        pa.Table.from_pylist(
+            [
+                {"record_id": "a", "image": "ok.png", "captions": ["x", "y"], "gold": 0},
+                {"record_id": "b", "image": "pipe.png", "captions": ["x", "y"], "gold": 0},
+            ]
+        ),
+        "candidates",
+    )
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("extract hung on the FIFO")))
     signal.alarm(60)
     try:
         fs, s = _run(tmp_path / "st", tiny_encoder, [str(man)], str(root))
     finally:
         signal.alarm(0)
-    assert s.images_new == 1 and [f.reason for f in s.failures] == ["not a regular file (a folder, FIFO, socket or device)"]
+    assert s.images_new == 1 and [f.reason for f in s.failures] == [
+        "not a regular file (a folder, FIFO, socket or device)"
+    ]
     assert s.failures[0].source.endswith(":1")
 
 
 def test_a_caption_without_content_tokens_is_an_error_row(tmp_path, tiny_encoder, sample):
     from flowclip_cache.encoders import EncoderSpec, resolve
+
     enc = resolve(EncoderSpec("flowclip-tiny-vit", token_mask="content"))
     man = tmp_path / "m.parquet"
     rows = Manifest.read(sample["candidates"]).table.to_pylist()[:2]
-    rows[1]["captions"] = [rows[1]["captions"][0], "\ufeff"]      # a BOM: not blank to Python, no token to CLIP
+    rows[1]["captions"] = [rows[1]["captions"][0], "\ufeff"]  # a BOM: not blank to Python, no token to CLIP
     write_manifest(man, pa.Table.from_pylist(rows), "candidates")
     fs, s = _run(tmp_path / "st", enc, [str(man)], sample["image_root"])
     bad = [f for f in s.failures if f.kind == "caption"]
     assert [f.reason for f in bad] == ["no content tokens under --token-mask content"]
     assert bad[0].source == f"{man}:1:captions"
-    fs2, s2 = _run(tmp_path / "st", enc, [str(man)], sample["image_root"])       # a rerun is fine too
+    fs2, s2 = _run(tmp_path / "st", enc, [str(man)], sample["image_root"])  # a rerun is fine too
     assert s2.captions_new == 0 and len(s2.failures) == 1
 
 
 def _manifest_error(tmp_path, table, meta_bytes=None):
     import pyarrow.parquet as pq
+
     path = tmp_path / "bad.parquet"
     if meta_bytes is not None:
         table = table.replace_schema_metadata(meta_bytes)
@@ -102,8 +122,11 @@ def test_malformed_manifests_are_one_line_errors(tmp_path):
         (ok, {b"flowclip.kind": b"candidates", b"flowclip.schema_version": b"one"}, "is not an integer"),
         (dict(ok, gold=[2]), None, "gold 2 is not the index of one of its 2 captions"),
         (dict(ok, gold=[-1]), None, "gold -1 is not the index"),
-        (dict(ok, record_id=["a", "a"], image=["x", "y"], captions=[["p", "q"]] * 2, gold=[0, 0]), None,
-         "record_id values appear more than once"),
+        (
+            dict(ok, record_id=["a", "a"], image=["x", "y"], captions=[["p", "q"]] * 2, gold=[0, 0]),
+            None,
+            "record_id values appear more than once",
+        ),
     ]
     for cols, meta, want in cases:
         assert want in _manifest_error(tmp_path, pa.table(cols), meta), want
@@ -111,7 +134,8 @@ def test_malformed_manifests_are_one_line_errors(tmp_path):
     bad = pa.array([b"ok.png", b"\xff\xfe.png"], pa.binary()).view(pa.string())
     two = dict(record_id=["a", "b"], captions=[["p", "q"]] * 2, gold=[0, 0])
     assert "row 1, column 'image': text that is not valid UTF-8" in _manifest_error(
-        tmp_path, pa.table(dict(two, image=bad)))
+        tmp_path, pa.table(dict(two, image=bad))
+    )
     caps = pa.ListArray.from_arrays([0, 2, 4], pa.array([b"p", b"q", b"r", b"\xc3("], pa.binary()).view(pa.string()))
     assert "row 1, column 'captions'" in _manifest_error(tmp_path, pa.table(dict(two, image=["x", "y"], captions=caps)))
 
@@ -121,23 +145,26 @@ def test_malformed_head_runs_are_refused_not_scored(tmp_path):
     from safetensors.torch import save_file
 
     from flowclip_cache.run_folder import load_head
+
     run_keys = {"store_fingerprint": "f" * 64, "train": {"seed": 0}}
     good_cfg = {"head": {"kind": "global", "dim": 4, "alpha": 1.0, "tau_p": 0.05}, **run_keys}
     M = torch.eye(4)
     flow_cfg = {"kind": "flow", "dim": 4, "alpha": 1.0, "tau_p": 0.05}
     flow_w = {"M": M, "M_tok": M.clone(), "W": torch.zeros(4, 4)}
-    cases = [({"head": {**good_cfg["head"], "kind": "flwo"}, **run_keys}, {"M": M}, "is not one of"),
-             ({"head": {**good_cfg["head"], "dim": -4}, **run_keys}, {"M": M}, "is not a positive integer"),
-             ({"head": {**flow_cfg, "tau_p": 0.0}, **run_keys}, flow_w, "tau_p = 0.0 must be a finite number > 0"),
-             ({"head": {**flow_cfg, "alpha": float("nan")}, **run_keys}, flow_w, "alpha = nan must be a finite"),
-             ({"head": {"kind": "flow", "dim": 4}, **run_keys}, flow_w, "alpha = None must be a finite"),
-             ({"head": good_cfg["head"], "train": {}}, {"M": M}, "KeyError: 'store_fingerprint'"),
-             ({"head": good_cfg["head"], "store_fingerprint": "f", "train": [1]}, {"M": M}, "train a mapping"),
-             (good_cfg, {"M": torch.eye(5)}, "M is torch.float32[5, 5], expected torch.float32[4, 4]"),
-             (good_cfg, {"M": M.double()}, "expected torch.float32"),
-             (good_cfg, {"M": M * float("inf")}, "holds NaN or inf"),
-             (good_cfg, {"W": M}, "holds ['W'], a global head needs ['M']"),
-             ({"nothing": 1}, {"M": M}, "config.json is missing or malformed")]
+    cases = [
+        ({"head": {**good_cfg["head"], "kind": "flwo"}, **run_keys}, {"M": M}, "is not one of"),
+        ({"head": {**good_cfg["head"], "dim": -4}, **run_keys}, {"M": M}, "is not a positive integer"),
+        ({"head": {**flow_cfg, "tau_p": 0.0}, **run_keys}, flow_w, "tau_p = 0.0 must be a finite number > 0"),
+        ({"head": {**flow_cfg, "alpha": float("nan")}, **run_keys}, flow_w, "alpha = nan must be a finite"),
+        ({"head": {"kind": "flow", "dim": 4}, **run_keys}, flow_w, "alpha = None must be a finite"),
+        ({"head": good_cfg["head"], "train": {}}, {"M": M}, "KeyError: 'store_fingerprint'"),
+        ({"head": good_cfg["head"], "store_fingerprint": "f", "train": [1]}, {"M": M}, "train a mapping"),
+        (good_cfg, {"M": torch.eye(5)}, "M is torch.float32[5, 5], expected torch.float32[4, 4]"),
+        (good_cfg, {"M": M.double()}, "expected torch.float32"),
+        (good_cfg, {"M": M * float("inf")}, "holds NaN or inf"),
+        (good_cfg, {"W": M}, "holds ['W'], a global head needs ['M']"),
+        ({"nothing": 1}, {"M": M}, "config.json is missing or malformed"),
+    ]
     for i, (cfg, weights, want) in enumerate(cases):
         run = tmp_path / f"r{i}"
         run.mkdir()
@@ -161,5 +188,6 @@ def test_float_tiff_in_unit_range_is_scaled_not_black(tmp_path):
     assert np.asarray(load_image(str(tmp_path / "g.tif"))).max() == 255
     Image.fromarray(arr * 1000, mode="F").save(tmp_path / "h.tif")
     from flowclip_cache.images import BadImage
+
     with pytest.raises(BadImage, match="outside"):
         load_image(str(tmp_path / "h.tif"))

@@ -1,5 +1,6 @@
 """The synthetic world: deterministic, negatives differ, relations true of their scenes,
 held-out combinations unseen in head training."""
+
 import hashlib
 import os
 import random
@@ -58,7 +59,7 @@ def test_negatives_differ_and_relations_hold():
                 rel = next(r for r in OPPOSITE if f" {r} " in gold)
                 first = next(o for o in objs if f"{o.colour} {o.shape} {rel}" in gold)
                 second = next(o for o in objs if gold.endswith(f"{o.colour} {o.shape}"))
-                assert relation(first, second) == rel          # true of the scene's positions
+                assert relation(first, second) == rel  # true of the scene's positions
                 assert OPPOSITE[rel] in cands[1]
             if fam == "order":
                 assert len(cands) == 5 and all(sorted(c.split()) == sorted(gold.split()) for c in cands)
@@ -87,15 +88,16 @@ def test_render_is_anti_aliased_and_sized():
     im = render([Obj("circle", "red", "large", (1, 1))], random.Random(0), 64)
     assert im.size == (64, 64)
     colours = {im.getpixel((x, 32)) for x in range(64)}
-    assert len(colours) > 5                                    # edges blend: more than flat fills
+    assert len(colours) > 5  # edges blend: more than flat fills
 
 
 def test_a_world_with_other_settings_is_refused(tmp_path):
     import pytest
 
     from flowclip_cache.errors import FlowclipError
+
     build_world(str(tmp_path / "w"), train_scenes=5, eval_scenes=5, heldout_scenes=2)
-    build_world(str(tmp_path / "w"), train_scenes=5, eval_scenes=5, heldout_scenes=2)     # cached: fine
+    build_world(str(tmp_path / "w"), train_scenes=5, eval_scenes=5, heldout_scenes=2)  # cached: fine
     with pytest.raises(FlowclipError, match="other settings"):
         build_world(str(tmp_path / "w"), train_scenes=6, eval_scenes=5, heldout_scenes=2)
 
@@ -104,11 +106,14 @@ def test_grounding_measure_by_hand():
     """Patches are one-hot, so token k's best patch is the one it names; row-major patch order,
     cell = (column, row), words naming two objects skipped."""
     from flowclip_cache.clip_profile import grounding_hits
-    patches = np.eye(9, dtype=np.float32)[None].repeat(2, 0)         # 3x3 patches, one per grid cell
+
+    patches = np.eye(9, dtype=np.float32)[None].repeat(2, 0)  # 3x3 patches, one per grid cell
     decoder = {2: "a</w>", 3: "red</w>", 4: "circle</w>", 5: "and</w>", 6: "blue</w>", 7: "square</w>"}
     ids = [[1, 2, 3, 4, 5, 2, 6, 7], [1, 2, 3, 4, 5, 2, 3, 7]]
-    best = [[0, 0, 0, 1, 0, 0, 5, 3],       # red -> (0,0) hit, circle -> (1,0) miss, blue -> (2,1) hit, square miss
-            [0, 0, 0, 4, 0, 0, 0, 7]]       # red names two objects: skipped; circle (1,1) hit; square (1,2) hit
+    best = [
+        [0, 0, 0, 1, 0, 0, 5, 3],  # red -> (0,0) hit, circle -> (1,0) miss, blue -> (2,1) hit, square miss
+        [0, 0, 0, 4, 0, 0, 0, 7],
+    ]  # red names two objects: skipped; circle (1,1) hit; square (1,2) hit
     tokens = [np.eye(9, dtype=np.float32)[b] for b in best]
     objects = [["red circle small 0 0", "blue square large 2 1"], ["red circle small 1 1", "red square small 1 2"]]
     g = grounding_hits(patches, tokens, ids, objects, decoder, shift=0)

@@ -1,4 +1,5 @@
 """`flowclip manifest` (build, check, list the catalogue) and `flowclip negatives`."""
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,7 @@ def manifest_build(name, source, out, options, on_error, overwrite):
     from ..catalogue import check_counts
     from ..datasets import get
     from ..datasets.base import RowErrors
+
     bench = get(name)
     opts = {}
     for o in options:
@@ -54,6 +56,7 @@ def manifest_build(name, source, out, options, on_error, overwrite):
 def manifest_check(path, image_root):
     """Report missing images, duplicate record ids and duplicate captions in a candidate set."""
     from ..manifest import Manifest, check_manifest
+
     problems = check_manifest(Manifest.read(path), image_root)
     for p in problems[:50]:
         click.echo(p)
@@ -69,6 +72,7 @@ def manifest_list():
     """The benchmark catalogue: converters, expected counts, sources, options."""
     from ..catalogue import load_catalogue
     from ..datasets import all_benchmarks
+
     cat = load_catalogue()
     for name, b in all_benchmarks().items():
         entry = cat.get(name, {})
@@ -82,15 +86,24 @@ def manifest_list():
 
 
 @click.command()
-@click.option("--in", "inp", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Parquet with columns image, caption (and optionally split, record_id).")
+@click.option(
+    "--in",
+    "inp",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Parquet with columns image, caption (and optionally split, record_id).",
+)
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @click.option("--kinds", default="swap-att,swap-obj,shuffle-bigram", show_default=True)
 @click.option("--seed", default=0, show_default=True)
-@click.option("--attributes", type=click.Path(exists=True, dir_okay=False),
-              help="A word list added to swap-att's attribute words (one per line or space-separated).")
-@click.option("--objects", type=click.Path(exists=True, dir_okay=False),
-              help="A word list added to swap-obj's object words.")
+@click.option(
+    "--attributes",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A word list added to swap-att's attribute words (one per line or space-separated).",
+)
+@click.option(
+    "--objects", type=click.Path(exists=True, dir_okay=False), help="A word list added to swap-obj's object words."
+)
 def negatives(inp, out, kinds, seed, attributes, objects):
     """Make a training manifest with full-caption hard negatives for your own captions."""
     import pyarrow as pa
@@ -98,6 +111,7 @@ def negatives(inp, out, kinds, seed, attributes, objects):
 
     from ..manifest import write_manifest
     from ..negatives import ATTRIBUTES, OBJECTS, build_training, read_word_list
+
     table = pq.read_table(inp)
     for col in ("image", "caption"):
         if col not in table.column_names:
@@ -106,8 +120,10 @@ def negatives(inp, out, kinds, seed, attributes, objects):
     objs = OBJECTS | (read_word_list(objects) if objects else set())
     captions = table.to_pylist()
     rows, missing = build_training(captions, kinds.split(","), seed, atts, objs)
-    report = [f"  {k}: {len(captions) - sum(m[1] == k for m in missing)} of {len(captions)} captions got one"
-              for k in kinds.split(",")]
+    report = [
+        f"  {k}: {len(captions) - sum(m[1] == k for m in missing)} of {len(captions)} captions got one"
+        for k in kinds.split(",")
+    ]
     reasons: dict = {}
     for _, k, why in missing:
         reasons[(k, why)] = reasons.get((k, why), 0) + 1

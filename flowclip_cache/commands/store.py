@@ -1,4 +1,5 @@
 """`flowclip store`: inspect, verify, compact and upgrade feature stores."""
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ def store():
 def store_info(path, as_json):
     """Fingerprint, counts and size on disk."""
     from ..store import FeatureStore
+
     info = FeatureStore(path).info()
     if as_json:
         click.echo(json.dumps(info, indent=1))
@@ -32,13 +34,17 @@ def store_info(path, as_json):
 
 @store.command("verify")
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--quarantine", is_flag=True, help="Move damaged segments and record files to PATH/quarantine/; "
-              "the next extract re-encodes what they held.")
+@click.option(
+    "--quarantine",
+    is_flag=True,
+    help="Move damaged segments and record files to PATH/quarantine/; the next extract re-encodes what they held.",
+)
 def store_verify(path, quarantine):
     """Read every byte of the store: checksums, names, shapes, dtypes, NaN, record files.
     Reports every problem in one run."""
     from ..store.integrity import quarantine as move_aside
     from ..store.integrity import verify_store
+
     rep = verify_store(path)
     for _, msg in rep.problems:
         click.echo(f"problem: {msg}")
@@ -53,8 +59,10 @@ def store_verify(path, quarantine):
             raise FlowclipError(f"{len(left)} problems cannot be quarantined: {left[0]}")
         return
     if rep.problems:
-        raise FlowclipError(f"{len(rep.problems)} problems in {path}; `flowclip store verify --quarantine {path}` "
-                            f"moves the damaged parts aside")
+        raise FlowclipError(
+            f"{len(rep.problems)} problems in {path}; `flowclip store verify --quarantine {path}` "
+            f"moves the damaged parts aside"
+        )
     click.echo(f"ok: {rep.segments} segments, {rep.images} images, {rep.captions} captions")
 
 
@@ -64,6 +72,7 @@ def store_compact(path):
     """Remove rows whose key an earlier segment already holds (left by writers that ran
     at once); every reader keeps reading the same vectors."""
     from ..store.integrity import compact
+
     n = compact(path, log=click.echo)
     click.echo(f"{n} duplicate rows removed")
 
@@ -73,4 +82,5 @@ def store_compact(path):
 def store_upgrade(path):
     """Rewrite a format-1 store as format 2 (checksums on every array and record file)."""
     from ..store.integrity import upgrade
+
     upgrade(path, log=click.echo)

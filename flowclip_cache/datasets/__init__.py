@@ -1,5 +1,6 @@
 """The benchmark registry: one line per benchmark file. Adding a benchmark is adding
 its file here and, if it ships a catalogue entry, one YAML in the repository's manifests/."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """Shared reading of ARO's files (mertyg/vision-language-models-are-bows)."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,9 @@ def vg_items(path: str, errors: RowErrors, class_of) -> list[dict]:
         if cls is None:
             errors(path, where, "missing its class key (relation_name / attributes)")
             continue
-        rows.append({"record_id": f"{i}", "image": image, "captions": [gold, foil], "gold": 0, "crop": box,
-                     "class": cls})
+        rows.append(
+            {"record_id": f"{i}", "image": image, "captions": [gold, foil], "gold": 0, "crop": box, "class": cls}
+        )
     return rows
 
 
@@ -48,11 +50,13 @@ def spacy_tagger():
     """The POS tagger ARO uses (spaCy en_core_web_sm), an optional dependency."""
     try:
         import spacy
+
         nlp = spacy.load("en_core_web_sm")
     except (ImportError, OSError) as e:
         raise FlowclipError(
             "the ARO order converters tag parts of speech with spaCy's English model, which is not "
-            "installed: pip install spacy && python -m spacy download en_core_web_sm") from e
+            "installed: pip install spacy && python -m spacy download en_core_web_sm"
+        ) from e
     return lambda text: [(t.text, t.tag_) for t in nlp(text)]
 
 
@@ -73,7 +77,7 @@ def order_foils(caption: str, tagged: list[tuple[str, str]], rng: random.Random)
     rest = [i for i, (_, tag) in enumerate(tagged) if tag not in NOUN_TAGS | ADJ_TAGS]
     nouns_adj = shuffled_at(shuffled_at(tokens, nouns), adjs)
     allbut = shuffled_at(tokens, rest)
-    trigrams = [tokens[i:i + 3] for i in range(0, len(tokens), 3)]
+    trigrams = [tokens[i : i + 3] for i in range(0, len(tokens), 3)]
     within = [w for tri in trigrams for w in rng.sample(tri, len(tri))]
     rng.shuffle(trigrams)
     across = [w for tri in trigrams for w in tri]
@@ -102,8 +106,14 @@ def order_rows(source: str, errors: RowErrors, tagger, seed: int, prefix: str) -
                 continue
             rng = random.Random(f"{seed}:{i}:{j}")
             foils = order_foils(cap, tagger(cap), rng)
-            rows.append({"record_id": f"{prefix}{i}/{j}", "image": image,
-                         "captions": [pre_caption(cap)] + [pre_caption(f) for f in foils], "gold": 0})
+            rows.append(
+                {
+                    "record_id": f"{prefix}{i}/{j}",
+                    "image": image,
+                    "captions": [pre_caption(cap)] + [pre_caption(f) for f in foils],
+                    "gold": 0,
+                }
+            )
     return rows
 
 
@@ -114,11 +124,17 @@ def karpathy_file(source: str, name: str) -> str:
 def order_benchmark(name: str, title: str, filename: str) -> Benchmark:
     """COCO-/Flickr30k-Order: five candidates (the caption and ARO's four shuffles),
     precision@1; a tie goes to the earliest candidate, the gold (ARO's np.argmax)."""
+
     def build(source: str, out: str, errors: RowErrors, seed: str = "0", tagger=None) -> BuildReport:
         rows = order_rows(karpathy_file(source, filename), errors, tagger, int(seed), name.split("-", 1)[1] + "/")
         report = BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped)
         return write_records(out, rows, "candidates", name, report, {"seed": int(seed)})
 
-    return Benchmark(name=name, title=title, kind="candidates", build=build,
-                     scoring=Scoring(task="candidates", tie_rule="first", joins=(("aro", ""), ("all11", ""))),
-                     options={"seed": "seed of the shuffles (default 0)"})
+    return Benchmark(
+        name=name,
+        title=title,
+        kind="candidates",
+        build=build,
+        scoring=Scoring(task="candidates", tie_rule="first", joins=(("aro", ""), ("all11", ""))),
+        options={"seed": "seed of the shuffles (default 0)"},
+    )

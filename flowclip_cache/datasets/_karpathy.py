@@ -1,6 +1,7 @@
 """Karpathy-split files in either common form: Karpathy's dataset_*.json
 ({"images": [{filepath?, filename, split, sentences: [{raw}]}]}) or the BLIP/ARO test
 lists ([{image, caption: [...]}])."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,13 @@ def karpathy_images(path: str, splits: set[str], errors: RowErrors) -> list[tupl
     elif isinstance(data, list):
         for i, ann in enumerate(data):
             listed = ann.get("caption") if isinstance(ann, dict) else None
-            if not isinstance(ann, dict) or not isinstance(ann.get("image"), str) or not isinstance(listed, list) \
-                    or not listed or not all(isinstance(c, str) and c.strip() for c in listed):
+            if (
+                not isinstance(ann, dict)
+                or not isinstance(ann.get("image"), str)
+                or not isinstance(listed, list)
+                or not listed
+                or not all(isinstance(c, str) and c.strip() for c in listed)
+            ):
                 errors(path, f"item {i}", "expected {image, caption: [non-empty captions]}")
                 continue
             out.append((ann["image"], [c.strip() for c in listed], "test"))
@@ -38,12 +44,13 @@ def karpathy_images(path: str, splits: set[str], errors: RowErrors) -> list[tupl
 
 def retrieval_benchmark(name: str, title: str, filename: str) -> Benchmark:
     """Karpathy test split as a gallery: image->text and text->image Recall@1/5/10."""
+
     def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         path = source if os.path.isfile(source) else os.path.join(source, filename)
         rows = [{"image": image, "captions": caps} for image, caps, _ in karpathy_images(path, {"test"}, errors)]
-        report = BuildReport(len(rows), len(rows), {"captions": sum(len(r["captions"]) for r in rows)},
-                             errors.skipped)
+        report = BuildReport(len(rows), len(rows), {"captions": sum(len(r["captions"]) for r in rows)}, errors.skipped)
         return write_records(out, rows, "retrieval", name, report)
 
-    return Benchmark(name=name, title=title, kind="retrieval", build=build,
-                     scoring=Scoring(task="retrieval", recall_at=(1, 5, 10)))
+    return Benchmark(
+        name=name, title=title, kind="retrieval", build=build, scoring=Scoring(task="retrieval", recall_at=(1, 5, 10))
+    )

@@ -1,5 +1,6 @@
 """The synthetic world's evaluation families as benchmarks (flowclip_cache/world.py).
 `--source` is the world folder: it is generated there first if absent."""
+
 from __future__ import annotations
 
 import os
@@ -15,16 +16,23 @@ def synthetic_benchmark(family: str, title: str, binding: bool) -> Benchmark:
         import pyarrow.parquet as pq
 
         from ..world import build_world
+
         paths = build_world(source, seed=int(seed))
         src = paths[f"eval-{family}"]
         if os.path.abspath(out) != os.path.abspath(src):
             shutil.copyfile(src, out)
         t = pq.read_table(src)
-        return BuildReport(t.num_rows, len(set(t.column("image").to_pylist())),
-                           notes=[f"images under {paths['image_root']}"])
+        return BuildReport(
+            t.num_rows, len(set(t.column("image").to_pylist())), notes=[f"images under {paths['image_root']}"]
+        )
 
     task = "candidates" if family == "order" else "pairwise"
     joins = (("synthetic", ""),) + ((("syn-binding", ""),) if binding else ())
-    return Benchmark(name=name, title=title, kind="candidates", build=build,
-                     scoring=Scoring(task=task, tie_rule="wrong", joins=joins),
-                     options={"seed": "world seed (default 0)"})
+    return Benchmark(
+        name=name,
+        title=title,
+        kind="candidates",
+        build=build,
+        scoring=Scoring(task=task, tie_rule="wrong", joins=joins),
+        options={"seed": "world seed (default 0)"},
+    )

@@ -1,4 +1,5 @@
 """Shared reading of What's Up (amitakamath/whatsup_vlms) files."""
+
 from __future__ import annotations
 
 import os
@@ -12,12 +13,18 @@ def qa_rows(source: str, files: dict[str, str], image_path, errors: RowErrors, p
     for subset, name in files.items():
         path = os.path.join(source, name)
         for i, rec in enumerate(load_json(path)):
-            if not (isinstance(rec, list) and len(rec) == 3 and all(isinstance(x, str) and x.strip()
-                                                                    for x in rec[1:])):
+            if not (isinstance(rec, list) and len(rec) == 3 and all(isinstance(x, str) and x.strip() for x in rec[1:])):
                 errors(path, f"item {i}", "expected [image_id, gold caption, foil caption]")
                 continue
-            rows.append({"record_id": f"{prefix}{subset}/{i}", "image": image_path(rec[0]),
-                         "captions": [rec[1], rec[2]], "gold": 0, "subset": subset})
+            rows.append(
+                {
+                    "record_id": f"{prefix}{subset}/{i}",
+                    "image": image_path(rec[0]),
+                    "captions": [rec[1], rec[2]],
+                    "gold": 0,
+                    "subset": subset,
+                }
+            )
     return rows
 
 
@@ -27,8 +34,12 @@ def controlled_rows(path: str, errors: RowErrors, prefix: str) -> list[dict]:
     for i, rec in enumerate(load_json(path)):
         opts = rec.get("caption_options") if isinstance(rec, dict) else None
         img = rec.get("image_path") if isinstance(rec, dict) else None
-        if not isinstance(img, str) or not isinstance(opts, list) or len(opts) < 2 or \
-                not all(isinstance(o, str) and o.strip() for o in opts):
+        if (
+            not isinstance(img, str)
+            or not isinstance(opts, list)
+            or len(opts) < 2
+            or not all(isinstance(o, str) and o.strip() for o in opts)
+        ):
             errors(path, f"item {i}", "expected {image_path, caption_options: [gold, foils...]}")
             continue
         # the preposition of the gold caption, e.g. "A mug on the left of a plate" -> "left"
@@ -56,34 +67,62 @@ def pair_and_set_accuracy(letter: str):
         full = sum(sum(map(bool, d.values())) == 4 for d in sets.values())
         n = len(correct)
         return {"pair": pairs / (n / 2), "set": full / (n / 4)} if n else {}
+
     return extra
 
 
 def controlled_benchmark(letter: str, filename: str) -> Benchmark:
-    """Controlled-A/B: a candidate set of 4, the gold must rank first (np.argmax: a tie goes to the earliest, the gold)."""
+    """Controlled-A/B: a candidate set of 4, the gold must rank first (np.argmax: a tie goes
+    to the earliest, the gold)."""
     name = f"whatsup-controlled-{letter}"
 
     def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         path = source if os.path.isfile(source) else os.path.join(source, filename)
         rows = controlled_rows(path, errors, f"controlled-{letter}/")
-        return write_records(out, rows, "candidates", name,
-                             BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped))
+        return write_records(
+            out, rows, "candidates", name, BuildReport(len(rows), len({r["image"] for r in rows}), {}, errors.skipped)
+        )
 
-    return Benchmark(name=name, title=f"What's Up Controlled-{letter.upper()}", kind="candidates", build=build,
-                     scoring=Scoring(task="candidates", tie_rule="first", report_by=("preposition",),
-                                     extra=pair_and_set_accuracy(letter),
-                                     extra_title="pair and set accuracy (official evaluate_scores)"))
+    return Benchmark(
+        name=name,
+        title=f"What's Up Controlled-{letter.upper()}",
+        kind="candidates",
+        build=build,
+        scoring=Scoring(
+            task="candidates",
+            tie_rule="first",
+            report_by=("preposition",),
+            extra=pair_and_set_accuracy(letter),
+            extra_title="pair and set accuracy (official evaluate_scores)",
+        ),
+    )
 
 
 def spatial_benchmark(name: str, title: str, files: dict[str, str], image_path) -> Benchmark:
     """COCO-/GQA-Spatial: pairwise; the official score is the unweighted mean of the
     one- and two-object subsets; np.argmax, so a tie goes to the gold (index 0)."""
+
     def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         rows = qa_rows(source, files, image_path, errors, name.split("-", 1)[1] + "/")
         counts = {s: sum(r["subset"] == s for r in rows) for s in files}
-        return write_records(out, rows, "candidates", name,
-                             BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped))
+        return write_records(
+            out,
+            rows,
+            "candidates",
+            name,
+            BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped),
+        )
 
-    return Benchmark(name=name, title=title, kind="candidates", build=build,
-                     scoring=Scoring(task="pairwise", tie_rule="first", aggregate="subset_mean", group_by="subset",
-                                     joins=(("binding7", ""), ("all11", ""), ("controls6", ""))))
+    return Benchmark(
+        name=name,
+        title=title,
+        kind="candidates",
+        build=build,
+        scoring=Scoring(
+            task="pairwise",
+            tie_rule="first",
+            aggregate="subset_mean",
+            group_by="subset",
+            joins=(("binding7", ""), ("all11", ""), ("controls6", "")),
+        ),
+    )

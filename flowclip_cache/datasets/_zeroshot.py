@@ -1,6 +1,7 @@
 """Zero-shot classification sets: images written out as PNG beside the manifest
 (the binary CIFAR files hold raw pixels), class names and prompt templates in the
 manifest's metadata."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,9 @@ def read_cifar_binary(path: str, label_bytes: int, label_index: int, n_classes: 
     return images, labels
 
 
-def write_classification(out: str, name: str, images, labels, classes: list[str], templates: list[str],
-                         image_paths: list[str] | None = None) -> BuildReport:
+def write_classification(
+    out: str, name: str, images, labels, classes: list[str], templates: list[str], image_paths: list[str] | None = None
+) -> BuildReport:
     """Write PNGs (when pixels are given) under <out>.images/ and the manifest."""
     rows = []
     if image_paths is None:
@@ -56,9 +58,12 @@ def write_classification(out: str, name: str, images, labels, classes: list[str]
     for p, lab in zip(image_paths, labels):
         rows.append({"image": p, "label": int(lab)})
     prompts = [[t.format(c) for t in templates] for c in classes]
-    write_manifest(out, pa.Table.from_pylist(rows), "classification",
-                   {"benchmark": name, "classes": classes, "templates": templates, "prompts": prompts,
-                    "records": len(rows)})
+    write_manifest(
+        out,
+        pa.Table.from_pylist(rows),
+        "classification",
+        {"benchmark": name, "classes": classes, "templates": templates, "prompts": prompts, "records": len(rows)},
+    )
     report = BuildReport(len(rows), len(rows), {"classes": len(classes)})
     if images is not None:
         report.notes.append(f"images written to {out}.images (pass it as --image-root to extract)")

@@ -5,6 +5,7 @@ kept, flagged ``identical`` so that score reports them as ties. Images are found
 looking each original caption up in COCO's caption annotations
 (captions_train2014.json / captions_val2014.json); pairs whose image is not found are
 reported, not silently dropped. The paper reports 3,213 pairs without saying how."""
+
 import os
 import re
 
@@ -42,8 +43,10 @@ def build(source: str, out: str, errors: RowErrors, coco_captions: str = "") -> 
         lines = lines[:-1]
     caption_files = [p for p in coco_captions.split(",") if p]
     if not caption_files:
-        raise ManifestError("abc6k finds each pair's image through COCO's caption annotations: pass "
-                            "--option coco_captions=captions_train2014.json,captions_val2014.json")
+        raise ManifestError(
+            "abc6k finds each pair's image through COCO's caption annotations: pass "
+            "--option coco_captions=captions_train2014.json,captions_val2014.json"
+        )
     index = coco_caption_index(caption_files)
     rows, not_found, identical = [], [], 0
     for i in range(0, len(lines), 2):
@@ -57,15 +60,35 @@ def build(source: str, out: str, errors: RowErrors, coco_captions: str = "") -> 
         if image is None:
             not_found.append((path, f"line {i + 1}", f"no COCO image has the caption {gold!r}"))
             continue
-        rows.append({"record_id": f"abc/{i // 2}", "image": image, "captions": [gold, foil], "gold": 0,
-                     "identical": same, "line": i + 1})
-    report = BuildReport(len(rows), len({r["image"] for r in rows}), {"pairs_in_file": len(lines) // 2,
-                         "image_not_found": len(not_found), "identical_in_file": identical}, errors.skipped + not_found)
+        rows.append(
+            {
+                "record_id": f"abc/{i // 2}",
+                "image": image,
+                "captions": [gold, foil],
+                "gold": 0,
+                "identical": same,
+                "line": i + 1,
+            }
+        )
+    report = BuildReport(
+        len(rows),
+        len({r["image"] for r in rows}),
+        {"pairs_in_file": len(lines) // 2, "image_not_found": len(not_found), "identical_in_file": identical},
+        errors.skipped + not_found,
+    )
     return write_records(out, rows, "candidates", "abc6k", report)
 
 
 BENCHMARK = Benchmark(
-    name="abc6k", title="ABC-6K colour swaps", kind="candidates", build=build,
-    scoring=Scoring(task="pairwise", tie_rule="wrong", report_by=("identical",),
-                    joins=(("binding7", ""), ("all11", ""), ("controls6", ""))),
-    options={"coco_captions": "comma-separated COCO caption JSONs (captions_train2014.json,captions_val2014.json)"})
+    name="abc6k",
+    title="ABC-6K colour swaps",
+    kind="candidates",
+    build=build,
+    scoring=Scoring(
+        task="pairwise",
+        tie_rule="wrong",
+        report_by=("identical",),
+        joins=(("binding7", ""), ("all11", ""), ("controls6", "")),
+    ),
+    options={"coco_captions": "comma-separated COCO caption JSONs (captions_train2014.json,captions_val2014.json)"},
+)

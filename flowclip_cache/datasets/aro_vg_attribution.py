@@ -1,6 +1,7 @@
 """ARO VG-Attribution: visual_genome_attribution.json (as VG-Relation, with
 `attributes`: a list of two). Official score: accuracy per attribute-pair class
 "a0_a1", classes of fewer than 25 items dropped, macro mean."""
+
 import os
 
 from ._aro import vg_items
@@ -17,12 +18,26 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
     rows = vg_items(path, errors, _pair)
     for r in rows:
         r["attribute_pair"] = r.pop("class")
-    report = BuildReport(len(rows), len({r["image"] for r in rows}),
-                         {"attribute_pairs": len({r["attribute_pair"] for r in rows})}, errors.skipped)
+    report = BuildReport(
+        len(rows),
+        len({r["image"] for r in rows}),
+        {"attribute_pairs": len({r["attribute_pair"] for r in rows})},
+        errors.skipped,
+    )
     return write_records(out, rows, "candidates", "aro-vg-attribution", report)
 
 
 BENCHMARK = Benchmark(
-    name="aro-vg-attribution", title="ARO VG-Attribution", kind="candidates", build=build,
-    scoring=Scoring(task="pairwise", tie_rule="wrong", aggregate="macro", group_by="attribute_pair",
-                    min_group=25, joins=(("aro", ""), ("all11", ""))))
+    name="aro-vg-attribution",
+    title="ARO VG-Attribution",
+    kind="candidates",
+    build=build,
+    scoring=Scoring(
+        task="pairwise",
+        tie_rule="wrong",
+        aggregate="macro",
+        group_by="attribute_pair",
+        min_group=25,
+        joins=(("aro", ""), ("all11", "")),
+    ),
+)

@@ -5,6 +5,7 @@ particular to it: ``build`` turns the official files into a manifest; ``scoring`
 tells ``flowclip score`` its task kind, aggregation and tie rule. Nothing else in
 flowclip knows a benchmark by name.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,18 +23,18 @@ from ..manifest import write_manifest
 
 @dataclass(frozen=True)
 class Scoring:
-    task: str                              # pairwise | candidates | retrieval | classification
-    tie_rule: str = "wrong"                # what the official script does when gold ties a foil:
-                                           # wrong | first (argmax: the earliest tied wins) | correct
-    aggregate: str = "mean"                # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
-                                           # | group_means (mean of the named groups in headline_groups)
-    group_by: str | None = None            # the manifest column the aggregation groups by
-    min_group: int = 0                     # groups with fewer records are dropped (ARO VG-Attribution: 25)
-    exclude_column: str | None = None      # boolean column: records outside the official score
-    report_by: tuple[str, ...] = ()        # further columns to break results down by
-    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # named means of group_by values (SugarCrepe Add/...)
-    group_weighting: str = "groups"        # a named group's mean: "groups" (unweighted over its members) or
-                                           # "records" (pooled over its records, i.e. weighted by subset size)
+    task: str  # pairwise | candidates | retrieval | classification
+    tie_rule: str = "wrong"  # what the official script does when gold ties a foil:
+    # wrong | first (argmax: the earliest tied wins) | correct
+    aggregate: str = "mean"  # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
+    # | group_means (mean of the named groups in headline_groups)
+    group_by: str | None = None  # the manifest column the aggregation groups by
+    min_group: int = 0  # groups with fewer records are dropped (ARO VG-Attribution: 25)
+    exclude_column: str | None = None  # boolean column: records outside the official score
+    report_by: tuple[str, ...] = ()  # further columns to break results down by
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # named means of group_by values (SugarCrepe Add/...)
+    group_weighting: str = "groups"  # a named group's mean: "groups" (unweighted over its members) or
+    # "records" (pooled over its records, i.e. weighted by subset size)
     headline_groups: tuple[str, ...] = ()  # aggregate "group_means": the named groups whose mean is the score
     recall_at: tuple[int, ...] = (1,)
     # cross-task means this benchmark feeds: (mean name, group name or "" for the official score);
@@ -52,13 +53,28 @@ class Scoring:
         group_by, min_group, exclude_column, report_by, groups, group_weighting,
         headline_groups, recall_at. Cross-task means (joins) belong to registered benchmarks."""
         from ..errors import FlowclipError
-        allowed = {"task": ("pairwise", "candidates"), "tie_rule": ("wrong", "first", "correct"),
-                   "aggregate": ("mean", "macro", "subset_mean", "group_means"),
-                   "group_weighting": ("groups", "records")}
+
+        allowed = {
+            "task": ("pairwise", "candidates"),
+            "tie_rule": ("wrong", "first", "correct"),
+            "aggregate": ("mean", "macro", "subset_mean", "group_means"),
+            "group_weighting": ("groups", "records"),
+        }
         if not isinstance(d, dict):
             raise FlowclipError(f"{source}: 'scoring' must be a JSON object")
-        known = {"task", "tie_rule", "aggregate", "group_by", "min_group", "exclude_column", "report_by", "groups",
-                 "group_weighting", "headline_groups", "recall_at"}
+        known = {
+            "task",
+            "tie_rule",
+            "aggregate",
+            "group_by",
+            "min_group",
+            "exclude_column",
+            "report_by",
+            "groups",
+            "group_weighting",
+            "headline_groups",
+            "recall_at",
+        }
         unknown = sorted(set(d) - known)
         if unknown:
             raise FlowclipError(f"{source}: unknown scoring keys {unknown}; known: {sorted(known)}")
@@ -87,8 +103,12 @@ class Scoring:
         if self.group_by:
             out.append((f"per {self.group_by}", f"by_{self.group_by}"))
         if self.groups:
-            out.append(("group means" + (" (weighted by records)" if self.group_weighting == "records" else ""),
-                        "named_groups"))
+            out.append(
+                (
+                    "group means" + (" (weighted by records)" if self.group_weighting == "records" else ""),
+                    "named_groups",
+                )
+            )
         out += [(f"per {c}", f"by_{c}") for c in self.report_by]
         if self.task == "candidates":
             out += [(f"Recall@1 per {c}", f"recall_by_{c}") for c in self.report_by]
@@ -102,8 +122,8 @@ class Scoring:
 class BuildReport:
     records: int
     images: int
-    counts: dict = field(default_factory=dict)        # per subset
-    skipped: list = field(default_factory=list)       # (file, line/row, reason)
+    counts: dict = field(default_factory=dict)  # per subset
+    skipped: list = field(default_factory=list)  # (file, line/row, reason)
     notes: list = field(default_factory=list)
 
 
@@ -111,10 +131,10 @@ class BuildReport:
 class Benchmark:
     name: str
     title: str
-    kind: str                              # manifest kind
-    build: Callable[..., BuildReport]      # build(source, out, errors, **options)
+    kind: str  # manifest kind
+    build: Callable[..., BuildReport]  # build(source, out, errors, **options)
     scoring: Scoring | None
-    options: dict = field(default_factory=dict)       # option name -> help
+    options: dict = field(default_factory=dict)  # option name -> help
 
 
 class RowErrors:
@@ -140,7 +160,7 @@ def read_text(path: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
+        line = raw[: e.start].count(b"\n") + 1
         raise ManifestError(f"{path}: line {line}: not valid UTF-8 ({e.reason})") from e
 
 
@@ -175,8 +195,9 @@ def text_field(row: dict, key: str, path: str, where, errors: RowErrors) -> str 
     return v
 
 
-def write_records(out: str, rows: list[dict], kind: str, benchmark: str, report: BuildReport,
-                  extra_meta: dict | None = None) -> BuildReport:
+def write_records(
+    out: str, rows: list[dict], kind: str, benchmark: str, report: BuildReport, extra_meta: dict | None = None
+) -> BuildReport:
     if not rows:
         raise ManifestError(f"{benchmark}: no records could be built (see the skipped rows)")
     meta = {"benchmark": benchmark, "counts": report.counts, "records": report.records, **(extra_meta or {})}
@@ -188,6 +209,7 @@ def pairwise_rows(prefix: str, items: list[tuple], **common) -> list[dict]:
     """(id, image, gold caption, foil caption, extra columns) -> candidate rows with gold 0."""
     rows = []
     for rid, image, gold, foil, extra in items:
-        rows.append({"record_id": f"{prefix}{rid}", "image": image, "captions": [gold, foil], "gold": 0,
-                     **common, **extra})
+        rows.append(
+            {"record_id": f"{prefix}{rid}", "image": image, "captions": [gold, foil], "gold": 0, **common, **extra}
+        )
     return rows

@@ -17,6 +17,7 @@ The paper's 4,096-record validation partition is not in FSC-CLIP's loader; pass 
 (``val_keys``: a text file, one sample key per line) to mark those records ``val``.
 Older NegCLIP-layout TSVs (``train_neg_clip.tsv`` / ``valid_neg_clip.tsv``) in ``source``
 are still read as they are."""
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ from .base import Benchmark, BuildReport, RowErrors, read_text, write_records
 _TSV = training_benchmark("cc3m-train", "CC3M-100K (training)", "")
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 SAFE_KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
-_MEMBER = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")      # webdataset's key / extension split
+_MEMBER = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's key / extension split
 
 
 def _member_bytes(tf: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
@@ -46,8 +47,9 @@ def shard_folder(source: str) -> str:
     for cand in (source, os.path.join(source, "train_subset_100K")):
         if os.path.isdir(cand) and any(f.endswith(".tar") for f in os.listdir(cand)):
             return cand
-    raise ManifestError(f"{source}: no webdataset shards (*.tar) here or in train_subset_100K/ "
-                        f"(FSC-CLIP's cc3m-subset-100k layout)")
+    raise ManifestError(
+        f"{source}: no webdataset shards (*.tar) here or in train_subset_100K/ (FSC-CLIP's cc3m-subset-100k layout)"
+    )
 
 
 def coca_captions(source: str, folder: str) -> dict[str, str] | None:
@@ -55,8 +57,11 @@ def coca_captions(source: str, folder: str) -> dict[str, str] | None:
     for root in (folder, source, os.path.dirname(folder)):
         d = os.path.join(root, "coca_captions")
         if os.path.isdir(d):
-            return {f[:-4]: open(os.path.join(d, f), encoding="utf-8").readline().strip()
-                    for f in os.listdir(d) if f.endswith(".txt")}
+            return {
+                f[:-4]: open(os.path.join(d, f), encoding="utf-8").readline().strip()
+                for f in os.listdir(d)
+                if f.endswith(".txt")
+            }
         gz = os.path.join(root, "coca_captions.tar.gz")
         if os.path.isfile(gz):
             out = {}
@@ -87,8 +92,16 @@ def read_shard(path: str, errors: RowErrors):
     return samples.items()
 
 
-def build(source: str, out: str, errors: RowErrors, caption: str = "coca", images_out: str = "",
-          val_keys: str = "", kinds: str = "swap-obj,swap-att,shuffle-bigram", seed: str = "0") -> BuildReport:
+def build(
+    source: str,
+    out: str,
+    errors: RowErrors,
+    caption: str = "coca",
+    images_out: str = "",
+    val_keys: str = "",
+    kinds: str = "swap-obj,swap-att,shuffle-bigram",
+    seed: str = "0",
+) -> BuildReport:
     if not os.path.isdir(source):
         raise ManifestError(f"{source}: not a folder (check --source)")
     if any(os.path.isfile(os.path.join(source, f)) for f in ("train_neg_clip.tsv", "valid_neg_clip.tsv")):
@@ -96,11 +109,14 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
     if caption not in ("coca", "alt"):
         raise ManifestError(f"cc3m-train: caption must be 'coca' or 'alt', got {caption!r}")
     from ..negatives import build_training
+
     folder = shard_folder(source)
     coca = coca_captions(source, folder) if caption == "coca" else None
     if caption == "coca" and coca is None:
-        raise ManifestError(f"{source}: no coca_captions/ or coca_captions.tar.gz (FSC-CLIP's positives); "
-                            f"unpack it there or pass --option caption=alt to train on the alt-texts")
+        raise ManifestError(
+            f"{source}: no coca_captions/ or coca_captions.tar.gz (FSC-CLIP's positives); "
+            f"unpack it there or pass --option caption=alt to train on the alt-texts"
+        )
     val = set(read_text(val_keys).split()) if val_keys else set()
     images_out = images_out or os.path.join(os.path.dirname(os.path.abspath(out)), "cc3m-100k-images")
     os.makedirs(images_out, exist_ok=True)
@@ -118,7 +134,7 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
             except (ValueError, KeyError, TypeError):
                 errors(path, where, "its .json has no 'key'")
                 continue
-            if not SAFE_KEY.match(sample_key):      # the key names a file: never a path from the archive
+            if not SAFE_KEY.match(sample_key):  # the key names a file: never a path from the archive
                 errors(path, where, f"key {sample_key[:80]!r} is not a plain file name (letters, digits, . _ -)")
                 continue
             if coca is not None:
@@ -133,7 +149,7 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
                     continue
             name = f"{sample_key}.{ext}"
             dest = os.path.join(images_out, name)
-            if not os.path.exists(dest):               # written once, atomically
+            if not os.path.exists(dest):  # written once, atomically
                 with open(dest + ".tmp", "wb") as f:
                     f.write(parts[ext])
                 os.replace(dest + ".tmp", dest)
@@ -151,14 +167,22 @@ def build(source: str, out: str, errors: RowErrors, caption: str = "coca", image
     report.notes.append(f"images written to {images_out} ({written} new): pass it as --image-root")
     if val - seen_val:
         report.notes.append(f"{len(val - seen_val)} val_keys are in no shard")
-    return write_records(out, rows, "training", "cc3m-train", report,
-                         {"negatives": kinds, "seed": int(seed), "caption": caption})
+    return write_records(
+        out, rows, "training", "cc3m-train", report, {"negatives": kinds, "seed": int(seed), "caption": caption}
+    )
 
 
 BENCHMARK = Benchmark(
-    name="cc3m-train", title=_TSV.title, kind="training", build=build, scoring=None,
-    options={"caption": "coca (FSC-CLIP's CoCa captions, default) or alt (the CC3M alt-texts)",
-             "images_out": "where the shards' images are written (default: cc3m-100k-images beside --out)",
-             "val_keys": "text file of the sample keys of the validation partition (one per line)",
-             "kinds": "negative kinds (default swap-obj,swap-att,shuffle-bigram; add wordnet with nltk)",
-             "seed": "seed of the negatives (default 0)"})
+    name="cc3m-train",
+    title=_TSV.title,
+    kind="training",
+    build=build,
+    scoring=None,
+    options={
+        "caption": "coca (FSC-CLIP's CoCa captions, default) or alt (the CC3M alt-texts)",
+        "images_out": "where the shards' images are written (default: cc3m-100k-images beside --out)",
+        "val_keys": "text file of the sample keys of the validation partition (one per line)",
+        "kinds": "negative kinds (default swap-obj,swap-att,shuffle-bigram; add wordnet with nltk)",
+        "seed": "seed of the negatives (default 0)",
+    },
+)

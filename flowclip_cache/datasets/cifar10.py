@@ -1,5 +1,6 @@
 """CIFAR-10 test set from the official binary version (cifar-10-batches-bin:
 test_batch.bin, batches.meta.txt). No pickle: the Python version is not read."""
+
 import os
 
 from ._zeroshot import read_cifar_binary, templates_option, write_classification
@@ -13,6 +14,10 @@ def build(source: str, out: str, errors: RowErrors, templates: str = ""):
 
 
 BENCHMARK = Benchmark(
-    name="cifar10", title="CIFAR-10 zero-shot", kind="classification", build=build,
+    name="cifar10",
+    title="CIFAR-10 zero-shot",
+    kind="classification",
+    build=build,
     scoring=Scoring(task="classification", recall_at=(1, 5)),
-    options={"templates": "prompt templates separated by '|' (default: 'a photo of a {}.')"})
+    options={"templates": "prompt templates separated by '|' (default: 'a photo of a {}.')"},
+)

@@ -8,6 +8,7 @@ and complexity. Ties: the official code ranks with torch.argsort(logits, descend
 which keeps the gold (index 0) ahead of foils it ties (tie rule "first"). The official
 code reports per-file numbers only; the pooled headline and per-foil-type figures are
 flowclip's pooling of the same records."""
+
 import ast
 import os
 
@@ -36,22 +37,51 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
                 except (KeyError, ValueError, SyntaxError) as e:
                     errors(path, f"line {line}", f"unreadable row ({type(e).__name__}: {e})")
                     continue
-                if not caption or not image or not isinstance(negs, list) or not negs or \
-                        not all(isinstance(x, str) and x.strip() for x in negs):
+                if (
+                    not caption
+                    or not image
+                    or not isinstance(negs, list)
+                    or not negs
+                    or not all(isinstance(x, str) and x.strip() for x in negs)
+                ):
                     errors(path, f"line {line}", "empty caption, image_id or hard_negs")
                     continue
-                rows.append({"record_id": f"{foil}/{n}/{line}", "image": f"{image}.jpg", "crop": box,
-                             "captions": [caption] + negs, "gold": 0, "foil_type": foil, "complexity": n,
-                             "foil_complexity": f"{foil}/{n:02d}"})
+                rows.append(
+                    {
+                        "record_id": f"{foil}/{n}/{line}",
+                        "image": f"{image}.jpg",
+                        "crop": box,
+                        "captions": [caption] + negs,
+                        "gold": 0,
+                        "foil_type": foil,
+                        "complexity": n,
+                        "foil_complexity": f"{foil}/{n:02d}",
+                    }
+                )
                 got += 1
             counts[f"{foil}/{n}"] = got
     if not counts:
         errors(source, "-", "no prod_vg_hard_negs_<type>_complexity_<n>.csv files found")
-    return write_records(out, rows, "candidates", "crepe-productivity",
-                         BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped))
+    return write_records(
+        out,
+        rows,
+        "candidates",
+        "crepe-productivity",
+        BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped),
+    )
 
 
 BENCHMARK = Benchmark(
-    name="crepe-productivity", title="CREPE productivity", kind="candidates", build=build,
-    scoring=Scoring(task="candidates", tie_rule="first", aggregate="mean", group_by="foil_type",
-                    report_by=("complexity", "foil_complexity"), recall_at=(1, 3, 5, 10)))
+    name="crepe-productivity",
+    title="CREPE productivity",
+    kind="candidates",
+    build=build,
+    scoring=Scoring(
+        task="candidates",
+        tie_rule="first",
+        aggregate="mean",
+        group_by="foil_type",
+        report_by=("complexity", "foil_complexity"),
+        recall_at=(1, 3, 5, 10),
+    ),
+)

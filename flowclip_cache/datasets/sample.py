@@ -1,5 +1,6 @@
 """The generated sample (flowclip_cache.sample): two coloured shapes per image, the
 gold caption against its colour swap. Offline, for the demo and the tests."""
+
 from ..sample import make_sample
 from .base import Benchmark, BuildReport, RowErrors, Scoring
 
@@ -10,12 +11,17 @@ def build(source: str, out: str, errors: RowErrors, images: str = "200", seed: s
     paths = make_sample(source, n_images=int(images), seed=int(seed))
     import os
     import shutil
+
     if os.path.abspath(out) != os.path.abspath(paths["candidates"]):
         shutil.copyfile(paths["candidates"], out)
     return BuildReport(int(images), int(images), {"subset": "swap_att"})
 
 
 BENCHMARK = Benchmark(
-    name="sample", title="Generated sample (colour swaps of two shapes)", kind="candidates", build=build,
+    name="sample",
+    title="Generated sample (colour swaps of two shapes)",
+    kind="candidates",
+    build=build,
     scoring=Scoring(task="pairwise", tie_rule="wrong", group_by="subset"),
-    options={"images": "number of scenes (default 200)", "seed": "generator seed (default 0)"})
+    options={"images": "number of scenes (default 200)", "seed": "generator seed (default 0)"},
+)

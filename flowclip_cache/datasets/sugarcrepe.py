@@ -1,5 +1,6 @@
 """SugarCrepe (RAIVNLab/sugar-crepe): 7 JSON files {index: {filename, caption,
 negative_caption}}; keys are not contiguous. Images: COCO val2017."""
+
 import os
 
 from .base import Benchmark, BuildReport, RowErrors, Scoring, load_json, pairwise_rows, text_field, write_records
@@ -29,17 +30,36 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
 
 
 BENCHMARK = Benchmark(
-    name="sugarcrepe", title="SugarCrepe (7 subsets)", kind="candidates", build=build,
+    name="sugarcrepe",
+    title="SugarCrepe (7 subsets)",
+    kind="candidates",
+    build=build,
     # The headline is the paper's "SugarCrepe Avg." (Tab. 5/6): the mean of the Add, Replace and
     # Swap group means. Each group mean is pooled over its records (weighted by subset size), as
     # the FSC-CLIP authors' vl_compo computes it, so figures compare with its published rows; the
     # pooled accuracy over all 7,511 records is reported too ("pooled").
-    scoring=Scoring(task="pairwise", tie_rule="wrong", aggregate="group_means", group_by="subset",
-                    group_weighting="records", headline_groups=("Add", "Replace", "Swap"),
-                    groups=(("Add", ("add_att", "add_obj")),
-                            ("Replace", ("replace_att", "replace_obj", "replace_rel")),
-                            ("Swap", ("swap_att", "swap_obj")),
-                            ("Swap-A", ("swap_att",)), ("Swap-O", ("swap_obj",))),
-                    joins=(("binding7", "Swap-A"), ("binding7", "Swap-O"), ("all11", "Swap-A"),
-                           ("all11", "Swap-O"), ("controls6", "Add"), ("controls6", "Replace"),
-                           ("controls6", "Swap"))))
+    scoring=Scoring(
+        task="pairwise",
+        tie_rule="wrong",
+        aggregate="group_means",
+        group_by="subset",
+        group_weighting="records",
+        headline_groups=("Add", "Replace", "Swap"),
+        groups=(
+            ("Add", ("add_att", "add_obj")),
+            ("Replace", ("replace_att", "replace_obj", "replace_rel")),
+            ("Swap", ("swap_att", "swap_obj")),
+            ("Swap-A", ("swap_att",)),
+            ("Swap-O", ("swap_obj",)),
+        ),
+        joins=(
+            ("binding7", "Swap-A"),
+            ("binding7", "Swap-O"),
+            ("all11", "Swap-A"),
+            ("all11", "Swap-O"),
+            ("controls6", "Add"),
+            ("controls6", "Replace"),
+            ("controls6", "Swap"),
+        ),
+    ),
+)

@@ -1,4 +1,5 @@
 """Synthetic added absent object (the synthetic world)."""
+
 from ._synthetic import synthetic_benchmark
 
 BENCHMARK = synthetic_benchmark("add", "Synthetic added absent object", binding=False)

@@ -1,6 +1,7 @@
 """Encoder families: one module each, all giving the store the same features (global,
 patches, sentence, tokens + valid mask). Adding a family is one file plus one line in
 FAMILIES; the first family that claims a model name serves it."""
+
 from __future__ import annotations
 
 from ..errors import FlowclipError
@@ -20,7 +21,8 @@ def family_for(model: str) -> type[Family]:
         f"no encoder family serves {model!r}. Supported: OpenAI-style open_clip CLIP (e.g. ViT-B-32, ViT-B-16, "
         f"ViT-L-14, ViT-L-14-336, flowclip-tiny-clip), open_clip SigLIP/SigLIP2 (e.g. ViT-B-16-SigLIP, "
         f"ViT-B-16-SigLIP2), BLIP ITC (blip:<repo or folder>, e.g. blip:Salesforce/blip-itm-base-coco). "
-        f"Model configs: open_clip.list_models(); a family is added in flowclip_cache/encoder_families/.")
+        f"Model configs: open_clip.list_models(); a family is added in flowclip_cache/encoder_families/."
+    )
 
 
 def family_of(config: dict) -> type[Family]:

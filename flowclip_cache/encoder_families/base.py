@@ -8,6 +8,7 @@ loaded, three methods: tokenize, image_forward, text_forward. Forwards return FP
 tensors before normalisation and stay differentiable (pretraining trains through them);
 features.py normalises and applies the token-mask policy.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,8 @@ import torch
 
 @dataclass
 class Tokens:
-    ids: torch.Tensor      # [B, ctx] long, as the family's tokenizer returns them
-    mask: torch.Tensor     # [B, ctx] bool, the tokenizer's attention mask (True = a real token)
+    ids: torch.Tensor  # [B, ctx] long, as the family's tokenizer returns them
+    mask: torch.Tensor  # [B, ctx] bool, the tokenizer's attention mask (True = a real token)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -41,8 +42,8 @@ DTYPE_POLICY = {"compute": "float32", "tf32": False, "storage": "float16", "l2_n
 class Family:
     name: str = ""
     version: int = 1
-    causal_text: bool = False      # a causal text tower may cut a batch to its longest caption
-    special_tokens: tuple[int, int] = (1, 1)   # (leading, trailing) specials of a valid span: 'content' drops them
+    causal_text: bool = False  # a causal text tower may cut a batch to its longest caption
+    special_tokens: tuple[int, int] = (1, 1)  # (leading, trailing) specials of a valid span: 'content' drops them
 
     def __init__(self, model, preprocess, tokenizer, config: dict):
         self.model, self.preprocess, self.tokenizer, self.config = model, preprocess, tokenizer, config

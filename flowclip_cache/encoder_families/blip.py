@@ -11,6 +11,7 @@ mask     = the tokenizer's attention mask; text at most 35 tokens (BLIP's retrie
 The text encoder is bidirectional (BERT), so captions run at the full length.
 Weights are read from safetensors only (a .bin is a pickle: convert it first).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ class BlipITC(Family):
     name = "blip-itc"
     version = ADAPTER_VERSION
     causal_text = False
-    special_tokens = (1, 1)     # [CLS] ... [SEP]
+    special_tokens = (1, 1)  # [CLS] ... [SEP]
 
     @classmethod
     def claims(cls, model: str) -> bool:
@@ -40,7 +41,7 @@ class BlipITC(Family):
     @classmethod
     def folder(cls, spec, with_weights: bool = False) -> str:
         patterns = MODEL_FILES if with_weights else [p for p in MODEL_FILES if p != "model.safetensors"]
-        return hf.local_folder(spec.model[len(PREFIX):], "BLIP model", patterns)
+        return hf.local_folder(spec.model[len(PREFIX) :], "BLIP model", patterns)
 
     @classmethod
     def resolve_config(cls, spec):
@@ -56,13 +57,19 @@ class BlipITC(Family):
         config = {
             "feature_definition": 1,
             "adapter": {"name": cls.name, "version": cls.version},
-            "model": hf.source_name(spec.model[len(PREFIX):]),
-            "model_cfg": {"embed_dim": int(hf_cfg.get("image_text_hidden_size", 256)),
-                          "hf_config": {k: v for k, v in hf_cfg.items() if k not in _DROP}},
+            "model": hf.source_name(spec.model[len(PREFIX) :]),
+            "model_cfg": {
+                "embed_dim": int(hf_cfg.get("image_text_hidden_size", 256)),
+                "hf_config": {k: v for k, v in hf_cfg.items() if k not in _DROP},
+            },
             "num_patches": (size // patch) ** 2,
             "preprocess": _preprocess(folder, size),
-            "tokenizer": {"name": type(tok).__name__, "sha256": hf.folder_digest(folder),
-                          "context_length": TEXT_LENGTH, "pad_id": tok.pad_token_id},
+            "tokenizer": {
+                "name": type(tok).__name__,
+                "sha256": hf.folder_digest(folder),
+                "context_length": TEXT_LENGTH,
+                "pad_id": tok.pad_token_id,
+            },
             "weights": weights,
             "token_mask": spec.token_mask,
             "dtype": dict(DTYPE_POLICY),
@@ -73,6 +80,7 @@ class BlipITC(Family):
     @classmethod
     def _weights(cls, spec):
         from ..hashing import file_sha256
+
         p = spec.pretrained
         if p.lower() in ("none", "random", ""):
             return None, {"source": "random-init", "init_seed": spec.init_seed}
@@ -81,9 +89,11 @@ class BlipITC(Family):
         elif p.lower() in ("hf", "pretrained"):
             p = os.path.join(cls.folder(spec, with_weights=True), "model.safetensors")
         if not p.endswith(".safetensors") or not os.path.isfile(p):
-            raise FlowclipError(f"BLIP weights {p!r}: give 'hf' (model.safetensors of the model's repo or "
-                                f"folder), a folder holding model.safetensors, or that file; .bin files are "
-                                f"pickles flowclip does not open")
+            raise FlowclipError(
+                f"BLIP weights {p!r}: give 'hf' (model.safetensors of the model's repo or "
+                f"folder), a folder holding model.safetensors, or that file; .bin files are "
+                f"pickles flowclip does not open"
+            )
         return os.path.abspath(p), {"source": "file", "sha256": file_sha256(p)}
 
     @classmethod
@@ -91,23 +101,33 @@ class BlipITC(Family):
         import torch
         from open_clip.transform import image_transform
         from transformers import BlipConfig, BlipForImageTextRetrieval
+
         cfg = BlipConfig.from_dict(enc.config["model_cfg"]["hf_config"])
         if enc.checkpoint is None:
             torch.manual_seed(enc.config["weights"]["init_seed"])
         model = BlipForImageTextRetrieval(cfg)
         if enc.checkpoint is not None:
             from safetensors.torch import load_file
+
             missing, _ = model.load_state_dict(load_file(enc.checkpoint), strict=False)
-            needed = [k for k in missing if k.split(".")[0] in ("vision_model", "text_encoder", "vision_proj",
-                                                                  "text_proj")]
+            needed = [
+                k for k in missing if k.split(".")[0] in ("vision_model", "text_encoder", "vision_proj", "text_proj")
+            ]
             if needed:
-                raise FlowclipError(f"{enc.checkpoint}: no weights for {len(needed)} ITC parameters "
-                                    f"(first: {needed[0]}); is it a BlipForImageTextRetrieval checkpoint?")
+                raise FlowclipError(
+                    f"{enc.checkpoint}: no weights for {len(needed)} ITC parameters "
+                    f"(first: {needed[0]}); is it a BlipForImageTextRetrieval checkpoint?"
+                )
         model.float().eval().to(device)
         pre = enc.config["preprocess"]
-        transform = image_transform(pre["image_size"], is_train=False, mean=tuple(pre["mean"]),
-                                    std=tuple(pre["std"]), resize_mode=pre["resize_mode"],
-                                    interpolation=pre["interpolation"])
+        transform = image_transform(
+            pre["image_size"],
+            is_train=False,
+            mean=tuple(pre["mean"]),
+            std=tuple(pre["std"]),
+            resize_mode=pre["resize_mode"],
+            interpolation=pre["interpolation"],
+        )
         return model, transform
 
     @classmethod
@@ -115,8 +135,8 @@ class BlipITC(Family):
         return hf.hf_tokenizer(cls.folder(enc.spec))
 
     def set_grad_checkpointing(self):
-        kwargs = {"use_reentrant": False}                  # reentrant checkpoints and DDP do not mix
-        if hasattr(self.model, "activation_checkpointing_enable"):      # transformers >= 5.x's name
+        kwargs = {"use_reentrant": False}  # reentrant checkpoints and DDP do not mix
+        if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
             self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
@@ -131,7 +151,7 @@ class BlipITC(Family):
         return len(self.tokenizer(text)["input_ids"])
 
     def image_forward(self, images):
-        h = self.model.vision_model(pixel_values=images).last_hidden_state     # post-LayerNorm
+        h = self.model.vision_model(pixel_values=images).last_hidden_state  # post-LayerNorm
         proj = self.model.vision_proj
         return proj(h[:, 0]), proj(h[:, 1:])
 
@@ -153,17 +173,24 @@ def _read_json(path: str) -> dict:
 def _preprocess(folder: str, size: int) -> dict:
     """BlipImageProcessor's settings: resize to a square (squash), bicubic, then normalise."""
     from .locate import OPENAI_MEAN, OPENAI_STD
+
     path = os.path.join(folder, "preprocessor_config.json")
     p = _read_json(path) if os.path.isfile(path) else {}
     s = p.get("size", {"height": size, "width": size})
     side = s.get("height", size) if isinstance(s, dict) else int(s)
     if p.get("resample", 3) != 3:
         raise FlowclipError(f"{path}: resample {p['resample']} (flowclip reproduces BLIP's bicubic only)")
-    return {"image_size": int(side), "mean": list(p.get("image_mean", OPENAI_MEAN)),
-            "std": list(p.get("image_std", OPENAI_STD)), "interpolation": "bicubic", "resize_mode": "squash"}
+    return {
+        "image_size": int(side),
+        "mean": list(p.get("image_mean", OPENAI_MEAN)),
+        "std": list(p.get("image_std", OPENAI_STD)),
+        "interpolation": "bicubic",
+        "resize_mode": "squash",
+    }
 
 
 def _versions() -> dict:
     import torch
     import transformers
+
     return {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]}

@@ -2,6 +2,7 @@
 weights that ship with flowclip, and open_clip / Hugging Face weights found in the local
 caches (downloaded only when a network is there). The families and encoders.py both
 import this module; it imports neither."""
+
 from __future__ import annotations
 
 import os
@@ -22,6 +23,7 @@ def register_package_configs() -> None:
     global _registered
     if not _registered:
         import open_clip
+
         open_clip.add_model_config(_CONFIG_DIR)
         _registered = True
 
@@ -38,12 +40,15 @@ def shipped_weights(model: str) -> str:
     """Weights flowclip ships (the tiny CLIP pretrained on the synthetic world), checked
     against the sha256 on their card."""
     import json
+
     folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
     path = os.path.join(folder, f"{model}-synthetic.safetensors")
     card = path.replace(".safetensors", ".json")
     if not os.path.isfile(path) or not os.path.isfile(card):
-        raise WeightsUnavailable(f"flowclip ships no synthetic-world weights for {model} (looked for {path}); "
-                                 f"make them with: flowclip pretrain-tiny-clip pretrain_tiny_clip")
+        raise WeightsUnavailable(
+            f"flowclip ships no synthetic-world weights for {model} (looked for {path}); "
+            f"make them with: flowclip pretrain-tiny-clip pretrain_tiny_clip"
+        )
     want = json.load(open(card))["sha256"]
     got = file_sha256(path)
     if got != want:
@@ -64,6 +69,7 @@ def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:
         filenames = [filename] if filename else ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
         try:
             from huggingface_hub import hf_hub_download
+
             for fn in filenames:
                 try:
                     return hf_hub_download(repo_id=repo, filename=fn, local_files_only=True)
@@ -83,7 +89,8 @@ def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:
             f"({'HF_HUB_OFFLINE is set' if _offline() else 'no network'}). Download them where "
             f"there is a network (from {where}) into the Hugging Face cache, or pass the file "
             f"itself: --pretrained /path/to/weights.safetensors. For a run without weights use "
-            f"--pretrained none (random weights).")
+            f"--pretrained none (random weights)."
+        )
     path = ocp.download_pretrained(tag_cfg)
     if not path:
         raise WeightsUnavailable(f"open_clip could not download {model}:{tag} from {where}")

@@ -1,5 +1,6 @@
 """What the open_clip families share: weights (a tag, a file, the shipped synthetic ones
 or random), preprocessing and building the model. Nothing here downloads when offline."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ def model_config(model: str) -> dict | None:
     import open_clip
 
     from .locate import register_package_configs
+
     register_package_configs()
     cfg = open_clip.get_model_config(model)
     return copy.deepcopy(cfg) if cfg is not None else None
@@ -26,6 +28,7 @@ def weights(spec) -> tuple[str | None, dict, dict]:
     import open_clip
 
     from .locate import _has_shipped, locate_pretrained, shipped_weights
+
     if spec.pretrained.lower() in ("none", "random", ""):
         return None, {"source": "random-init", "init_seed": spec.init_seed}, {}
     if spec.pretrained == "synthetic":
@@ -39,9 +42,11 @@ def weights(spec) -> tuple[str | None, dict, dict]:
         tags = [t for m, t in open_clip.list_pretrained() if m == spec.model]
         if _has_shipped(spec.model):
             tags.append("synthetic (ships with flowclip)")
-        raise FlowclipError(f"{spec.model}: no pretrained tag {spec.pretrained!r} and no such file; "
-                            f"known tags: {', '.join(tags) or 'none'} (and 'none' for random weights); "
-                            f"or pass a local checkpoint path")
+        raise FlowclipError(
+            f"{spec.model}: no pretrained tag {spec.pretrained!r} and no such file; "
+            f"known tags: {', '.join(tags) or 'none'} (and 'none' for random weights); "
+            f"or pass a local checkpoint path"
+        )
     path = locate_pretrained(spec.model, spec.pretrained, tag_cfg)
     return path, {"source": f"open_clip:{spec.pretrained}", "sha256": file_sha256(path)}, tag_cfg
 
@@ -69,6 +74,7 @@ def file_tag_settings(path: str) -> dict:
     if not path.endswith(".safetensors"):
         return {}
     from safetensors import safe_open
+
     try:
         with safe_open(path, "pt") as f:
             text = (f.metadata() or {}).get(TAG_SETTINGS_KEY)
@@ -78,11 +84,14 @@ def file_tag_settings(path: str) -> dict:
         return {}
     try:
         got = json.loads(text)
-        ok = isinstance(got, dict) and set(got) <= {"quick_gelu", "mean", "std", "interpolation", "resize_mode"} \
-            and isinstance(got.get("quick_gelu", False), bool) \
-            and all(isinstance(got.get(k, ""), str) for k in ("interpolation", "resize_mode")) \
-            and all(isinstance(v, (int, float)) for k in ("mean", "std") for v in got.get(k, [0, 0, 0])) \
+        ok = (
+            isinstance(got, dict)
+            and set(got) <= {"quick_gelu", "mean", "std", "interpolation", "resize_mode"}
+            and isinstance(got.get("quick_gelu", False), bool)
+            and all(isinstance(got.get(k, ""), str) for k in ("interpolation", "resize_mode"))
+            and all(isinstance(v, (int, float)) for k in ("mean", "std") for v in got.get(k, [0, 0, 0]))
             and all(len(got.get(k, [0, 0, 0])) == 3 for k in ("mean", "std"))
+        )
     except ValueError:
         ok = False
     if not ok:
@@ -91,9 +100,13 @@ def file_tag_settings(path: str) -> dict:
 
 
 def preprocess(image_size, tag_cfg: dict, mean=OPENAI_MEAN, std=OPENAI_STD) -> dict:
-    return {"image_size": image_size, "mean": list(tag_cfg.get("mean", mean)), "std": list(tag_cfg.get("std", std)),
-            "interpolation": tag_cfg.get("interpolation", "bicubic"),
-            "resize_mode": tag_cfg.get("resize_mode", "shortest")}
+    return {
+        "image_size": image_size,
+        "mean": list(tag_cfg.get("mean", mean)),
+        "std": list(tag_cfg.get("std", std)),
+        "interpolation": tag_cfg.get("interpolation", "bicubic"),
+        "resize_mode": tag_cfg.get("resize_mode", "shortest"),
+    }
 
 
 def versions(*extra: str) -> dict:
@@ -101,6 +114,7 @@ def versions(*extra: str) -> dict:
 
     import open_clip
     import torch
+
     out = {"open_clip": open_clip.__version__, "torch": torch.__version__.split("+")[0]}
     for name in extra:
         out[name] = importlib.import_module(name).__version__
@@ -113,16 +127,23 @@ def build(enc, device: str):
     import torch
 
     from .locate import register_package_configs
+
     register_package_configs()
     cfg = enc.config
     if enc.checkpoint is None:
         torch.manual_seed(cfg["weights"]["init_seed"])
     pre = cfg["preprocess"]
     model, _, transform = open_clip.create_model_and_transforms(
-        enc.spec.model, pretrained=enc.checkpoint, precision="fp32", device=device,
+        enc.spec.model,
+        pretrained=enc.checkpoint,
+        precision="fp32",
+        device=device,
         force_quick_gelu=cfg["model_cfg"].get("quick_gelu", False),
-        image_mean=tuple(pre["mean"]), image_std=tuple(pre["std"]),
-        image_interpolation=pre["interpolation"], image_resize_mode=pre["resize_mode"])
+        image_mean=tuple(pre["mean"]),
+        image_std=tuple(pre["std"]),
+        image_interpolation=pre["interpolation"],
+        image_resize_mode=pre["resize_mode"],
+    )
     model.eval()
     return model, transform
 

@@ -8,6 +8,7 @@ sentence = encode_text;  tokens  = every position after ln_final and the text pr
 This family's fingerprint has no 'adapter' entry: stores made before families existed
 keep their fingerprint, and feature_definition 1 stands for this adapter's version 1.
 """
+
 from __future__ import annotations
 
 from open_clip.transformer import text_global_pool
@@ -23,7 +24,7 @@ class OpenAIClip(oc.OpenClipFamily):
     name = "openai-clip"
     version = FEATURE_DEFINITION_VERSION
     causal_text = True
-    special_tokens = (1, 1)      # <start_of_text> ... <end_of_text>
+    special_tokens = (1, 1)  # <start_of_text> ... <end_of_text>
     pad_id = 0
 
     @classmethod
@@ -32,8 +33,13 @@ class OpenAIClip(oc.OpenClipFamily):
         if cfg is None:
             return False
         vision, text = cfg.get("vision_cfg", {}), cfg.get("text_cfg", {})
-        return (isinstance(vision.get("patch_size"), int) and not vision.get("timm_model_name") and not cfg.get("custom_text")
-                and "hf_model_name" not in text and "hf_tokenizer_name" not in text)
+        return (
+            isinstance(vision.get("patch_size"), int)
+            and not vision.get("timm_model_name")
+            and not cfg.get("custom_text")
+            and "hf_model_name" not in text
+            and "hf_tokenizer_name" not in text
+        )
 
     @classmethod
     def resolve_config(cls, spec):
@@ -54,8 +60,10 @@ class OpenAIClip(oc.OpenClipFamily):
             "model_cfg": model_cfg,
             "num_patches": (h // patch) * (w // patch),
             "preprocess": oc.preprocess(size, tag_cfg),
-            "tokenizer": {"name": "open_clip.SimpleTokenizer",
-                          "context_length": model_cfg.get("text_cfg", {}).get("context_length", 77)},
+            "tokenizer": {
+                "name": "open_clip.SimpleTokenizer",
+                "context_length": model_cfg.get("text_cfg", {}).get("context_length", 77),
+            },
             "weights": weights,
             "token_mask": spec.token_mask,
             "dtype": dict(DTYPE_POLICY),
@@ -68,7 +76,8 @@ class OpenAIClip(oc.OpenClipFamily):
         import open_clip
 
         from .locate import register_package_configs
-        register_package_configs()             # flowclip's own configs (the tiny CLIP) name their tokenizer too
+
+        register_package_configs()  # flowclip's own configs (the tiny CLIP) name their tokenizer too
         return open_clip.get_tokenizer(enc.spec.model)
 
     def tokenize(self, texts):
@@ -79,15 +88,16 @@ class OpenAIClip(oc.OpenClipFamily):
         return [self.tokenizer.decoder.get(int(i), "?").replace("</w>", "") for i in ids]
 
     def untruncated_length(self, text: str) -> int:
-        return len(self.tokenizer.encode(text)) + 2      # with <start_of_text> and <end_of_text>
+        return len(self.tokenizer.encode(text)) + 2  # with <start_of_text> and <end_of_text>
 
     def image_forward(self, images):
         visual = self.model.visual
         if getattr(visual, "attn_pool", None) is not None:
             raise FlowclipError("attention-pooled vision towers have no patch tokens in the global's space")
         readout = self.config.get("patch_readout", "standard")
-        if readout != "standard":          # the global as always; the patches from the last block read out anew
+        if readout != "standard":  # the global as always; the patches from the last block read out anew
             from ..patch_readouts import last_block_input, readout_patches
+
             pooled, x = last_block_input(visual, images)
             return pooled, readout_patches(visual, x, readout)
         out = visual.forward_intermediates(images, indices=1, normalize_intermediates=True, output_fmt="NLC")

@@ -14,6 +14,7 @@ mask     = the tokenizer's attention mask (SigLIP's tokenizer pads with </s>, it
 The text tower is not causal: padding changes every state, so captions always run at
 exactly the model's context length and a batch is never cut to its longest caption.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,13 +33,16 @@ class SigLIP(oc.OpenClipFamily):
     name = "siglip"
     version = ADAPTER_VERSION
     causal_text = False
-    special_tokens = (0, 1)      # no start token; </s> at the end
+    special_tokens = (0, 1)  # no start token; </s> at the end
 
     @classmethod
     def claims(cls, model: str) -> bool:
         cfg = oc.model_config(model)
-        return bool(cfg and "siglip" in cfg.get("vision_cfg", {}).get("timm_model_name", "")
-                    and cfg.get("text_cfg", {}).get("hf_tokenizer_name"))
+        return bool(
+            cfg
+            and "siglip" in cfg.get("vision_cfg", {}).get("timm_model_name", "")
+            and cfg.get("text_cfg", {}).get("hf_tokenizer_name")
+        )
 
     @classmethod
     def resolve_config(cls, spec):
@@ -47,13 +51,16 @@ class SigLIP(oc.OpenClipFamily):
         vision, text = model_cfg["vision_cfg"], model_cfg["text_cfg"]
         patch = re.search(r"patch(\d+)", vision["timm_model_name"])
         if not patch or text.get("cls_emb") or model_cfg.get("text_cfg", {}).get("embed_cls"):
-            raise FlowclipError(f"{spec.model}: flowclip's SigLIP adapter needs a patch-size timm ViT "
-                                f"and a text tower without a class token")
+            raise FlowclipError(
+                f"{spec.model}: flowclip's SigLIP adapter needs a patch-size timm ViT "
+                f"and a text tower without a class token"
+            )
         size = vision["image_size"]
         h, w = (size, size) if isinstance(size, int) else size
         checkpoint, weights, tag_cfg = oc.weights(spec)
-        if not tag_cfg:                          # random or a file: the model's first tag's preprocessing
+        if not tag_cfg:  # random or a file: the model's first tag's preprocessing
             import open_clip
+
             tags = [t for m, t in open_clip.list_pretrained() if m == spec.model]
             tag_cfg = open_clip.get_pretrained_cfg(spec.model, tags[0]) if tags else {}
         tok_source = spec.tokenizer or text["hf_tokenizer_name"]
@@ -66,9 +73,13 @@ class SigLIP(oc.OpenClipFamily):
             "model_cfg": model_cfg,
             "num_patches": (h // int(patch.group(1))) * (w // int(patch.group(1))),
             "preprocess": oc.preprocess(size, tag_cfg),
-            "tokenizer": {"name": hf.source_name(tok_source), "sha256": hf.folder_digest(folder),
-                          "context_length": int(text.get("context_length", 64)), "pad_id": tok.pad_token_id,
-                          "clean": text.get("tokenizer_kwargs", {}).get("clean", "whitespace")},
+            "tokenizer": {
+                "name": hf.source_name(tok_source),
+                "sha256": hf.folder_digest(folder),
+                "context_length": int(text.get("context_length", 64)),
+                "pad_id": tok.pad_token_id,
+                "clean": text.get("tokenizer_kwargs", {}).get("clean", "whitespace"),
+            },
             "weights": weights,
             # rankings ignore it, but it is part of what the weights are
             "logit_bias": _logit_bias(checkpoint, model_cfg),
@@ -92,16 +103,17 @@ class SigLIP(oc.OpenClipFamily):
     @classmethod
     def make_tokenizer(cls, enc):
         from open_clip.tokenizer import HFTokenizer
+
         text = enc.config["model_cfg"]["text_cfg"]
-        folder = hf.local_folder(enc.spec.tokenizer or text["hf_tokenizer_name"], "tokenizer",
-                                 list(hf.TOKENIZER_FILES))
+        folder = hf.local_folder(enc.spec.tokenizer or text["hf_tokenizer_name"], "tokenizer", list(hf.TOKENIZER_FILES))
         kwargs = dict(text.get("tokenizer_kwargs", {}))
         return HFTokenizer(folder, context_length=int(text.get("context_length", 64)), **kwargs)
 
     def tokenize(self, texts):
         # open_clip's HFTokenizer, asked for the attention mask too (same ids: a test checks)
-        return hf.hf_tokenize(self.tokenizer.tokenizer, [self.tokenizer.clean_fn(t) for t in texts],
-                              self.context_length)
+        return hf.hf_tokenize(
+            self.tokenizer.tokenizer, [self.tokenizer.clean_fn(t) for t in texts], self.context_length
+        )
 
     def token_strings(self, ids):
         return [t.replace("\u2581", "") for t in self.tokenizer.tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
@@ -125,6 +137,7 @@ def _logit_bias(checkpoint: str | None, model_cfg: dict):
         return model_cfg.get("init_logit_bias")
     if checkpoint.endswith(".safetensors"):
         from safetensors import safe_open
+
         with safe_open(checkpoint, "pt") as f:
             return float(f.get_tensor("logit_bias")) if "logit_bias" in f.keys() else None
     return "in the weights (not read: not a safetensors file)"

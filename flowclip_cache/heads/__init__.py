@@ -1,6 +1,7 @@
 """The head registry: one file per head, one line here. Training, scoring, the command
 line and the pipelines list kinds from REGISTRY and know no head by name
 (docs/architecture.md, "Adding a head")."""
+
 from __future__ import annotations
 
 from ..errors import FlowclipError
@@ -13,8 +14,9 @@ from .fsc_local import FscLocalHead
 from .global_m import GlobalHead, global_scores
 from .labclip import LabclipHead
 
-REGISTRY: dict[str, type[Head]] = {h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead, FscLocalHead,
-                                                           DcsmHead)}
+REGISTRY: dict[str, type[Head]] = {
+    h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead, FscLocalHead, DcsmHead)
+}
 HEAD_KINDS = tuple(REGISTRY)
 
 
@@ -30,5 +32,20 @@ def build_head(kind: str, dim: int, **hparams) -> Head:
     return cls(dim, **{k: v for k, v in hparams.items() if k in cls.hparam_names})
 
 
-__all__ = ["Head", "REGISTRY", "HEAD_KINDS", "head_class", "build_head", "ClipHead", "GlobalHead", "FlowHead", "FilipHead", "LabclipHead", "FscLocalHead", "DcsmHead",
-           "global_scores", "token_scores", "token_scores_direct"]
+__all__ = [
+    "Head",
+    "REGISTRY",
+    "HEAD_KINDS",
+    "head_class",
+    "build_head",
+    "ClipHead",
+    "GlobalHead",
+    "FlowHead",
+    "FilipHead",
+    "LabclipHead",
+    "FscLocalHead",
+    "DcsmHead",
+    "global_scores",
+    "token_scores",
+    "token_scores_direct",
+]

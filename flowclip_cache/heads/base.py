@@ -8,6 +8,7 @@ A head scores images against captions from cached features:
 and declares what training, scoring and run folders need from it, so that nothing
 outside its file knows which head it is.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,12 +33,12 @@ def token_shares(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class Head(nn.Module):
-    kind: str = ""                       # the registry name (train-head --head KIND)
-    title: str = ""                      # one line for --help and docs
-    uses_tokens: bool = False            # needs patches and token states
-    default_cimr: float = 0.0            # lambda_CIMR when a config does not set one (the paper's row)
-    hparam_names: tuple[str, ...] = ()   # TrainConfig keys the head is built with (kept in the run config)
-    train_defaults: dict = {}            # TrainConfig defaults of its published recipe (config keys override)
+    kind: str = ""  # the registry name (train-head --head KIND)
+    title: str = ""  # one line for --help and docs
+    uses_tokens: bool = False  # needs patches and token states
+    default_cimr: float = 0.0  # lambda_CIMR when a config does not set one (the paper's row)
+    hparam_names: tuple[str, ...] = ()  # TrainConfig keys the head is built with (kept in the run config)
+    train_defaults: dict = {}  # TrainConfig defaults of its published recipe (config keys override)
 
     def __init__(self, dim: int, **hparams):
         super().__init__()
@@ -91,6 +92,7 @@ class TokenMapHead(Head):
     """A head scored from the token x patch interactions alone (FILIP-style, FSC local,
     DCSM-style): subclasses give `pair_scores(P, H, mask, paired)`; the frozen global
     score shortlists for them."""
+
     uses_tokens = True
 
     def pair_scores(self, P, H, mask, paired: bool = False) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """The frozen encoder as a scorer: s = v . t (no parameters)."""
+
 from __future__ import annotations
 
 from .base import Head

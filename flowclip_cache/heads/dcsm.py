@@ -9,6 +9,7 @@ Each token's row of the map is laid out on the patch grid and average-pooled to 
 (so the network sees the layout, at any patch count: 49 for B/32, 196 for B/16), then
 W1 [hidden, 49] reads it, shared by all tokens. Our reading of the idea at the size of these features, not
 DCSM's released network. Trained with HNB (CIMR 0) by default; hidden 64."""
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,7 @@ GRID = 7
 def to_grid(z: torch.Tensor) -> torch.Tensor:
     """[..., N] rows on a g x g patch grid (row-major) -> [..., 49], average-pooled to 7 x 7."""
     N = z.shape[-1]
-    g = int(round(N ** 0.5))
+    g = int(round(N**0.5))
     if g * g != N:
         raise ValueError(f"the DCSM head needs a square patch grid, got {N} patches")
     lead = z.shape[:-1]
@@ -45,7 +46,7 @@ def dcsm_score(P, H, mask, net: nn.Module, paired: bool = False) -> torch.Tensor
     """P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] (paired: P [T,N,d] -> [T])."""
     m = torch.einsum("tld,tnd->tln", H, P)[None] if paired else torch.einsum("tld,ind->itln", H, P)
     z = standardise(m, mask[None])
-    per_token = net(to_grid(z)).squeeze(-1)                              # [I,T,L]
+    per_token = net(to_grid(z)).squeeze(-1)  # [I,T,L]
     out = masked_token_mean(per_token, mask[None])
     return out[0] if paired else out
 
@@ -56,7 +57,7 @@ class DcsmHead(TokenMapHead):
 
     def __init__(self, dim: int, **_):
         super().__init__(dim)
-        g = torch.Generator().manual_seed(0)            # the same start whatever the global RNG holds
+        g = torch.Generator().manual_seed(0)  # the same start whatever the global RNG holds
         self.net = nn.Sequential(nn.Linear(GRID * GRID, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 1))
         with torch.no_grad():
             for p in self.net.parameters():

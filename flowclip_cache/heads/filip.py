@@ -7,6 +7,7 @@ valid token, and the score is the mean of the two directions' averages:
 
 A and B (token and patch maps) start as identities. FILIP is a pretraining recipe, not a
 head with a paper row here: it trains with HNB by default (CIMR 0)."""
+
 from __future__ import annotations
 
 import torch
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 from .base import LearnedMapsHead, masked_token_mean, token_shares
 
-NEG = -1e4        # below any cosine: masks padding out of a max
+NEG = -1e4  # below any cosine: masks padding out of a max
 
 
 def late_interaction(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
@@ -22,8 +23,8 @@ def late_interaction(P, H, mask, A, B, paired: bool = False) -> torch.Tensor:
     q = F.normalize(H @ A.T, dim=-1)
     p = F.normalize(P @ B.T, dim=-1)
     sim = torch.einsum("tld,tnd->tln", q, p)[None] if paired else torch.einsum("tld,ind->itln", q, p)
-    t2i = masked_token_mean(sim.max(-1).values, mask[None])                  # each token's best patch
-    i2t = sim.masked_fill(~mask[None, :, :, None], NEG).max(-2).values.mean(-1)   # each patch's best valid token
+    t2i = masked_token_mean(sim.max(-1).values, mask[None])  # each token's best patch
+    i2t = sim.masked_fill(~mask[None, :, :, None], NEG).max(-2).values.mean(-1)  # each patch's best valid token
     out = 0.5 * (t2i + i2t)
     return out[0] if paired else out
 

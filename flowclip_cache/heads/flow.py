@@ -15,6 +15,7 @@ Two implementations of s_token over all B_I x B_T pairs:
                        and once per token (W q), so every pair costs only L x N x d
                        products, which run as one GEMM. Both agree to FP32 round-off.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,13 +36,13 @@ def _pooled_evidence(logits: torch.Tensor, tau_p: float) -> torch.Tensor:
 
 def token_scores_direct(P, H, mask, M_tok, W, tau_p):
     """Reference: the ICER equations as written. P [I,N,d], H [T,L,d], mask [T,L] -> [I,T]."""
-    q = F.normalize(H @ M_tok.T, dim=-1)                                  # [T,L,d]
-    logits = torch.einsum("tld,ind->itln", q, P)                          # q_l . p_j
-    a = torch.softmax(logits / tau_p, dim=-1)                             # patch support
-    pbar = P.mean(dim=1)                                                  # [I,d]
-    c = torch.einsum("itln,ind->itld", a, P - pbar[:, None, :])           # visual context
+    q = F.normalize(H @ M_tok.T, dim=-1)  # [T,L,d]
+    logits = torch.einsum("tld,ind->itln", q, P)  # q_l . p_j
+    a = torch.softmax(logits / tau_p, dim=-1)  # patch support
+    pbar = P.mean(dim=1)  # [I,d]
+    c = torch.einsum("itln,ind->itld", a, P - pbar[:, None, :])  # visual context
     qc = (q[None] * c).sum(-1, keepdim=True)
-    r = c - qc * q[None]                                                  # tangent projection
+    r = c - qc * q[None]  # tangent projection
     q_tilde = q[None] + r @ W.T
     q_res = F.normalize(q_tilde, dim=-1)
     e_res = _pooled_evidence(torch.einsum("itld,ind->itln", q_res, P), tau_p)
@@ -61,34 +62,34 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
     {q, w} x {p, Y} are two matrix products."""
     I, N, d = P.shape
     T, L, _ = H.shape
-    q = F.normalize(H @ M_tok.T, dim=-1)                                  # [T,L,d]
-    w = q @ W.T                                                           # [T,L,d]
-    Y = (P - P.mean(dim=1, keepdim=True)) @ W.T                           # [I,N,d]
-    if paired:   # image axis = caption axis; one "caption" per image
-        pair = lambda a, b: torch.einsum("tld,tnd->tln", a, b)[:, None]    # [T,1,L,N]
+    q = F.normalize(H @ M_tok.T, dim=-1)  # [T,L,d]
+    w = q @ W.T  # [T,L,d]
+    Y = (P - P.mean(dim=1, keepdim=True)) @ W.T  # [I,N,d]
+    if paired:  # image axis = caption axis; one "caption" per image
+        pair = lambda a, b: torch.einsum("tld,tnd->tln", a, b)[:, None]  # [T,1,L,N]
         s_qp, s_wp, s_qy, s_wy = pair(q, P), pair(w, P), pair(q, Y), pair(w, Y)
-        per_token = lambda x: x[:, None]                                   # [T,L] -> [T,1,L]
+        per_token = lambda x: x[:, None]  # [T,L] -> [T,1,L]
         T_ = 1
-    else:        # two GEMMs, [q; w] against every patch and every Y row, laid out [I,T,L,N]
+    else:  # two GEMMs, [q; w] against every patch and every Y row, laid out [I,T,L,N]
         lhs = torch.cat([q, w], 0).reshape(2 * T * L, d)
         both = lambda R: (R.reshape(I * N, d) @ lhs.T).reshape(I, N, 2, T, L).permute(2, 0, 3, 4, 1)
         s_qp, s_wp = both(P).contiguous().unbind(0)
         s_qy, s_wy = both(Y).contiguous().unbind(0)
-        per_token = lambda x: x[None]                                      # [T,L] -> [1,T,L]
+        per_token = lambda x: x[None]  # [T,L] -> [1,T,L]
         T_ = T
     x = s_qp / tau_p
-    lse = torch.logsumexp(x, dim=-1)                                      # reused for E(q, P)
-    a = torch.exp(x - lse[..., None])                                     # softmax_j, [I,T,L,N]
-    qc = (a * s_qp).sum(-1) - s_qp.mean(-1)                               # q . c
+    lse = torch.logsumexp(x, dim=-1)  # reused for E(q, P)
+    a = torch.exp(x - lse[..., None])  # softmax_j, [I,T,L,N]
+    qc = (a * s_qp).sum(-1) - s_qp.mean(-1)  # q . c
     a_flat = a.reshape(I, T_ * L, N)
     wc_p = torch.bmm(a_flat, Y @ P.transpose(1, 2)).reshape(I, T_, L, N)  # (W c) . p_j
     wc_sq = (torch.bmm(a_flat, Y @ Y.transpose(1, 2)) * a_flat).sum(-1).reshape(I, T_, L)
-    q_wc = (a * s_qy).sum(-1)                                             # q . Wc
-    wc_w = (a * s_wy).sum(-1)                                             # w . Wc
-    qq = per_token((q * q).sum(-1))                                       # = 1 up to round-off
+    q_wc = (a * s_qy).sum(-1)  # q . Wc
+    wc_w = (a * s_wy).sum(-1)  # w . Wc
+    qq = per_token((q * q).sum(-1))  # = 1 up to round-off
     qw = per_token((q * w).sum(-1))
     ww = per_token((w * w).sum(-1))
-    norm_sq = qq + wc_sq + qc ** 2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
+    norm_sq = qq + wc_sq + qc**2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
     res_logits = (s_qp + wc_p - qc[..., None] * s_wp) / norm_sq.clamp_min(1e-12).sqrt()[..., None]
     e_diff = _pooled_evidence(res_logits, tau_p) - tau_p * (lse - math.log(N))
     out = masked_token_mean(e_diff, per_token(mask))
@@ -99,10 +100,11 @@ class FlowHead(GlobalHead):
     """Flow-CLIP: GCC (M) plus ICER (M_tok, W), s = s_global + alpha s_token. Initialised
     as identity maps and W = 0: an untrained head scores like the encoder. 3 d^2
     parameters (786,432 at d = 512)."""
+
     kind = "flow"
     title = "Flow-CLIP: GCC (M) + ICER (M_tok, W), s = s_global + alpha s_token"
     uses_tokens = True
-    default_cimr = 0.1          # the complete Flow-CLIP row of Tab. 2: HNB + CIMR
+    default_cimr = 0.1  # the complete Flow-CLIP row of Tab. 2: HNB + CIMR
     hparam_names = ("alpha", "tau_p")
 
     def __init__(self, dim: int, alpha: float = 1.0, tau_p: float = 0.05):
@@ -122,10 +124,11 @@ class FlowHead(GlobalHead):
 
     def score_matched(self, v, P, t, H, mask) -> torch.Tensor:
         return super().score_matched(v, P, t, H, mask) + self.alpha * token_scores(
-            P, H, mask, self.M_tok, self.W, self.tau_p, paired=True)
+            P, H, mask, self.M_tok, self.W, self.tau_p, paired=True
+        )
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
-        return 4 * 12 * L * N          # the [I, T, L, N] intermediates of the factorised form
+        return 4 * 12 * L * N  # the [I, T, L, N] intermediates of the factorised form
 
     def token_evidence(self, v, P, t, H, mask) -> dict:
         """Where each word looked, for one image and T captions (flowclip explain), from
@@ -134,20 +137,24 @@ class FlowHead(GlobalHead):
         token's patch support before and after the refinement), contrib [T,L] (each
         valid token's share of s_token: m_l (E(qres_l) - E(q_l)) / sum m), s_global,
         s_token and s [T]."""
-        q = F.normalize(H @ self.M_tok.T, dim=-1)                             # [T,L,d]
-        logits = q @ P.T                                                      # [T,L,N]
+        q = F.normalize(H @ self.M_tok.T, dim=-1)  # [T,L,d]
+        logits = q @ P.T  # [T,L,N]
         before = torch.softmax(logits / self.tau_p, dim=-1)
-        r = before @ (P - P.mean(0))                                          # c_l
+        r = before @ (P - P.mean(0))  # c_l
         r = r - (q * r).sum(-1, keepdim=True) * q
         q_res = F.normalize(q + r @ self.W.T, dim=-1)
         res_logits = q_res @ P.T
-        contrib = token_shares(_pooled_evidence(res_logits, self.tau_p) - _pooled_evidence(logits, self.tau_p),
-                               mask)
+        contrib = token_shares(_pooled_evidence(res_logits, self.tau_p) - _pooled_evidence(logits, self.tau_p), mask)
         s_global = global_scores(v[None], t, self.M)[0]
         s_token = contrib.sum(-1)
         after = torch.softmax(res_logits / self.tau_p, dim=-1)
-        return {"maps": {"before": before, "after": after, "moved": after - before}, "contrib": contrib,
-                "s_global": s_global, "s_token": s_token, "s": s_global + self.alpha * s_token}
+        return {
+            "maps": {"before": before, "after": after, "moved": after - before},
+            "contrib": contrib,
+            "s_global": s_global,
+            "s_token": s_token,
+            "s": s_global + self.alpha * s_token,
+        }
 
     def token_margin(self, P, H, mask, gold: int, foil: int) -> torch.Tensor:
         """s_token(gold) - s_token(foil) of one image P [N,d] (differentiable in P)."""
@@ -162,4 +169,4 @@ class FlowHead(GlobalHead):
         return out
 
     def caption_embedding(self, t):
-        return None        # ICER's term reads the image's patches: a pairwise score
+        return None  # ICER's term reads the image's patches: a pairwise score

@@ -23,6 +23,7 @@ Where flowclip differs, and why (docs/method.md, "The head zoo"):
   - the start token is the first valid position of the mask: stores extracted with the
     default token mask (nonpad) give exactly FSC's mask.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Global-M: a learned map of the caption embedding (GCC alone), z = norm(M t), s = v . z."""
+
 from __future__ import annotations
 
 import torch
@@ -17,7 +18,7 @@ def global_scores(v: torch.Tensor, t: torch.Tensor, M: torch.Tensor | None) -> t
 class GlobalHead(Head):
     kind = "global"
     title = "Global-M: a learned map M of the caption embedding (GCC)"
-    default_cimr = 0.0          # the Global-M row of Tab. 2: HNB alone
+    default_cimr = 0.0  # the Global-M row of Tab. 2: HNB alone
 
     def __init__(self, dim: int, **_):
         super().__init__(dim)

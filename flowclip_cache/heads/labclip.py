@@ -7,6 +7,7 @@ The learned temperature tau (starting at the config's tau_c) takes tau_c's place
 loss: the head hands the loop s * tau_c / tau, so HNB's logits are s / tau. Rankings are
 those of s (a positive factor). Its published recipe is the head's training default:
 batch 1024, lr 1e-3, 10 epochs (flags and config keys override it)."""
+
 from __future__ import annotations
 
 import math
@@ -43,4 +44,4 @@ class LabclipHead(Head):
         return v @ F.normalize(t @ self.A.T, dim=-1).T
 
     def caption_embedding(self, t):
-        return F.normalize(t @ self.A.T, dim=-1)      # s = v . z up to a positive factor
+        return F.normalize(t @ self.A.T, dim=-1)  # s = v . z up to a positive factor

@@ -9,18 +9,20 @@ Readers never fill in what is not there: a missing chunk, a chunk of the wrong s
 or an unreadable file raises SegmentDamaged naming the file. Checksums (the CRC-32 of
 each array, in the segment's attributes) are checked by the store (core.py).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
 import zlib
+from typing import Any
 
 import numpy as np
 
 from ..errors import SegmentDamaged
 
-ROW_CHUNK_BYTES = 16 << 20   # target size of one chunk along the row axis
+ROW_CHUNK_BYTES = 16 << 20  # target size of one chunk along the row axis
 
 
 def crc32(a: np.ndarray) -> int:
@@ -81,13 +83,21 @@ class ZarrBackend:
 
     def write(self, path: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
         import zarr
+
         g = zarr.open_group(path, mode="w", zarr_format=3)
         g.attrs.update(attrs)
+        # every chunk written, zeros too: an absent chunk can then only mean damage
+        config: Any = {"write_empty_chunks": True}  # (zarr's TypedDict for it would want every key)
         for name, a in arrays.items():
-            # every chunk written, zeros too: an absent chunk can then only mean damage
-            arr = g.create_array(name, shape=a.shape, dtype=a.dtype, chunks=_row_chunks(a.shape, a.dtype.itemsize),
-                                 compressors=None, fill_value=0,
-                                 config={"write_empty_chunks": True})  # type: ignore[arg-type]  # zarr's TypedDict wants every key
+            arr = g.create_array(
+                name,
+                shape=a.shape,
+                dtype=a.dtype,
+                chunks=_row_chunks(a.shape, a.dtype.itemsize),
+                compressors=None,
+                fill_value=0,
+                config=config,
+            )
             if a.size:
                 arr[...] = a
         fsync_tree(path)
@@ -119,10 +129,14 @@ class ZarrBackend:
         try:
             codecs = meta.get("codecs", [])
             cke = meta["chunk_key_encoding"]
-            ok = (len(codecs) == 1 and codecs[0]["name"] == "bytes"
-                  and codecs[0].get("configuration", {}).get("endian", "little") == "little"
-                  and cke["name"] == "default" and cke.get("configuration", {}).get("separator", "/") == "/"
-                  and list(meta["chunk_grid"]["configuration"]["chunk_shape"][1:]) == list(meta["shape"][1:]))
+            ok = (
+                len(codecs) == 1
+                and codecs[0]["name"] == "bytes"
+                and codecs[0].get("configuration", {}).get("endian", "little") == "little"
+                and cke["name"] == "default"
+                and cke.get("configuration", {}).get("separator", "/") == "/"
+                and list(meta["chunk_grid"]["configuration"]["chunk_shape"][1:]) == list(meta["shape"][1:])
+            )
             np.dtype(meta["data_type"])
         except (KeyError, TypeError, IndexError, AttributeError) as e:
             raise SegmentDamaged(path, f"{name}/zarr.json lacks a field ({e})") from None
@@ -140,14 +154,15 @@ class ZarrBackend:
         Returns the CRC-32 of what was read."""
         meta = self._array_meta(path, name)
         if list(meta["shape"]) != list(out.shape) or np.dtype(meta["data_type"]) != out.dtype:
-            raise SegmentDamaged(path, f"{name} is {meta['data_type']}{meta['shape']}, expected "
-                                       f"{out.dtype}{list(out.shape)}")
+            raise SegmentDamaged(
+                path, f"{name} is {meta['data_type']}{meta['shape']}, expected {out.dtype}{list(out.shape)}"
+            )
         rows = meta["chunk_grid"]["configuration"]["chunk_shape"][0]
         n = out.shape[0]
         tail = (0,) * (out.ndim - 1)
         flat = out.reshape(n, -1) if out.ndim > 1 else out.reshape(n, 1)
         row_bytes = flat.shape[1] * out.itemsize
-        expect = rows * row_bytes              # Zarr stores an edge chunk at full size
+        expect = rows * row_bytes  # Zarr stores an edge chunk at full size
 
         def read_chunk(c, view):
             key = os.path.join(path, name, "c", *map(str, (c,) + tail))
@@ -182,11 +197,13 @@ class ZarrBackend:
                 out.append((os.path.join(path, name, "c", str(c), *tail), (start - c * rows) * row_bytes, start, end))
                 start = end
             return out
+
         return locate
 
     def read_legacy(self, path: str, name: str) -> np.ndarray:
         """Format 1 stores wrote no zero chunks: zarr's own reader fills them (upgrade only)."""
         import zarr
+
         return np.asarray(zarr.open_array(os.path.join(path, name), mode="r")[...])
 
     def remove(self, path: str) -> None:
@@ -199,6 +216,7 @@ class HDF5Backend:
 
     def write(self, path: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
         import h5py
+
         with h5py.File(path, "w") as f:
             f.attrs["flowclip"] = json.dumps(attrs, sort_keys=True)
             for name, a in arrays.items():
@@ -209,11 +227,12 @@ class HDF5Backend:
 
     def _open(self, path: str):
         import h5py
+
         try:
             return h5py.File(path, "r")
         except FileNotFoundError:
             raise SegmentDamaged(path, "the file is missing") from None
-        except OSError as e:              # HDF5 notices a truncated file when it opens it
+        except OSError as e:  # HDF5 notices a truncated file when it opens it
             raise SegmentDamaged(path, f"not a readable HDF5 file ({str(e).splitlines()[0]})") from None
 
     def attrs(self, path: str) -> dict:
@@ -244,15 +263,16 @@ class HDF5Backend:
                 raise SegmentDamaged(path, f"no array {name!r}")
             ds = f[name]
             if ds.shape != out.shape or ds.dtype != out.dtype:
-                raise SegmentDamaged(path, f"{name} is {ds.dtype}{list(ds.shape)}, expected "
-                                           f"{out.dtype}{list(out.shape)}")
+                raise SegmentDamaged(
+                    path, f"{name} is {ds.dtype}{list(ds.shape)}, expected {out.dtype}{list(out.shape)}"
+                )
             n = out.shape[0] if out.ndim else 0
             rows = _row_chunks(out.shape, out.itemsize)[0] if out.size else 1
 
             def read_rows(i, view):
                 a = i * rows
                 try:
-                    ds.read_direct(out, np.s_[a:a + len(view)], np.s_[a:a + len(view)])
+                    ds.read_direct(out, np.s_[a : a + len(view)], np.s_[a : a + len(view)])
                 except OSError as e:
                     raise SegmentDamaged(path, f"{name} is unreadable ({str(e).splitlines()[0]})") from None
 

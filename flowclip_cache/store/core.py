@@ -15,6 +15,7 @@ CRC-32 is in the segment's attributes and is checked on every read: damage is
 refused (StoreDamaged), never read as zeros. A key may sit in several segments (two
 writers at once): the first segment in name order is the one read, by every reader.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,9 +49,23 @@ from .reading import FeatureReads, _ranges
 from .records import RecordFiles
 from .writer import WriterDir
 
-__all__ = ["FeatureStore", "ImageFeatures", "CaptionFeatures", "MissingFeatures", "Segment", "IMAGE", "CAPTION",
-           "FORMAT_NAME", "FORMAT_VERSION", "ARRAYS", "SEGMENT_NAME", "RECORD_FOLDERS", "COMMITS", "read_store_json",
-           "_ranges"]
+__all__ = [
+    "FeatureStore",
+    "ImageFeatures",
+    "CaptionFeatures",
+    "MissingFeatures",
+    "Segment",
+    "IMAGE",
+    "CAPTION",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "ARRAYS",
+    "SEGMENT_NAME",
+    "RECORD_FOLDERS",
+    "COMMITS",
+    "read_store_json",
+    "_ranges",
+]
 
 
 class FeatureStore(FeatureReads, RecordFiles):
@@ -61,7 +76,7 @@ class FeatureStore(FeatureReads, RecordFiles):
         self.segments: list[Segment] = []
         self._index = {IMAGE: KeyIndex(), CAPTION: KeyIndex()}
         self._token_index: KeyIndex | None = None
-        self._paths = None                 # path index, read on first use and kept until refresh()
+        self._paths = None  # path index, read on first use and kept until refresh()
         self._writer: WriterDir | None = None
         self.refresh()
 
@@ -81,16 +96,22 @@ class FeatureStore(FeatureReads, RecordFiles):
             _check_new_store_place(root, owner)
             for d in ("segments", COMMITS) + RECORD_FOLDERS:
                 os.makedirs(os.path.join(root, d), exist_ok=True)
-            meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "backend": backend,
-                    "fingerprint": fingerprint_of(config), "encoder": config,
-                    "dim": config["model_cfg"]["embed_dim"], "num_patches": config["num_patches"]}
+            meta = {
+                "format": FORMAT_NAME,
+                "version": FORMAT_VERSION,
+                "backend": backend,
+                "fingerprint": fingerprint_of(config),
+                "encoder": config,
+                "dim": config["model_cfg"]["embed_dim"],
+                "num_patches": config["num_patches"],
+            }
             tmp = os.path.join(root, f".store.json.{uuid.uuid4().hex}")
             with open(tmp, "w") as f:
                 json.dump(meta, f, indent=1, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
             try:
-                os.link(tmp, meta_path)     # fails if another process created it first
+                os.link(tmp, meta_path)  # fails if another process created it first
                 fsync_dir(root)
             except FileExistsError:
                 pass
@@ -114,7 +135,9 @@ class FeatureStore(FeatureReads, RecordFiles):
             diffs = diff_configs(self.encoder_config, config)
             raise FingerprintMismatch(
                 f"{self.root} holds features of another encoder configuration; differing fields:\n  "
-                + "\n  ".join(diffs) + "\nUse another --store for this encoder.")
+                + "\n  ".join(diffs)
+                + "\nUse another --store for this encoder."
+            )
 
     # -- segments ----------------------------------------------------------------------
     @property
@@ -152,7 +175,7 @@ class FeatureStore(FeatureReads, RecordFiles):
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
             if name.startswith("."):
                 continue
-            seg = name[:-len(".json")] if name.endswith(".json") else ""
+            seg = name[: -len(".json")] if name.endswith(".json") else ""
             if not SEGMENT_NAME.match(seg):
                 out.append((os.path.join(d, name), f"stray entry {name!r} (not <segment name>.json)"))
             elif not os.path.exists(os.path.join(self.segment_dir, seg)):
@@ -160,9 +183,14 @@ class FeatureStore(FeatureReads, RecordFiles):
                     rows = json.load(open(os.path.join(d, name))).get("rows", "?")
                 except (OSError, ValueError, AttributeError):
                     rows = "?"
-                out.append((os.path.join(d, name), f"segment {seg} is missing ({rows} rows): its commit record "
-                                                   f"says it was committed; `flowclip store verify --quarantine` "
-                                                   f"moves the record aside and the next extract re-encodes them"))
+                out.append(
+                    (
+                        os.path.join(d, name),
+                        f"segment {seg} is missing ({rows} rows): its commit record "
+                        f"says it was committed; `flowclip store verify --quarantine` "
+                        f"moves the record aside and the next extract re-encodes them",
+                    )
+                )
         return out
 
     def commit_record(self, seg_name: str) -> str:
@@ -191,10 +219,17 @@ class FeatureStore(FeatureReads, RecordFiles):
     def _segment(self, kind: str, name: str, path: str) -> Segment:
         attrs = self.backend.attrs(path)
         crc, rows = attrs.get("crc32"), attrs.get("rows")
-        if attrs.get("kind") != kind or not isinstance(rows, int) or not isinstance(crc, dict) \
-                or set(crc) != set(ARRAYS[kind]):
-            raise SegmentDamaged(path, f"its attributes are not a format-{FORMAT_VERSION} {kind} segment's "
-                                       f"(kind, rows, crc32 of {', '.join(ARRAYS[kind])})")
+        if (
+            attrs.get("kind") != kind
+            or not isinstance(rows, int)
+            or not isinstance(crc, dict)
+            or set(crc) != set(ARRAYS[kind])
+        ):
+            raise SegmentDamaged(
+                path,
+                f"its attributes are not a format-{FORMAT_VERSION} {kind} segment's "
+                f"(kind, rows, crc32 of {', '.join(ARRAYS[kind])})",
+            )
         return Segment(kind, name, path, rows, crc)
 
     def refresh(self) -> None:
@@ -203,9 +238,9 @@ class FeatureStore(FeatureReads, RecordFiles):
         if problems:
             raise StoreDamaged(self.root, [f"{os.path.relpath(p, self.root)}: {r}" for p, r in problems])
         self.segments = [s for s, _ in found]
-        self._segment_keys = [k for _, k in found]          # kept: keys() needs no second read
+        self._segment_keys = [k for _, k in found]  # kept: keys() needs no second read
         self._paths = None
-        self._token_index = None                            # read on first use (extract alone needs it)
+        self._token_index = None  # read on first use (extract alone needs it)
         for kind in (IMAGE, CAPTION):
             self._index[kind].build([(i, k) for i, (s, k) in enumerate(found) if s.kind == kind])
 
@@ -279,7 +314,7 @@ class FeatureStore(FeatureReads, RecordFiles):
         kb = keys_to_bytes(keys)
         data = {"keys": kb, **arrays}
         if kind == CAPTION and "token_keys" not in data:
-            data["token_keys"] = np.zeros_like(kb)           # unknown token ids: no tie sharing
+            data["token_keys"] = np.zeros_like(kb)  # unknown token ids: no tie sharing
         if set(data) != set(ARRAYS[kind]):
             raise ValueError(f"a {kind} segment holds {ARRAYS[kind]}, got {sorted(data)}")
         data = {k: np.ascontiguousarray(v) for k, v in data.items()}
@@ -287,10 +322,9 @@ class FeatureStore(FeatureReads, RecordFiles):
         name = f"{kind}-{hashlib.sha256(kb.tobytes()).hexdigest()[:24]}{self.backend.suffix}"
         final = os.path.join(self.segment_dir, name)
         tmp = os.path.join(self.writer_dir(), name)
-        self.backend.write(tmp, data, {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION,
-                                       "crc32": crc})
+        self.backend.write(tmp, data, {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION, "crc32": crc})
         if not _commit(tmp, final):
-            self.backend.remove(tmp)      # another writer committed the same keys; its segment stands
+            self.backend.remove(tmp)  # another writer committed the same keys; its segment stands
         fsync_dir(self.segment_dir)
         self._record_commit(name, kind, len(keys))
         return Segment(kind, name, final, len(keys), crc)
@@ -308,32 +342,45 @@ class FeatureStore(FeatureReads, RecordFiles):
         for s in self.segments:
             if s.kind == CAPTION:
                 n_tok += self.backend.shape(s.path, "tokens")[0][0]
-        return {"root": self.root, "format_version": self.meta["version"], "backend": self.meta["backend"],
-                "fingerprint": self.fingerprint, "model": self.encoder_config["model"],
-                "family": self.encoder_config.get("adapter", {}).get("name", "openai-clip"),
-                "weights": self.encoder_config["weights"], "dim": self.meta["dim"],
-                "num_patches": self.meta["num_patches"], "token_mask": self.encoder_config["token_mask"],
-                "images": self.count(IMAGE), "captions": self.count(CAPTION), "caption_tokens": n_tok,
-                "segments": len(self.segments),
-                "duplicate_rows": self.duplicates(IMAGE) + self.duplicates(CAPTION),
-                "bytes_on_disk": self.size_on_disk(),
-                "temporaries": len([n for n in os.listdir(self.segment_dir) if n.startswith(".tmp-")])}
-
+        return {
+            "root": self.root,
+            "format_version": self.meta["version"],
+            "backend": self.meta["backend"],
+            "fingerprint": self.fingerprint,
+            "model": self.encoder_config["model"],
+            "family": self.encoder_config.get("adapter", {}).get("name", "openai-clip"),
+            "weights": self.encoder_config["weights"],
+            "dim": self.meta["dim"],
+            "num_patches": self.meta["num_patches"],
+            "token_mask": self.encoder_config["token_mask"],
+            "images": self.count(IMAGE),
+            "captions": self.count(CAPTION),
+            "caption_tokens": n_tok,
+            "segments": len(self.segments),
+            "duplicate_rows": self.duplicates(IMAGE) + self.duplicates(CAPTION),
+            "bytes_on_disk": self.size_on_disk(),
+            "temporaries": len([n for n in os.listdir(self.segment_dir) if n.startswith(".tmp-")]),
+        }
 
 
 def _check_new_store_place(root: str, owner: str | None) -> None:
     from ..outputs import KINDS, kind_of, output_at_or_above
+
     out = output_at_or_above(root)
     if out is not None and (owner is None or os.path.realpath(out) != os.path.realpath(owner)):
         what = KINDS.get(kind_of(out) or "", "a command's output")
-        raise StoreError(f"{root}: a new store would go inside {out}, {what}; stores never live "
-                         f"inside a command's output (an --overwrite there would delete it). Choose another --store")
+        raise StoreError(
+            f"{root}: a new store would go inside {out}, {what}; stores never live "
+            f"inside a command's output (an --overwrite there would delete it). Choose another --store"
+        )
     if os.path.isdir(root):
         own = {"segments", COMMITS, *RECORD_FOLDERS}
         other = sorted(n for n in os.listdir(root) if n not in own and not n.startswith(".store.json."))
         if other:
-            raise StoreError(f"{root} exists and holds other files ({', '.join(other[:5])}), not a store; create a "
-                             f"store in an empty or new folder")
+            raise StoreError(
+                f"{root} exists and holds other files ({', '.join(other[:5])}), not a store; create a "
+                f"store in an empty or new folder"
+            )
 
 
 def _commit(tmp: str, final: str) -> bool:
@@ -351,6 +398,6 @@ def _commit(tmp: str, final: str) -> bool:
     except FileExistsError:
         return False
     except OSError as e:
-        if os.path.exists(final):        # ENOTEMPTY / EEXIST: the other writer won
+        if os.path.exists(final):  # ENOTEMPTY / EEXIST: the other writer won
             return False
         raise StoreError(f"could not commit segment {final}: {e}") from e

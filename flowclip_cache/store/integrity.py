@@ -6,6 +6,7 @@ shapes, dtypes, finiteness, offsets; each record file against the checksum in it
 name; store.json against its fingerprint. It reports every problem in one run and
 raises nothing for damage it can describe.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,14 +35,16 @@ from .core import (
 )
 from .writer import WriterDir
 
-RECORD_COLUMNS = {"paths": ("image_root", "path", "crop", "key"),
-                  "hashes": ("path", "size", "mtime_ns", "inode", "sha256"),
-                  "failures": ("kind", "key", "path_or_text", "source", "reason")}
+RECORD_COLUMNS = {
+    "paths": ("image_root", "path", "crop", "key"),
+    "hashes": ("path", "size", "mtime_ns", "inode", "sha256"),
+    "failures": ("kind", "key", "path_or_text", "source", "reason"),
+}
 
 
 @dataclass
 class Report:
-    problems: list[tuple[str | None, str]] = field(default_factory=list)   # (path to quarantine or None, message)
+    problems: list[tuple[str | None, str]] = field(default_factory=list)  # (path to quarantine or None, message)
     notes: list[str] = field(default_factory=list)
     segments: int = 0
     images: int = 0
@@ -84,15 +87,21 @@ def verify_store(root: str) -> Report:
                 rep.problems.append((path, f"{folder}/{name}: {e.reason}"))
     dup = store.duplicates(IMAGE) + store.duplicates(CAPTION)
     if dup:
-        rep.notes.append(f"{dup} rows repeat a key held by an earlier segment (two writers at once; legal: the first "
-                         f"segment in name order is read). `flowclip store compact {root}` removes them")
+        rep.notes.append(
+            f"{dup} rows repeat a key held by an earlier segment (two writers at once; legal: the first "
+            f"segment in name order is read). `flowclip store compact {root}` removes them"
+        )
     temps = [n for n in os.listdir(store.segment_dir) if n.startswith(".tmp-")]
     states = [WriterDir.status(os.path.join(store.segment_dir, n)) for n in temps]
     for state in ("live", "abandoned", "legacy", "unknown"):
         if states.count(state):
-            rep.notes.append(f"{states.count(state)} {state} writer temporaries in segments/"
-                             + {"abandoned": " (the next extract removes them)",
-                                "legacy": " (format 1; `flowclip store upgrade` removes them)"}.get(state, ""))
+            rep.notes.append(
+                f"{states.count(state)} {state} writer temporaries in segments/"
+                + {
+                    "abandoned": " (the next extract removes them)",
+                    "legacy": " (format 1; `flowclip store upgrade` removes them)",
+                }.get(state, "")
+            )
     rep.segments, rep.images, rep.captions = len(store.segments), store.count(IMAGE), store.count(CAPTION)
     return rep
 
@@ -114,7 +123,10 @@ def _check_segment(store: FeatureStore, seg, d: int, P: int) -> list[str]:
     except SegmentDamaged as e:
         return [e.reason]
     n = seg.rows
-    expect: dict[str, tuple[tuple[int, ...], type]] = {"keys": ((n, KEY_BYTES), np.uint8), "global": ((n, d), np.float16)}
+    expect: dict[str, tuple[tuple[int, ...], type]] = {
+        "keys": ((n, KEY_BYTES), np.uint8),
+        "global": ((n, d), np.float16),
+    }
     if seg.kind == IMAGE:
         expect["patches"] = ((n, P, d), np.float16)
     else:
@@ -144,9 +156,12 @@ def quarantine(root: str, report: Report, log=print) -> str | None:
     if not movable:
         return None
     dest = os.path.join(root, "quarantine", time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
-    records = [os.path.join(root, COMMITS, os.path.basename(p) + ".json") for p in movable
-               if os.path.dirname(p) == os.path.join(root, "segments")]
-    movable += [r for r in records if os.path.exists(r) and r not in movable]   # a moved segment's record too
+    records = [
+        os.path.join(root, COMMITS, os.path.basename(p) + ".json")
+        for p in movable
+        if os.path.dirname(p) == os.path.join(root, "segments")
+    ]
+    movable += [r for r in records if os.path.exists(r) and r not in movable]  # a moved segment's record too
     for p in movable:
         target = os.path.join(dest, os.path.relpath(p, root))
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -180,9 +195,9 @@ def compact(root: str, log=print) -> int:
             if keep.any():
                 store.write_segment(s.kind, [bytes(r).hex() for r in k[keep]], _rows(store, s, keep))
             trash = os.path.join(store.writer_dir(), "old-" + s.name)
-            if os.path.exists(store.commit_record(s.name)):   # the record first: a segment without one is legal
+            if os.path.exists(store.commit_record(s.name)):  # the record first: a segment without one is legal
                 os.remove(store.commit_record(s.name))
-            os.rename(s.path, trash)           # out of the readers' view in one step
+            os.rename(s.path, trash)  # out of the readers' view in one step
             fsync_dir(store.segment_dir)
             store.backend.remove(trash)
             removed += int((~keep).sum())
@@ -198,12 +213,17 @@ def _rows(store: FeatureStore, seg, keep: np.ndarray) -> dict[str, np.ndarray]:
     if seg.kind == IMAGE:
         return {"global": a["global"][keep], "patches": a["patches"][keep]}
     from .reading import _ranges
+
     off = a["offsets"]
     r = np.flatnonzero(keep)
     lengths = off[r + 1] - off[r]
-    return {"token_keys": a["token_keys"][keep], "global": a["global"][keep], "truncated": a["truncated"][keep],
-            "tokens": a["tokens"][_ranges(off[r], off[r + 1])],
-            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)}
+    return {
+        "token_keys": a["token_keys"][keep],
+        "global": a["global"][keep],
+        "truncated": a["truncated"][keep],
+        "tokens": a["tokens"][_ranges(off[r], off[r + 1])],
+        "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+    }
 
 
 def upgrade(root: str, log=print) -> int:
@@ -267,8 +287,16 @@ def _upgrade_segment(backend, path: str, name: str, m, work: str, seg_dir: str) 
     if kind == CAPTION:
         a["token_keys"] = np.zeros_like(a["keys"])
     tmp = os.path.join(work, name)
-    backend.write(tmp, a, {"kind": kind, "rows": len(a["keys"]), "format_version": FORMAT_VERSION,
-                           "crc32": {n: crc32(v) for n, v in a.items()}})
+    backend.write(
+        tmp,
+        a,
+        {
+            "kind": kind,
+            "rows": len(a["keys"]),
+            "format_version": FORMAT_VERSION,
+            "crc32": {n: crc32(v) for n, v in a.items()},
+        },
+    )
     old = os.path.join(work, "old-" + name)
     os.rename(path, old)
     os.rename(tmp, path)
@@ -284,10 +312,16 @@ def _rename_legacy_records(root: str) -> None:
         for name in sorted(os.listdir(d)):
             if name.endswith(".parquet") and not name.startswith("."):
                 raw = open(os.path.join(d, name), "rb").read()
-                stem = name[:-len(".parquet")]
-                t = stem.split("-")[0] if stem.split("-")[0].isdigit() else f"{os.stat(os.path.join(d, name)).st_mtime_ns:020d}"
-                new = f"{int(t):020d}-{hashlib.sha256(stem.encode()).hexdigest()[:12]}-" \
-                      f"{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
+                stem = name[: -len(".parquet")]
+                t = (
+                    stem.split("-")[0]
+                    if stem.split("-")[0].isdigit()
+                    else f"{os.stat(os.path.join(d, name)).st_mtime_ns:020d}"
+                )
+                new = (
+                    f"{int(t):020d}-{hashlib.sha256(stem.encode()).hexdigest()[:12]}-"
+                    f"{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
+                )
                 os.rename(os.path.join(d, name), os.path.join(d, new))
             elif name.endswith(".tmp"):
                 os.remove(os.path.join(d, name))

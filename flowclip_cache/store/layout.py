@@ -1,5 +1,6 @@
 """The store's names and shapes: format constants, segment and record names, the
 feature dataclasses, the key index, and store.json's reader (docs/store-format.md)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,8 @@ ARRAYS = {
 SEGMENT_NAME = re.compile(r"^(img|cap)-([0-9a-f]{24})(\.zarr|\.h5)$")
 RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
 RECORD_FOLDERS = ("paths", "hashes", "failures")
-COMMITS = "commits"           # commits/<segment>.json: the segment was committed; its absence is damage
-READ_THREADS = min(4, os.cpu_count() or 1)     # segments read (and checksummed) at once
+COMMITS = "commits"  # commits/<segment>.json: the segment was committed; its absence is damage
+READ_THREADS = min(4, os.cpu_count() or 1)  # segments read (and checksummed) at once
 
 
 class MissingFeatures(StoreError):
@@ -41,21 +42,21 @@ class Segment:
     name: str
     path: str
     rows: int
-    crc: dict          # array name -> CRC-32 of its bytes, recorded at commit
+    crc: dict  # array name -> CRC-32 of its bytes, recorded at commit
 
 
 @dataclass
 class ImageFeatures:
-    global_: np.ndarray     # [n, d] float16
-    patches: np.ndarray     # [n, P, d] float16
+    global_: np.ndarray  # [n, d] float16
+    patches: np.ndarray  # [n, P, d] float16
 
 
 @dataclass
 class CaptionFeatures:
-    global_: np.ndarray     # [m, d] float16
-    tokens: np.ndarray      # [T, d] float16, valid tokens only
-    offsets: np.ndarray     # [m+1] int64; caption i owns tokens[offsets[i]:offsets[i+1]]
-    truncated: np.ndarray   # [m] bool
+    global_: np.ndarray  # [m, d] float16
+    tokens: np.ndarray  # [T, d] float16, valid tokens only
+    offsets: np.ndarray  # [m+1] int64; caption i owns tokens[offsets[i]:offsets[i+1]]
+    truncated: np.ndarray  # [m] bool
 
 
 class KeyIndex:
@@ -96,8 +97,9 @@ def read_store_json(root: str) -> dict:
     """store.json, checked; StoreError naming the fault."""
     meta_path = os.path.join(root, "store.json")
     if not os.path.isfile(meta_path):
-        raise StoreError(f"{root}: not a flowclip store (no store.json); create one with "
-                         f"`flowclip extract --store {root} ...`")
+        raise StoreError(
+            f"{root}: not a flowclip store (no store.json); create one with `flowclip extract --store {root} ...`"
+        )
     try:
         with open(meta_path, "rb") as f:
             meta = json.loads(f.read())
@@ -109,11 +111,14 @@ def read_store_json(root: str) -> dict:
     if not isinstance(version, int):
         raise StoreDamaged(root, [f"store.json: version {version!r} is not an integer"])
     if version > FORMAT_VERSION:
-        raise StoreError(f"{root}: store format {version} is newer than this flowclip reads "
-                         f"({FORMAT_VERSION}); upgrade flowclip")
+        raise StoreError(
+            f"{root}: store format {version} is newer than this flowclip reads ({FORMAT_VERSION}); upgrade flowclip"
+        )
     if version < FORMAT_VERSION:
-        raise StoreError(f"{root}: store format {version} (this flowclip reads {FORMAT_VERSION}, which checksums "
-                         f"every array); run `flowclip store upgrade {root}` once")
+        raise StoreError(
+            f"{root}: store format {version} (this flowclip reads {FORMAT_VERSION}, which checksums "
+            f"every array); run `flowclip store upgrade {root}` once"
+        )
     problems = []
     for k, typ in (("backend", str), ("encoder", dict), ("fingerprint", str), ("dim", int), ("num_patches", int)):
         if not isinstance(meta.get(k), typ):
@@ -125,5 +130,3 @@ def read_store_json(root: str) -> dict:
     if problems:
         raise StoreDamaged(root, problems)
     return meta
-
-

@@ -1,5 +1,6 @@
 """Reading features out of committed segments: rows in the order asked, checksums
 checked on every read, several segments at once (FeatureStore's reading half)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,6 +17,7 @@ from .layout import CAPTION, IMAGE, READ_THREADS, CaptionFeatures, ImageFeatures
 
 class FeatureReads:
     """Mixed into FeatureStore, which provides what is declared here."""
+
     root: str
     meta: dict
     segments: list[Segment]
@@ -65,6 +67,7 @@ class FeatureReads:
         if len(jobs) <= 1:
             return [j() for j in jobs]
         from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(min(len(jobs), READ_THREADS)) as pool:
             futures = [pool.submit(j) for j in jobs]
             return [f.result() for f in futures]
@@ -75,7 +78,7 @@ class FeatureReads:
         the rows are copied out, so memory holds one segment's array beyond the result."""
         n = self.segments[s].rows
         if len(rows) == n and pos[-1] - pos[0] == n - 1 and (np.diff(pos) == 1).all() and (rows == np.arange(n)).all():
-            self.read_array(self.segments[s], name, out[pos[0]:pos[0] + n])
+            self.read_array(self.segments[s], name, out[pos[0] : pos[0] + n])
         else:
             out[pos] = self.read_array(self.segments[s], name)[rows]
 
@@ -87,8 +90,10 @@ class FeatureReads:
         with self._damage():
             jobs = []
             for s, pos, rows in self._groups(IMAGE, keys):
-                jobs += [lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
-                         lambda s=s, pos=pos, rows=rows: self._fill(s, "patches", pos, rows, p)]
+                jobs += [
+                    lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
+                    lambda s=s, pos=pos, rows=rows: self._fill(s, "patches", pos, rows, p),
+                ]
             self._run(jobs)
         return ImageFeatures(g, p)
 
@@ -111,9 +116,11 @@ class FeatureReads:
         tokens = np.empty((int(offsets[-1]), d), np.float16)
         jobs: list[Callable[[], None]] = []
         for (s, pos, rows), off in zip(groups, offs):
-            jobs += [functools.partial(self._fill, s, "global", pos, rows, g),
-                     functools.partial(self._fill, s, "truncated", pos, rows, trunc),
-                     functools.partial(self._fill_tokens, s, pos, rows, off, offsets, tokens)]
+            jobs += [
+                functools.partial(self._fill, s, "global", pos, rows, g),
+                functools.partial(self._fill, s, "truncated", pos, rows, trunc),
+                functools.partial(self._fill_tokens, s, pos, rows, off, offsets, tokens),
+            ]
         self._run(jobs)
         return CaptionFeatures(g, tokens, offsets, trunc.astype(bool))
 
@@ -122,7 +129,7 @@ class FeatureReads:
         dst = _ranges(offsets[pos], offsets[pos + 1])
         n = self.segments[s].rows
         if len(rows) == n and (np.diff(pos) == 1).all() and (rows == np.arange(n)).all():
-            self.read_array(self.segments[s], "tokens", tokens[offsets[pos[0]]:offsets[pos[-1] + 1]])
+            self.read_array(self.segments[s], "tokens", tokens[offsets[pos[0]] : offsets[pos[-1] + 1]])
         else:
             tokens[dst] = self.read_array(self.segments[s], "tokens")[_ranges(off[rows], off[rows + 1])]
 
@@ -132,7 +139,6 @@ class FeatureReads:
         if len(off) != seg.rows + 1 or off[0] != 0 or (np.diff(off) <= 0).any():
             raise SegmentDamaged(seg.path, "offsets are not increasing from 0")
         return off
-
 
     @contextlib.contextmanager
     def _damage(self):
@@ -149,5 +155,5 @@ def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     total = int(lengths.sum())
     if total == 0:
         return np.zeros(0, np.int64)
-    first_out = np.cumsum(lengths) - lengths          # where each range begins in the output
+    first_out = np.cumsum(lengths) - lengths  # where each range begins in the output
     return np.arange(total, dtype=np.int64) + np.repeat(starts - first_out, lengths)

@@ -1,5 +1,6 @@
 """The store's small record files (paths/, hashes/, failures/): Parquet files named by
 time, id and checksum, read in name order, each checked against its name."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,6 +17,7 @@ from .layout import RECORD_NAME
 
 class RecordFiles:
     """Mixed into FeatureStore, which provides root, _paths, _damage() and writer_dir()."""
+
     root: str
     _paths: dict | None
     _damage: Callable[[], contextlib.AbstractContextManager]
@@ -34,6 +36,7 @@ class RecordFiles:
         """One record file as a pyarrow table; SegmentDamaged if it fails a check."""
         import pyarrow as pa
         import pyarrow.parquet as pq
+
         path = os.path.join(self.root, folder, name)
         m = RECORD_NAME.match(name)
         if not m:
@@ -46,7 +49,7 @@ class RecordFiles:
             # drop the last reference to the Python bytes; at interpreter exit that thread then
             # needs the GIL, is killed, and the process aborts (rc 134). Here it stays ours.
             table = pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
-        except Exception as e:         # pyarrow raises several kinds for a bad file
+        except Exception as e:  # pyarrow raises several kinds for a bad file
             raise SegmentDamaged(path, f"not readable Parquet ({e})") from None
         missing = [c for c in columns if c not in table.column_names]
         if missing:
@@ -59,6 +62,7 @@ class RecordFiles:
         later row (a file edited since) wins, and check each against its checksum."""
         import pyarrow as pa
         import pyarrow.parquet as pq
+
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         raw = sink.getvalue().to_pybytes()
@@ -92,14 +96,22 @@ class RecordFiles:
     def add_paths(self, rows: list[tuple[str, str, tuple | None, str]]) -> None:
         """Record (image_root, path, crop, key) rows not yet indexed."""
         import pyarrow as pa
+
         known = self.path_index()
         new = [r for r in rows if known.get((r[1], r[2]), {}).get(r[0]) != r[3]]
         if new:
             self._paths = None
-            self.append_records("paths", pa.table({
-                "image_root": [r[0] for r in new], "path": [r[1] for r in new],
-                "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
-                "key": [r[3] for r in new]}))
+            self.append_records(
+                "paths",
+                pa.table(
+                    {
+                        "image_root": [r[0] for r in new],
+                        "path": [r[1] for r in new],
+                        "crop": pa.array([list(r[2]) if r[2] else None for r in new], pa.list_(pa.float64())),
+                        "key": [r[3] for r in new],
+                    }
+                ),
+            )
 
     # -- file digests: an image file is read and hashed once, not on every extract ------
     def file_digests(self) -> dict[str, tuple[tuple[int, int, int], str]]:
@@ -114,9 +126,17 @@ class RecordFiles:
     def add_file_digests(self, rows: list[tuple[str, tuple[int, int, int], str]]) -> None:
         """Record (realpath, (size, mtime_ns, inode), sha256) of files just hashed."""
         import pyarrow as pa
-        if rows:
-            self.append_records("hashes", pa.table({
-                "path": [r[0] for r in rows], "size": pa.array([r[1][0] for r in rows], pa.int64()),
-                "mtime_ns": pa.array([r[1][1] for r in rows], pa.int64()),
-                "inode": pa.array([r[1][2] for r in rows], pa.uint64()), "sha256": [r[2] for r in rows]}))
 
+        if rows:
+            self.append_records(
+                "hashes",
+                pa.table(
+                    {
+                        "path": [r[0] for r in rows],
+                        "size": pa.array([r[1][0] for r in rows], pa.int64()),
+                        "mtime_ns": pa.array([r[1][1] for r in rows], pa.int64()),
+                        "inode": pa.array([r[1][2] for r in rows], pa.uint64()),
+                        "sha256": [r[2] for r in rows],
+                    }
+                ),
+            )

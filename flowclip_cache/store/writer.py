@@ -8,6 +8,7 @@ disk), so a folder whose lock can be taken belongs to nobody and is swept by the
 writer. A folder whose lock cannot be taken belongs to a live writer and is left
 alone. Where the filesystem cannot lock at all (some NFS mounts), nothing is swept.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -75,7 +76,7 @@ class WriterDir:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
-                continue                         # live (or no locking here): leave it
+                continue  # live (or no locking here): leave it
             try:
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(name)
@@ -85,5 +86,8 @@ class WriterDir:
 
     @classmethod
     def live(cls, segment_dir: str) -> list[str]:
-        return [n for n in sorted(os.listdir(segment_dir)) if n.startswith(PREFIX)
-                and cls.status(os.path.join(segment_dir, n)) in ("live", "unknown")]
+        return [
+            n
+            for n in sorted(os.listdir(segment_dir))
+            if n.startswith(PREFIX) and cls.status(os.path.join(segment_dir, n)) in ("live", "unknown")
+        ]

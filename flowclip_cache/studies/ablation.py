@@ -5,6 +5,7 @@ the binding and 11-task means, and paired bootstrap intervals for the compared p
 
 With `world` set and no store, the study first builds the synthetic world and its
 store with the configured encoder (the laptop-sized synthetic study)."""
+
 from __future__ import annotations
 
 import os
@@ -27,54 +28,72 @@ class AblationConfig:
     kind: str
     out: str
     store: str | None = None
-    train: str | None = None                  # training manifest
-    eval: list[str] = field(default_factory=list)   # manifests or folders to score
+    train: str | None = None  # training manifest
+    eval: list[str] = field(default_factory=list)  # manifests or folders to score
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     heads: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DEFAULT_HEADS))
-    train_config: dict[str, Any] = field(default_factory=dict)   # TrainConfig keys shared by every run
+    train_config: dict[str, Any] = field(default_factory=dict)  # TrainConfig keys shared by every run
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 10000
     compare: list[list[str]] = field(default_factory=lambda: [["global", "flow_hnb_cimr"]])
-    world: dict[str, Any] | None = None       # build the synthetic world (build_world kwargs) and its store
-    world_folder: str | None = None           # where that world is written (default OUT/world)
+    world: dict[str, Any] | None = None  # build the synthetic world (build_world kwargs) and its store
+    world_folder: str | None = None  # where that world is written (default OUT/world)
     encoder: dict[str, Any] = field(default_factory=lambda: {"model": "flowclip-tiny-clip", "pretrained": "synthetic"})
     device: str = "cpu"
-    data_placement: str = "auto"              # where training features live: auto | device | host | store
-    side_by_side: bool = True                 # heads sharing a data order train on the same batches
+    data_placement: str = "auto"  # where training features live: auto | device | host | store
+    side_by_side: bool = True  # heads sharing a data order train on the same batches
 
 
 def plan(cfg: AblationConfig) -> list[RunSpec]:
     return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
 
 
-ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout", "token_mask", "tokenizer"}    # extract's flags
+ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout", "token_mask", "tokenizer"}  # extract's flags
 
 
 def encoder_spec(encoder: dict):
     """The study's `encoder:` mapping -> EncoderSpec (one patch readout)."""
     from ..encoders import EncoderSpec
     from ..errors import FlowclipError
+
     unknown = sorted(set(encoder) - ENCODER_KEYS)
     if unknown:
         raise FlowclipError(f"encoder: unknown keys {unknown}; known: {sorted(ENCODER_KEYS)}")
-    return EncoderSpec(encoder.get("model", "flowclip-tiny-clip"), encoder.get("pretrained", "none"),
-                       int(encoder.get("init_seed", 0)), encoder.get("token_mask", "nonpad"),
-                       tokenizer=encoder.get("tokenizer"), patch_readout=encoder.get("patch_readout", "standard"))
+    return EncoderSpec(
+        encoder.get("model", "flowclip-tiny-clip"),
+        encoder.get("pretrained", "none"),
+        int(encoder.get("init_seed", 0)),
+        encoder.get("token_mask", "nonpad"),
+        tokenizer=encoder.get("tokenizer"),
+        patch_readout=encoder.get("patch_readout", "standard"),
+    )
 
 
 def readout_grid(cfg: AblationConfig) -> list[tuple[str, AblationConfig]]:
     """encoder.patch_readout as a grid axis: [(readout, the study of that readout in
     OUT/readout-<name>/)]; a single readout is the study itself."""
     import dataclasses
+
     readouts = cfg.encoder.get("patch_readout", "standard")
     if not isinstance(readouts, list):
         return [(readouts, cfg)]
     if len(set(readouts)) != len(readouts) or not readouts:
         from ..errors import FlowclipError
+
         raise FlowclipError(f"encoder.patch_readout: a list of distinct readouts, got {readouts}")
-    world = cfg.world_folder or os.path.join(cfg.out, "world")      # one world serves every readout
-    return [(r, dataclasses.replace(cfg, out=os.path.join(cfg.out, f"readout-{r}"), world_folder=world,
-                                    encoder={**cfg.encoder, "patch_readout": r})) for r in readouts]
+    world = cfg.world_folder or os.path.join(cfg.out, "world")  # one world serves every readout
+    return [
+        (
+            r,
+            dataclasses.replace(
+                cfg,
+                out=os.path.join(cfg.out, f"readout-{r}"),
+                world_folder=world,
+                encoder={**cfg.encoder, "patch_readout": r},
+            ),
+        )
+        for r in readouts
+    ]
 
 
 def world_store(cfg: AblationConfig, log, progress: bool = True):
@@ -84,13 +103,13 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     from ..store import FeatureStore
     from ..world import FAMILIES, build_world
     from .study import claim_folder
+
     claim_folder(cfg.out)
     paths = build_world(cfg.world_folder or os.path.join(cfg.out, "world"), **(cfg.world or {}))
     enc = resolve(encoder_spec(cfg.encoder))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config, owner=cfg.out)
     evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
-    s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0,
-                    progress=progress)
+    s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0, progress=progress)
     log(f"  world: {s.images_new} new images, {s.images_stored} already stored")
     store.refresh()
     return store, paths, evals
@@ -104,6 +123,7 @@ def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = Fals
 
     from ..clip_profile import clip_profile
     from ..errors import FlowclipError
+
     prof_path = os.path.join(cfg.out, "profile.json")
     old = json.load(open(prof_path)) if os.path.exists(prof_path) else None
     if old is not None and not recompute:
@@ -113,6 +133,7 @@ def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = Fals
         raise FlowclipError(f"{prof_path} holds another profile; pass --overwrite to replace it")
     write_text(prof_path, json.dumps(prof, indent=1))
     from ..clip_profile import profile_table
+
     log("  frozen encoder profile (%):\n" + profile_table(prof, "frozen encoder"))
     return prof
 
@@ -129,20 +150,36 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
     grid = readout_grid(cfg)
     if len(grid) > 1 or grid[0][1] is not cfg:
         return run_readouts(cfg, grid, dry_run, jobs, log, progress)
-    encoder_spec(cfg.encoder)                      # unknown encoder keys fail before anything runs
+    encoder_spec(cfg.encoder)  # unknown encoder keys fail before anything runs
     if cfg.world is not None and not cfg.store and not dry_run:
         cfg = prepare_world(cfg, log, progress)
     if not dry_run:
         from ..errors import FlowclipError
+
         for key in ("store", "train"):
             if not getattr(cfg, key):
                 raise FlowclipError(f"the ablation needs {key}=... (or world={{...}} for the synthetic world)")
         if not cfg.eval:
             raise FlowclipError("the ablation needs eval=[manifests or folders] to score")
-    return execute(store_path=cfg.store or "", train_manifest=cfg.train or "", eval_manifests=cfg.eval, out=cfg.out,
-                   runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
-                   compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device,
-                   side_by_side=cfg.side_by_side, placement=cfg.data_placement, world=cfg.world, progress=progress, log=log)
+    return execute(
+        store_path=cfg.store or "",
+        train_manifest=cfg.train or "",
+        eval_manifests=cfg.eval,
+        out=cfg.out,
+        runs=plan(cfg),
+        base_train=cfg.train_config,
+        controls=cfg.controls,
+        bootstrap=cfg.bootstrap,
+        compare=cfg.compare,
+        dry_run=dry_run,
+        jobs=jobs,
+        device=cfg.device,
+        side_by_side=cfg.side_by_side,
+        placement=cfg.data_placement,
+        world=cfg.world,
+        progress=progress,
+        log=log,
+    )
 
 
 def run_readouts(cfg: AblationConfig, grid, dry_run: bool, jobs: int, log, progress: bool):
@@ -150,10 +187,14 @@ def run_readouts(cfg: AblationConfig, grid, dry_run: bool, jobs: int, log, progr
     real-image tables side by side in OUT/summary.md."""
     from .encoders import write_combined
     from .study import claim_folder
+
     if cfg.store:
         from ..errors import FlowclipError
-        raise FlowclipError("encoder.patch_readout as a list needs world={...}: each readout extracts its own "
-                            "store; for real data extract one store per readout and use `kind: encoders`")
+
+        raise FlowclipError(
+            "encoder.patch_readout as a list needs world={...}: each readout extracts its own "
+            "store; for real data extract one store per readout and use `kind: encoders`"
+        )
     if not dry_run:
         claim_folder(cfg.out)
     summaries = {}
@@ -162,10 +203,19 @@ def run_readouts(cfg: AblationConfig, grid, dry_run: bool, jobs: int, log, progr
         summaries[readout] = run(sub, dry_run, jobs, log=lambda m: log(f"  {m}"), progress=progress)
     if dry_run:
         return None
-    combined = {"encoders": {f"{cfg.encoder.get('model')} / {r}": {
-        "model": cfg.encoder.get("model"), "patch_readout": r, "store_fingerprint": s["store_fingerprint"],
-        "table": s["table"], "columns": s["columns"], "encoder_profile": s.get("encoder_profile")}
-        for r, s in summaries.items()}}
+    combined = {
+        "encoders": {
+            f"{cfg.encoder.get('model')} / {r}": {
+                "model": cfg.encoder.get("model"),
+                "patch_readout": r,
+                "store_fingerprint": s["store_fingerprint"],
+                "table": s["table"],
+                "columns": s["columns"],
+                "encoder_profile": s.get("encoder_profile"),
+            }
+            for r, s in summaries.items()
+        }
+    }
     write_combined(cfg.out, combined, label="encoder / readout")
     return combined
 

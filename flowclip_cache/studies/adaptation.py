@@ -8,6 +8,7 @@ image-cluster bootstrap compares them directly.
     OUT/adapted/seed-<s>/    run/ (flowclip adapt), store/ (its encoder), score/
     OUT/summary.md           both side by side, with the bootstrap of adapted - frozen
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,39 +30,54 @@ from .study import claim_folder, mean_cell, mean_std
 class AdaptationConfig:
     kind: str
     out: str
-    world: dict[str, Any] | None = None           # the synthetic world; else store, train, eval, image_root
-    store: str | None = None                      # the frozen encoder's store (real data)
+    world: dict[str, Any] | None = None  # the synthetic world; else store, train, eval, image_root
+    store: str | None = None  # the frozen encoder's store (real data)
     train: str | None = None
     eval: list[str] = field(default_factory=list)
-    image_root: str | None = None                 # the training and eval manifests' images (real data)
+    image_root: str | None = None  # the training and eval manifests' images (real data)
     encoder: dict[str, Any] = field(default_factory=lambda: {"model": "flowclip-tiny-clip", "pretrained": "synthetic"})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     head: dict[str, Any] = field(default_factory=lambda: {"head": "flow", "cimr": 0.1})
-    train_config: dict[str, Any] = field(default_factory=dict)     # shared by both sides
-    adapt_config: dict[str, Any] = field(default_factory=lambda: {"encoder_lr": 1e-5})   # the adapted side's own
+    train_config: dict[str, Any] = field(default_factory=dict)  # shared by both sides
+    adapt_config: dict[str, Any] = field(default_factory=lambda: {"encoder_lr": 1e-5})  # the adapted side's own
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 2000
     device: str = "cpu"
 
 
 def frozen_study(cfg: AdaptationConfig) -> AblationConfig:
-    return AblationConfig(kind="ablation", out=os.path.join(cfg.out, "frozen"), store=cfg.store, train=cfg.train,
-                          eval=list(cfg.eval), world=cfg.world, world_folder=os.path.join(cfg.out, "world"),
-                          encoder=dict(cfg.encoder), seeds=list(cfg.seeds), heads={"frozen": dict(cfg.head)},
-                          train_config=dict(cfg.train_config), controls=list(cfg.controls), bootstrap=0,
-                          compare=[], device=cfg.device)
+    return AblationConfig(
+        kind="ablation",
+        out=os.path.join(cfg.out, "frozen"),
+        store=cfg.store,
+        train=cfg.train,
+        eval=list(cfg.eval),
+        world=cfg.world,
+        world_folder=os.path.join(cfg.out, "world"),
+        encoder=dict(cfg.encoder),
+        seeds=list(cfg.seeds),
+        heads={"frozen": dict(cfg.head)},
+        train_config=dict(cfg.train_config),
+        controls=list(cfg.controls),
+        bootstrap=0,
+        compare=[],
+        device=cfg.device,
+    )
 
 
 def adapt_config(cfg: AdaptationConfig, seed: int):
     from ..adapt import AdaptConfig
-    return AdaptConfig.from_dict({**cfg.train_config, **cfg.adapt_config, **cfg.head, "seed": seed},
-                                 f"{cfg.kind} (train_config + adapt_config + head)")
+
+    return AdaptConfig.from_dict(
+        {**cfg.train_config, **cfg.adapt_config, **cfg.head, "seed": seed},
+        f"{cfg.kind} (train_config + adapt_config + head)",
+    )
 
 
 def run(cfg: AdaptationConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
     spec = encoder_spec(cfg.encoder)
     for s in cfg.seeds:
-        adapt_config(cfg, s)                        # every setting checked before anything runs
+        adapt_config(cfg, s)  # every setting checked before anything runs
     if cfg.world is None and not (cfg.store and cfg.train and cfg.eval and cfg.image_root):
         raise FlowclipError("the adaptation study needs world={...}, or store, train, eval and image_root")
     if not dry_run:
@@ -87,8 +103,10 @@ def run(cfg: AdaptationConfig, dry_run: bool, jobs: int, log=print, progress: bo
 
 def _world_evals(world: str) -> list[str]:
     from ..world import FAMILIES
-    return [os.path.join(world, f"eval_{f}.parquet") for f in FAMILIES] + \
-        [os.path.join(world, "eval_heldout_swap-att.parquet")]
+
+    return [os.path.join(world, f"eval_{f}.parquet") for f in FAMILIES] + [
+        os.path.join(world, "eval_heldout_swap-att.parquet")
+    ]
 
 
 def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
@@ -99,40 +117,68 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
     from ..extract import run_extract
     from ..score import run_score
     from ..store import FeatureStore
+
     where = os.path.join(cfg.out, "adapted", f"seed-{seed}")
     run_dir, score_dir = os.path.join(where, "run"), os.path.join(where, "score")
     if os.path.exists(os.path.join(score_dir, "results.json")):
         return json.load(open(os.path.join(score_dir, "results.json")))
     if not os.path.exists(os.path.join(run_dir, "DONE")):
         log(f"adapting, seed {seed}")
-        run_adapt(spec, train, root, run_dir, adapt_config(cfg, seed), device=cfg.device, resume=exists(run_dir),
-                  progress=progress, log=lambda m: log(f"  {m}"))
+        run_adapt(
+            spec,
+            train,
+            root,
+            run_dir,
+            adapt_config(cfg, seed),
+            device=cfg.device,
+            resume=exists(run_dir),
+            progress=progress,
+            log=lambda m: log(f"  {m}"),
+        )
     enc = resolve(dataclasses.replace(spec, pretrained=os.path.join(run_dir, "encoder.safetensors")))
     store = FeatureStore.open_or_create(os.path.join(where, "store"), enc.config, owner=cfg.out)
     run_extract(store, enc, evals, root, workers=0, progress=progress)
     store.refresh()
-    return run_score(store, evals, ["adapted_clip=clip", f"adapted={run_dir}"], score_dir,
-                     controls=tuple(cfg.controls), device=cfg.device, bootstrap_draws=0, overwrite=True,
-                     progress=progress, log=lambda m: log(f"  {m}"))
+    return run_score(
+        store,
+        evals,
+        ["adapted_clip=clip", f"adapted={run_dir}"],
+        score_dir,
+        controls=tuple(cfg.controls),
+        device=cfg.device,
+        bootstrap_draws=0,
+        overwrite=True,
+        progress=progress,
+        log=lambda m: log(f"  {m}"),
+    )
 
 
 def combine(cfg, frozen: dict, adapted: dict, evals, root) -> dict:
     """Real-image accuracy per task (mean ± std over seeds) of the frozen and adapted
     heads and the adapted encoder's own CLIP, and the paired bootstrap of adapted - frozen."""
     from ..score import headline
+
     tasks = frozen["tasks"]
     rows = {"frozen": {t: frozen["table"]["frozen"][t] for t in tasks if t in frozen["table"]["frozen"]}}
-    for name, run in (("adapted_clip", "clip"), ("adapted", "run")):      # score's run labels
+    for name, run in (("adapted_clip", "clip"), ("adapted", "run")):  # score's run labels
         rows[name] = {}
         for t in tasks:
-            vals = [headline(a["results"][f"real|{run}"][t]) * 100 for a in adapted.values()
-                    if t in a["results"].get(f"real|{run}", {})]
+            vals = [
+                headline(a["results"][f"real|{run}"][t]) * 100
+                for a in adapted.values()
+                if t in a["results"].get(f"real|{run}", {})
+            ]
             if vals:
                 rows[name][t] = mean_std(vals)
     boot = bootstrap(cfg, evals, root) if cfg.bootstrap else {}
-    return {"tasks": tasks, "table": rows, "bootstrap": boot, "seeds": list(cfg.seeds),
-            "frozen_store": frozen["store_fingerprint"],
-            "adapted_stores": {s: a["store_fingerprint"] for s, a in adapted.items()}}
+    return {
+        "tasks": tasks,
+        "table": rows,
+        "bootstrap": boot,
+        "seeds": list(cfg.seeds),
+        "frozen_store": frozen["store_fingerprint"],
+        "adapted_stores": {s: a["store_fingerprint"] for s, a in adapted.items()},
+    }
 
 
 def bootstrap(cfg, evals, root) -> dict:
@@ -146,6 +192,7 @@ def bootstrap(cfg, evals, root) -> dict:
     from ..scorers import scoring_of
     from ..stats import paired_bootstrap
     from ..store import FeatureStore
+
     store = FeatureStore(cfg.store or os.path.join(cfg.out, "frozen", "store"))
     decided: dict[tuple[str, str], dict] = {}
     frozen_rows = pq.read_table(os.path.join(cfg.out, "frozen", "score", "records.parquet")).to_pylist()
@@ -154,7 +201,7 @@ def bootstrap(cfg, evals, root) -> dict:
     for s in cfg.seeds:
         rows = pq.read_table(os.path.join(cfg.out, "adapted", f"seed-{s}", "score", "records.parquet")).to_pylist()
         for r in rows:
-            if r["control"] == "real" and r["scorer"] == "run":          # the adapted head's run label
+            if r["control"] == "real" and r["scorer"] == "run":  # the adapted head's run label
                 decided.setdefault((r["benchmark"], f"adapted-{s}"), {})[r["record_id"]] = r["correct"]
     frozen_runs = sorted({k[1] for k in decided if k[1] not in ("clip",) and not k[1].startswith("adapted-")})
     methods = {"frozen": frozen_runs, "adapted": [f"adapted-{s}" for s in cfg.seeds]}
@@ -172,18 +219,35 @@ def bootstrap(cfg, evals, root) -> dict:
 
 def write(out: str, summary: dict) -> None:
     from ..report import table
+
     tasks = summary["tasks"]
-    md = ["# Frozen vs adapted encoders (§4.4)", "",
-          f"Real images; accuracy (%), mean ± sample std over seeds {summary['seeds']}. frozen: the head on the "
-          "frozen encoder's features; adapted: both encoders and the head trained together (flowclip adapt), "
-          "scored from a store of the adapted encoder; adapted_clip: the adapted encoder alone.", "",
-          *table(["method", *tasks], [[m, *(mean_cell(row[t]) if t in row else "" for t in tasks)]
-                                      for m, row in summary["table"].items()]), ""]
+    md = [
+        "# Frozen vs adapted encoders (§4.4)",
+        "",
+        f"Real images; accuracy (%), mean ± sample std over seeds {summary['seeds']}. frozen: the head on the "
+        "frozen encoder's features; adapted: both encoders and the head trained together (flowclip adapt), "
+        "scored from a store of the adapted encoder; adapted_clip: the adapted encoder alone.",
+        "",
+        *table(
+            ["method", *tasks],
+            [[m, *(mean_cell(row[t]) if t in row else "" for t in tasks)] for m, row in summary["table"].items()],
+        ),
+        "",
+    ]
     if summary["bootstrap"]:
-        md += ["## Paired image-cluster bootstrap, adapted - frozen (points, 95% interval)", "",
-               *table(["task", "mean", "95% CI"], [[t, f"{v['mean_pts']:.2f}", f"[{v['ci95_pts'][0]:.2f}, "
-                                                   f"{v['ci95_pts'][1]:.2f}]"]
-                                                  for t, d in summary["bootstrap"].items() for v in d.values()]), ""]
+        md += [
+            "## Paired image-cluster bootstrap, adapted - frozen (points, 95% interval)",
+            "",
+            *table(
+                ["task", "mean", "95% CI"],
+                [
+                    [t, f"{v['mean_pts']:.2f}", f"[{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]"]
+                    for t, d in summary["bootstrap"].items()
+                    for v in d.values()
+                ],
+            ),
+            "",
+        ]
     write_text(os.path.join(out, "summary.json"), json.dumps(summary, indent=1))
     write_text(os.path.join(out, "summary.md"), "\n".join(md))
 

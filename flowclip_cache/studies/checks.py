@@ -2,6 +2,7 @@
 --dry-run` prints both and creates nothing; a real run makes the same checks first, so
 a mistake in an evaluation manifest stops the study before hours of training, not after.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,12 +16,12 @@ from ..errors import FlowclipError
 @dataclass
 class Checked:
     problems: list[str] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)      # the plan, for the dry run
-    store: Any = None            # the FeatureStore, once found
-    cfgs: dict = field(default_factory=dict)            # run folder -> TrainConfig
+    lines: list[str] = field(default_factory=list)  # the plan, for the dry run
+    store: Any = None  # the FeatureStore, once found
+    cfgs: dict = field(default_factory=dict)  # run folder -> TrainConfig
     device: str = "cpu"
     train_path: str | None = None
-    train_records: int = 0                               # records with split == 'train'
+    train_records: int = 0  # records with split == 'train'
 
 
 def _try(out: Checked, fn, *a, **k):
@@ -38,10 +39,12 @@ def _ok(out: Checked, fn, *a) -> bool:
     return len(out.problems) == before
 
 
-def check_study(*, store_path, train_manifest, eval_manifests, runs, run_dirs, base_train, device, world=None,
-                log=print) -> Checked:
+def check_study(
+    *, store_path, train_manifest, eval_manifests, runs, run_dirs, base_train, device, world=None, log=print
+) -> Checked:
     from ..devices import resolve_device
     from ..train import TrainConfig
+
     out = Checked()
     out.device = _try(out, resolve_device, device, "device=") or "cpu"
     for r in runs:
@@ -49,17 +52,21 @@ def check_study(*, store_path, train_manifest, eval_manifests, runs, run_dirs, b
         if cfg is not None:
             out.cfgs[r.folder] = cfg
     if world is not None and not (store_path and os.path.exists(os.path.join(store_path, "store.json"))):
-        out.lines.append("store: built from the synthetic world on the first real run (world=...); "
-                         "manifests and features are checked then")
+        out.lines.append(
+            "store: built from the synthetic world on the first real run (world=...); "
+            "manifests and features are checked then"
+        )
         return out
     from ..store import FeatureStore
+
     out.store = _try(out, FeatureStore, store_path) if store_path else None
     if store_path is None:
         out.problems.append("no store=... given")
     if out.store is None:
         return out
-    out.lines.append(f"store: {out.store.root} (fingerprint {out.store.fingerprint[:16]}, "
-                     f"{out.store.encoder_config['model']})")
+    out.lines.append(
+        f"store: {out.store.root} (fingerprint {out.store.fingerprint[:16]}, {out.store.encoder_config['model']})"
+    )
     _check_training(out, train_manifest)
     _check_evaluation(out, eval_manifests, log)
     return out
@@ -68,6 +75,7 @@ def check_study(*, store_path, train_manifest, eval_manifests, runs, run_dirs, b
 def _check_training(out: Checked, path) -> None:
     from ..data import manifest_keys
     from ..manifest import Manifest
+
     m = _try(out, Manifest.read, path) if path else None
     if m is None:
         if not path:
@@ -80,13 +88,15 @@ def _check_training(out: Checked, path) -> None:
     texts = sorted(set(t["positive"]) | {n for ns in t["negatives"] for n in ns})
     out.train_path, out.train_records = path, sum(s == "train" for s in t["split"])
     if _ok(out, manifest_keys, out.store, m, texts):
-        out.lines.append(f"train: {path} ({len(m)} records, {out.train_records} with split == 'train'), "
-                         f"every feature stored")
+        out.lines.append(
+            f"train: {path} ({len(m)} records, {out.train_records} with split == 'train'), every feature stored"
+        )
 
 
 def _check_evaluation(out: Checked, paths, log) -> None:
     from ..data import manifest_keys
     from ..scorers import evaluation_manifests, scoring_of
+
     if not paths:
         out.problems.append("no eval=[...] manifests given")
         return
@@ -116,6 +126,7 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
     from ..manifest import Manifest
     from ..train import seconds_per_step
     from ..training_data import load_training_data
+
     n_train = checked.train_records
     left = 0
     step_time: dict = {}
@@ -128,19 +139,21 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
         steps = (max(1, n_train // cfg.batch_size) if n_train else 0) * cfg.epochs
         status = run_status(d)
         per_epoch = steps // max(1, cfg.epochs) if n_train else "?"
-        log(f"  [{status:7s}] {r.method:16s} {r.folder}: {cfg.head} head, {cfg.epochs} epochs x "
+        log(
+            f"  [{status:7s}] {r.method:16s} {r.folder}: {cfg.head} head, {cfg.epochs} epochs x "
             f"{per_epoch} steps, batch {cfg.batch_size}, {checked.device}"
-            + (f"; {done} steps done" if status == "partial" else ""))
+            + (f"; {done} steps done" if status == "partial" else "")
+        )
         if status != "done":
             left += max(0, steps - done)
             step_time.setdefault(cfg.head, (cfg, 0))
             step_time[cfg.head] = (cfg, step_time[cfg.head][1] + max(0, steps - done))
     if measure and left and checked.store is not None and checked.train_path and not checked.problems:
         m = Manifest.read(checked.train_path)
-        small = Manifest(m.path, m.kind, m.table.slice(0, 4 * max(c.batch_size for c, _ in step_time.values())),
-                         m.meta)
-        data = load_training_data(checked.store, small, True, checked.device, placement="device",
-                                  log=lambda *_: None)
+        small = Manifest(m.path, m.kind, m.table.slice(0, 4 * max(c.batch_size for c, _ in step_time.values())), m.meta)
+        data = load_training_data(checked.store, small, True, checked.device, placement="device", log=lambda *_: None)
         total = sum(seconds_per_step(data, cfg, checked.device) * n for cfg, n in step_time.values())
-        log(f"  time left: about {total / 60:.1f} min of training ({left} steps, measured on one batch "
-            f"per head kind here; runs that share a data order train side by side and share batches)")
+        log(
+            f"  time left: about {total / 60:.1f} min of training ({left} steps, measured on one batch "
+            f"per head kind here; runs that share a data order train side by side and share batches)"
+        )

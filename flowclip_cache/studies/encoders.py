@@ -6,6 +6,7 @@ real-image tables side by side.
 Each encoder names its store, extracted beforehand with `flowclip extract` (the YAML's
 header gives the commands); the study refuses a store made by another model than the
 one its row is labelled with."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ DEFAULT_HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow": {"head": "fl
 class EncodersConfig:
     kind: str
     out: str
-    encoders: dict[str, dict[str, Any]]        # name -> {model, store} (pretrained: for the record)
+    encoders: dict[str, dict[str, Any]]  # name -> {model, store} (pretrained: for the record)
     train: str | None = None
     eval: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -46,17 +47,23 @@ def check_encoder(name: str, enc: dict) -> str:
     """The store path of one encoder row, after checking the row's keys and that the store
     was made by the model the row names."""
     from ..store import FeatureStore
+
     unknown = sorted(set(enc) - {"model", "pretrained", "store"})
     if unknown or "store" not in enc or "model" not in enc:
-        raise FlowclipError(f"encoders.{name}: give model and store (and optionally pretrained)"
-                            + (f"; unknown keys {unknown}" if unknown else ""))
+        raise FlowclipError(
+            f"encoders.{name}: give model and store (and optionally pretrained)"
+            + (f"; unknown keys {unknown}" if unknown else "")
+        )
     if not os.path.isdir(enc["store"]):
-        raise FlowclipError(f"encoders.{name}: no store at {enc['store']}; build it with: flowclip extract "
-                            f"--store {enc['store']} --model {enc['model']} --pretrained "
-                            f"{enc.get('pretrained', '...')} --manifest ... --image-root ...")
+        raise FlowclipError(
+            f"encoders.{name}: no store at {enc['store']}; build it with: flowclip extract "
+            f"--store {enc['store']} --model {enc['model']} --pretrained "
+            f"{enc.get('pretrained', '...')} --manifest ... --image-root ..."
+        )
     made_by = FeatureStore(enc["store"]).encoder_config["model"]
     if made_by not in (enc["model"], enc["model"].split(":", 1)[-1]) and not (
-            enc["model"].startswith("blip:") and made_by == "local"):
+        enc["model"].startswith("blip:") and made_by == "local"
+    ):
         raise FlowclipError(f"encoders.{name}: {enc['store']} was made by {made_by}, not {enc['model']}")
     return enc["store"]
 
@@ -76,15 +83,37 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
     for name, store in stores.items():
         log(f"encoder {name} ({cfg.encoders[name]['model']}):")
         summaries[name] = execute(
-            store_path=store, train_manifest=cfg.train or "", eval_manifests=cfg.eval, out=os.path.join(cfg.out, name),
-            runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
-            compare=cfg.compare, dry_run=dry_run, jobs=jobs, device=cfg.device, side_by_side=cfg.side_by_side,
-            placement=cfg.data_placement, progress=progress, log=lambda m: log(f"  {m}"))
+            store_path=store,
+            train_manifest=cfg.train or "",
+            eval_manifests=cfg.eval,
+            out=os.path.join(cfg.out, name),
+            runs=plan(cfg),
+            base_train=cfg.train_config,
+            controls=cfg.controls,
+            bootstrap=cfg.bootstrap,
+            compare=cfg.compare,
+            dry_run=dry_run,
+            jobs=jobs,
+            device=cfg.device,
+            side_by_side=cfg.side_by_side,
+            placement=cfg.data_placement,
+            progress=progress,
+            log=lambda m: log(f"  {m}"),
+        )
     if dry_run:
         return None
-    combined = {"encoders": {n: {"model": cfg.encoders[n]["model"], "store_fingerprint": s["store_fingerprint"],
-                                 "table": s["table"], "columns": s["columns"]}
-                             for n, s in summaries.items() if s is not None}}
+    combined = {
+        "encoders": {
+            n: {
+                "model": cfg.encoders[n]["model"],
+                "store_fingerprint": s["store_fingerprint"],
+                "table": s["table"],
+                "columns": s["columns"],
+            }
+            for n, s in summaries.items()
+            if s is not None
+        }
+    }
     write_combined(cfg.out, combined)
     return combined
 
@@ -92,14 +121,21 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
 def write_combined(out: str, combined: dict, label: str = "encoder") -> None:
     from ..clip_profile import profile_rows
     from ..report import table
+
     cols = next(iter(combined["encoders"].values()))["columns"]
     rows = []
     for name, e in combined["encoders"].items():
         for method, row in e["table"].items():
             rows.append([name, method] + [mean_cell(row[c]) if c in row else "" for c in cols])
-    md = ["# Encoders side by side", "", "Real images; accuracy (%), mean ± sample std across seeds. Each "
-          "encoder's own study (bootstrap, controls, conclusions): <encoder>/summary.md.", "",
-          *table([label, "method"] + cols, rows), ""]
+    md = [
+        "# Encoders side by side",
+        "",
+        "Real images; accuracy (%), mean ± sample std across seeds. Each "
+        "encoder's own study (bootstrap, controls, conclusions): <encoder>/summary.md.",
+        "",
+        *table([label, "method"] + cols, rows),
+        "",
+    ]
     profiles = {n: e["encoder_profile"] for n, e in combined["encoders"].items() if e.get("encoder_profile")}
     if profiles:
         head, body = profile_rows(profiles)

@@ -1,6 +1,7 @@
 """The paper's Tab. 3: Flow-CLIP (HNB + CIMR) over lambda_CIMR x tau_p x alpha
 (default {0.05, 0.10} x {0.03, 0.05} x {0.75, 1.00}), each for every seed, scored on
 every manifest given."""
+
 from __future__ import annotations
 
 import itertools
@@ -25,25 +26,43 @@ class SensitivityConfig:
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 0
     device: str = "cpu"
-    data_placement: str = "auto"              # where training features live: auto | device | host | store
-    side_by_side: bool = True                 # heads sharing a data order train on the same batches
+    data_placement: str = "auto"  # where training features live: auto | device | host | store
+    side_by_side: bool = True  # heads sharing a data order train on the same batches
 
 
 def plan(cfg: SensitivityConfig) -> list[RunSpec]:
-    return [RunSpec(f"cimr={c},tau_p={t},alpha={a}", seed, {"head": "flow", "cimr": c, "tau_p": t, "alpha": a})
-            for c, t, a in itertools.product(cfg.cimr, cfg.tau_p, cfg.alpha) for seed in cfg.seeds]
+    return [
+        RunSpec(f"cimr={c},tau_p={t},alpha={a}", seed, {"head": "flow", "cimr": c, "tau_p": t, "alpha": a})
+        for c, t, a in itertools.product(cfg.cimr, cfg.tau_p, cfg.alpha)
+        for seed in cfg.seeds
+    ]
 
 
 def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
     if not dry_run:
         from ..errors import FlowclipError
+
         for key in ("store", "train"):
             if not getattr(cfg, key):
                 raise FlowclipError(f"the sensitivity study needs {key}=...")
-    return execute(store_path=cfg.store or "", train_manifest=cfg.train or "", eval_manifests=cfg.eval, out=cfg.out,
-                   runs=plan(cfg), base_train=cfg.train_config, controls=cfg.controls, bootstrap=cfg.bootstrap,
-                   compare=[], dry_run=dry_run, jobs=jobs, device=cfg.device,
-                   side_by_side=cfg.side_by_side, placement=cfg.data_placement, progress=progress, log=log)
+    return execute(
+        store_path=cfg.store or "",
+        train_manifest=cfg.train or "",
+        eval_manifests=cfg.eval,
+        out=cfg.out,
+        runs=plan(cfg),
+        base_train=cfg.train_config,
+        controls=cfg.controls,
+        bootstrap=cfg.bootstrap,
+        compare=[],
+        dry_run=dry_run,
+        jobs=jobs,
+        device=cfg.device,
+        side_by_side=cfg.side_by_side,
+        placement=cfg.data_placement,
+        progress=progress,
+        log=log,
+    )
 
 
 CONFIG = SensitivityConfig
