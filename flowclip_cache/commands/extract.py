@@ -1,0 +1,150 @@
+"""`flowclip extract`: frozen encoders once over every image and caption the manifests name."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..errors import FlowclipError
+from .common import READOUT_NAMES, device_name
+
+
+@click.command()
+@click.option("--store", required=True, type=click.Path(file_okay=False), help="Store folder (created if absent).")
+@click.option(
+    "--model",
+    required=True,
+    help="An open_clip config (OpenAI-style CLIP: ViT-B-32, ViT-B-16, ViT-L-14, ViT-L-14-336; SigLIP: "
+    "ViT-B-16-SigLIP, ViT-B-16-SigLIP2, ...) or blip:<HF repo or folder> (BLIP ITC). "
+    "docs/encoders.md lists the families.",
+)
+@click.option(
+    "--pretrained",
+    default="none",
+    show_default=True,
+    help="open_clip pretrained tag (e.g. openai), a local checkpoint file, 'synthetic' (the tiny CLIP "
+    "that ships: --model flowclip-tiny-clip), for BLIP 'hf' (the repo's or folder's "
+    "model.safetensors), or 'none': RANDOM weights, the default.",
+)
+@click.option("--init-seed", default=0, show_default=True, help="Seed of random weights (--pretrained none).")
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=True, file_okay=False),
+    help="A local Hugging Face tokenizer folder instead of the model config's (SigLIP); fingerprinted "
+    "by its files' content.",
+)
+@click.option(
+    "--patch-readout",
+    type=click.Choice(READOUT_NAMES),
+    default="standard",
+    show_default=True,
+    help="How the last ViT block is read out into patch features (OpenAI-style CLIP only; "
+    "docs/method.md, 'Patch readouts'). The global is unchanged.",
+)
+@click.option(
+    "--manifest",
+    "manifests",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="A manifest (Parquet); repeat for several.",
+)
+@click.option("--image-root", type=click.Path(), help="Folder the manifests' image paths are relative to.")
+@click.option(
+    "--backend",
+    type=click.Choice(["zarr", "hdf5"]),
+    default="zarr",
+    show_default=True,
+    help="Backend of a new store (an existing store keeps its own).",
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@click.option("--batch-size", default=64, show_default=True, help="Images per forward pass.")
+@click.option("--text-batch-size", default=256, show_default=True, help="Captions per forward pass.")
+@click.option(
+    "--workers",
+    default=min(4, os.cpu_count() or 1),
+    show_default=True,
+    help="Image decoding processes (0 = in the main process).",
+)
+@click.option("--token-mask", type=click.Choice(["nonpad", "content"]), default="nonpad", show_default=True)
+@click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip", show_default=True)
+@click.option("--allow-outside-root", is_flag=True, help="Allow image paths outside --image-root.")
+@click.option(
+    "--rank", type=int, default=lambda: int(os.environ.get("RANK", 0)), help="This worker's share (default $RANK)."
+)
+@click.option(
+    "--world-size",
+    type=int,
+    default=lambda: int(os.environ.get("WORLD_SIZE", 1)),
+    help="Number of workers (default $WORLD_SIZE).",
+)
+@click.option("--image-unit", default=256, show_default=True, help="Images per committed segment.")
+@click.option("--caption-unit", default=4096, show_default=True, help="Captions per committed segment.")
+@click.option(
+    "--rehash",
+    is_flag=True,
+    help="Hash every image file again, even those whose size, mtime and "
+    "inode the store recorded (for files edited in place without a new mtime).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def extract(
+    store,
+    model,
+    pretrained,
+    init_seed,
+    tokenizer,
+    patch_readout,
+    manifests,
+    image_root,
+    backend,
+    device,
+    batch_size,
+    text_batch_size,
+    workers,
+    token_mask,
+    on_error,
+    allow_outside_root,
+    rank,
+    world_size,
+    image_unit,
+    caption_unit,
+    rehash,
+    quiet,
+):
+    """Encode every image and caption the manifests name, once, into a feature store."""
+    from ..encoders import EncoderSpec, resolve
+    from ..extract import run_extract
+    from ..store import FeatureStore
+
+    if not 0 <= rank < world_size:
+        raise FlowclipError(f"--rank {rank} must lie in [0, --world-size {world_size})")
+    enc = resolve(
+        EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer, patch_readout=patch_readout)
+    )
+    fs = FeatureStore.open_or_create(store, enc.config, backend)
+    summary = run_extract(
+        fs,
+        enc,
+        list(manifests),
+        image_root,
+        device=device_name(device),
+        batch_size=batch_size,
+        text_batch_size=text_batch_size,
+        workers=workers,
+        on_error=on_error,
+        allow_outside_root=allow_outside_root,
+        rank=rank,
+        world_size=world_size,
+        progress=not quiet,
+        image_unit=image_unit,
+        caption_unit=caption_unit,
+        rehash=rehash,
+    )
+    if enc.config["weights"]["source"] == "random-init":
+        click.echo(f"weights:  random (--pretrained none, init seed {init_seed}): features of an untrained encoder")
+    for line in summary.lines():
+        click.echo(line)
+    if summary.failures and on_error == "fail":
+        sys.exit(1)

@@ -1,0 +1,236 @@
+"""`flowclip train-head`, `score` and `explain`: train a head from the store, score it, explain it."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..errors import FlowclipError
+from ..heads import REGISTRY
+from .common import config_and_flags, device_name
+
+
+def _train_option(name, typ, help):
+    return click.option(f"--{name.replace('_', '-')}", name, type=typ, default=None, help=help)
+
+
+@click.command("train-head")
+@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--train",
+    "train_manifest",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A training manifest (record_id, image, positive, negatives, split).",
+)
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML file of TrainConfig keys; flags override it.",
+)
+@_train_option(
+    "head",
+    click.Choice(list(REGISTRY)),
+    "Head kind: " + "; ".join(f"{k}: {h.title}" for k, h in REGISTRY.items()) + ". Default flow.",
+)
+@_train_option(
+    "cimr",
+    float,
+    "lambda_CIMR (0 = HNB alone). Default: the paper's row for the head (Tab. 2): "
+    "0 for global (Global-M), 0.1 for flow (complete Flow-CLIP).",
+)
+@_train_option("alpha", float, "Weight of s_token. Default 1.")
+@_train_option("tau_p", float, "Patch pooling temperature. Default 0.05.")
+@_train_option("tau_c", float, "Contrastive temperature. Default 0.01.")
+@_train_option("epochs", int, "Default 5.")
+@_train_option("batch_size", int, "Records per batch. Default 32.")
+@_train_option("lr", float, "AdamW learning rate. Default 8e-5.")
+@_train_option("weight_decay", float, "Default 1e-4.")
+@_train_option("grad_clip", float, "Gradient norm clip. Default 1.0.")
+@_train_option("seed", int, "Default 0.")
+@_train_option("checkpoint_every", int, "Steps between checkpoints. Default 500.")
+@click.option("--device", default="auto", show_default=True)
+@click.option(
+    "--data-placement",
+    type=click.Choice(["auto", "device", "host", "store"]),
+    default="auto",
+    show_default=True,
+    help="Where the training features live: on the device, in host memory (batches "
+    "copied ahead), or read from the store batch by batch; auto chooses from a memory estimate.",
+)
+@click.option("--image-root", type=click.Path(), help="Only where the store saw the same paths under several roots.")
+@click.option("--resume", is_flag=True, help="Continue an unfinished run in --out.")
+@click.option("--overwrite", is_flag=True, help="Replace a run in --out.")
+@click.option("--quiet", is_flag=True)
+def train_head_cmd(
+    store, train_manifest, out, config_file, device, data_placement, image_root, resume, overwrite, quiet, **flags
+):
+    """Train a Flow-CLIP (or Global-M) head from cached features."""
+    from ..store import FeatureStore
+    from ..train import TrainConfig, train_head
+
+    cfg = TrainConfig.from_dict(*config_and_flags(TrainConfig, config_file, flags))
+    state = train_head(
+        FeatureStore(store),
+        train_manifest,
+        out,
+        cfg,
+        device=device_name(device),
+        resume=resume,
+        overwrite=overwrite,
+        image_root=image_root,
+        progress=not quiet,
+        placement=data_placement,
+        log=click.echo,
+    )
+    click.echo(f"done: {out} ({state['global_step']} steps)")
+
+
+@click.command()
+@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--manifests",
+    "manifests",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True),
+    help="A manifest or a folder of them; repeatable.",
+)
+@click.option(
+    "--scorer",
+    "scorers",
+    multiple=True,
+    required=True,
+    help="'clip', a train-head run folder, or NAME=folder (same NAME = seeds of one method).",
+)
+@click.option("--controls", default="real", show_default=True, help="Comma-separated: real,shuffle,fixed.")
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--device", default="auto", show_default=True)
+@click.option("--seed", default=0, show_default=True, help="Seed of the controls and the bootstrap.")
+@click.option("--bootstrap", "draws", default=10000, show_default=True, help="Bootstrap draws (0 = none).")
+@click.option("--max-memory", default=2048, show_default=True, help="MiB bound for retrieval blocks.")
+@click.option("--shortlist", type=int, help="Re-rank the global top K in retrieval (approximate; labelled).")
+@click.option("--image-root", type=click.Path())
+@click.option("--overwrite", is_flag=True, help="Replace a results folder flowclip score wrote (nothing else).")
+@click.option(
+    "--explain",
+    "explain_n",
+    default=0,
+    show_default=True,
+    help="Also explain the N largest repairs and N largest regressions between the first and the last "
+    "scorer (OUT/explain/explorer.html; needs --image-root to show the images).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def score(
+    store,
+    manifests,
+    scorers,
+    controls,
+    out,
+    device,
+    seed,
+    draws,
+    max_memory,
+    shortlist,
+    image_root,
+    overwrite,
+    explain_n,
+    quiet,
+):
+    """Score every benchmark manifest with every scorer, from one store."""
+    from ..score import CONTROLS, run_score
+    from ..store import FeatureStore
+
+    ctl = tuple(c.strip() for c in controls.split(",") if c.strip())
+    bad = [c for c in ctl if c not in CONTROLS]
+    if bad:
+        raise FlowclipError(f"--controls: unknown {bad}; use {', '.join(CONTROLS)}")
+    run_score(
+        FeatureStore(store),
+        list(manifests),
+        list(scorers),
+        out,
+        controls=ctl,
+        device=device_name(device),
+        seed=seed,
+        bootstrap_draws=draws,
+        max_memory_mb=max_memory,
+        shortlist=shortlist,
+        overwrite=overwrite,
+        image_root=image_root,
+        progress=not quiet,
+        log=click.echo,
+    )
+    click.echo(open(os.path.join(out, "results.md")).read())
+    if explain_n:
+        from ..explain import run_explain
+
+        run_explain(
+            FeatureStore(store),
+            list(manifests),
+            list(scorers),
+            os.path.join(out, "explain"),
+            records="changed",
+            limit=explain_n,
+            per_status=True,
+            image_root=image_root,
+            device=device_name(device),
+            log=click.echo,
+        )
+
+
+@click.command()
+@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--manifest",
+    "manifests",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True),
+    help="A candidates/pairwise manifest or a folder of them; repeatable.",
+)
+@click.option(
+    "--scorer",
+    "scorers",
+    multiple=True,
+    required=True,
+    help="As for score: 'clip', a run folder or NAME=folder. Repairs and regressions are between the "
+    "first and the last.",
+)
+@click.option(
+    "--records",
+    default="changed",
+    show_default=True,
+    help="repairs, regressions, changed (both), all, or record ids separated by commas.",
+)
+@click.option(
+    "--max", "limit", default=40, show_default=True, help="Records explained (largest margin change first; 0 = all)."
+)
+@click.option(
+    "--image-root", type=click.Path(), help="Folder the manifests' image paths are relative to (for display)."
+)
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--device", default="auto", show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an explain folder flowclip wrote (nothing else).")
+def explain(store, manifests, scorers, records, limit, image_root, out, device, overwrite):
+    """Where each word found its evidence: token->patch maps before and after the
+    refinement, patch sensitivity of the gold-foil margin, every scorer's margins; PNGs and
+    one self-contained HTML explorer (explorer.html)."""
+    from ..explain import run_explain
+    from ..store import FeatureStore
+
+    run_explain(
+        FeatureStore(store),
+        list(manifests),
+        list(scorers),
+        out,
+        records=records,
+        limit=limit,
+        image_root=image_root,
+        device=device_name(device),
+        overwrite=overwrite,
+        log=click.echo,
+    )

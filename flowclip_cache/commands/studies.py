@@ -1,0 +1,113 @@
+"""`flowclip run`, `profile`, `pretrain-tiny-clip` and `demo`: whole studies and the synthetic world."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..errors import FlowclipError
+from .common import READOUT_NAMES
+
+
+@click.command("run", context_settings={"ignore_unknown_options": False})
+@click.argument("config")
+@click.argument("overrides", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Print the plan and what is already done.")
+@click.option("--jobs", default=1, show_default=True, help="Runs trained at once (threads sharing the features).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def run_pipeline(config, overrides, dry_run, jobs, quiet):
+    """Run a whole study from a pipeline YAML (a path, or the name of one that ships:
+    ablation, sensitivity, synthetic), with KEY=VALUE overrides."""
+    from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
+    from ..studies import pipeline_module
+
+    config = find_config(config)
+    data = load_yaml(config)
+    if "kind" not in data:
+        raise FlowclipError(f"{config}: a pipeline file is a mapping with a 'kind' key")
+    data = apply_overrides(data, parse_overrides(list(overrides)))
+    module = pipeline_module(data["kind"])
+    cfg = build(module.CONFIG, data, config)
+    summary = module.run(cfg, dry_run, jobs, log=click.echo, progress=not quiet)
+    if summary is not None:
+        click.echo(open(os.path.join(cfg.out, "summary.md")).read())
+
+
+@click.command("profile")
+@click.argument("config")
+@click.argument("overrides", nargs=-1)
+@click.option("--overwrite", is_flag=True, help="Replace a different profile.json in the study folder.")
+def profile(config, overrides, overwrite):
+    """The frozen encoder's profile on a study's synthetic world, without training heads:
+    accuracy per family and patch grounding (the gate before any head experiment). With
+    encoder.patch_readout=[standard,sclip,...] one row per readout."""
+    from ..clip_profile import profile_rows
+    from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
+    from ..report import table
+    from ..studies import ablation
+    from ..studies.study import claim_folder
+
+    config = find_config(config)
+    data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
+    cfg = build(ablation.CONFIG, data, config)
+    if cfg.world is None:
+        raise FlowclipError(f"{config}: profile needs a synthetic world (world: {{...}})")
+    grid = ablation.readout_grid(cfg)
+    if len(grid) > 1:
+        claim_folder(cfg.out)
+    profiles = {}
+    for readout, sub in grid:
+        ablation.encoder_spec(sub.encoder)
+        store, paths, _ = ablation.world_store(sub, click.echo)
+        profiles[f"{cfg.encoder.get('model')} ({cfg.encoder.get('pretrained')}, {readout})"] = ablation.write_profile(
+            sub, store, paths, lambda *_: None, recompute=True, overwrite=overwrite
+        )
+    click.echo("\n".join(table(*profile_rows(profiles))))
+
+
+@click.command("pretrain-tiny-clip")
+@click.argument("config")
+@click.argument("overrides", nargs=-1)
+@click.option(
+    "--out",
+    default="runs/pretrain-tiny-clip",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Checkpoints (resumable).",
+)
+@click.option("--export-to", type=click.Path(file_okay=False), help="Where the FP16 weights go (default: the package).")
+@click.option("--quiet", is_flag=True)
+def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
+    """Pretrain the tiny CLIP on the synthetic world (CONFIG: pretrain_tiny_clip, the recipe
+    that made the shipped weights, or a YAML file)."""
+    from ..config import apply_overrides, find_config, load_yaml, parse_overrides
+    from ..pretrain import PretrainConfig, pretrain
+
+    config = find_config(config)
+    data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
+    cfg = PretrainConfig.from_dict(data, config)
+    path = pretrain(out, cfg, log=click.echo, progress=not quiet, export_to=export_to)
+    click.echo(f"weights: {path}")
+
+
+@click.command()
+@click.option("--out", default="flowclip-demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--scenes", default=1500, show_default=True, help="Head-training scenes of the world.")
+@click.option("--epochs", default=2, show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@click.option("--zoo", is_flag=True, help="Also train and score the head zoo (LABCLIP, FILIP, FSC local, DCSM).")
+@click.option(
+    "--patch-readout",
+    type=click.Choice(READOUT_NAMES),
+    default=None,
+    help="The tiny CLIP's patch readout (default: the demo's, see docs/results-synthetic.md).",
+)
+def demo(out, scenes, epochs, quiet, zoo, patch_readout):
+    """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""
+    from ..demo import run_demo
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo, patch_readout=patch_readout)
+    click.echo(open(os.path.join(out, "summary.md")).read())
+    click.echo(f"report: {os.path.join(out, 'summary.md')} (tables), {os.path.join(out, 'score')} (every record)")
