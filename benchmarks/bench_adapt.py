@@ -23,10 +23,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.adapt import AdaptConfig, Adapted, Ranks, _Images, read_records, step
+from flowclip_cache.adapt import AdaptConfig, Adapted, _Images, read_records, step
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.losses import batch_loss
+from flowclip_cache.ranks import Ranks
 from flowclip_cache.sample import make_sample
-from flowclip_cache.train import batch_loss, epoch_order
+from flowclip_cache.train import epoch_order
 
 
 def bare_step(model, head, opt, params, x, ids, img, pos, neg, cfg):

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from flowclip_cache.extract import collect
+from flowclip_cache.extract_plan import collect
 from flowclip_cache.manifest import write_manifest
 
 

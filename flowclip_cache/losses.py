@@ -6,8 +6,14 @@ A batch of B records gives S [B, 2B]: image i against the candidates
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from .heads import Head
+    from .train_config import TrainConfig
 
 
 def hnb_masks(image_ids: torch.Tensor, pos_ids: torch.Tensor, neg_ids: torch.Tensor):
@@ -65,3 +71,15 @@ def cimr_loss(S: torch.Tensor, tau_c: float, donors: torch.Tensor) -> torch.Tens
     own = S[i, i] - S[i, B + i]
     donor = S[d, i] - S[d, B + i]
     return F.softplus(-(own - donor) / tau_c).mean()
+
+
+# -- one step's loss: what train-head, studies and the dry run's timing share ---------------------
+def batch_loss(head: "Head", cfg: "TrainConfig", img, pos, neg, feats):
+    """(loss, HNB term, CIMR term, the head's named parts) of one batch whose features are gathered.
+    The head scores all pairs itself; the loop never recombines a head's parts."""
+    v, P, t, H, mask = feats
+    S, terms = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
+    l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
+    weight = cfg.cimr or 0.0  # None was resolved to the head's default by TrainConfig
+    l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if weight > 0 else S.new_zeros(())
+    return l_hnb + weight * l_cimr, l_hnb, l_cimr, terms

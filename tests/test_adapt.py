@@ -27,9 +27,10 @@ from flowclip_cache.adapt import (
 from flowclip_cache.cli import main
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
+from flowclip_cache.losses import batch_loss
 from flowclip_cache.manifest import Manifest
 from flowclip_cache.store.integrity import store_problems
-from flowclip_cache.train import TrainConfig, batch_loss, epoch_order, train_head
+from flowclip_cache.train import TrainConfig, epoch_order, train_head
 from flowclip_cache.training_data import load_training_data
 
 TINY = "flowclip-tiny-vit"

@@ -54,7 +54,7 @@ def test_summarise_mean_and_sample_std_by_hand():
 def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
     """summary.md said an interval that excludes 0 is marked * and marked none (the demo's
     report, issue 29); score's results.md did. Both now use report.interval_cell."""
-    from flowclip_cache.studies.study import write_summary
+    from flowclip_cache.studies.summary import write_summary
 
     runs = [RunSpec("flow", 0, {})]
     score = {

@@ -246,7 +246,8 @@ def test_unknown_family_names_the_supported_ones():
 # -- every dimension; one path from extract to score -----------------------------------------
 @pytest.mark.parametrize("d", [256, 512, 768, 1024])
 def test_flow_head_has_3d2_parameters_at_every_dimension(d):
-    from flowclip_cache.train import TrainConfig, head_parameters
+    from flowclip_cache.head_run import head_parameters
+    from flowclip_cache.train import TrainConfig
 
     assert head_parameters(TrainConfig(head="flow"), d) == 3 * d * d
     assert head_parameters(TrainConfig(head="global"), d) == d * d

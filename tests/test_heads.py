@@ -142,7 +142,8 @@ def test_filip_late_interaction_against_loops():
 def test_labclip_ranks_by_its_linear_map_and_learns_its_temperature():
     """s = v . norm(A t); the loop sees s * tau_c / tau, so HNB's logits are s / tau, and at
     the start (tau = tau_c, A = I) LABCLIP's loss equals Global-M's."""
-    from flowclip_cache.train import TrainConfig, batch_loss
+    from flowclip_cache.losses import batch_loss
+    from flowclip_cache.train import TrainConfig
 
     g = torch.Generator().manual_seed(4)
     v = F.normalize(torch.randn(4, 8, generator=g), dim=-1)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from flowclip_cache import checkpoint
-from flowclip_cache import train as train_mod
+from flowclip_cache import losses as losses_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.extract import run_extract
@@ -136,7 +136,7 @@ def test_refusals(world, tmp_path, monkeypatch):
     )
     # NaN: stop, keep the last good checkpoint
     nan_out = str(tmp_path / "nan")
-    real = train_mod.hnb_loss
+    real = losses_mod.hnb_loss
     calls = {"n": 0}
 
     def poisoned(*a, **k):
@@ -144,7 +144,7 @@ def test_refusals(world, tmp_path, monkeypatch):
         loss = real(*a, **k)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(train_mod, "hnb_loss", poisoned)
+    monkeypatch.setattr(losses_mod, "hnb_loss", poisoned)
     with pytest.raises(FlowclipError, match="non-finite loss"):
         train_head(world["store"], world["manifest"], nan_out, cfg(), progress=False, log=lambda *_: None)
     w, _, state = checkpoint.load(nan_out)

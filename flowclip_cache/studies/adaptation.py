@@ -23,7 +23,8 @@ from ..errors import FlowclipError
 from ..outputs import write_text
 from .ablation import AblationConfig, encoder_spec
 from .ablation import run as run_ablation
-from .study import claim_folder, mean_cell, mean_std
+from .study import claim_folder
+from .summary import mean_cell, mean_std
 
 
 @dataclass

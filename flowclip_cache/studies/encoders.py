@@ -16,7 +16,8 @@ from typing import Any
 
 from ..errors import FlowclipError
 from ..outputs import write_text
-from .study import RunSpec, claim_folder, execute, mean_cell
+from .study import RunSpec, claim_folder, execute
+from .summary import mean_cell
 
 DEFAULT_HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow": {"head": "flow", "cimr": 0.1}}
 

@@ -1,0 +1,192 @@
+"""A study's summary across seeds, written: summary.md (tables, bootstrap, controls, the
+conclusions), summary.csv, summary.json and summary.png."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+
+def mean_std(vals: list[float]) -> dict:
+    """Mean and sample std over seeds (std 0 for one seed) and how many."""
+    return {"mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0, "n": len(vals)}
+
+
+def mean_cell(v: dict) -> str:
+    """mean ± sample std; one seed shows no spread."""
+    return f"{v['mean']:.2f}" + (f" ± {v['std']:.2f}" if v.get("n", 1) > 1 else "")
+
+
+def _cell(v: dict) -> str:
+    """mean ± sample std (change from CLIP)."""
+    return f"{mean_cell(v)} ({v['delta']:+.2f})"
+
+
+def conclusions(summary: dict) -> list[str]:
+    """One line per bootstrap comparison and question, written from the numbers: the
+    difference, its interval, and whether the interval excludes zero."""
+    lines = []
+    for task, d in summary["bootstrap"].items():
+        for key, v in d.items():
+            lo, hi = v["ci95_pts"]
+            verdict = ("higher" if lo > 0 else "lower") if (lo > 0 or hi < 0) else "no difference shown"
+            lines.append(
+                f"- {task}: {key} = {v['mean_pts']:+.2f} points, 95% interval [{lo:.2f}, {hi:.2f}]: "
+                + (
+                    f"the interval excludes 0 ({verdict})."
+                    if verdict != "no difference shown"
+                    else "the interval includes 0 (no difference shown)."
+                )
+            )
+    for control in ("shuffle", "fixed"):
+        table = summary["controls"].get(control, {})
+        for method, row in table.items():
+            if method == "clip":
+                continue
+            tasks = summary.get("tasks", list(row))
+            deltas = [row[t]["delta"] for t in tasks if t in row]
+            if deltas:
+                lines.append(
+                    f"- {control.capitalize()} images (lower is better): {method}'s accuracy differs from "
+                    f"CLIP's by {np.mean(deltas):+.2f} points on average over its {len(deltas)} tasks."
+                )
+    return lines
+
+
+def write_summary(out: str, summary: dict) -> None:
+    from ..clip_profile import profile_table
+    from ..report import BOOTSTRAP_NOTE, CONTROLS_NOTE, interval_cell, table
+
+    cols = summary["columns"]
+    md = [
+        "# Study summary",
+        "",
+        "Figures are percent (summary.json: the same, in percent; the score's results.json holds fractions).",
+        "",
+    ]
+    if "encoder_profile" in summary:
+        md += ["## The frozen encoder's profile", "", profile_table(summary["encoder_profile"], "frozen encoder"), ""]
+    seeds = max((v["n"] for t in summary["controls"].values() for row in t.values() for v in row.values()), default=1)
+    spread = "mean ± sample std across seeds" if seeds > 1 else "one seed, so no spread across seeds"
+    for control, tbl in summary["controls"].items():
+        md += [
+            f"## {control.capitalize()} images",
+            "",
+            f"Accuracy (%), {spread} (change from CLIP in points).",
+            "",
+            *table(
+                ["method"] + cols, [[m] + [_cell(row[c]) if c in row else "" for c in cols] for m, row in tbl.items()]
+            ),
+            "",
+        ]
+    md += [CONTROLS_NOTE, ""]
+    if summary["own_training_accuracy"]:
+        kinds = sorted({k for v in summary["own_training_accuracy"].values() for k in v})
+        md += [
+            "## Pairwise accuracy on each head's own training records (fixed sample, last epoch)",
+            "",
+            *table(
+                ["method"] + kinds,
+                [
+                    [m]
+                    + [
+                        f"{per[k]['mean']:.2f}" + (f" ± {per[k]['std']:.2f}" if seeds > 1 else "") if k in per else ""
+                        for k in kinds
+                    ]
+                    for m, per in summary["own_training_accuracy"].items()
+                ],
+            ),
+            "",
+        ]
+    if summary["bootstrap"]:
+        md += [
+            "## Paired image-cluster bootstrap, 95% intervals (points)",
+            "",
+            BOOTSTRAP_NOTE,
+            "",
+            *table(
+                ["task", "difference", "mean", "95% CI", "draws missing a group"],
+                [
+                    [t, k, f"{v['mean_pts']:.2f}", interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]]
+                    for t, d in summary["bootstrap"].items()
+                    for k, v in d.items()
+                ],
+            ),
+            "",
+        ]
+    md += [
+        "## Conclusions",
+        "",
+        "Written from the numbers above: each comparison's interval, and the image controls.",
+        "",
+        *(conclusions(summary) or ["- no comparison was bootstrapped."]),
+        "",
+    ]
+    if "encoder_profile" in summary:
+        md += [
+            "How these synthetic-world figures read against the paper, and why the frozen tiny CLIP's "
+            "patches limit what they can show: docs/results-synthetic.md in the flowclip repository.",
+            "",
+        ]
+    if "timing" in summary:
+        per_run = [v for v in summary["timing"]["train_seconds_per_run"].values() if v]
+        md += [
+            f"Wall time: {summary['timing']['this_invocation_seconds']:.0f} s for this invocation; "
+            f"each run's training wall time {np.mean(per_run) if per_run else 0:.1f} s on average (runs trained "
+            f"side by side share theirs); scoring {summary['timing']['score_seconds']:.0f} s."
+        ]
+    csv = ["control,method,column,mean_percent,std_percent,n,delta_points"]
+    for control, tbl in summary["controls"].items():
+        for method, row in tbl.items():
+            for c, v in row.items():
+                csv.append(f"{control},{method},{c},{v['mean']:.4f},{v['std']:.4f},{v['n']},{v['delta']:.4f}")
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    open(os.path.join(out, "summary.md"), "w").write("\n".join(md) + "\n")
+    open(os.path.join(out, "summary.csv"), "w").write("\n".join(csv) + "\n")
+    plot_summary(out, summary)
+
+
+def plot_summary(out: str, summary: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = summary["columns"]
+    methods = [m for m in summary["table"] if m != "clip"]
+    if not methods or not cols:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cols)), 4))
+    width = 0.8 / len(methods)
+    for i, m in enumerate(methods):
+        row = summary["table"][m]
+        xs = [j + i * width for j in range(len(cols))]
+        several = any(row.get(c, {}).get("n", 1) > 1 for c in cols)  # one seed: no error bars
+        ax.bar(
+            xs,
+            [row.get(c, {}).get("delta", 0) for c in cols],
+            width,
+            yerr=[row.get(c, {}).get("std", 0) for c in cols] if several else None,
+            capsize=2,
+            label=m,
+        )
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))])
+    ax.set_xticklabels(cols, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("change from CLIP (points)")
+    ax.set_title(
+        "Real images: accuracy change from CLIP per task"
+        + (
+            " (bars: mean over seeds, whiskers: sample std)"
+            if len(methods) and any(v.get("n", 1) > 1 for row in summary["table"].values() for v in row.values())
+            else " (one seed)"
+        ),
+        fontsize=9,
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "summary.png"), dpi=100)
+    plt.close(fig)
