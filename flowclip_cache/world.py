@@ -20,6 +20,7 @@ colour-shape combinations never seen in head training.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from PIL import Image, ImageDraw
 
+from .errors import FlowclipError
 from .manifest import write_manifest
 
 COLOURS = {
@@ -300,15 +302,7 @@ def build_world(
     log=print,
 ) -> dict[str, str]:
     """Write images and manifests under root; returns the manifest paths. Idempotent."""
-    marker = os.path.join(root, "WORLD_DONE")
-    paths = {
-        "image_root": os.path.join(root, "images"),
-        "training": os.path.join(root, "train.parquet"),
-        "pretrain": os.path.join(root, "pretrain.parquet"),
-    }
-    for fam in FAMILIES:
-        paths[f"eval-{fam}"] = os.path.join(root, f"eval_{fam}.parquet")
-    paths["eval-heldout-swap-att"] = os.path.join(root, "eval_heldout_swap-att.parquet")
+    paths = world_paths(root)
     settings = {
         "seed": seed,
         "size": size,
@@ -318,13 +312,10 @@ def build_world(
         "pretrain_scenes": pretrain_scenes,
         "version": 1,
     }
+    marker = os.path.join(root, "WORLD_DONE")
     if os.path.exists(marker):
-        import json
-
         built = json.load(open(marker))
         if built != settings:
-            from .errors import FlowclipError
-
             raise FlowclipError(
                 f"{root} holds a world built with other settings ({built}); remove it or use another folder"
             )
@@ -333,44 +324,23 @@ def build_world(
     held = held_out_combos(seed)
     all_combos = [(c, s) for c in COLOURS for s in SHAPES]
     seen_combos = [cs for cs in all_combos if cs not in held]
-
-    def scenes(split: str, n: int, combos, need_held: bool = False):
-        rng = random.Random(f"{seed}:{split}")
-        out: list[tuple[str, list[Obj], random.Random]] = []
-        while len(out) < n:
-            k = rng.choice((1, 2, 2, 3, 3)) if split != "eval" and split != "heldout" else rng.choice((2, 3))
-            objs = sample_scene(rng, k, combos)
-            if need_held and not any((o.colour, o.shape) in held for o in objs):
-                continue
-            name = f"{split}/{len(out):06d}.png"
-            os.makedirs(os.path.join(paths["image_root"], split), exist_ok=True)
-            render(objs, rng, size).save(os.path.join(paths["image_root"], name))
-            out.append((name, objs, rng))
-        return out
-
-    write_manifest(
-        paths["training"],
-        pa.Table.from_pylist(_training_rows(scenes("train", train_scenes, seen_combos), all_combos)),
-        "training",
-        {"benchmark": "synthetic-train"},
+    scenes = lambda split, n, combos, need_held=False: _scenes(
+        paths["image_root"], seed, size, held, split, n, combos, need_held
     )
+    train = _training_rows(scenes("train", train_scenes, seen_combos), all_combos)
+    write_manifest(paths["training"], pa.Table.from_pylist(train), "training", {"benchmark": "synthetic-train"})
     # evaluation: disjoint scenes (their own seed stream), one manifest per family
     ev = scenes("eval", eval_scenes, seen_combos)
     for fam in FAMILIES:
+        rows = _eval_rows(ev, fam, f"{seed}:{fam}", all_combos)
         write_manifest(
-            paths[f"eval-{fam}"],
-            pa.Table.from_pylist(_eval_rows(ev, fam, f"{seed}:{fam}", all_combos)),
-            "candidates",
-            {"benchmark": f"synthetic-{fam}"},
+            paths[f"eval-{fam}"], pa.Table.from_pylist(rows), "candidates", {"benchmark": f"synthetic-{fam}"}
         )
     # held-out colour-shape combinations, binding family
     ho = scenes("heldout", heldout_scenes, all_combos, need_held=True)
-    write_manifest(
-        paths["eval-heldout-swap-att"],
-        pa.Table.from_pylist(_eval_rows(ho, "swap-att", f"{seed}:heldout", all_combos, "heldout")),
-        "candidates",
-        {"benchmark": "synthetic-heldout-swap-att"},
-    )
+    rows = _eval_rows(ho, "swap-att", f"{seed}:heldout", all_combos, "heldout")
+    meta = {"benchmark": "synthetic-heldout-swap-att"}
+    write_manifest(paths["eval-heldout-swap-att"], pa.Table.from_pylist(rows), "candidates", meta)
     if pretrain_scenes:
         pre = scenes("pretrain", pretrain_scenes, all_combos)
         rows = [
@@ -378,12 +348,42 @@ def build_world(
             for i, (name, objs, rng) in enumerate(pre)
         ]
         write_manifest(paths["pretrain"], pa.Table.from_pylist(rows), "retrieval", {"benchmark": "synthetic-pretrain"})
-    import json
-
     with open(marker, "w") as f:
         json.dump(settings, f)
     log(f"world written to {root}")
     return paths
+
+
+def world_paths(root: str) -> dict[str, str]:
+    """Where a world's images and manifests are."""
+    paths = {
+        "image_root": os.path.join(root, "images"),
+        "training": os.path.join(root, "train.parquet"),
+        "pretrain": os.path.join(root, "pretrain.parquet"),
+    }
+    for fam in FAMILIES:
+        paths[f"eval-{fam}"] = os.path.join(root, f"eval_{fam}.parquet")
+    paths["eval-heldout-swap-att"] = os.path.join(root, "eval_heldout_swap-att.parquet")
+    return paths
+
+
+def _scenes(
+    image_root: str, seed: int, size: int, held: set, split: str, n: int, combos, need_held: bool
+) -> list[tuple[str, list[Obj], random.Random]]:
+    """n scenes of a split, rendered to image_root/<split>/, from the split's own seed stream
+    (evaluation scenes hold two or three objects; need_held: each holds a held-out combination)."""
+    rng = random.Random(f"{seed}:{split}")
+    out: list[tuple[str, list[Obj], random.Random]] = []
+    while len(out) < n:
+        k = rng.choice((1, 2, 2, 3, 3)) if split != "eval" and split != "heldout" else rng.choice((2, 3))
+        objs = sample_scene(rng, k, combos)
+        if need_held and not any((o.colour, o.shape) in held for o in objs):
+            continue
+        name = f"{split}/{len(out):06d}.png"
+        os.makedirs(os.path.join(image_root, split), exist_ok=True)
+        render(objs, rng, size).save(os.path.join(image_root, name))
+        out.append((name, objs, rng))
+    return out
 
 
 def _training_rows(train: list, all_combos: list) -> list[dict]:

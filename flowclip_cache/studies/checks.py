@@ -60,7 +60,7 @@ def check_study(
     from ..store import FeatureStore
 
     out.store = _try(out, FeatureStore, store_path) if store_path else None
-    if store_path is None:
+    if not store_path:
         out.problems.append("no store=... given")
     if out.store is None:
         return out

@@ -86,14 +86,7 @@ def execute(
         log(f"  {line}")
     plan_lines(runs, run_dirs, checked, log, measure=dry_run)
     what = done_key(runs, eval_manifests, controls, bootstrap, compare)
-    finished = summary_is_current(out, what)
-    if finished:
-        log("  the study is finished (summary in place)")
-    elif os.path.exists(os.path.join(out, DONE)):
-        log(
-            "  the summary in place was made for another grid (runs, manifests, controls or comparisons"
-            " changed): finished runs are kept, the rest is trained and everything is scored again"
-        )
+    finished = summary_is_current(out, what, log)
     if checked.problems:
         raise FlowclipError(
             f"{len(checked.problems)} problems found before training:\n  " + "\n  ".join(checked.problems)
@@ -109,18 +102,17 @@ def execute(
     device = checked.device
     store = FeatureStore(store_path)
     t0 = time.perf_counter()
+    shared = dict(device=device, progress=progress, log=log)
     train_missing(
         store,
         train_manifest,
         runs,
         run_dirs,
         checked.cfgs,
-        device=device,
         jobs=jobs,
         side_by_side=side_by_side,
         placement=placement,
-        progress=progress,
-        log=log,
+        **shared,
     )
     summary = score_and_summarise(
         store,
@@ -131,10 +123,8 @@ def execute(
         controls=controls,
         bootstrap=bootstrap,
         compare=compare,
-        device=device,
-        progress=progress,
         t0=t0,
-        log=log,
+        **shared,
     )
     with open(os.path.join(out, DONE), "w") as f:
         json.dump(what, f, indent=1)
@@ -153,7 +143,8 @@ def done_key(runs: list[RunSpec], eval_manifests: list[str], controls, bootstrap
     }
 
 
-def summary_is_current(out: str, what: dict) -> bool:
+def summary_is_current(out: str, what: dict, log) -> bool:
+    """Whether the summary in place was made from this grid (says which, either way)."""
     path = os.path.join(out, DONE)
     if not os.path.exists(path):
         return False
@@ -161,7 +152,14 @@ def summary_is_current(out: str, what: dict) -> bool:
         recorded = json.load(open(path))
     except ValueError:
         recorded = None  # a marker written before the key was recorded: its grid is unknown
-    return recorded == what
+    if recorded == what:
+        log("  the study is finished (summary in place)")
+        return True
+    log(
+        "  the summary in place was made for another grid (runs, manifests, controls or comparisons"
+        " changed): finished runs are kept, the rest is trained and everything is scored again"
+    )
+    return False
 
 
 def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None) -> dict:

@@ -56,10 +56,22 @@ def conclusions(summary: dict) -> list[str]:
 
 
 def write_summary(out: str, summary: dict) -> None:
-    from ..clip_profile import profile_table
-    from ..report import BOOTSTRAP_NOTE, CONTROLS_NOTE, interval_cell, table
+    """summary.json, summary.md, summary.csv and summary.png of a study's summary."""
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    open(os.path.join(out, "summary.md"), "w").write("\n".join(summary_markdown(summary)) + "\n")
+    open(os.path.join(out, "summary.csv"), "w").write("\n".join(summary_csv(summary)) + "\n")
+    plot_summary(out, summary)
 
-    cols = summary["columns"]
+
+def seeds_of(summary: dict) -> int:
+    return max((v["n"] for t in summary["controls"].values() for row in t.values() for v in row.values()), default=1)
+
+
+def summary_markdown(summary: dict) -> list[str]:
+    from ..clip_profile import profile_table
+    from ..report import CONTROLS_NOTE
+
     md = [
         "# Study summary",
         "",
@@ -68,54 +80,7 @@ def write_summary(out: str, summary: dict) -> None:
     ]
     if "encoder_profile" in summary:
         md += ["## The frozen encoder's profile", "", profile_table(summary["encoder_profile"], "frozen encoder"), ""]
-    seeds = max((v["n"] for t in summary["controls"].values() for row in t.values() for v in row.values()), default=1)
-    spread = "mean ± sample std across seeds" if seeds > 1 else "one seed, so no spread across seeds"
-    for control, tbl in summary["controls"].items():
-        md += [
-            f"## {control.capitalize()} images",
-            "",
-            f"Accuracy (%), {spread} (change from CLIP in points).",
-            "",
-            *table(
-                ["method"] + cols, [[m] + [_cell(row[c]) if c in row else "" for c in cols] for m, row in tbl.items()]
-            ),
-            "",
-        ]
-    md += [CONTROLS_NOTE, ""]
-    if summary["own_training_accuracy"]:
-        kinds = sorted({k for v in summary["own_training_accuracy"].values() for k in v})
-        md += [
-            "## Pairwise accuracy on each head's own training records (fixed sample, last epoch)",
-            "",
-            *table(
-                ["method"] + kinds,
-                [
-                    [m]
-                    + [
-                        f"{per[k]['mean']:.2f}" + (f" ± {per[k]['std']:.2f}" if seeds > 1 else "") if k in per else ""
-                        for k in kinds
-                    ]
-                    for m, per in summary["own_training_accuracy"].items()
-                ],
-            ),
-            "",
-        ]
-    if summary["bootstrap"]:
-        md += [
-            "## Paired image-cluster bootstrap, 95% intervals (points)",
-            "",
-            BOOTSTRAP_NOTE,
-            "",
-            *table(
-                ["task", "difference", "mean", "95% CI", "draws missing a group"],
-                [
-                    [t, k, f"{v['mean_pts']:.2f}", interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]]
-                    for t, d in summary["bootstrap"].items()
-                    for k, v in d.items()
-                ],
-            ),
-            "",
-        ]
+    md += _control_tables(summary) + [CONTROLS_NOTE, ""] + _own_accuracy(summary) + _bootstrap_table(summary)
     md += [
         "## Conclusions",
         "",
@@ -137,16 +102,73 @@ def write_summary(out: str, summary: dict) -> None:
             f"each run's training wall time {np.mean(per_run) if per_run else 0:.1f} s on average (runs trained "
             f"side by side share theirs); scoring {summary['timing']['score_seconds']:.0f} s."
         ]
+    return md
+
+
+def _control_tables(summary: dict) -> list[str]:
+    from ..report import table
+
+    cols = summary["columns"]
+    spread = "mean ± sample std across seeds" if seeds_of(summary) > 1 else "one seed, so no spread across seeds"
+    md: list[str] = []
+    for control, tbl in summary["controls"].items():
+        rows = [[m] + [_cell(row[c]) if c in row else "" for c in cols] for m, row in tbl.items()]
+        md += [
+            f"## {control.capitalize()} images",
+            "",
+            f"Accuracy (%), {spread} (change from CLIP in points).",
+            "",
+            *table(["method"] + cols, rows),
+            "",
+        ]
+    return md
+
+
+def _own_accuracy(summary: dict) -> list[str]:
+    from ..report import table
+
+    own = summary["own_training_accuracy"]
+    if not own:
+        return []
+    seeds = seeds_of(summary)
+    kinds = sorted({k for v in own.values() for k in v})
+    cell = lambda v: f"{v['mean']:.2f}" + (f" ± {v['std']:.2f}" if seeds > 1 else "")
+    rows = [[m] + [cell(per[k]) if k in per else "" for k in kinds] for m, per in own.items()]
+    return [
+        "## Pairwise accuracy on each head's own training records (fixed sample, last epoch)",
+        "",
+        *table(["method"] + kinds, rows),
+        "",
+    ]
+
+
+def _bootstrap_table(summary: dict) -> list[str]:
+    from ..report import BOOTSTRAP_NOTE, interval_cell, table
+
+    if not summary["bootstrap"]:
+        return []
+    rows = [
+        [t, k, f"{v['mean_pts']:.2f}", interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]]
+        for t, d in summary["bootstrap"].items()
+        for k, v in d.items()
+    ]
+    return [
+        "## Paired image-cluster bootstrap, 95% intervals (points)",
+        "",
+        BOOTSTRAP_NOTE,
+        "",
+        *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows),
+        "",
+    ]
+
+
+def summary_csv(summary: dict) -> list[str]:
     csv = ["control,method,column,mean_percent,std_percent,n,delta_points"]
     for control, tbl in summary["controls"].items():
         for method, row in tbl.items():
             for c, v in row.items():
                 csv.append(f"{control},{method},{c},{v['mean']:.4f},{v['std']:.4f},{v['n']},{v['delta']:.4f}")
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    open(os.path.join(out, "summary.md"), "w").write("\n".join(md) + "\n")
-    open(os.path.join(out, "summary.csv"), "w").write("\n".join(csv) + "\n")
-    plot_summary(out, summary)
+    return csv
 
 
 def plot_summary(out: str, summary: dict) -> None:
