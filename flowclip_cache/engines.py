@@ -181,7 +181,9 @@ def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
 
 def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> tuple[np.ndarray, np.ndarray]:
     """(image, caption index) pairs: each image's top k captions and each caption's top k
-    images by the head's global score, found block by block (no full matrix)."""
+    images by the head's global score, found block by block (no full matrix). Ties at
+    the k-th place keep the lower index (metrics.top_k), so the pairs do not depend on
+    the block size (--max-memory)."""
     n_t = len(cid)
     k_t, k_i = min(k, n_t), min(k, n_i)
     _, _, tt, _, _ = bank.features(torch.arange(1, device=device), cid, False)
@@ -189,20 +191,16 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
     best_v = np.full((k_i, n_t), -np.inf, np.float32)
     best_i = np.zeros((k_i, n_t), np.int64)
     img_top = []
-    for i0 in range(0, n_i, rows):
+    for i0 in range(0, n_i, rows):  # images in increasing order: a position is an image index
         ii = torch.arange(i0, min(n_i, i0 + rows), device=device)
         v = bank.features(ii, cid[:1], False)[0]
         block = head.coarse(v, tt).cpu().numpy()
-        img_top.append(
-            np.argpartition(-block, k_t - 1, axis=1)[:, :k_t].copy()
-            if k_t < n_t  # (not a view
-            else np.tile(np.arange(n_t), (len(ii), 1))
-        )  # of the block)
+        img_top.append(metrics.top_k(block, k_t, axis=1))
         cand_v = np.concatenate([best_v, block])
         cand_i = np.concatenate([best_i, np.repeat(ii.cpu().numpy()[:, None], n_t, 1)])
-        keep = np.argpartition(-cand_v, k_i - 1, axis=0)[:k_i] if len(cand_v) > k_i else np.arange(len(cand_v))[:, None]
-        best_v = np.take_along_axis(cand_v, keep, 0) if len(cand_v) > k_i else cand_v
-        best_i = np.take_along_axis(cand_i, keep, 0) if len(cand_i) > k_i else cand_i
+        # the running best come first and hold lower image indices: ties keep the lower index
+        keep = metrics.top_k(cand_v, k_i, axis=0)
+        best_v, best_i = np.take_along_axis(cand_v, keep, 0), np.take_along_axis(cand_i, keep, 0)
     top_t = np.concatenate(img_top)
     pairs = np.unique(
         np.concatenate(

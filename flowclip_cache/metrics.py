@@ -169,6 +169,26 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:
     return out
 
 
+def top_k(values: np.ndarray, k: int, axis: int = 1) -> np.ndarray:
+    """Positions of the k largest values along `axis`, ties broken by a fixed rule: the
+    higher score first, then the lower position (the same k whatever else is computed
+    alongside: a shortlist kept block by block equals the whole matrix's). Linear time:
+    the k-th value by partition, everything above it, then the first tied ones. Returned
+    in position order along `axis` (k of them, or all when there are fewer)."""
+    v = np.moveaxis(np.asarray(values), axis, -1)
+    n = v.shape[-1]
+    if k >= n:
+        out = np.broadcast_to(np.arange(n), v.shape)
+    else:
+        kth = -np.partition(-v, k - 1, axis=-1)[..., k - 1 : k]  # the k-th largest of each line
+        above = v > kth
+        tied = v == kth
+        need = k - above.sum(-1, keepdims=True)  # how many of the tied values are kept
+        keep = above | (tied & (np.cumsum(tied, -1) <= need))
+        out = np.nonzero(keep)[-1].reshape(*v.shape[:-1], k)
+    return np.moveaxis(np.ascontiguousarray(out), -1, axis)
+
+
 def decision_changes(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
     """Paired changes from scorer A to scorer B on identical records."""
     return {
