@@ -121,7 +121,7 @@ def worker(store: str, manifest: str, placement: str, steps: int, out: str, devi
         cfg,
         placement=placement,
         progress=False,
-        max_steps=steps,
+        stop_after=steps,
         log=said.append,
         device=device,
     )

@@ -166,7 +166,7 @@ def run_adapt(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
-    max_steps: int | None = None,
+    stop_after: int | None = None,
     log=print,
 ) -> dict:
     """Adapt the encoders of `spec` with cfg's head; returns the final state."""
@@ -217,7 +217,7 @@ def run_adapt(
         + f", {ranks.world} rank(s), global batch {cfg.batch_size}"
     )
     done = _epochs(
-        model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps, log
+        model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, stop_after, log
     )
     if done:
         _export(out, model, enc, cfg, state, ranks, log)
@@ -243,7 +243,7 @@ def freeze_unreached(model: Adapted, recs: AdaptRecords, precision: str, device:
 
 
 def _epochs(
-    model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, max_steps, log
+    model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, stop_after, log
 ) -> bool:
     from torch.utils.data import DataLoader
 
@@ -256,6 +256,8 @@ def _epochs(
     bar = progress_bar(n_steps * cfg.epochs, "adapt", "step", progress and ranks.rank == 0, state["global_step"])
     t0, steps_run, before = time.perf_counter(), 0, state.get("seconds", 0.0)
     save = lambda: _save(out, model, opt, params, state, ranks, before + time.perf_counter() - t0)
+    if cfg.max_steps is not None and state["global_step"] >= cfg.max_steps:
+        return True  # resumed at its cap: nothing to train
     while state["epoch"] < cfg.epochs:
         order, neg_pick = epoch_order(train_rec, recs.rec_neg, cfg.seed, state["epoch"], "cpu")
         batches = [ranks.share(order[s * B : (s + 1) * B]) for s in range(state["step_in_epoch"], n_steps)]
@@ -274,9 +276,14 @@ def _epochs(
             state["global_step"] += 1
             bar.update(1)
             steps_run += 1
-            if state["global_step"] % cfg.checkpoint_every == 0 or (max_steps and steps_run >= max_steps):
+            capped = cfg.max_steps is not None and state["global_step"] >= cfg.max_steps
+            if state["global_step"] % cfg.checkpoint_every == 0 or (stop_after and steps_run >= stop_after) or capped:
                 save()
-            if max_steps and steps_run >= max_steps:
+            if capped:  # max_steps: a finished run, exported as at the end of its epochs
+                log(f"stopped at max_steps {cfg.max_steps} (epoch {state['epoch']}, step {state['step_in_epoch']})")
+                bar.close()
+                return True
+            if stop_after and steps_run >= stop_after:
                 bar.close()
                 return False
         state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0

@@ -65,8 +65,15 @@ class HeadRun:
                     f"{out} was trained on another encoder (store fingerprint "
                     f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused"
                 )
-            if old["train"] != run_config["train"] or old["manifest_sha256"] != run_config["manifest_sha256"]:
+            same = lambda t: {k: v for k, v in t.items() if k != "max_steps"}  # a run may be continued past its cap
+            if (
+                same(old["train"]) != same(run_config["train"])
+                or old["manifest_sha256"] != run_config["manifest_sha256"]
+            ):
                 raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
+            if old["train"].get("max_steps") != cfg.max_steps:
+                old["train"]["max_steps"] = cfg.max_steps
+                outputs.atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(old, open(p, "w"), indent=1))
         else:
             outputs.atomic_write(
                 os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1)
@@ -164,6 +171,41 @@ class HeadRun:
         self.logf.write(json.dumps(rec_log) + "\n")
         if self.state["global_step"] % cfg.checkpoint_every == 0:
             self.save()
+
+    @staticmethod
+    def reopen_past_max_steps(out: str, cfg: TrainConfig, log) -> bool:
+        """A finished run that stopped at its max_steps, resumed with a larger one (or
+        none): its finished files go (DONE first) and training continues from the checkpoint."""
+        try:
+            cap = json.load(open(os.path.join(out, "config.json")))["train"].get("max_steps")
+            state = checkpoint.read_state(out)
+        except (OSError, ValueError, KeyError, FlowclipError):
+            return False
+        step = state.get("global_step", 0)
+        if cap is None or step < cap or state.get("epoch", 0) >= cfg.epochs:
+            return False
+        if cfg.max_steps is not None and cfg.max_steps <= step:
+            return False
+        log(f"{out}: finished at max_steps {cap}; continuing to {cfg.max_steps or 'the end of its epochs'}")
+        for name in ("DONE", "head.safetensors"):
+            if os.path.exists(os.path.join(out, name)):
+                os.remove(os.path.join(out, name))
+        return True
+
+    @property
+    def at_max_steps(self) -> bool:
+        return self.cfg.max_steps is not None and self.state["global_step"] >= self.cfg.max_steps
+
+    def stop_at_max_steps(self) -> None:
+        """The run ends here, mid-epoch: evaluated and checkpointed like an epoch's end, so
+        it is scored as finished and a larger max_steps resumes it from this very step."""
+        if self.state["metrics"] and self.state["metrics"][-1].get("step") == self.state["global_step"]:
+            return  # already evaluated at this step (a run resumed at its cap)
+        m = self.evaluate(self.state["epoch"])
+        m["step"] = self.state["global_step"]
+        self.state["metrics"].append(m)
+        self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start
+        self.save()
 
     def end_epoch(self) -> None:
         self.state["epoch"], self.state["step_in_epoch"] = self.state["epoch"] + 1, 0

@@ -66,7 +66,7 @@ def train_heads(
     overwrite: bool = False,
     image_root: str | None = None,
     progress: bool = True,
-    max_steps: int | None = None,
+    stop_after: int | None = None,
     data: TrainingData | None = None,
     placement: str = "auto",
     log=print,
@@ -79,6 +79,9 @@ def train_heads(
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
         raise FlowclipError("side-by-side runs must share seed, batch size and epochs")
     finished = [out for out, _ in runs if resume and not overwrite and os.path.exists(os.path.join(out, "DONE"))]
+    for out, cfg in runs:  # a run that stopped at its max_steps goes on under a larger one
+        if out in finished and HeadRun.reopen_past_max_steps(out, cfg, log):
+            finished.remove(out)
     for out in finished:
         log(f"{out}: already finished (nothing to resume)")
     if finished and len(finished) == len(runs):
@@ -102,7 +105,7 @@ def train_heads(
             device,
             image_root,
             progress,
-            max_steps,
+            stop_after,
             data,
             placement,
             log,
@@ -119,7 +122,7 @@ def train_heads(
 
 
 def _train(
-    store, manifest, manifest_path, runs, started_flags, device, image_root, progress, max_steps, data, placement, log
+    store, manifest, manifest_path, runs, started_flags, device, image_root, progress, stop_after, data, placement, log
 ):
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
@@ -150,8 +153,8 @@ def _train(
     for h in trainable:  # runs resumed at different points go side by side from where each stopped
         groups.setdefault(h.position, []).append(h)
     for group in groups.values():
-        if not _lockstep(group, data, train_rec, ref, device, progress, max_steps):
-            return [h.state for h in heads]  # stopped early (max_steps, for tests of resume)
+        if not _lockstep(group, data, train_rec, ref, device, progress, stop_after):
+            return [h.state for h in heads]  # stopped early (stop_after, for tests of resume)
     # 4. finished: the marker last
     return [h.finish() for h in heads]
 
@@ -177,11 +180,16 @@ def _lockstep(
     ref: TrainConfig,
     device: str,
     progress: bool,
-    max_steps: int | None,
+    stop_after: int | None,
 ) -> bool:
-    """Epochs of batches for heads at the same position; False if max_steps cut it short."""
+    """Epochs of batches for heads at the same position; False if stop_after cut it short."""
     B = ref.batch_size
     n_steps = steps_per_epoch(len(train_rec), B)
+    for h in [h for h in group if h.at_max_steps]:  # resumed at (or past) its cap
+        h.stop_at_max_steps()
+        group.remove(h)
+    if not group:
+        return True
     need_tokens = any(h.head.uses_tokens for h in group)
     bar = progress_bar(n_steps * ref.epochs, "train", "step", progress, group[0].state["global_step"])
     steps_run = 0
@@ -202,9 +210,15 @@ def _lockstep(
         for img, pos, neg, feats in batches:
             for h in group:
                 h.step(img, pos, neg, feats)
+            for h in [h for h in group if h.at_max_steps]:  # max_steps reached: that run is done
+                h.stop_at_max_steps()
+                group.remove(h)
             bar.update(1)
+            if not group:
+                bar.close()
+                return True
             steps_run += 1
-            if max_steps is not None and steps_run >= max_steps:
+            if stop_after is not None and steps_run >= stop_after:
                 for h in group:
                     h.save()
                 bar.close()
@@ -226,7 +240,7 @@ def train_head(
     overwrite: bool = False,
     image_root: str | None = None,
     progress: bool = True,
-    max_steps: int | None = None,
+    stop_after: int | None = None,
     data: TrainingData | None = None,
     placement: str = "auto",
     log=print,
@@ -242,7 +256,7 @@ def train_head(
         placement=placement,
         image_root=image_root,
         progress=progress,
-        max_steps=max_steps,
+        stop_after=stop_after,
         data=data,
         log=log,
     )[0]

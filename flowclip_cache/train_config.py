@@ -27,6 +27,9 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"min": 0})
     checkpoint_every: int = field(default=500, metadata={"min": 1})  # steps between checkpoints (and every epoch end)
     train_eval_records: int = field(default=2000, metadata={"min": 0})  # fixed training sample scored each epoch
+    # stop after this many optimiser steps in all, as a finished run (evaluated, head written);
+    # --resume with a larger max_steps (or none) continues it from its checkpoint
+    max_steps: int | None = field(default=None, metadata={"min": 1})
 
     def __post_init__(self):
         if self.cimr is None:  # each head kind's default: its row of the paper's Tab. 2

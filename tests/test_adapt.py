@@ -93,10 +93,10 @@ def test_first_step_equals_train_heads_with_frozen_encoders(world, tmp_path):
         str(tmp_path / "a"),
         acfg,
         progress=False,
-        max_steps=1,
+        stop_after=1,
         log=quiet,
     )
-    train_head(fs, s["training"], str(tmp_path / "h"), cfg, progress=False, max_steps=1, log=quiet)
+    train_head(fs, s["training"], str(tmp_path / "h"), cfg, progress=False, stop_after=1, log=quiet)
     first = [json.loads(x) for x in open(tmp_path / "h" / "log.jsonl") if '"loss"' in x][0]
     assert st["loss"][0] == pytest.approx(loss_a.item(), rel=1e-6)
     assert first["loss"] == pytest.approx(loss_c.item(), rel=1e-6)
@@ -109,7 +109,7 @@ def test_resume_is_bit_identical_and_export_goes_through_extract_and_score(world
     )
     whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], whole, cfg, progress=False, log=quiet)
-    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, max_steps=5, log=quiet)
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, stop_after=5, log=quiet)
     with pytest.raises(FlowclipError, match="pass --resume"):
         run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, log=quiet)
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, resume=True, log=quiet)
@@ -265,7 +265,7 @@ def test_resume_restores_the_random_state(world, tmp_path, monkeypatch):
     cfg = AdaptConfig(head="flow", batch_size=4, epochs=1, seed=1, encoder_lr=1e-4, workers=0)
     whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], whole, cfg, progress=False, log=quiet)
-    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, max_steps=2, log=quiet)
+    run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, stop_after=2, log=quiet)
     torch.manual_seed(123)  # whatever the process drew meanwhile
     run_adapt(EncoderSpec(TINY), s["training"], s["image_root"], cut, cfg, progress=False, resume=True, log=quiet)
     for f in ("encoder.safetensors", "head.safetensors"):

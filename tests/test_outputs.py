@@ -188,14 +188,14 @@ def test_killed_at_each_checkpoint_write_resumes_exactly(scored_world, tmp, monk
     monkeypatch.setattr(checkpoint, "fsync_tree", wrap(real["fsync_tree"]))
     monkeypatch.setattr(checkpoint, "fsync_dir", wrap(real["fsync_dir"]))
     probe = str(tmp / "probe")
-    train_head(fs, s["training"], probe, cfg, progress=False, max_steps=2, **quiet)
+    train_head(fs, s["training"], probe, cfg, progress=False, stop_after=2, **quiet)
     per_run = count["n"]
     assert per_run >= 2 * len(ops)
     for at in range(1, per_run + 1):  # a kill at every operation of the run's three saves
         victim = str(tmp / f"v{at}")
         count.update(n=0, at=at)
         with pytest.raises(Killed):
-            train_head(fs, s["training"], victim, cfg, progress=False, max_steps=2, **quiet)
+            train_head(fs, s["training"], victim, cfg, progress=False, stop_after=2, **quiet)
         count.update(n=0, at=None)
         train_head(fs, s["training"], victim, cfg, progress=False, resume=True, **quiet)
         got = load_file(os.path.join(victim, "head.safetensors"))

@@ -37,7 +37,7 @@ def test_store_placement_resumes_exactly(planted, tmp_path):
     fs, man = planted
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
     train_head(fs, man, full, cfg(), placement="device", progress=False, log=lambda *_: None)
-    train_head(fs, man, part, cfg(), placement="store", progress=False, log=lambda *_: None, max_steps=5)
+    train_head(fs, man, part, cfg(), placement="store", progress=False, log=lambda *_: None, stop_after=5)
     train_head(fs, man, part, cfg(), placement="store", progress=False, log=lambda *_: None, resume=True)
     a, b = load_file(f"{full}/head.safetensors"), load_file(f"{part}/head.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)

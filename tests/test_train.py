@@ -68,7 +68,7 @@ def test_same_seed_bit_identical_and_logs(world, tmp_path):
 def test_resume_in_process_equals_uninterrupted(world, tmp_path):
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
     train_head(world["store"], world["manifest"], full, cfg(), progress=False, log=lambda *_: None)
-    train_head(world["store"], world["manifest"], part, cfg(), progress=False, log=lambda *_: None, max_steps=5)
+    train_head(world["store"], world["manifest"], part, cfg(), progress=False, log=lambda *_: None, stop_after=5)
     assert not os.path.exists(os.path.join(part, "DONE"))
     with pytest.raises(FlowclipError, match="unfinished run; pass --resume"):
         train_head(world["store"], world["manifest"], part, cfg(), progress=False, log=lambda *_: None)
@@ -155,7 +155,7 @@ def test_refusals(world, tmp_path, monkeypatch):
 
 def test_resume_on_another_encoder_is_refused(world, tmp_path):
     out = str(tmp_path / "x")
-    train_head(world["store"], world["manifest"], out, cfg(), progress=False, log=lambda *_: None, max_steps=1)
+    train_head(world["store"], world["manifest"], out, cfg(), progress=False, log=lambda *_: None, stop_after=1)
     from flowclip_cache.encoders import EncoderSpec, resolve
 
     other = FeatureStore.open_or_create(
@@ -353,3 +353,52 @@ def test_every_registered_head_trains_and_scores(world, tmp_path, kind):
         log=lambda *_: None,
     )
     assert 0 <= res["results"][f"real|{kind}"]["sample"]["score"] <= 1
+
+
+def test_max_steps_is_a_finished_run_that_a_larger_cap_continues(world, tmp_path):
+    """--max-steps N: a finished run (evaluated at step N, head written, scorable); --resume
+    with a larger cap, then with none, continues it to weights bit-identical to runs trained
+    to those points in one go. Side by side, each run stops at its own cap."""
+    from flowclip_cache.train import train_heads
+
+    quiet = dict(progress=False, log=lambda *_: None)
+    capped = str(tmp_path / "capped")
+    r = CliRunner().invoke(
+        main,
+        ["train-head", "--store", world["store"].root, "--train", world["manifest"], "--out", capped,
+         "--head", "flow", "--epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--max-steps", "3", "--quiet"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    state = checkpoint.read_state(capped)
+    assert os.path.exists(os.path.join(capped, "DONE")) and state["global_step"] == 3
+    assert state["metrics"][-1]["step"] == 3 and "train_sample" in state["metrics"][-1]
+    conf = json.load(open(os.path.join(capped, "config.json")))
+    assert conf["train"]["max_steps"] == 3
+    # a plain --resume of the finished run does nothing; a larger cap continues it
+    r = CliRunner().invoke(main, ["train-head", "--store", world["store"].root, "--train", world["manifest"],
+                                  "--out", capped, "--head", "flow", "--epochs", "2", "--batch-size", "8",
+                                  "--lr", "1e-3", "--max-steps", "5", "--resume", "--quiet"])  # fmt: skip
+    assert r.exit_code == 0 and "continuing to 5" in r.output, r.output
+    five = str(tmp_path / "five")
+    base = dict(head="flow", epochs=2, batch_size=8, lr=1e-3)
+    train_head(world["store"], world["manifest"], five, TrainConfig(**base, max_steps=5), **quiet)
+    for k, v in weights(five).items():
+        assert torch.equal(v, weights(capped)[k]), k
+    assert json.load(open(os.path.join(capped, "config.json")))["train"]["max_steps"] == 5
+    # no cap: on to the end of the epochs, as an uncapped run
+    train_head(world["store"], world["manifest"], capped, TrainConfig(**base), resume=True, **quiet)
+    whole = str(tmp_path / "whole")
+    train_head(world["store"], world["manifest"], whole, TrainConfig(**base), **quiet)
+    for k, v in weights(whole).items():
+        assert torch.equal(v, weights(capped)[k]), k
+    # side by side: the run capped at 2 stops there, the other goes on; each as alone
+    two, rest = str(tmp_path / "two"), str(tmp_path / "rest")
+    train_heads(world["store"], world["manifest"], [(two, TrainConfig(**base, max_steps=2)),
+                                                    (rest, TrainConfig(**base))], **quiet)  # fmt: skip
+    assert checkpoint.read_state(two)["global_step"] == 2
+    for k, v in weights(whole).items():
+        assert torch.equal(v, weights(rest)[k]), k
+    alone = str(tmp_path / "alone")
+    train_head(world["store"], world["manifest"], alone, TrainConfig(**base, max_steps=2), **quiet)
+    for k, v in weights(alone).items():
+        assert torch.equal(v, weights(two)[k]), k

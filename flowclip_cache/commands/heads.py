@@ -52,6 +52,11 @@ def _train_option(name, typ, help):
 @_train_option("grad_clip", float, "Gradient norm clip. Default 1.0.")
 @_train_option("seed", int, "Default 0.")
 @_train_option("checkpoint_every", int, "Steps between checkpoints. Default 500.")
+@_train_option(
+    "max_steps",
+    int,
+    "Stop after this many optimiser steps in all, as a finished run; --resume with a larger one continues it.",
+)
 @click.option("--device", default="auto", show_default=True)
 @click.option(
     "--data-placement",
