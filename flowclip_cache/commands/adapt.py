@@ -51,6 +51,7 @@ from .common import config_and_flags, device_name
 @click.option("--grad-checkpointing", is_flag=True, default=None, help="Recompute activations (large towers).")
 @click.option("--workers", type=int, default=None, help="Image decoding processes.")
 @click.option("--checkpoint-every", type=int, default=None)
+@click.option("--max-steps", type=int, default=None, help="Stop after this many steps in all, as a finished run.")
 @click.option("--device", default="auto", show_default=True)
 @click.option("--resume", is_flag=True)
 @click.option("--overwrite", is_flag=True, help="Replace an adapt run folder (nothing else).")
