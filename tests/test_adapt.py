@@ -17,7 +17,6 @@ from safetensors.torch import load_file
 from flowclip_cache.adapt import (
     AdaptConfig,
     Adapted,
-    Ranks,
     _Images,
     batch_features,
     freeze_unreached,
@@ -29,6 +28,7 @@ from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.losses import batch_loss
 from flowclip_cache.manifest import Manifest
+from flowclip_cache.ranks import Ranks
 from flowclip_cache.store.integrity import store_problems
 from flowclip_cache.train import TrainConfig, epoch_order, train_head
 from flowclip_cache.training_data import load_training_data
@@ -415,7 +415,7 @@ def _rank_gradients(rank, world, init_file, sample, model_name, head_kind, out):
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    from flowclip_cache.adapt import gather_group
+    from flowclip_cache.ranks import gather_group
 
     ranks = Ranks(rank, world, gather_group())
     grads = _gradients(ranks, sample, model_name, head_kind)
