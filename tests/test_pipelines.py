@@ -348,3 +348,23 @@ def test_adaptation_study_dry_run_and_a_reduced_run(tmp_path):
     assert set(s["table"]) == {"frozen", "adapted_clip", "adapted"} and "synthetic-swap-att" in s["table"]["adapted"]
     assert s["adapted_stores"]["0"] != s["frozen_store"]
     assert "adapted - frozen" in open(tmp_path / "a" / "summary.md").read() and s["bootstrap"]["synthetic-swap-att"]
+
+
+def test_run_help_names_every_shipped_study_and_a_bad_key_is_named_once():
+    import glob
+
+    from flowclip_cache.shipped import shipped_folder
+
+    studies = [
+        os.path.basename(p)[:-5]
+        for p in glob.glob(os.path.join(shipped_folder("pipelines"), "*.yaml"))
+        if "\nkind:" in open(p).read()
+    ]
+    assert len(studies) >= 8
+    help_text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert all(name in help_text for name in studies), help_text
+    r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "train_config.epochs=five"])
+    assert r.exit_code == 2 and "1 problem found" in r.output, r.output
+    assert r.output.count("expected int, got 'five'") == 1 and "train_config: key 'epochs'" in r.output
+    r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "heads.global.lr=fast"])
+    assert r.exit_code == 2 and r.output.count("got 'fast'") == 1 and "run global" in r.output, r.output

@@ -10,15 +10,28 @@ from ..errors import FlowclipError
 from .common import READOUT_NAMES
 
 
-@click.command("run", context_settings={"ignore_unknown_options": False})
+def shipped_studies() -> list[str]:
+    """The study configs in pipelines/ (those with a `kind:`; the others are pretraining recipes)."""
+    from ..shipped import shipped_folder
+
+    folder = shipped_folder("pipelines")
+    names = sorted(f[: -len(".yaml")] for f in os.listdir(folder) if f.endswith(".yaml"))
+    return [n for n in names if any(line.startswith("kind:") for line in open(os.path.join(folder, n + ".yaml")))]
+
+
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": False},
+    help="Run a whole study from a pipeline YAML (a path, or the name of one that ships: "
+    + ", ".join(shipped_studies())
+    + "), with KEY=VALUE overrides (dotted keys reach inside mappings: train_config.epochs=3).",
+)
 @click.argument("config")
 @click.argument("overrides", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Print the plan and what is already done.")
 @click.option("--jobs", default=1, show_default=True, help="Runs trained at once (threads sharing the features).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def run_pipeline(config, overrides, dry_run, jobs, quiet):
-    """Run a whole study from a pipeline YAML (a path, or the name of one that ships:
-    ablation, sensitivity, synthetic), with KEY=VALUE overrides."""
     from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from ..studies import pipeline_module
 

@@ -47,10 +47,14 @@ def check_study(
 
     out = Checked()
     out.device = _try(out, resolve_device, device, "device=") or "cpu"
-    for r in runs:
-        cfg = _try(out, TrainConfig.from_dict, {**base_train, **r.train, "seed": r.seed}, f"run {r.method}")
-        if cfg is not None:
-            out.cfgs[r.folder] = cfg
+    # the shared train_config first, once, by its own name; then each run's (its head's keys)
+    if _ok(out, TrainConfig.from_dict, dict(base_train), "train_config"):
+        for r in runs:
+            where = f"run {r.method} (train_config with the head's keys)"
+            cfg = _try(out, TrainConfig.from_dict, {**base_train, **r.train, "seed": r.seed}, where)
+            if cfg is not None:
+                out.cfgs[r.folder] = cfg
+        out.problems[:] = list(dict.fromkeys(out.problems))  # a head's error once, not once per seed
     if world is not None and not (store_path and os.path.exists(os.path.join(store_path, "store.json"))):
         out.lines.append(
             "store: built from the synthetic world on the first real run (world=...); "

@@ -89,7 +89,8 @@ def execute(
     finished = summary_is_current(out, what, log)
     if checked.problems:
         raise FlowclipError(
-            f"{len(checked.problems)} problems found before training:\n  " + "\n  ".join(checked.problems)
+            f"{len(checked.problems)} problem{'s' if len(checked.problems) > 1 else ''} found before training:\n  "
+            + "\n  ".join(checked.problems)
         )
     if dry_run:
         log("  dry run: every check passed")
