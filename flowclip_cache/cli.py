@@ -80,6 +80,7 @@ def adopt(folder, kind):
 # every command lives in a module of commands/ (which imports nothing from this one)
 for _command in (
     extract_commands.extract,
+    extract_commands.models,
     store_commands.store,
     head_commands.train_head_cmd,
     head_commands.score,

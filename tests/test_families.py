@@ -374,3 +374,28 @@ def test_family_extract_train_score_end_to_end(family, tmp_path, siglip_tokenize
     )
     assert r.exit_code != 0 and "encoder" in r.output.lower()
     np.testing.assert_array_equal(fs.load_images(fs.keys(IMAGE)[:1]).patches.shape[1:], (fs.meta["num_patches"], d))
+
+
+def test_models_lists_families_tags_and_the_weights_found_here(tmp_path):
+    """`flowclip models` offline: ViT-B-32's tags, the tiny CLIP's shipped weights, the BLIP
+    line; a tag is starred only once its weights are in the (laid-out) Hugging Face cache."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"))
+    run = lambda: subprocess.run(
+        [sys.executable, "-m", "flowclip_cache", "models"], env=env, capture_output=True, text=True
+    )
+    r = run()
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("  ")}
+    assert "openai" in lines["ViT-B-32"] and "openai*" not in lines["ViT-B-32"]
+    assert "synthetic*" in lines["flowclip-tiny-clip"] and "blip:<Hugging Face repo" in r.stdout
+    assert r.stdout.index("openai-clip:") < r.stdout.index("siglip:")
+    snap = tmp_path / "hub" / "models--timm--vit_base_patch32_clip_224.openai"
+    (snap / "snapshots" / "abc").mkdir(parents=True)
+    (snap / "snapshots" / "abc" / "open_clip_model.safetensors").write_bytes(b"x")
+    (snap / "refs").mkdir()
+    (snap / "refs" / "main").write_text("abc")
+    lines = {ln.split()[0]: ln for ln in run().stdout.splitlines() if ln.startswith("  ")}
+    assert "openai*" in lines["ViT-B-32"] and "laion2b_s34b_b79k*" not in lines["ViT-B-32"]

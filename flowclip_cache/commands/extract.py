@@ -148,3 +148,36 @@ def extract(
         click.echo(line)
     if summary.failures and on_error == "fail":
         sys.exit(1)
+
+
+@click.command("models")
+@click.option("--all", "show_all", is_flag=True, help="Also configs with no pretrained tag (random weights only).")
+@click.option("--json", "as_json", is_flag=True)
+def models(show_all, as_json):
+    """The encoders extract can cache, by family, with their --pretrained tags; `*` marks
+    weights this machine already holds (nothing is downloaded)."""
+    import json
+
+    from ..encoder_families.listing import list_models
+
+    entries = list_models(with_tags_only=not show_all)
+    if as_json:
+        click.echo(json.dumps([e.__dict__ for e in entries], indent=1))
+        return
+    family = None
+    for e in entries:
+        if e.family != family:
+            family = e.family
+            click.echo(f"{family}:")
+        tags = [t + ("*" if t in e.local else "") for t in e.tags] + (
+            ["synthetic* (ships with flowclip)"] if e.shipped else []
+        )
+        click.echo(f"  {e.model:28s} {', '.join(tags) or '(random weights only: --pretrained none)'}")
+    click.echo(
+        "blip:\n  blip:<Hugging Face repo or local folder>, e.g. blip:Salesforce/blip-itm-base-coco "
+        "(needs pip install 'flowclip[hf]')"
+    )
+    click.echo(
+        "\n* weights found on this machine. Any model also runs with random weights (--pretrained none), "
+        "or from a file (--pretrained /path/to/weights.safetensors); docs/encoders.md."
+    )

@@ -56,13 +56,9 @@ def shipped_weights(model: str) -> str:
     return path
 
 
-def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:
-    """Find open_clip weights on disk; download only when a network is there.
-
-    open_clip's own download retries for ~46 s before failing on a machine without a
-    network. We look in the local caches first, and fail at once when offline."""
-    from open_clip import pretrained as ocp
-
+def local_pretrained(tag_cfg: dict) -> str | None:
+    """The open_clip weights of a pretrained tag if a local cache holds them (the Hugging
+    Face cache, or open_clip's ~/.cache/clip for URL weights), else None. Never downloads."""
     hf = tag_cfg.get("hf_hub", "")
     if hf:
         repo, filename = os.path.split(hf)
@@ -82,6 +78,20 @@ def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:
         cached = os.path.join(os.path.expanduser("~/.cache/clip"), os.path.basename(url))
         if os.path.isfile(cached):
             return cached
+    return None
+
+
+def locate_pretrained(model: str, tag: str, tag_cfg: dict) -> str:
+    """Find open_clip weights on disk; download only when a network is there.
+
+    open_clip's own download retries for ~46 s before failing on a machine without a
+    network. We look in the local caches first, and fail at once when offline."""
+    from open_clip import pretrained as ocp
+
+    found = local_pretrained(tag_cfg)
+    if found:
+        return found
+    hf, url = tag_cfg.get("hf_hub", ""), tag_cfg.get("url", "")
     where = f"Hugging Face hub {hf}" if hf else url
     if _offline() or not _network_reachable():
         raise WeightsUnavailable(
