@@ -103,3 +103,18 @@ def test_the_cycle_finder_finds_a_loop(tmp_path):
     (pkg / "c.py").write_text("def thing():\n    pass\n")
     graph = {m: imports_of(m, p, package_modules(str(pkg))) for m, p in modules.items()}
     assert cycles(graph) == []
+
+
+def test_the_command_line_starts_without_torch():
+    """`flowclip --help`, any command's --help and the one-line errors before work starts
+    need no torch (1.7 s of CPU): it is imported when a command runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from click.testing import CliRunner; from flowclip_cache.cli import main; "
+        "r = CliRunner().invoke(main, ['--help']); r2 = CliRunner().invoke(main, ['run', '--help']); "
+        "assert r.exit_code == 0 and r2.exit_code == 0; print('torch' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
