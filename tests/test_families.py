@@ -399,3 +399,11 @@ def test_models_lists_families_tags_and_the_weights_found_here(tmp_path):
     (snap / "refs" / "main").write_text("abc")
     lines = {ln.split()[0]: ln for ln in run().stdout.splitlines() if ln.startswith("  ")}
     assert "openai*" in lines["ViT-B-32"] and "laion2b_s34b_b79k*" not in lines["ViT-B-32"]
+
+
+def test_synthetic_weights_for_another_model_point_to_tags_not_the_tiny_recipe():
+    from flowclip_cache.errors import WeightsUnavailable
+
+    with pytest.raises(WeightsUnavailable) as e:
+        resolve(EncoderSpec("ViT-B-32", pretrained="synthetic"))
+    assert "flowclip models" in str(e.value) and "pretrain-tiny-clip" not in str(e.value)

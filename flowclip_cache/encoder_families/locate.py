@@ -45,10 +45,17 @@ def shipped_weights(model: str) -> str:
     path = os.path.join(folder, f"{model}-synthetic.safetensors")
     card = path.replace(".safetensors", ".json")
     if not os.path.isfile(path) or not os.path.isfile(card):
-        raise WeightsUnavailable(
-            f"flowclip ships no synthetic-world weights for {model} (looked for {path}); "
-            f"make them with: flowclip pretrain-tiny-clip pretrain_tiny_clip"
+        shipped = sorted(
+            f[: -len("-synthetic.safetensors")] for f in os.listdir(folder) if f.endswith("-synthetic.safetensors")
         )
+        if model.startswith("flowclip-tiny"):  # the recipe makes tiny-CLIP weights, nothing else
+            fix = "make them with: flowclip pretrain-tiny-clip pretrain_tiny_clip"
+        else:
+            fix = (
+                f"it ships them only for {', '.join(shipped) or 'no model'}; for {model} pass an open_clip tag "
+                f"(`flowclip models` lists them), a weights file, or --pretrained none (random weights)"
+            )
+        raise WeightsUnavailable(f"flowclip ships no synthetic-world weights for {model}: {fix}")
     want = json.load(open(card))["sha256"]
     got = file_sha256(path)
     if got != want:
