@@ -254,6 +254,27 @@ def estimate_bytes(store: FeatureStore, image_keys: list[str], caption_texts: li
     return total
 
 
+MARGIN_BYTES = 2**30  # memory left free after loading: at least this much ...
+MARGIN_SHARE = 0.10  # ... or this share of what was available, whichever is larger
+
+
+def memory_need(
+    store: FeatureStore, image_keys: list[str], caption_texts: list[str], need_tokens: bool, n_records: int, k: int
+) -> dict[str, int]:
+    """What loading the training data adds to this process, by part: the features; the
+    transient copy made while loading (rows wanted from a segment are copied out of its
+    whole array: the largest array a load may read); the records' index tensors (n_records
+    x (k negatives + 2) int64, a copy on the device too)."""
+    biggest = 0
+    for seg in store.segments:
+        names = ("global",) + (("patches",) if seg.kind == IMAGE else ("tokens",)) * need_tokens
+        for name in names:
+            shape, dtype = store.backend.shape(seg.path, name)
+            biggest = max(biggest, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    features = estimate_bytes(store, image_keys, caption_texts, need_tokens)
+    return {"features": features, "loading": biggest, "records": 2 * n_records * (k + 2) * 8}
+
+
 def available_bytes(device: str) -> int:
     """Free memory where the features would live: the GPU's, or the host's MemAvailable."""
     if device.startswith("cuda"):
@@ -268,18 +289,29 @@ def available_bytes(device: str) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # elsewhere: free pages
 
 
-def choose_placement(requested: str, need: int, device: str, log=print) -> str:
-    """auto: the device when the features fill at most 70% of its free memory, else the
-    host's memory (CUDA only) under the same rule, else the store. Printed with the estimate."""
+def margin_bytes(available: int) -> int:
+    return max(MARGIN_BYTES, int(MARGIN_SHARE * available))
+
+
+def choose_placement(requested: str, need: dict[str, int] | int, device: str, log=print) -> str:
+    """auto: the device when everything loading adds (memory_need: features, the transient
+    copy, the records) still leaves the margin free there; else the host's memory (CUDA
+    only) under the same rule; else the store. Printed with the estimate and the margin."""
     if requested not in PLACEMENTS:
         raise FlowclipError(f"--data-placement {requested!r}: use one of {', '.join(PLACEMENTS)}")
+    parts = need if isinstance(need, dict) else {"features": need}
     gib = lambda b: f"{b / 2**30:.2f} GiB"
     dev_free = available_bytes(device)
     host_free = available_bytes("cpu")
+    cuda = device.startswith("cuda")
+    # on CUDA the transient copy is made in host memory; on the CPU everything is one memory
+    on_device = sum(parts.values()) - (parts.get("loading", 0) if cuda else 0)
+    fits = lambda n, free: n + margin_bytes(free) <= free
     if requested == "auto":
-        if need <= 0.7 * dev_free:
+        host_ok = fits(parts.get("loading", 0), host_free) if cuda else True
+        if fits(on_device, dev_free) and host_ok:
             requested = "device"
-        elif device.startswith("cuda") and need <= 0.7 * host_free:
+        elif cuda and fits(sum(parts.values()), host_free):
             requested = "host"
         else:
             requested = "store"
@@ -290,7 +322,9 @@ def choose_placement(requested: str, need: int, device: str, log=print) -> str:
         "host": f"host memory ({gib(host_free)} free)",
         "store": "the store's files, read batch by batch",
     }[requested]
-    log(f"data: {gib(need)} of features -> placement '{requested}': {where}")
+    said = " + ".join(f"{gib(v)} {k}" for k, v in parts.items())
+    free = dev_free if requested == "device" else host_free
+    log(f"data: {said} -> placement '{requested}': {where}; at least {gib(margin_bytes(free))} is kept free")
     return requested
 
 

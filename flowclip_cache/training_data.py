@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .banks import choose_placement, estimate_bytes, make_bank
+from .banks import choose_placement, make_bank, memory_need
 from .data import manifest_keys
 from .errors import FlowclipError
 from .heads import Head
@@ -70,7 +70,8 @@ def load_training_data(
     ikeys = manifest_keys(store, manifest, texts, image_root)
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
-    placement = choose_placement(placement, estimate_bytes(store, uimg, texts, need_patches), device, log)
+    need = memory_need(store, uimg, texts, need_patches, len(rec_pos), rec_neg.shape[1])
+    placement = choose_placement(placement, need, device, log)
     bank = make_bank(store, uimg, texts, need_patches, device, placement, log)
     kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in t["negatives"]]
     return TrainingData(

@@ -54,11 +54,24 @@ def test_estimate_is_exact_and_auto_falls_back_to_the_store(planted, monkeypatch
     texts = sorted(set(m["positive"]) | {n for ns in m["negatives"] for n in ns})
     assert banks.estimate_bytes(fs, m["image_key"], texts, True) == held
     said = []
-    monkeypatch.setattr(banks, "available_bytes", lambda device: held)  # 100% needed > 70% allowed
-    assert banks.choose_placement("auto", held, "cpu", said.append) == "store"
-    assert "placement 'store'" in said[0] and "GiB of features" in said[0]
-    monkeypatch.setattr(banks, "available_bytes", lambda device: 10 * held)
-    assert banks.choose_placement("auto", held, "cpu", said.append) == "device"
+    need = banks.memory_need(fs, m["image_key"], texts, True, len(m["positive"]), 1)
+    assert need["features"] == held and need["loading"] > 0 and need["records"] > 0
+    total = sum(need.values())
+    # the old rule's edge (features at 70% of what is free) took the device and left the
+    # machine short; the whole process's need plus the printed margin now goes to the store
+    monkeypatch.setattr(banks, "available_bytes", lambda device: int(held / 0.7))
+    assert banks.choose_placement("auto", need, "cpu", said.append) == "store"
+    assert "placement 'store'" in said[0] and "GiB features" in said[0] and "GiB is kept free" in said[0]
+    enough = total + banks.MARGIN_BYTES + 1  # the 1 GiB floor of the margin is what decides at this size
+    monkeypatch.setattr(banks, "available_bytes", lambda device: enough)
+    assert banks.choose_placement("auto", need, "cpu", said.append) == "device"
+    monkeypatch.setattr(banks, "available_bytes", lambda device: enough - 2)
+    assert banks.choose_placement("auto", need, "cpu", said.append) == "store"
+    big = 100 * 2**30  # at scale the margin is a tenth of what is free
+    monkeypatch.setattr(banks, "available_bytes", lambda device: big)
+    assert banks.margin_bytes(big) == 10 * 2**30
+    assert banks.choose_placement("auto", {"features": 91 * 2**30}, "cpu", said.append) == "store"
+    assert banks.choose_placement("auto", {"features": 90 * 2**30}, "cpu", said.append) == "device"
     assert banks.choose_placement("host", held, "cpu", said.append) == "device"  # on the CPU, host = device
 
 
