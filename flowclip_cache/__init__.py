@@ -1,4 +1,38 @@
 """flowclip: a content-addressed feature cache for frozen CLIP encoders, and the
-Flow-CLIP heads trained and scored from it."""
+Flow-CLIP heads trained and scored from it.
+
+The Python API (docs/python-api.md) is exported here and imported on first use, so that
+`import flowclip_cache` and the command line start without torch. (Its functions are not
+named like the package's modules: importing `flowclip_cache.train` would hide `train`.)"""
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "open_store",
+    "read_features",
+    "Features",
+    "train_head",
+    "TrainConfig",
+    "Run",
+    "load_run",
+    "score_manifests",
+    "read_results",
+    "ScoreResults",
+    "OnlineScorer",
+    "Head",
+    "FlowclipError",
+]
+
+_WHERE = {"TrainConfig": ".train_config", "Head": ".heads", "FlowclipError": ".errors"}
+
+
+def __getattr__(name: str):
+    if name not in __all__:
+        raise AttributeError(f"module 'flowclip_cache' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_WHERE.get(name, ".api"), __name__), name)
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

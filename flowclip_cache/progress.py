@@ -7,9 +7,10 @@ import sys
 
 
 def bar(total: int, desc: str, unit: str, enabled: bool = True, initial: int = 0):
-    from tqdm import tqdm
+    from tqdm.autonotebook import tqdm  # a widget in a notebook, text on a terminal
 
-    # disable=None: tqdm shows the bar only when stderr is a terminal
+    in_notebook = tqdm.__module__.startswith("tqdm.notebook")
+    # disable=None: tqdm shows a text bar only when stderr is a terminal
     return tqdm(
         total=total,
         initial=initial,
@@ -17,6 +18,6 @@ def bar(total: int, desc: str, unit: str, enabled: bool = True, initial: int = 0
         unit=unit,
         file=sys.stderr,
         dynamic_ncols=True,
-        disable=None if enabled else True,
+        disable=(False if in_notebook else None) if enabled else True,
         leave=False,
     )

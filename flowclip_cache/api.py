@@ -1,0 +1,257 @@
+"""flowclip from Python (docs/python-api.md): read a store's features, train a head, load
+a run, score manifests, and score images and captions online. Each function is the
+command line's own code path (the same checks, the same files, the same numbers); none
+prints where `quiet=True`.
+
+    import flowclip_cache as fc
+    run = fc.train_head("cache/s", "train.parquet", "runs/flow", head="flow", epochs=2, quiet=True)
+    scorers = ["clip", f"flow={run.folder}"]
+    results = fc.score_manifests("cache/s", ["manifests/eval/"], scorers, "results/a", quiet=True)
+    results.score("sugarcrepe", "flow")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .store import FeatureStore
+from .train_config import TrainConfig
+
+_silent = lambda *_: None  # noqa: E731
+
+
+def open_store(store: str | FeatureStore) -> FeatureStore:
+    """A store, checked as every command checks it (a damaged part is refused)."""
+    return store if isinstance(store, FeatureStore) else FeatureStore(store)
+
+
+@dataclass
+class Features:
+    """A manifest's images and captions as FP32 tensors, L2-normalised as every head
+    receives them (FP16 in the store, re-normalised). `row_image[r]` is the image of
+    manifest row r; captions are the manifest's distinct texts, sorted."""
+
+    image_keys: list[str]
+    caption_texts: list[str]
+    row_image: torch.Tensor  # [R] index into image_*
+    image_global: torch.Tensor  # [n_img, d]
+    image_patches: torch.Tensor | None  # [n_img, P, d] (tokens=True)
+    caption_global: torch.Tensor  # [n_cap, d]
+    caption_tokens: torch.Tensor | None  # [n_cap, L, d], zero past each caption's length
+    caption_mask: torch.Tensor | None  # [n_cap, L] bool, the valid tokens
+
+    def as_head_inputs(self) -> tuple:
+        """(v, P, t, H, mask): what Head.forward takes for all image-caption pairs."""
+        return self.image_global, self.image_patches, self.caption_global, self.caption_tokens, self.caption_mask
+
+
+def read_features(
+    store: str | FeatureStore, manifest: str, *, tokens: bool = True, image_root: str | None = None, device="cpu"
+) -> Features:
+    """Every image and caption a manifest names (any kind), from the store: a row whose
+    image or caption was never extracted is refused with the extract command to run."""
+    from .banks import FeatureBank, finish
+    from .data import manifest_keys
+    from .manifest import Manifest
+
+    fs = open_store(store)
+    m = Manifest.read(manifest)
+    texts = sorted({c.text for c in m.caption_refs()})
+    keys = manifest_keys(fs, m, texts, image_root)
+    uimg = sorted(set(keys))
+    bank = FeatureBank.load(fs, uimg, texts, tokens, device)
+    v16, P16, t16, H16, mask = bank.gather(
+        torch.arange(len(uimg), device=device), torch.arange(len(texts), device=device), tokens
+    )
+    v, P, t, H, mask = finish(v16, P16, t16, H16, mask, device)
+    index = {k: i for i, k in enumerate(uimg)}
+    return Features(uimg, texts, torch.tensor([index[k] for k in keys]), v, P, t, H, mask)
+
+
+@dataclass
+class Run:
+    """A finished head run folder: its head (weights loaded), settings and history."""
+
+    folder: str
+    head: Any  # the Head, in eval mode
+    config: dict  # config.json: training settings, store fingerprint, manifest sha256, ...
+    history: list[dict] = field(default_factory=list)  # one evaluation per epoch (and at max_steps)
+
+    @property
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.head.state_dict().items()}
+
+
+def load_run(folder: str, device: str = "cpu") -> Run:
+    """A finished run folder, checked as `flowclip score` checks it (a malformed one is
+    refused); nothing in it is executed."""
+    from . import checkpoint
+    from .errors import FlowclipError
+    from .run_folder import load_head
+
+    if not os.path.exists(os.path.join(folder, "DONE")):
+        raise FlowclipError(f"{folder} is not a finished head run (no DONE)")
+    head, cfg = load_head(folder, device)
+    history = checkpoint.read_state(folder).get("metrics", []) if checkpoint.exists(folder) else []
+    return Run(folder, head, cfg, history)
+
+
+def train_head(
+    store: str | FeatureStore,
+    train_manifest: str,
+    out: str,
+    config: TrainConfig | dict | None = None,
+    *,
+    device: str = "cpu",
+    resume: bool = False,
+    overwrite: bool = False,
+    placement: str = "auto",
+    quiet: bool = False,
+    **settings,
+) -> Run:
+    """Train a head as `flowclip train-head` does (the same function, so the same weights
+    for the same settings): `config` a TrainConfig or a dict of its keys, `settings` keys
+    over it (head="global", epochs=2, ...); checked like a YAML config."""
+    from .devices import resolve_device
+    from .train import train_head as train_run
+
+    base = dict(config.__dict__) if isinstance(config, TrainConfig) else dict(config or {})
+    cfg = TrainConfig.from_dict({**base, **settings}, "train()")
+    device = resolve_device(device)
+    train_run(
+        open_store(store), train_manifest, out, cfg, device=device, resume=resume, overwrite=overwrite,
+        placement=placement, progress=not quiet, log=_silent if quiet else print,
+    )  # fmt: skip
+    return load_run(out, device)
+
+
+@dataclass
+class ScoreResults:
+    """What `flowclip score` wrote, read back: results.json as `summary`, the per-record
+    scores as a pyarrow Table."""
+
+    folder: str
+    summary: dict
+
+    def result(self, benchmark: str, scorer: str, control: str = "real") -> dict:
+        """Everything a benchmark reports for one scorer: official score, breakdowns, ties."""
+        from .errors import FlowclipError
+
+        key = f"{control}|{scorer}"
+        if key not in self.summary["results"] or benchmark not in self.summary["results"][key]:
+            have = sorted({b for r in self.summary["results"].values() for b in r})
+            raise FlowclipError(f"no result for {benchmark!r} / {scorer!r} / {control!r}; benchmarks: {have}")
+        return self.summary["results"][key][benchmark]
+
+    def score(self, benchmark: str, scorer: str, control: str = "real") -> float:
+        """The benchmark's official score (a fraction in [0, 1]), or R@1 / top-1."""
+        from .score import headline
+
+        return headline(self.result(benchmark, scorer, control))
+
+    @property
+    def records(self):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(os.path.join(self.folder, "records.parquet"))
+
+
+def score_manifests(
+    store: str | FeatureStore,
+    manifests: list[str],
+    scorers: list[str],
+    out: str,
+    *,
+    controls=("real",),
+    device: str = "cpu",
+    bootstrap: int = 10_000,
+    overwrite: bool = False,
+    quiet: bool = False,
+    **options,
+) -> ScoreResults:
+    """Score manifests (files or folders) with scorers ('clip', a run folder, NAME=folder)
+    as `flowclip score` does, into `out`; the results read back. options: seed,
+    max_memory_mb, shortlist, image_root, compare."""
+    from .devices import resolve_device
+    from .score import run_score
+
+    run_score(
+        open_store(store), list(manifests), list(scorers), out, controls=tuple(controls),
+        device=resolve_device(device), bootstrap_draws=bootstrap, overwrite=overwrite, progress=not quiet,
+        log=_silent if quiet else print, **options,
+    )  # fmt: skip
+    return read_results(out)
+
+
+def read_results(folder: str) -> ScoreResults:
+    return ScoreResults(folder, json.load(open(os.path.join(folder, "results.json"))))
+
+
+class OnlineScorer:
+    """Scores PIL images against caption strings with an encoder and a head, no store:
+    the features are computed as extract computes them (fixed-shape forwards, rounded to
+    the store's FP16) and scored as `flowclip score` scores them, so the matrix equals
+    the store path's (extract, then score). `run`: a finished run folder made on this
+    encoder (its fingerprint is checked), or None for the frozen encoder (CLIP)."""
+
+    def __init__(
+        self,
+        model: str,
+        run: str | None = None,
+        *,
+        pretrained: str = "none",
+        patch_readout: str = "standard",
+        token_mask: str = "nonpad",
+        device: str = "cpu",
+        **spec,
+    ):
+        from .devices import resolve_device
+        from .encoders import EncoderSpec, load_model, resolve
+        from .errors import FlowclipError
+        from .heads import build_head
+
+        self.device = resolve_device(device)
+        enc = resolve(
+            EncoderSpec(model, pretrained=pretrained, patch_readout=patch_readout, token_mask=token_mask, **spec)
+        )
+        self.encoder = load_model(enc, self.device)
+        dim = enc.config["model_cfg"]["embed_dim"]
+        if run is None:
+            self.head = build_head("clip", dim).to(self.device)
+        else:
+            loaded = load_run(run, self.device)
+            from .encoders import fingerprint_of
+
+            if loaded.config["store_fingerprint"] != fingerprint_of(enc.config):
+                raise FlowclipError(
+                    f"{run} was trained on encoder {loaded.config['store_fingerprint'][:12]}, not on "
+                    f"{model} as configured here ({fingerprint_of(enc.config)[:12]}); refused"
+                )
+            self.head = loaded.head
+
+    @torch.no_grad()
+    def __call__(self, images: list, captions: list[str]) -> torch.Tensor:
+        """[len(images), len(captions)] scores of every pair."""
+        from .banks import finish
+        from .features import encode_images, encode_texts
+        from .images import to_rgb
+
+        x = torch.stack([self.encoder.preprocess(to_rgb(im)) for im in images]).to(self.device)
+        g, p = encode_images(self.encoder, x)
+        f = encode_texts(self.encoder, self.encoder.tokenize(list(captions)), self.encoder.config["token_mask"])
+        lengths = f.mask.sum(1)
+        L = int(lengths.max())
+        # the store keeps each caption's valid tokens, FP16; a batch pads them at the end
+        H = torch.zeros(len(captions), L, f.tokens.shape[-1], dtype=torch.float16, device=f.tokens.device)
+        mask = torch.arange(L, device=lengths.device)[None, :] < lengths[:, None]
+        for i in range(len(captions)):
+            H[i, : int(lengths[i])] = f.tokens[i][f.mask[i]].half()
+        feats = finish(g.half(), p.half(), f.sentence.half(), H, mask, self.device)
+        if not self.head.uses_tokens:
+            feats = (feats[0], None, feats[2], None, None)
+        return self.head(*feats).float().cpu()
