@@ -43,3 +43,15 @@ def test_offline_families_example(tmp_path):
         )
         assert r.returncode == 0, f"{code}\n{r.stdout}\n{r.stderr}"
     assert "family          blip-itc" in r.stdout and "num_patches     16" in r.stdout
+
+
+def test_python_api_example(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    out = ""
+    for lang, code in examples("python-api.md")["python-api"]:
+        cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
+        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, f"{lang} block failed:\n{code}\n{r.stdout}\n{r.stderr}"
+        out += r.stdout
+    assert "pairwise accuracy after training:" in out and "per-record rows" in out and "online: tensor(" in out
+    assert "all pairs from the store: torch.Size([16," in out
