@@ -86,8 +86,10 @@ def test_unchanged_image_files_are_not_read_again(tmp_path, sample, tiny_encoder
     root = tmp_path / "images"  # a copy, so one file can be edited
     shutil.copytree(sample["image_root"], root)
     run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root))
-    hashed, real = [], extract_mod.file_sha256
-    monkeypatch.setattr(extract_mod, "file_sha256", lambda p: (hashed.append(os.path.basename(p)), real(p))[1])
+    from flowclip_cache import extract_plan  # where the keys are collected (files hashed)
+
+    hashed, real = [], extract_plan.file_sha256
+    monkeypatch.setattr(extract_plan, "file_sha256", lambda p: (hashed.append(os.path.basename(p)), real(p))[1])
     fs, s = run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root))
     assert hashed == [] and (s.images_new, s.images_stored) == (0, 12)
     # an edited file (new bytes, new mtime) is hashed again, alone, and encoded under its new key
