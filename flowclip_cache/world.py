@@ -429,3 +429,19 @@ def _eval_rows(scenes: list, fam: str, stream: str, all_combos: list, prefix: st
                 }
             )
     return rows
+
+
+def estimate_training_records(train_scenes: int, seed: int = 0, sample: int = 400) -> int:
+    """About how many split == 'train' records a world of train_scenes training scenes
+    holds, from `sample` scenes drawn (not rendered) with the same generator: what a dry
+    run plans with before the world exists."""
+    held = held_out_combos(seed)
+    seen = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in held]
+    all_combos = [(c, s) for c in COLOURS for s in SHAPES]
+    rng = random.Random(f"{seed}:estimate")
+    scenes = []
+    for i in range(sample):
+        objs = sample_scene(rng, rng.choice((1, 2, 2, 3, 3)), seen)
+        scenes.append((f"{i}", objs, random.Random(f"{seed}:estimate:{i}")))
+    rows = _training_rows(scenes, all_combos)
+    return round(sum(r["split"] == "train" for r in rows) * train_scenes / sample)

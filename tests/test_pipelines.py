@@ -44,6 +44,9 @@ def test_dry_run_and_errors(tmp_path):
     r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/s", "--dry-run", *REDUCED])
     assert r.exit_code == 0, r.output
     assert r.output.count("[todo   ]") == 4 and not os.path.exists(tmp_path / "s" / "runs")
+    # the world is not built yet: its records are estimated, a step timed on random features
+    assert "training records: about" in r.output and "epochs x ~" in r.output and "x ? steps" not in r.output
+    assert "time left: about" in r.output and "an estimate" in r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seedz=[0]"])
     assert r.exit_code == 2 and "unknown keys ['seedz']" in r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seeds=zero"])

@@ -125,3 +125,15 @@ def test_grounding_measure_by_hand():
     # shift=1 (content mask: the start token is not stored) reads token k from row k-1
     g1 = grounding_hits(patches, [t[1:] for t in tokens], ids, objects, decoder, shift=1)
     assert g1 == g
+
+
+def test_the_dry_runs_record_estimate_is_near_the_built_worlds_count(tmp_path):
+    """estimate_training_records (what a dry run plans with) against the records a built
+    world holds: within 10%."""
+    import pyarrow.parquet as pq
+
+    from flowclip_cache.world import build_world, estimate_training_records
+
+    paths = build_world(str(tmp_path / "w"), seed=3, train_scenes=300, eval_scenes=2, heldout_scenes=2, log=print)
+    built = pq.read_table(paths["training"]).column("split").to_pylist().count("train")
+    assert abs(estimate_training_records(300, seed=3) - built) <= 0.1 * built

@@ -150,7 +150,7 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
     grid = readout_grid(cfg)
     if len(grid) > 1 or grid[0][1] is not cfg:
         return run_readouts(cfg, grid, dry_run, jobs, log, progress)
-    encoder_spec(cfg.encoder)  # unknown encoder keys fail before anything runs
+    spec = encoder_spec(cfg.encoder)  # unknown encoder keys fail before anything runs
     if cfg.world is not None and not cfg.store and not dry_run:
         cfg = prepare_world(cfg, log, progress)
     if not dry_run:
@@ -177,9 +177,22 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
         side_by_side=cfg.side_by_side,
         placement=cfg.data_placement,
         world=cfg.world,
+        feature_dims=_dims(spec) if cfg.world is not None and not cfg.store else None,
         progress=progress,
         log=log,
     )
+
+
+def _dims(spec) -> tuple[int, int] | None:
+    """(d, patches) of the configured encoder, for the dry run's timing; None if it does not resolve."""
+    from ..encoders import resolve
+    from ..errors import FlowclipError
+
+    try:
+        config = resolve(spec).config
+    except FlowclipError:
+        return None
+    return config["model_cfg"]["embed_dim"], config["num_patches"]
 
 
 def run_readouts(cfg: AblationConfig, grid, dry_run: bool, jobs: int, log, progress: bool):

@@ -22,6 +22,8 @@ class Checked:
     device: str = "cpu"
     train_path: str | None = None
     train_records: int = 0  # records with split == 'train'
+    estimated: bool = False  # train_records estimated from the world's settings (not built yet)
+    feature_dims: tuple[int, int] | None = None  # (d, patches) of the encoder, for a step's timing
 
 
 def _try(out: Checked, fn, *a, **k):
@@ -40,7 +42,17 @@ def _ok(out: Checked, fn, *a) -> bool:
 
 
 def check_study(
-    *, store_path, train_manifest, eval_manifests, runs, run_dirs, base_train, device, world=None, log=print
+    *,
+    store_path,
+    train_manifest,
+    eval_manifests,
+    runs,
+    run_dirs,
+    base_train,
+    device,
+    world=None,
+    feature_dims=None,
+    log=print,
 ) -> Checked:
     from ..devices import resolve_device
     from ..train import TrainConfig
@@ -56,9 +68,16 @@ def check_study(
                 out.cfgs[r.folder] = cfg
         out.problems[:] = list(dict.fromkeys(out.problems))  # a head's error once, not once per seed
     if world is not None and not (store_path and os.path.exists(os.path.join(store_path, "store.json"))):
+        from ..world import estimate_training_records
+
+        out.train_records = estimate_training_records(world.get("train_scenes", 2000), world.get("seed", 0))
+        out.estimated, out.feature_dims = True, feature_dims
         out.lines.append(
             "store: built from the synthetic world on the first real run (world=...); "
             "manifests and features are checked then"
+        )
+        out.lines.append(
+            f"training records: about {out.train_records:,} (estimated from the world's settings; counted once built)"
         )
         return out
     from ..store import FeatureStore
@@ -142,7 +161,7 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
         done = checkpoint.read_state(d)["global_step"] if checkpoint.exists(d) else 0
         steps = (max(1, n_train // cfg.batch_size) if n_train else 0) * cfg.epochs
         status = run_status(d)
-        per_epoch = steps // max(1, cfg.epochs) if n_train else "?"
+        per_epoch = (("~" if checked.estimated else "") + str(steps // max(1, cfg.epochs))) if n_train else "?"
         log(
             f"  [{status:7s}] {r.method:16s} {r.folder}: {cfg.head} head, {cfg.epochs} epochs x "
             f"{per_epoch} steps, batch {cfg.batch_size}, {checked.device}"
@@ -152,12 +171,44 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
             left += max(0, steps - done)
             step_time.setdefault(cfg.head, (cfg, 0))
             step_time[cfg.head] = (cfg, step_time[cfg.head][1] + max(0, steps - done))
-    if measure and left and checked.store is not None and checked.train_path and not checked.problems:
+    if not (measure and left and not checked.problems):
+        return
+    batch = 4 * max(c.batch_size for c, _ in step_time.values())
+    if checked.store is not None and checked.train_path:
         m = Manifest.read(checked.train_path)
-        small = Manifest(m.path, m.kind, m.table.slice(0, 4 * max(c.batch_size for c, _ in step_time.values())), m.meta)
+        small = Manifest(m.path, m.kind, m.table.slice(0, batch), m.meta)
         data = load_training_data(checked.store, small, True, checked.device, placement="device", log=lambda *_: None)
-        total = sum(seconds_per_step(data, cfg, checked.device) * n for cfg, n in step_time.values())
-        log(
-            f"  time left: about {total / 60:.1f} min of training ({left} steps, measured on one batch "
-            f"per head kind here; runs that share a data order train side by side and share batches)"
-        )
+        how = "measured on one batch per head kind here"
+    elif checked.feature_dims is not None:
+        data = random_training_data(*checked.feature_dims, batch, checked.device)
+        how = "measured on random features of the encoder's shape, the world not being built yet; an estimate"
+    else:
+        return
+    total = sum(seconds_per_step(data, cfg, checked.device) * n for cfg, n in step_time.values())
+    log(
+        f"  time left: about {total / 60:.1f} min of training ({left} steps, {how}; runs that share a "
+        f"data order train side by side and share batches)"
+    )
+
+
+def random_training_data(d: int, patches: int, records: int, device: str, tokens: int = 12):
+    """TrainingData of random unit features (records images, 2 x records captions of `tokens`
+    tokens): a step's cost at the encoder's shape, before any feature exists."""
+    import numpy as np
+    import torch
+
+    from ..banks import FeatureBank
+    from ..training_data import TrainingData
+
+    g = torch.Generator().manual_seed(0)
+    unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape, generator=g), dim=-1).half()
+    n_cap = 2 * records
+    bank = FeatureBank(
+        unit(records, d), unit(records, patches, d), unit(n_cap, d), unit(n_cap * tokens, d),
+        torch.arange(0, n_cap * tokens + 1, tokens), device,
+    )  # fmt: skip
+    ar = torch.arange(records)
+    return TrainingData(
+        bank, ar.to(device), ar.to(device), (ar + records)[:, None].to(device), [[""]] * records,
+        np.array(["train"] * records),
+    )  # fmt: skip

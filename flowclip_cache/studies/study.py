@@ -59,6 +59,7 @@ def execute(
     device: str = "cpu",
     side_by_side: bool = True,
     world=None,
+    feature_dims: tuple[int, int] | None = None,
     progress: bool = True,
     placement: str = "auto",
     log=print,
@@ -80,6 +81,7 @@ def execute(
         base_train=base_train,
         device=device,
         world=world,
+        feature_dims=feature_dims,
         log=log,
     )
     for line in checked.lines:
