@@ -196,6 +196,8 @@ def test_a_study_trains_from_the_store_placement(tmp_path):
     )
     assert r.exit_code == 0, r.output
     assert "placement 'store'" in r.output and os.path.exists(tmp_path / "s" / "summary.md")
+    md = open(tmp_path / "s" / "summary.md").read()  # the cross-task columns name their members
+    assert "`syn-binding` = mean of synthetic-swap-att, synthetic-swap-obj, synthetic-heldout-swap-att" in md
     # one more seed: the summary in place no longer answers the grid, so it is not "finished"
     more = [
         "run",

@@ -211,6 +211,9 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "units": "percent (mean, std); points (delta, bootstrap)",
         "columns": tasks + means,
         "tasks": tasks,
+        # each cross-task column's members, as the score's results name them (issue 29: the
+        # report's syn-binding and synthetic columns never said what they average)
+        "mean_members": {m: ctm["real|clip"][m]["members"] for m in means if m in ctm.get("real|clip", {})},
         "table": tables["real"] if "real" in tables else {},
         "controls": tables,
         "own_training_accuracy": own,

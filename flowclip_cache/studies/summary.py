@@ -80,7 +80,13 @@ def summary_markdown(summary: dict) -> list[str]:
     ]
     if "encoder_profile" in summary:
         md += ["## The frozen encoder's profile", "", profile_table(summary["encoder_profile"], "frozen encoder"), ""]
-    md += _control_tables(summary) + [CONTROLS_NOTE, ""] + _own_accuracy(summary) + _bootstrap_table(summary)
+    md += (
+        _control_tables(summary)
+        + _mean_members(summary)
+        + [CONTROLS_NOTE, ""]
+        + _own_accuracy(summary)
+        + _bootstrap_table(summary)
+    )
     md += [
         "## Conclusions",
         "",
@@ -122,6 +128,14 @@ def _control_tables(summary: dict) -> list[str]:
             "",
         ]
     return md
+
+
+def _mean_members(summary: dict) -> list[str]:
+    members = summary.get("mean_members") or {}
+    if not members:
+        return []
+    said = "; ".join(f"`{m}` = mean of {', '.join(v)}" for m, v in members.items())
+    return [f"Cross-task columns: {said}.", ""]
 
 
 def _own_accuracy(summary: dict) -> list[str]:
