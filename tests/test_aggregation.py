@@ -77,6 +77,27 @@ def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
     assert "| t | flow - flow | 0.10 | [-1.00, 2.00] | 0 |" in md
 
 
+def test_study_figure_draws_chance_and_marks_the_means():
+    """summary.png (issue 29): a chance segment per task, relative to CLIP as the bars are
+    (chance 20%, CLIP 30% -> -10 points), and the cross-task means shaded and labelled."""
+    from flowclip_cache.studies.summary import summary_figure
+
+    runs = [RunSpec("flow", 0, {})]
+    mean = {"mean": 0.4, "members": ["synthetic-order"]}
+    run = f"real|{runs[0].folder}"
+    score = {
+        "results": {"real|clip": {"synthetic-order": {"score": 0.3}}, run: {"synthetic-order": {"score": 0.6}}},
+        "cross_task_means": {"real|clip": {"m": mean}, run: {"m": {**mean, "mean": 0.6}}},
+        "controls": ["real"], "decision_changes": {}, "store_fingerprint": "x", "git_revision": "y", "bootstrap": {},
+    }  # fmt: skip
+    summary = summarise(score, runs)
+    summary["encoder_profile"] = {"chance": {"order": 0.2}}
+    ax = summary_figure(summary).axes[0]
+    (seg,) = [c for c in ax.collections if c.get_label().startswith("chance")]
+    assert seg.get_segments()[0][0][1] == pytest.approx(-10.0)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["synthetic-order", "m (mean)"]
+
+
 def _bank(v, t, caps_per_record):
     f = lambda a: torch.tensor(np.asarray(a, np.float32)).half()
     return FeatureBank(f(v), torch.empty(0), f(t), torch.empty(0), torch.arange(len(t) + 1))

@@ -191,10 +191,22 @@ def plot_summary(out: str, summary: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = summary_figure(summary)
+    if fig is not None:
+        fig.savefig(os.path.join(out, "summary.png"), dpi=100)
+        plt.close(fig)
+
+
+def summary_figure(summary: dict):
+    """Bars: each method's change from CLIP per task (mean over seeds, whiskers the sample
+    std); a dashed segment per task at chance (where the encoder's profile gives it),
+    drawn relative to CLIP as the bars are; the cross-task means shaded and labelled."""
+    import matplotlib.pyplot as plt
+
     cols = summary["columns"]
     methods = [m for m in summary["table"] if m != "clip"]
     if not methods or not cols:
-        return
+        return None
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cols)), 4))
     width = 0.8 / len(methods)
     for i, m in enumerate(methods):
@@ -210,8 +222,22 @@ def plot_summary(out: str, summary: dict) -> None:
             label=m,
         )
     ax.axhline(0, color="k", lw=0.8)
+    chance = summary.get("encoder_profile", {}).get("chance", {})
+    clip = summary["table"].get("clip", {})
+    labelled = False
+    for j, c in enumerate(cols):
+        task = c.removeprefix("synthetic-")
+        if task in chance and c in clip:
+            y = 100 * chance[task] - clip[c]["mean"]
+            ax.hlines(y, j - width / 2, j + 0.8 - width / 2, colors="grey", linestyles="--", lw=1,
+                      label=None if labelled else "chance (relative to CLIP)")  # fmt: skip
+            labelled = True
+    means = [j for j, c in enumerate(cols) if c in summary.get("mean_members", {})]
+    for j in means:
+        ax.axvspan(j - width / 2 - 0.1, j + 0.8 - width / 2 + 0.1, color="0.92", zorder=0)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))])
-    ax.set_xticklabels(cols, rotation=30, ha="right", fontsize=8)
+    ax.set_xticklabels([c + (" (mean)" if j in means else "") for j, c in enumerate(cols)], rotation=30, ha="right",
+                       fontsize=8)  # fmt: skip
     ax.set_ylabel("change from CLIP (points)")
     ax.set_title(
         "Real images: accuracy change from CLIP per task"
@@ -219,10 +245,10 @@ def plot_summary(out: str, summary: dict) -> None:
             " (bars: mean over seeds, whiskers: sample std)"
             if len(methods) and any(v.get("n", 1) > 1 for row in summary["table"].values() for v in row.values())
             else " (one seed)"
-        ),
+        )
+        + ("; shaded: cross-task means" if means else ""),
         fontsize=9,
     )
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "summary.png"), dpi=100)
-    plt.close(fig)
+    return fig
