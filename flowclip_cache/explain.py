@@ -229,6 +229,10 @@ def run_explain(
     if len(scorer_specs) < 1:
         raise FlowclipError("give at least one --scorer (two to find repairs and regressions)")
     scorers = load_scorers(scorer_specs, store, device)
+    methods = [s.method for s in scorers]
+    for s in scorers:  # label each by the NAME= it was given (a folder's name only when none was)
+        if methods.count(s.method) == 1:
+            s.run = s.method
     chosen = select_records(store, manifests, scorers, records, limit, image_root, device, per_status)
     log(f"explaining {len(chosen)} records ({records}; {scorers[0].run} -> {scorers[-1].run})")
     grid = int(round(np.sqrt(store.meta["num_patches"])))

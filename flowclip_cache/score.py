@@ -271,6 +271,9 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # a scorer is shown by the NAME= it was given, with its run folder's name when they differ
+    method = {s["run"]: s["method"] for s in summary.get("scorers", [])}
+    label = lambda run: run if method.get(run, run) == run else f"{method[run]} ({run})"
     # gold-foil margins of pairwise tasks, Real control, one panel per benchmark
     by_task: dict = {}
     for r in record_rows:
@@ -281,7 +284,7 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
     for task, per in by_task.items():
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for run, margins in per.items():
-            ax.hist(margins, bins=40, alpha=0.5, label=run)
+            ax.hist(margins, bins=40, alpha=0.5, label=label(run))
         ax.axvline(0, color="k", lw=0.8)
         ax.set_xlabel("gold - foil score")
         ax.set_ylabel("records")
@@ -297,7 +300,7 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
             if "recall_by_complexity" in r and control == "real":
                 fig, ax = plt.subplots(figsize=(5, 3.5))
                 xs = sorted(r["recall_by_complexity"], key=int)
-                ax.plot([int(x) for x in xs], [r["recall_by_complexity"][x] for x in xs], marker="o", label=run)
+                ax.plot([int(x) for x in xs], [r["recall_by_complexity"][x] for x in xs], marker="o", label=label(run))
                 ax.set_xlabel("complexity")
                 ax.set_ylabel("Recall@1")
                 ax.set_title(task)

@@ -402,3 +402,16 @@ def test_token_map_heads_explain_their_own_maps(kind):
         d[j] = P[j] - P.mean(0)
         fd = (head.token_margin(P + eps * d, H, mask, 0, 1) - head.token_margin(P - eps * d, H, mask, 0, 1)) / (2 * eps)
         assert math.isclose(float(sens[j]), float(fd.detach()), rel_tol=1e-4, abs_tol=1e-8)
+
+
+def test_scorers_are_labelled_by_the_name_they_were_given(explained, tmp_path):
+    """explain.json, the page and the figures name a scorer by its NAME=, not its folder's
+    name (issue 29); the margins figure of a score says both when they differ."""
+    s, ex = explained["sample"], str(tmp_path / "ex")
+    args = ["explain", "--store", explained["store"], "--manifest", s["candidates"], "--scorer",
+            f"calibrated={explained['global']}", "--scorer", f"local={explained['flow']}", "--records", "all",
+            "--max", "0", "--image-root", s["image_root"], "--out", ex]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert json.load(open(os.path.join(ex, "explain.json")))["scorers"] == ["calibrated", "local"]
+    assert "calibrated -> local" in r.output
