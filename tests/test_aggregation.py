@@ -98,6 +98,39 @@ def test_study_figure_draws_chance_and_marks_the_means():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["synthetic-order", "m (mean)"]
 
 
+def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
+    """Issue 29: the overall reading first (how many intervals exclude 0 against chance,
+    by question), what Fixed-control accuracy above chance and a head below chance mean."""
+    from flowclip_cache.clip_profile import PROFILE_FAMILIES
+    from flowclip_cache.studies.summary import summary_markdown
+
+    runs = [RunSpec("flow", 0, {})]
+    run = f"real|{runs[0].folder}"
+    res = {"synthetic-order": {"score": 0.1}, "synthetic-swap-att": {"score": 0.6}, "synthetic-add": {"score": 0.9}}
+    ci = lambda lo, hi: {"mean_pts": (lo + hi) / 2, "ci95_pts": [lo, hi], "draws_missing_a_group": 0}  # noqa: E731
+    score = {
+        "results": {"real|clip": {t: {"score": 0.5} for t in res}, run: res,
+                    "fixed|clip": {"synthetic-add": {"score": 0.85}}, f"fixed|{runs[0].folder}": {}},
+        "cross_task_means": {}, "controls": ["real", "fixed"], "decision_changes": {}, "store_fingerprint": "x",
+        "git_revision": "y",
+        "bootstrap": {
+            "synthetic-swap-att": {"flow - clip": ci(-1.0, 3.0)}, "synthetic-order": {"flow - clip": ci(-9, -2)}
+        },
+    }  # fmt: skip
+    summary = summarise(score, runs)
+    chance = {"order": 0.2, "swap-att": 0.5, "add": 0.5}
+    summary["encoder_profile"] = {
+        "chance": chance, "accuracy": {f: 0.5 for f in PROFILE_FAMILIES}, "grounding": {"hit_rate": 0.1, "chance": 0.1}
+    }  # fmt: skip
+    md = "\n".join(summary_markdown(summary))
+    body = md[md.index("## Conclusions") :]
+    assert body.index("**Overall.** Of 2 paired comparisons, 1 have") < body.index("- synthetic-swap-att: flow - clip")
+    assert "- Binding (1 comparisons): no interval excludes 0" in body
+    assert "- Word order (1 comparisons): flow - clip on synthetic-order -5.50 [-9.00, -2.00]." in body
+    assert "CLIP scores synthetic-add 85.00 (chance 50)" in body and "on its text alone" in body
+    assert "- Below chance: flow 10.00 on synthetic-order (chance 20)" in body
+
+
 def _bank(v, t, caps_per_record):
     f = lambda a: torch.tensor(np.asarray(a, np.float32)).half()
     return FeatureBank(f(v), torch.empty(0), f(t), torch.empty(0), torch.arange(len(t) + 1))

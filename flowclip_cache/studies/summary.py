@@ -24,6 +24,69 @@ def _cell(v: dict) -> str:
     return f"{mean_cell(v)} ({v['delta']:+.2f})"
 
 
+QUESTIONS = (  # the overall conclusion's groups: a task joins the first whose words it holds
+    ("binding", ("swap-att", "swap-obj", "binding", "abc", "spatial", "clevr", "pug")),
+    ("word order", ("order",)),
+)
+
+
+def _question(task: str) -> str:
+    return next((q for q, words in QUESTIONS if any(w in task.lower() for w in words)), "other tasks")
+
+
+def overall(summary: dict) -> list[str]:
+    """The conclusion first: how many intervals exclude 0 against how many would by chance,
+    grouped by question (binding, word order, the rest); then what the image controls and
+    chance say: accuracy under Fixed (one image for every record) above chance is a
+    preference for the gold caption's text alone, and a trained head below chance on a task
+    has learnt to prefer its foils."""
+    comps = [(t, k, v) for t, d in summary["bootstrap"].items() for k, v in d.items()]
+    if not comps:
+        return []
+    excl = [(t, k, v) for t, k, v in comps if v["ci95_pts"][0] > 0 or v["ci95_pts"][1] < 0]
+    lines = [
+        f"**Overall.** Of {len(comps)} paired comparisons, {len(excl)} have a 95% interval that excludes 0; "
+        f"about {len(comps) / 20:.1f} would by chance alone, so a single one is weak evidence."
+    ]
+    for q in [q for q, _ in QUESTIONS] + ["other tasks"]:
+        mine = [(t, k, v) for t, k, v in comps if _question(t) == q]
+        if not mine:
+            continue
+        hits = [f"{k} on {t} {v['mean_pts']:+.2f} [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]"
+                for t, k, v in excl if _question(t) == q]  # fmt: skip
+        lines.append(
+            f"- {q.capitalize()} ({len(mine)} comparisons): "
+            + ("; ".join(hits) + "." if hits else "no interval excludes 0: no difference shown.")
+        )
+    lines += _against_chance(summary)
+    return lines + [""]
+
+
+def _against_chance(summary: dict) -> list[str]:
+    chance = summary.get("encoder_profile", {}).get("chance", {})
+    out = []
+    fixed = summary["controls"].get("fixed", {}).get("clip", {})
+    text_only = [f"{t} {v['mean']:.2f} (chance {100 * chance[t.removeprefix('synthetic-')]:.0f})"
+                 for t, v in fixed.items() if t.removeprefix("synthetic-") in chance
+                 and v["mean"] > 100 * chance[t.removeprefix("synthetic-")] + 10]  # fmt: skip
+    if text_only:
+        out.append(
+            "- Text alone: under the Fixed control every record sees the same image, yet CLIP scores "
+            + ", ".join(text_only)
+            + ": there the gold caption wins on its text alone, so gains on these tasks need not come from the image."
+        )
+    below = [f"{m} {row[t]['mean']:.2f} on {t} (chance {100 * chance[t.removeprefix('synthetic-')]:.0f})"
+             for m, row in summary["table"].items() if m != "clip" for t in row
+             if t.removeprefix("synthetic-") in chance
+             and row[t]["mean"] < 100 * chance[t.removeprefix("synthetic-")] - 2]  # fmt: skip
+    if below:
+        out.append(
+            "- Below chance: " + "; ".join(below) + ". A head below chance systematically prefers the "
+            "foils: a learnt bias, not noise (chance is what a scorer blind to the difference gets)."
+        )
+    return out
+
+
 def conclusions(summary: dict) -> list[str]:
     """One line per bootstrap comparison and question, written from the numbers: the
     difference, its interval, and whether the interval excludes zero."""
@@ -90,8 +153,10 @@ def summary_markdown(summary: dict) -> list[str]:
     md += [
         "## Conclusions",
         "",
-        "Written from the numbers above: each comparison's interval, and the image controls.",
+        "Written from the numbers above: the overall reading first, then each comparison's interval and the "
+        "image controls.",
         "",
+        *overall(summary),
         *(conclusions(summary) or ["- no comparison was bootstrapped."]),
         "",
     ]
