@@ -295,7 +295,7 @@ def summary_figure(summary: dict):
         if task in chance and c in clip:
             y = 100 * chance[task] - clip[c]["mean"]
             ax.hlines(y, j - width / 2, j + 0.8 - width / 2, colors="grey", linestyles="--", lw=1,
-                      label=None if labelled else "chance (relative to CLIP)")  # fmt: skip
+                      label="_nolegend_" if labelled else "chance (relative to CLIP)")  # fmt: skip
             labelled = True
     means = [j for j, c in enumerate(cols) if c in summary.get("mean_members", {})]
     for j in means:
