@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -27,22 +25,8 @@ import torch
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.features import encode_images, encode_texts, text_features
 
-
-def timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
-def abab(a, b, reps: int) -> tuple[float, float, float, float, float]:
-    """(median time a, median time b, median, min, max of b/a per pair), a and b alternating."""
-    a(), b()  # warm both
-    ta, tb = [], []
-    for _ in range(reps):
-        ta.append(timed(a))
-        tb.append(timed(b))
-    ratios = [y / x for x, y in zip(ta, tb)]
-    return statistics.median(ta), statistics.median(tb), statistics.median(ratios), min(ratios), max(ratios)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import abab  # noqa: E402
 
 
 def main():

@@ -49,7 +49,8 @@ SMALL = {
 
 
 def test_every_script_is_listed():
-    assert sorted(f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py")) == sorted(SMALL)
+    scripts = [f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py") and not f.startswith("_")]
+    assert sorted(scripts) == sorted(SMALL)  # (_timing.py: what the scripts share, not a script)
 
 
 @pytest.mark.slow
