@@ -1,19 +1,21 @@
 """Image extraction per encoder family vs a bare library loop, side by side in one run.
 
-    python benchmarks/bench_families.py [--images 24] [--repeats 2]
+    python benchmarks/bench_families.py [--images 24] [--repeats 3]
 
 For each family (random weights at the real shapes: ViT-B-32, ViT-B-16-SigLIP, BLIP base
 at 384 px), the same JPEGs go through `run_extract` (decode, preprocess, encode global and
 patches, FP16, write a segment) and through the library's own loop (decode, preprocess,
 encode_image / BLIP's vision model + ITC projection of the class token), alternately;
-the ratio is bare time / flowclip time (target >= 0.95). Prints ratios; the absolute
-figures depend on the machine and its load.
+the ratio is bare time / flowclip time (target >= 0.95), the median of the per-repetition
+ratios with their min-max. Prints ratios; the absolute figures depend on the machine and
+its load.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +26,7 @@ import torch
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _timing import ratio  # noqa: E402
 from bench_extract import make_data  # noqa: E402
 
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve  # noqa: E402
@@ -49,7 +52,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=24)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     from flowclip_cache.encoder_families.offline import blip_folder, siglip_like_tokenizer
 
@@ -85,10 +88,11 @@ def main():
                     loaded=loaded,
                 )
                 t_ours.append(s.image_seconds)
-            bare, ours = min(t_bare), min(t_ours)
+            bare, ours = statistics.median(t_bare), statistics.median(t_ours)
+            r, lo, hi = ratio(t_bare, t_ours)  # per repetition: the sides alternate
             print(
                 f"{label:24s}: flowclip {len(paths) / ours:6.2f} img/s | bare loop {len(paths) / bare:6.2f} img/s"
-                f" | ratio {bare / ours:.2f} (target >= 0.95; {enc.num_patches} patches, d={enc.dim})"
+                f" | ratio {r:.2f} [{lo:.2f}, {hi:.2f}] (target >= 0.95; {enc.num_patches} patches, d={enc.dim})"
             )
 
 
