@@ -410,7 +410,7 @@ def test_scorers_are_labelled_by_the_name_they_were_given(explained, tmp_path):
     s, ex = explained["sample"], str(tmp_path / "ex")
     args = ["explain", "--store", explained["store"], "--manifest", s["candidates"], "--scorer",
             f"calibrated={explained['global']}", "--scorer", f"local={explained['flow']}", "--records", "all",
-            "--max", "0", "--image-root", s["image_root"], "--out", ex]  # fmt: skip
+            "--max", "2", "--image-root", s["image_root"], "--out", ex]  # fmt: skip
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert json.load(open(os.path.join(ex, "explain.json")))["scorers"] == ["calibrated", "local"]
