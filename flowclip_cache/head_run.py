@@ -176,6 +176,8 @@ class HeadRun:
     def reopen_past_max_steps(out: str, cfg: TrainConfig, log) -> bool:
         """A finished run that stopped at its max_steps, resumed with a larger one (or
         none): its finished files go (DONE first) and training continues from the checkpoint."""
+        if outputs.kind_of(out) != "head-run":  # only a run folder flowclip wrote (its marker) is reopened
+            return False
         try:
             cap = json.load(open(os.path.join(out, "config.json")))["train"].get("max_steps")
             state = checkpoint.read_state(out)

@@ -402,3 +402,22 @@ def test_max_steps_is_a_finished_run_that_a_larger_cap_continues(world, tmp_path
     train_head(world["store"], world["manifest"], alone, TrainConfig(**base, max_steps=2), **quiet)
     for k, v in weights(alone).items():
         assert torch.equal(v, weights(two)[k]), k
+
+
+def test_a_folder_without_flowclips_marker_is_never_reopened(world, tmp_path):
+    """reopen_past_max_steps removes DONE and head.safetensors: only in a run folder whose
+    marker says flowclip wrote it (a copied folder without it keeps every file)."""
+    import shutil
+
+    from flowclip_cache.head_run import HeadRun
+
+    base = dict(head="flow", epochs=2, batch_size=8, lr=1e-3, max_steps=2)
+    run = str(tmp_path / "run")
+    train_head(world["store"], world["manifest"], run, TrainConfig(**base), progress=False, log=lambda *_: None)
+    copy = str(tmp_path / "copy")
+    shutil.copytree(run, copy)
+    os.remove(os.path.join(copy, "FLOWCLIP_OUTPUT.json"))
+    more = TrainConfig(**{**base, "max_steps": 4})
+    assert not HeadRun.reopen_past_max_steps(copy, more, lambda *_: None)
+    assert os.path.exists(os.path.join(copy, "DONE")) and os.path.exists(os.path.join(copy, "head.safetensors"))
+    assert HeadRun.reopen_past_max_steps(run, more, lambda *_: None) and not os.path.exists(os.path.join(run, "DONE"))

@@ -63,22 +63,22 @@ def overall(summary: dict) -> list[str]:
 
 
 def _against_chance(summary: dict) -> list[str]:
-    chance = summary.get("encoder_profile", {}).get("chance", {})
+    profile = summary.get("encoder_profile", {}).get("chance", {})
+    # chance of a task in %, NaN when the profile has none (every comparison with NaN is false)
+    chance = lambda t: 100 * profile.get(t.removeprefix("synthetic-"), float("nan"))  # noqa: E731
     out = []
     fixed = summary["controls"].get("fixed", {}).get("clip", {})
-    text_only = [f"{t} {v['mean']:.2f} (chance {100 * chance[t.removeprefix('synthetic-')]:.0f})"
-                 for t, v in fixed.items() if t.removeprefix("synthetic-") in chance
-                 and v["mean"] > 100 * chance[t.removeprefix("synthetic-")] + 10]  # fmt: skip
+    text_only = [f"{t} {v['mean']:.2f} (chance {chance(t):.0f})" for t, v in fixed.items()
+                 if v["mean"] > chance(t) + 10]  # fmt: skip
     if text_only:
         out.append(
             "- Text alone: under the Fixed control every record sees the same image, yet CLIP scores "
             + ", ".join(text_only)
             + ": there the gold caption wins on its text alone, so gains on these tasks need not come from the image."
         )
-    below = [f"{m} {row[t]['mean']:.2f} on {t} (chance {100 * chance[t.removeprefix('synthetic-')]:.0f})"
+    below = [f"{m} {row[t]['mean']:.2f} on {t} (chance {chance(t):.0f})"
              for m, row in summary["table"].items() if m != "clip" for t in row
-             if t.removeprefix("synthetic-") in chance
-             and row[t]["mean"] < 100 * chance[t.removeprefix("synthetic-")] - 2]  # fmt: skip
+             if row[t]["mean"] < chance(t) - 2]  # fmt: skip
     if below:
         out.append(
             "- Below chance: " + "; ".join(below) + ". A head below chance systematically prefers the "
