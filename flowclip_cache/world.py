@@ -290,6 +290,10 @@ def held_out_combos(seed: int, fraction: float = 0.2) -> set[tuple[str, str]]:
     return set(rng.sample(combos, int(len(combos) * fraction)))
 
 
+TRAIN_OBJECTS = (1, 2, 2, 3, 3)  # objects per training (and pretraining) scene, drawn from these
+EVAL_OBJECTS = (2, 3)  # evaluation scenes hold a pair at least
+
+
 def build_world(
     root: str,
     *,
@@ -375,7 +379,7 @@ def _scenes(
     rng = random.Random(f"{seed}:{split}")
     out: list[tuple[str, list[Obj], random.Random]] = []
     while len(out) < n:
-        k = rng.choice((1, 2, 2, 3, 3)) if split != "eval" and split != "heldout" else rng.choice((2, 3))
+        k = rng.choice(TRAIN_OBJECTS if split not in ("eval", "heldout") else EVAL_OBJECTS)
         objs = sample_scene(rng, k, combos)
         if need_held and not any((o.colour, o.shape) in held for o in objs):
             continue
@@ -441,7 +445,7 @@ def estimate_training_records(train_scenes: int, seed: int = 0, sample: int = 40
     rng = random.Random(f"{seed}:estimate")
     scenes = []
     for i in range(sample):
-        objs = sample_scene(rng, rng.choice((1, 2, 2, 3, 3)), seen)
+        objs = sample_scene(rng, rng.choice(TRAIN_OBJECTS), seen)
         scenes.append((f"{i}", objs, random.Random(f"{seed}:estimate:{i}")))
     rows = _training_rows(scenes, all_combos)
     return round(sum(r["split"] == "train" for r in rows) * train_scenes / sample)
