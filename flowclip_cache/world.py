@@ -290,8 +290,7 @@ def held_out_combos(seed: int, fraction: float = 0.2) -> set[tuple[str, str]]:
     return set(rng.sample(combos, int(len(combos) * fraction)))
 
 
-TRAIN_OBJECTS = (1, 2, 2, 3, 3)  # objects per training (and pretraining) scene, drawn from these
-EVAL_OBJECTS = (2, 3)  # evaluation scenes hold a pair at least
+TRAIN_OBJECTS, EVAL_OBJECTS = (1, 2, 2, 3, 3), (2, 3)  # objects per scene, drawn from these (eval: a pair at least)
 
 
 def build_world(
