@@ -20,10 +20,16 @@ __all__ = [
     "ScoreResults",
     "OnlineScorer",
     "Head",
+    "TokenMapHead",
+    "masked_token_mean",
+    "token_shares",
+    "load_plugin",
     "FlowclipError",
 ]
 
-_WHERE = {"TrainConfig": ".train_config", "Head": ".heads", "FlowclipError": ".errors"}
+_HEADS = ("Head", "TokenMapHead", "masked_token_mean", "token_shares")
+_WHERE = {"TrainConfig": ".train_config", "FlowclipError": ".errors", "load_plugin": ".heads.plugins"}
+_WHERE.update({name: ".heads" for name in _HEADS})
 
 
 def __getattr__(name: str):

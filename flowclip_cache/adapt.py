@@ -31,7 +31,7 @@ import torch
 from . import checkpoint, outputs
 from .config import build
 from .errors import FlowclipError
-from .heads import HEAD_KINDS, head_class
+from .heads import head_class
 from .losses import batch_loss
 from .manifest import Manifest
 from .ranks import Ranks, init_ranks
@@ -54,7 +54,7 @@ class AdaptConfig(TrainConfig):
         head = d.get("head", "flow") if isinstance(d, dict) else None
         if head == "none":
             d, head = {**d, "head": "clip"}, "clip"
-        if isinstance(head, str) and head in HEAD_KINDS:
+        if isinstance(head, str) and head in ("clip", "global", "flow"):
             d = {**head_class(head).train_defaults, **d}
         return build(cls, d, source)
 

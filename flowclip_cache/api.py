@@ -116,18 +116,38 @@ def train_head(
 ) -> Run:
     """Train a head as `flowclip train-head` does (the same function, so the same weights
     for the same settings): `config` a TrainConfig or a dict of its keys, `settings` keys
-    over it (head="global", epochs=2, ...); checked like a YAML config."""
+    over it (head="global", epochs=2, ...); checked like a YAML config. `head` is a kind,
+    "FILE.py:Class", a Head subclass, or a Head instance (training starts from its weights;
+    its options are the run's head_options)."""
     from .devices import resolve_device
     from .train import train_head as train_run
 
     base = dict(config.__dict__) if isinstance(config, TrainConfig) else dict(config or {})
-    cfg = TrainConfig.from_dict({**base, **settings}, "train()")
+    merged, initial = _head_setting({**base, **settings})
+    cfg = TrainConfig.from_dict(merged, "train_head()")
     device = resolve_device(device)
     train_run(
         open_store(store), train_manifest, out, cfg, device=device, resume=resume, overwrite=overwrite,
-        placement=placement, progress=not quiet, log=_silent if quiet else print,
+        placement=placement, progress=not quiet, initial_weights=initial, log=_silent if quiet else print,
     )  # fmt: skip
     return load_run(out, device)
+
+
+def _head_setting(settings: dict) -> tuple[dict, dict | None]:
+    """settings with a Head class or instance as `head` replaced by its registered kind;
+    an instance's weights (the starting point) and options."""
+    from .heads import Head
+    from .heads.plugins import register
+
+    head = settings.get("head")
+    if isinstance(head, type):
+        return {**settings, "head": register(head, "train_head(head=...)")}, None
+    if isinstance(head, Head):
+        kind = register(type(head), "train_head(head=...)")
+        options = {k: getattr(head, k) for k in head.options}
+        weights = {k: v.detach().cpu().clone() for k, v in head.state_dict().items()}
+        return {**settings, "head": kind, "head_options": {**options, **settings.get("head_options", {})}}, weights
+    return settings, None
 
 
 @dataclass
@@ -139,10 +159,14 @@ class ScoreResults:
     summary: dict
 
     def result(self, benchmark: str, scorer: str, control: str = "real") -> dict:
-        """Everything a benchmark reports for one scorer: official score, breakdowns, ties."""
+        """Everything a benchmark reports for one scorer (a run label, or the NAME of NAME=folder
+        when it names one run): official score, breakdowns, ties."""
         from .errors import FlowclipError
 
-        key = f"{control}|{scorer}"
+        runs = [s["run"] for s in self.summary["scorers"] if s["method"] == scorer and s["run"] != scorer]
+        if len(runs) > 1:
+            raise FlowclipError(f"{scorer!r} names {len(runs)} runs (seeds of one method): name one of {runs}")
+        key = f"{control}|{runs[0] if runs else scorer}"
         if key not in self.summary["results"] or benchmark not in self.summary["results"][key]:
             have = sorted({b for r in self.summary["results"].values() for b in r})
             raise FlowclipError(f"no result for {benchmark!r} / {scorer!r} / {control!r}; benchmarks: {have}")

@@ -122,8 +122,11 @@ def _check_range(value, meta: dict, where: str) -> None:
         raise FlowclipError(f"{where}: must be at least {meta['min']}, got {value!r}")
     if "gt" in meta and not value > meta["gt"]:
         raise FlowclipError(f"{where}: must be greater than {meta['gt']}, got {value!r}")
-    if "choices" in meta and value not in meta["choices"]:
-        raise FlowclipError(f"{where}: must be one of {list(meta['choices'])}, got {value!r}")
+    choices = meta.get("choices")
+    if callable(choices):  # a registry that grows at run time (plug-in heads)
+        choices = choices()
+    if choices is not None and value not in choices:
+        raise FlowclipError(f"{where}: must be one of {list(choices)}, got {value!r}")
 
 
 def build(cls, data: dict, source: str):

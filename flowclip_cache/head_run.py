@@ -18,6 +18,7 @@ from .hashing import file_sha256
 from .losses import batch_loss
 from .run_folder import git_revision, load_checkpoint, save_checkpoint, write_finished_head
 from .store import FeatureStore
+from .train_config import recorded_settings
 from .training_data import TrainingData, pairwise_accuracy
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ class HeadRun:
                     f"{out} was trained on another encoder (store fingerprint "
                     f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused"
                 )
-            same = lambda t: {k: v for k, v in t.items() if k != "max_steps"}  # a run may be continued past its cap
+            # a run may be continued past its cap
+            same = lambda t: {k: v for k, v in recorded_settings(t).items() if k != "max_steps"}
             if (
                 same(old["train"]) != same(run_config["train"])
                 or old["manifest_sha256"] != run_config["manifest_sha256"]
@@ -81,12 +83,26 @@ class HeadRun:
         return started
 
     def __init__(
-        self, store: FeatureStore, out: str, cfg: TrainConfig, data: TrainingData, device: str, started: bool, log
+        self,
+        store: FeatureStore,
+        out: str,
+        cfg: TrainConfig,
+        data: TrainingData,
+        device: str,
+        started: bool,
+        log,
+        initial_weights: dict | None = None,
     ):
         if cfg.uses_tokens and not data.bank.has_patches:
             raise FlowclipError("the training data hold no patches, which a flow head needs")
         self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
-        self.head = cfg.build_head(store.meta["dim"]).to(device)
+        self.head = cfg.build_head(store.meta["dim"])
+        if initial_weights is not None and not started:
+            try:
+                self.head.load_state_dict(initial_weights)
+            except RuntimeError as e:
+                raise FlowclipError(f"the given {cfg.head} head does not fit this store's features: {e}") from None
+        self.head = self.head.to(device)
         self.params = list(self.head.parameters())
         log(f"{cfg.head} head at d={store.meta['dim']}: {sum(p.numel() for p in self.params):,} parameters")
         self.opt = (
@@ -137,7 +153,7 @@ class HeadRun:
     def step(self, img, pos, neg, feats) -> None:
         """One optimiser step on a batch whose features are already gathered."""
         cfg = self.cfg
-        loss, l_hnb, l_cimr, terms = batch_loss(self.head, cfg, img, pos, neg, feats)
+        loss, terms, parts = batch_loss(self.head, cfg, img, pos, neg, feats)
         epoch, step = self.position
         if not torch.isfinite(loss):
             raise FlowclipError(
@@ -155,15 +171,14 @@ class HeadRun:
             "step": self.state["global_step"],
             "epoch": epoch,
             "loss": loss.item(),
-            "hnb": l_hnb.item(),
-            "cimr": l_cimr.item(),
+            **{name: term.item() for name, term in terms.items()},  # hnb, cimr and the head's own terms
             "lr": self.opt.param_groups[0]["lr"],
             "grad_norm": grad_norm.item(),
             "steps_per_s": 1.0 / max(now - self.t_last, 1e-9),
         }
         self.t_last = now
-        s_token = terms.get("s_token")
-        rec_log.update({k: v.item() for k, v in terms.items() if v.numel() == 1})  # e.g. a learned temperature
+        s_token = parts.get("s_token")
+        rec_log.update({k: v.item() for k, v in parts.items() if v.numel() == 1})  # e.g. a learned temperature
         if s_token is not None:
             b = torch.arange(len(img), device=img.device)
             rec_log["mean_abs_s_token"] = s_token.detach().abs().mean().item()

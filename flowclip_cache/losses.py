@@ -73,13 +73,25 @@ def cimr_loss(S: torch.Tensor, tau_c: float, donors: torch.Tensor) -> torch.Tens
     return F.softplus(-(own - donor) / tau_c).mean()
 
 
-# -- one step's loss: what train-head, studies and the dry run's timing share ---------------------
+# -- one step's loss: what train-head, adapt, studies and the dry run's timing share -----------
 def batch_loss(head: "Head", cfg: "TrainConfig", img, pos, neg, feats):
-    """(loss, HNB term, CIMR term, the head's named parts) of one batch whose features are gathered.
-    The head scores all pairs itself; the loop never recombines a head's parts."""
+    """(loss, its named terms, the head's parts) of one batch whose features are gathered.
+    The loss is a weighted sum of named terms: HNB (weight 1), CIMR (lambda_CIMR, cfg.cimr)
+    and each loss term the head declares (Head.loss_terms; its weight from cfg.loss_weights
+    or the head's default), which the head returns among its parts. The head scores all
+    pairs itself; the loop never recombines a head's parts."""
     v, P, t, H, mask = feats
-    S, terms = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
-    l_hnb = hnb_loss(S, cfg.tau_c, img, pos, neg)
-    weight = cfg.cimr or 0.0  # None was resolved to the head's default by TrainConfig
-    l_cimr = cimr_loss(S, cfg.tau_c, donor_map(img)) if weight > 0 else S.new_zeros(())
-    return l_hnb + weight * l_cimr, l_hnb, l_cimr, terms
+    S, parts = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
+    cimr = cfg.cimr or 0.0  # None was resolved to the head's default by TrainConfig
+    terms = {
+        "hnb": hnb_loss(S, cfg.tau_c, img, pos, neg),
+        "cimr": cimr_loss(S, cfg.tau_c, donor_map(img)) if cimr > 0 else S.new_zeros(()),
+    }
+    weights = {"hnb": 1.0, "cimr": cimr}
+    for name, default in head.loss_terms.items():
+        terms[name] = parts[name]
+        weights[name] = cfg.loss_weights.get(name, default)
+    loss = terms["hnb"]
+    for name in list(terms)[1:]:
+        loss = loss + weights[name] * terms[name]
+    return loss, terms, parts

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import torch
 
 from . import checkpoint, outputs
 from .errors import FlowclipError
-from .heads import HEAD_KINDS, Head, build_head, head_class
+from .heads import REGISTRY, Head, available_kinds, build_head, head_class
 
 
 def git_revision() -> str:
@@ -48,11 +49,18 @@ def load_checkpoint(out: str, head: Head, opt, device: str) -> dict:
     return state
 
 
-def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, dict]:
     """A trained head and its run config (for flowclip score); a malformed run folder
-    is refused naming what is wrong, never scored."""
+    is refused naming what is wrong, never scored. A plug-in head must be available
+    already (installed, or loaded by --plugin): nothing the folder names is imported."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
+
+    from .heads.plugins import check_origin, plugin_hint
 
     where = f"run folder {run_dir}"
     try:
@@ -63,8 +71,12 @@ def load_head(run_dir: str, device: str = "cpu") -> tuple[Head, dict]:
             raise TypeError("store_fingerprint must be a string and train a mapping")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
-    if kind not in HEAD_KINDS:
-        raise FlowclipError(f"{where}: head kind {kind!r} is not one of {HEAD_KINDS}")
+    origin = hp.get("plugin")
+    if not isinstance(kind, str) or (kind not in REGISTRY and kind not in available_kinds()):
+        hint = plugin_hint(kind, origin if isinstance(origin, dict) else None, available_kinds())
+        raise FlowclipError(f"{where}: {hint}")
+    if isinstance(origin, dict):
+        check_origin(head_class(kind), origin, where, warn)
     if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
         raise FlowclipError(f"{where}: head dim {dim!r} is not a positive integer")
     head = build_head(kind, dim, **head_class(kind).check_hparams(hp, where))

@@ -17,6 +17,7 @@ from .errors import FlowclipError
 from .heads import Head, build_head
 from .manifest import Manifest
 from .store import FeatureStore
+from .train_config import recorded_settings
 
 CONTROLS = ("real", "shuffle", "fixed")
 
@@ -85,7 +86,7 @@ def _same_method(scorers: list[Scorer]) -> None:
     for sc in scorers:
         if sc.train is None:
             continue
-        settings = {k: v for k, v in sc.train.items() if k != "seed"}
+        settings = {k: v for k, v in recorded_settings(sc.train).items() if k != "seed"}
         by_name.setdefault(sc.method, []).append((sc.run, settings))
     for name, runs in by_name.items():
         first_run, first = runs[0]

@@ -69,11 +69,14 @@ def train_heads(
     stop_after: int | None = None,
     data: TrainingData | None = None,
     placement: str = "auto",
+    initial_weights: list[dict | None] | None = None,
     log=print,
 ) -> list[dict]:
     """Train several heads side by side on the same batches: each batch is gathered once
     and every head takes its own step on it. The runs must share seed, batch size and
-    epochs (the data order); each ends exactly as it would alone."""
+    epochs (the data order); each ends exactly as it would alone. initial_weights: a
+    state_dict per run that a new run starts from instead of its head's own initialisation
+    (the Python API's train_head(head=instance))."""
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
@@ -90,6 +93,7 @@ def train_heads(
         raise FlowclipError(f"{', '.join(finished)} already finished; resume the others without them")
     for out, cfg in runs:
         log(f"{os.path.basename(os.path.normpath(out))}: {cfg.describe()}")
+        cfg.check_contract(store.meta["dim"])  # a broken head fails here, before any folder is written
     manifest = Manifest.read(manifest_path)
     new = {out: os.path.isdir(out) for out, _ in runs if not os.path.exists(out) or not os.listdir(out)}
     try:
@@ -108,6 +112,7 @@ def train_heads(
             stop_after,
             data,
             placement,
+            initial_weights or [None] * len(runs),
             log,
         )
     except BaseException:
@@ -122,8 +127,9 @@ def train_heads(
 
 
 def _train(
-    store, manifest, manifest_path, runs, started_flags, device, image_root, progress, stop_after, data, placement, log
-):
+    store, manifest, manifest_path, runs, started_flags, device, image_root, progress, stop_after, data, placement,
+    initial, log,
+):  # fmt: skip
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     torch.manual_seed(ref.seed)
@@ -145,8 +151,9 @@ def _train(
             device,
             started,
             log if len(runs) == 1 else (lambda m, o=out: log(f"{os.path.basename(o)}: {m}")),
+            weights,
         )
-        for (out, cfg), started in zip(runs, started_flags)
+        for (out, cfg), started, weights in zip(runs, started_flags, initial)
     ]
     trainable = [h for h in heads if h.params]
     groups: dict[tuple, list[HeadRun]] = {}
@@ -243,6 +250,7 @@ def train_head(
     stop_after: int | None = None,
     data: TrainingData | None = None,
     placement: str = "auto",
+    initial_weights: dict | None = None,
     log=print,
 ) -> dict:
     """One head. data: features already gathered for this manifest (a study shares one copy)."""
@@ -258,5 +266,6 @@ def train_head(
         progress=progress,
         stop_after=stop_after,
         data=data,
+        initial_weights=[initial_weights],
         log=log,
     )[0]

@@ -31,6 +31,18 @@ def sample(tmp_path):
     return make_sample(str(tmp_path / "sample"), n_images=12)
 
 
+def doc_examples(doc: str) -> dict[str, list[tuple[str, str]]]:
+    """name -> [(language, code)] of each <!-- example: name --> ... <!-- end example --> block
+    in docs/DOC (a block whose first line is `# file: NAME` is a file to save, not to run)."""
+    import re
+
+    text = open(os.path.join(ROOT, "docs", doc)).read()
+    out = {}
+    for name, body in re.findall(r"<!-- example: ([\w-]+) -->(.*?)<!-- end example -->", text, re.S):
+        out[name] = re.findall(r"```(\w+)\n(.*?)```", body, re.S)
+    return out
+
+
 def needs_shared(*parts):
     path = os.path.join(SHARED_BENCHMARKS, *parts)
     return pytest.mark.skipif(

@@ -1,21 +1,13 @@
 """The worked examples in docs/ run as written (in a fresh folder, on data they make)."""
 
+import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 from conftest import ROOT
-
-
-def examples(doc: str) -> dict[str, list[tuple[str, str]]]:
-    """name -> [(language, code)] of each <!-- example: name --> ... <!-- end example --> block."""
-    text = open(os.path.join(ROOT, "docs", doc)).read()
-    out = {}
-    for name, body in re.findall(r"<!-- example: ([\w-]+) -->(.*?)<!-- end example -->", text, re.S):
-        out[name] = re.findall(r"```(\w+)\n(.*?)```", body, re.S)
-    return out
+from conftest import doc_examples as examples
 
 
 @pytest.mark.slow
@@ -55,3 +47,26 @@ def test_python_api_example(tmp_path):
         out += r.stdout
     assert "pairwise accuracy after training:" in out and "per-record rows" in out and "online: tensor(" in out
     assert "all pairs from the store: torch.Size([16," in out
+
+
+def test_plugins_example(tmp_path):
+    """docs/plugins.md: a head file of the user's, trained, scored and explained from the
+    command line, then from Python, then in a study (the `# file:` block is saved, not run)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    out = ""
+    for lang, code in examples("plugins.md")["bilinear"]:
+        if code.startswith("# file: "):
+            (tmp_path / code.split("\n", 1)[0][len("# file: ") :]).write_text(code)
+            continue
+        cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
+        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, f"{lang} block failed:\n{code}\n{r.stdout}\n{r.stderr}"
+        out += r.stdout
+    assert "| real | bilinear |" in out and "explaining 2 records" in out
+    assert "U: (128, 16) origin: Bilinear" in out and "sample benchmark:" in out
+    assert "dry run: every check passed" in out and (tmp_path / "study" / "STUDY_DONE").exists()
+    runs = sorted(os.listdir(tmp_path / "study" / "runs"))
+    assert runs == ["head-bilinear__head_options.rank-16__seed-0", "head-global__seed-0"]
+    explained = json.load(open(tmp_path / "explained" / "explain.json"))
+    maps = explained["records"][0]["maps"]["bilinear"]["captions"][0]["maps"]
+    assert list(maps) == ["bilinear"]  # the head's own token map, drawn by explain

@@ -15,7 +15,8 @@ def config_and_flags(cls, config_file, flags: dict) -> tuple[dict, str]:
     values = {}
     if config_file:
         values = load_yaml(config_file)
-        cls.from_dict(values, config_file)
+        head = {"head": flags["head"]} if flags.get("head") else {}  # the file's head_options are that head's
+        cls.from_dict({**values, **head}, config_file)
     values.update({k: v for k, v in flags.items() if v is not None})
     return values, config_file or "flags"
 
@@ -24,3 +25,28 @@ def device_name(name: str) -> str:
     from ..devices import resolve_device
 
     return resolve_device(name)
+
+
+def _load_plugins(ctx, param, values):
+    if values:
+        from ..heads.plugins import load_plugin
+
+        for target in values:
+            load_plugin(target)
+    return values
+
+
+def plugin_option(f):
+    """--plugin FILE_OR_MODULE (repeatable): plug-in heads this command may load runs of;
+    a run folder never imports code by itself (docs/plugins.md)."""
+    import click
+
+    return click.option(
+        "--plugin",
+        "plugins",
+        multiple=True,
+        expose_value=False,
+        callback=_load_plugins,
+        help="A file (heads.py) or module whose Head classes runs may use; repeatable. "
+        "Installed plug-ins (entry points flowclip.heads) are always available.",
+    )(f)

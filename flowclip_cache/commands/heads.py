@@ -7,7 +7,7 @@ import os
 import click
 
 from ..errors import FlowclipError
-from .common import config_and_flags, device_name
+from .common import config_and_flags, device_name, plugin_option
 
 
 class _HeadOption(click.Option):
@@ -15,9 +15,14 @@ class _HeadOption(click.Option):
     line starts without importing torch; an unknown kind is refused by TrainConfig."""
 
     def get_help_record(self, ctx):
-        from ..heads import REGISTRY
+        from ..heads import REGISTRY, available_kinds
 
-        self.help = "Head kind: " + "; ".join(f"{k}: {h.title}" for k, h in REGISTRY.items()) + ". Default flow."
+        available_kinds()
+        self.help = (
+            "Head kind: "
+            + "; ".join(f"{k}: {h.title}" for k, h in REGISTRY.items())
+            + ". Or a head of your own: FILE.py:Class or package.module:Class (docs/plugins.md). Default flow."
+        )
         return super().get_help_record(ctx)
 
 
@@ -42,6 +47,7 @@ def _train_option(name, typ, help):
     help="YAML file of TrainConfig keys; flags override it.",
 )
 @click.option("--head", default=None, cls=_HeadOption, help="Head kind (listed when asked for help). Default flow.")
+@plugin_option
 @_train_option(
     "cimr",
     float,
@@ -135,6 +141,7 @@ def train_head_cmd(
     "scorer (OUT/explain/explorer.html; needs --image-root to show the images).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@plugin_option
 def score(
     store,
     manifests,
@@ -226,6 +233,7 @@ def score(
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--device", default="auto", show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace an explain folder flowclip wrote (nothing else).")
+@plugin_option
 def explain(store, manifests, scorers, records, limit, image_root, out, device, overwrite):
     """Where each word found its evidence: token->patch maps before and after the
     refinement, patch sensitivity of the gold-foil margin, every scorer's margins; PNGs and

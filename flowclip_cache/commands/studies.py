@@ -7,7 +7,7 @@ import os
 import click
 
 from ..errors import FlowclipError
-from .common import READOUT_NAMES
+from .common import READOUT_NAMES, plugin_option
 
 
 def shipped_studies() -> list[str]:
@@ -31,6 +31,7 @@ def shipped_studies() -> list[str]:
 @click.option("--dry-run", is_flag=True, help="Print the plan and what is already done.")
 @click.option("--jobs", default=1, show_default=True, help="Runs trained at once (threads sharing the features).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@plugin_option
 def run_pipeline(config, overrides, dry_run, jobs, quiet):
     from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from ..studies import pipeline_module
@@ -40,6 +41,9 @@ def run_pipeline(config, overrides, dry_run, jobs, quiet):
     if "kind" not in data:
         raise FlowclipError(f"{config}: a pipeline file is a mapping with a 'kind' key")
     data = apply_overrides(data, parse_overrides(list(overrides)))
+    from ..heads.plugins import study_heads
+
+    data = study_heads(data, config)  # plug-in heads: `plugins:` loaded, head: FILE.py:Class values as kinds
     module = pipeline_module(data["kind"])
     cfg = build(module.CONFIG, data, config)
     summary = module.run(cfg, dry_run, jobs, log=click.echo, progress=not quiet)

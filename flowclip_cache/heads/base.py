@@ -39,10 +39,17 @@ class Head(nn.Module):
     default_cimr: float = 0.0  # lambda_CIMR when a config does not set one (the paper's row)
     hparam_names: tuple[str, ...] = ()  # TrainConfig keys the head is built with (kept in the run config)
     train_defaults: dict = {}  # TrainConfig defaults of its published recipe (config keys override)
+    # a plug-in head's own settings and their defaults (config `head_options:`; self.<name> holds each)
+    options: dict[str, float | int] = {}
+    # extra loss terms: name -> default weight (config `loss_weights:`); forward_terms returns each
+    # among its parts as a scalar, and training adds weight * term to HNB + lambda_CIMR * CIMR
+    loss_terms: dict[str, float] = {}
 
     def __init__(self, dim: int, **hparams):
         super().__init__()
         self.dim = dim
+        for name, default in self.options.items():
+            setattr(self, name, type(default)(hparams.get(name, default)))
 
     # -- scores ---------------------------------------------------------------------------
     def forward(self, v, P, t, H, mask) -> torch.Tensor:
@@ -50,12 +57,19 @@ class Head(nn.Module):
         return self.forward_terms(v, P, t, H, mask)[0]
 
     def forward_terms(self, v, P, t, H, mask) -> tuple[torch.Tensor, dict]:
-        """All pairs [I, T] and named parts worth logging in training (e.g. s_token)."""
-        raise NotImplementedError
+        """All pairs [I, T] and named parts worth logging in training (e.g. s_token). A head
+        may define forward alone (no parts) instead."""
+        if type(self).forward is Head.forward:
+            raise NotImplementedError(f"{type(self).__name__} defines neither forward nor forward_terms")
+        return self.forward(v, P, t, H, mask), {}
 
     def score_matched(self, v, P, t, H, mask) -> torch.Tensor:
-        """Matched pairs (row i of each input together): [n]."""
-        raise NotImplementedError
+        """Matched pairs (row i of each input together): [n]. By default one all-pairs
+        score per row; a head overrides it with a direct form."""
+        row = lambda x, i: None if x is None else x[i : i + 1]  # noqa: E731
+        return torch.stack(
+            [self(row(v, i), row(P, i), row(t, i), row(H, i), row(mask, i))[0, 0] for i in range(len(v))]
+        )
 
     def caption_embedding(self, t: torch.Tensor) -> torch.Tensor | None:
         """For a head whose score is v . e(t) (an embedding scorer): e(t) [T, d]. Zero-shot
@@ -73,19 +87,53 @@ class Head(nn.Module):
 
     # -- run folders ------------------------------------------------------------------------
     def hparams(self) -> dict:
-        return {"kind": self.kind, "dim": self.dim, **{k: getattr(self, k) for k in self.hparam_names}}
+        """What a run folder records to build the head again: kind, width, settings, and a
+        plug-in head's origin (module, class, sha256 of its source file)."""
+        hp = {"kind": self.kind, "dim": self.dim, **{k: getattr(self, k) for k in self.hparam_names}}
+        if self.options:
+            hp["options"] = {k: getattr(self, k) for k in self.options}
+        origin = type(self).__dict__.get("plugin_origin")
+        if origin:
+            hp["plugin"] = dict(origin)
+        return hp
 
     @classmethod
     def check_hparams(cls, hp: dict, where: str) -> dict:
         """The head's hyper-parameters from a run config, checked: finite numbers; a
         malformed run folder is refused, never scored."""
-        out = {}
+        out: dict = {}
         for name in cls.hparam_names:
             v = hp.get(name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
                 raise FlowclipError(f"{where}: {name} = {v!r} must be a finite number")
             out[name] = float(v)
+        if cls.options:
+            out["head_options"] = cls.check_options(hp.get("options", {}), where)
         return out
+
+    @classmethod
+    def check_options(cls, values, where: str) -> dict:
+        """head_options: names the head declares, finite numbers (whole ones where the
+        default is an int); the declared defaults fill the rest."""
+        if not isinstance(values, dict):
+            raise FlowclipError(f"{where}: head_options must be a mapping, got {values!r}")
+        unknown = sorted(set(values) - set(cls.options))
+        if unknown:
+            known = ", ".join(cls.options) or "none"
+            raise FlowclipError(f"{where}: head_options {unknown} are not options of the {cls.kind} head ({known})")
+        out = dict(cls.options)
+        for name, v in values.items():
+            whole = isinstance(cls.options[name], int)
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            if not number or (whole and v != int(v)):
+                what = "a finite whole number" if whole else "a finite number"
+                raise FlowclipError(f"{where}: head_options.{name} = {v!r} must be {what}")
+            out[name] = type(cls.options[name])(v)
+        return out
+
+
+# kind -> head class: the built-in heads (heads/__init__.py), then plug-ins (heads/plugins.py)
+REGISTRY: dict[str, type[Head]] = {}
 
 
 class TokenMapHead(Head):
@@ -106,6 +154,9 @@ class TokenMapHead(Head):
 
     def coarse(self, v, t):
         return v @ t.T
+
+    def pair_bytes(self, L: int, N: int, d: int) -> int:
+        return 4 * 4 * L * N  # a few [I, T, L, N] float intermediates
 
     def token_maps(self, P, H, mask) -> tuple[dict, torch.Tensor]:
         """For flowclip explain, one image P [N,d] and T captions: ({name: [T,L,N] token x

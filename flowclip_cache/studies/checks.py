@@ -72,6 +72,8 @@ def check_study(
 
         out.train_records = estimate_training_records(world.get("train_scenes", 2000), world.get("seed", 0))
         out.estimated, out.feature_dims = True, feature_dims
+        if feature_dims is not None:
+            _check_heads(out, feature_dims[0])
         out.lines.append(
             "store: built from the synthetic world on the first real run (world=...); "
             "manifests and features are checked then"
@@ -90,9 +92,20 @@ def check_study(
     out.lines.append(
         f"store: {out.store.root} (fingerprint {out.store.fingerprint[:16]}, {out.store.encoder_config['model']})"
     )
+    _check_heads(out, out.store.meta["dim"])
     _check_training(out, train_manifest)
     _check_evaluation(out, eval_manifests, log)
     return out
+
+
+def _check_heads(out: Checked, dim: int) -> None:
+    """Each head of the grid meets the head contract (heads/contract.py), once per settings."""
+    seen = set()
+    for cfg in out.cfgs.values():
+        key = (cfg.head, repr(sorted(cfg.head_options.items())))
+        if key not in seen:
+            seen.add(key)
+            _try(out, cfg.check_contract, dim)
 
 
 def _check_training(out: Checked, path) -> None:

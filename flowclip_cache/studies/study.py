@@ -30,8 +30,11 @@ class RunSpec:
 
     @property
     def folder(self) -> str:
-        keys = sorted(k for k in self.train if k != "seed")
-        return "__".join(f"{k}-{self.train[k]}" for k in keys) + f"__seed-{self.seed}"
+        flat = {}
+        for k, v in self.train.items():  # a mapping (head_options, loss_weights) by its keys: k.name-value
+            flat.update({f"{k}.{n}": x for n, x in v.items()} if isinstance(v, dict) else {k: v})
+        keys = sorted(k for k in flat if k != "seed")
+        return "__".join(f"{k}-{flat[k]}" for k in keys) + f"__seed-{self.seed}"
 
 
 def claim_folder(out: str) -> None:

@@ -1,0 +1,211 @@
+"""Heads from outside the package (docs/plugins.md): a file or module the user names
+(`--head FILE.py:Class`, `--head package.module:Class`, `--plugin FILE_OR_MODULE`, a
+study's `plugins:`), and heads that installed packages declare under the entry-point
+group `flowclip.heads`. Each plug-in class is registered by its `kind` beside the
+built-in heads, with its origin (module, class, source file and its sha256), which run
+folders record. Code is imported only from what a user named on the command line, in a
+study YAML or from Python, or from an installed package: never from a path a run
+folder records."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import traceback
+
+from ..errors import FlowclipError
+from .base import REGISTRY, Head
+
+GROUP = "flowclip.heads"
+KIND = re.compile(r"^[a-z][a-z0-9_.-]*$")
+_files: dict[str, object] = {}  # absolute path -> the module imported from it (each file once)
+_entry_points_loaded = False
+
+
+def is_head_spec(value: object) -> bool:
+    """FILE.py:Class or package.module:Class (a kind has no colon)."""
+    return isinstance(value, str) and ":" in value
+
+
+def origin_of(cls: type) -> dict:
+    """Where a head class comes from: module, class, source file and that file's sha256."""
+    from ..hashing import file_sha256
+
+    try:
+        source: str | None = inspect.getsourcefile(cls)
+    except TypeError:  # defined where no file holds it (an interactive session)
+        source = None
+    return {
+        "module": cls.__module__,
+        "class": cls.__qualname__,
+        "source": os.path.abspath(source) if source else None,
+        "sha256": file_sha256(source) if source and os.path.isfile(source) else None,
+    }
+
+
+def register(cls, label: str) -> str:
+    """A plug-in head class into the registry under its kind; the same class twice is one."""
+    if not (isinstance(cls, type) and issubclass(cls, Head)):
+        raise FlowclipError(f"{label}: {getattr(cls, '__name__', cls)!r} is not a subclass of flowclip_cache.Head")
+    kind = cls.__dict__.get("kind")
+    if not isinstance(kind, str) or not KIND.match(kind):
+        raise FlowclipError(
+            f"{label}: class {cls.__name__} needs its own `kind`, a lower-case name such as "
+            f'kind = "{cls.__name__.lower()}" (got {kind!r})'
+        )
+    have = REGISTRY.get(kind)
+    if have is cls or (have is not None and _same_code(have, cls)):
+        return kind  # (the same file imported twice, as a module and by its path, is one head)
+    if have is not None:
+        where = f"{have.__module__}.{have.__qualname__}"
+        raise FlowclipError(f"{label}: kind {kind!r} is already the head {where}; give {cls.__name__} another kind")
+    setattr(cls, "plugin_origin", origin_of(cls))  # this class only (read from cls.__dict__)
+    REGISTRY[kind] = cls
+    return kind
+
+
+def _same_code(a: type, b: type) -> bool:
+    oa, ob = a.__dict__.get("plugin_origin") or origin_of(a), origin_of(b)
+    key = lambda o: (o["class"], o["source"], o["sha256"])  # noqa: E731
+    return oa["sha256"] is not None and key(oa) == key(ob)
+
+
+def _import(target: str, label: str):
+    """A module from a file path (anything ending in .py or holding a path separator) or
+    a dotted module name; an error inside it is one line naming its file and line."""
+    as_file = target.endswith(".py") or os.sep in target or "/" in target
+    try:
+        if not as_file:
+            return importlib.import_module(target)
+        path = os.path.abspath(target)
+        if path in _files:
+            return _files[path]
+        if not os.path.isfile(path):
+            raise FlowclipError(f"{label}: no such file {target}")
+        stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+        name = f"flowclip_plugin_{stem}_{len(_files)}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses and pickling-free introspection look it up
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        _files[path] = module
+        return module
+    except FlowclipError:
+        raise
+    except ModuleNotFoundError as e:
+        if not as_file and e.name and target.startswith(e.name):
+            raise FlowclipError(f"{label}: no module named {target} (a file needs its .py suffix)") from None
+        raise FlowclipError(f"{label}: importing it failed ({_where(e)}{type(e).__name__}: {e})") from None
+    except Exception as e:
+        raise FlowclipError(f"{label}: importing it failed ({_where(e)}{type(e).__name__}: {e})") from None
+
+
+def _where(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
+
+
+def resolve_head(spec: str) -> str:
+    """A --head value as a registered kind: a kind as it is, or FILE.py:Class /
+    package.module:Class imported and registered (the caller named it)."""
+    if not is_head_spec(spec):
+        return spec
+    target, _, name = spec.rpartition(":")
+    label = f"head {spec}"
+    module = _import(target, label)
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise FlowclipError(f"{label}: {target} defines no {name!r}")
+    return register(cls, label)
+
+
+def load_plugin(target: str) -> list[str]:
+    """--plugin FILE_OR_MODULE: every Head subclass with its own kind that it defines, registered."""
+    label = f"--plugin {target}"
+    module = _import(target, label)
+    found = [
+        c
+        for c in vars(module).values()
+        if isinstance(c, type) and issubclass(c, Head) and c.__module__ == module.__name__ and "kind" in c.__dict__
+    ]
+    if not found:
+        raise FlowclipError(f"{label}: defines no Head subclass with a `kind`")
+    return [register(c, label) for c in found]
+
+
+def load_entry_points() -> None:
+    """The heads installed packages declare (entry-point group flowclip.heads), once."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        dist = getattr(ep.dist, "name", "?")
+        label = f"installed plug-in head {ep.name} ({ep.value}, package {dist})"
+        try:
+            cls = ep.load()
+        except Exception as e:
+            raise FlowclipError(f"{label}: importing it failed ({_where(e)}{type(e).__name__}: {e})") from None
+        register(cls, label)
+
+
+def plugin_hint(kind: str, origin: dict | None, kinds: tuple[str, ...]) -> str:
+    """What to pass so that a run's plug-in head is available (never imported from the run)."""
+    if not origin:
+        return f"head kind {kind!r} is not one of the available kinds ({', '.join(kinds)}; a plug-in's needs --plugin)"
+    module, source = str(origin.get("module")), origin.get("source")
+    by_path = module.startswith("flowclip_plugin_")  # imported from a file, not as a module
+    options = f"--plugin {source}" if by_path or not source else f"--plugin {module} (or --plugin {source})"
+    return (
+        f"its head {kind!r} is the plug-in class {origin.get('class')} from {source or module}; pass {options} "
+        f"if you trust that code (a run folder never imports code by itself)"
+    )
+
+
+def check_origin(cls: type[Head], recorded: dict, where: str, warn) -> None:
+    """A run's recorded plug-in origin against the class available now: another class is
+    refused; a changed source file is said plainly (the scores may differ from training's)."""
+    now = cls.__dict__.get("plugin_origin") or origin_of(cls)
+    if recorded.get("class") != now["class"]:
+        raise FlowclipError(
+            f"{where}: its head {cls.kind!r} was {recorded.get('module')}.{recorded.get('class')}, the one "
+            f"available now is {now['module']}.{now['class']}; refused"
+        )
+    if recorded.get("sha256") and now.get("sha256") and recorded["sha256"] != now["sha256"]:
+        warn(
+            f"warning: {where}: the source of its head {cls.kind!r} ({now['source']}) changed since training "
+            f"(sha256 {recorded['sha256'][:12]} then, {now['sha256'][:12]} now); its scores may differ"
+        )
+
+
+def study_heads(data: dict, source: str) -> dict:
+    """A study config with its `plugins:` loaded (and removed) and every `head:` value
+    that names a class (FILE.py:Class) replaced by the kind it registers: the runs'
+    folders are then named by kind, as built-in heads' are."""
+    plugins = data.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise FlowclipError(f"{source}: key 'plugins': expected a list of files or modules, got {plugins!r}")
+
+    def walk(node):
+        if isinstance(node, dict):
+            return {k: resolve_head(v) if k == "head" and is_head_spec(v) else walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        return node
+
+    try:
+        for target in plugins:
+            load_plugin(target)
+        return walk({k: v for k, v in data.items() if k != "plugins"})
+    except FlowclipError as e:
+        raise FlowclipError(f"{source}: {e}") from None
