@@ -513,13 +513,14 @@ def test_upgrade_from_format_1(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend,runs", [("zarr", 6), ("hdf5", 3)])
+@pytest.mark.parametrize("backend,runs", [("zarr", 3), ("hdf5", 1)])
 def test_verify_never_aborts_at_exit(tmp_path, backend, runs):
     """`store verify` exited 134 ('terminate called without an active exception') in about
     half the runs on a loaded machine: pyarrow's read_table let an Arrow worker thread drop
     the last reference to a record file's Python bytes during interpreter shutdown. A
     ViT-B/16-shaped store (196 patches x 512), verified repeatedly while two processes keep
-    both cores busy (the load that exposes the race), must exit 0 every time."""
+    both cores busy (the load that exposes the race), must exit 0 every time (a few runs: the
+    deterministic check below pins the cause)."""
     fs = FeatureStore.open_or_create(
         str(tmp_path / "s"), config(num_patches=196, model_cfg={"embed_dim": 512, "quick_gelu": False}), backend
     )
