@@ -1,6 +1,6 @@
 """Image extraction per encoder family vs a bare library loop, side by side in one run.
 
-    python benchmarks/bench_families.py [--images 24] [--repeats 3]
+    python benchmarks/bench_families.py [--images 24] [--repeats 3] [--families clip,siglip,blip]
 
 For each family (random weights at the real shapes: ViT-B-32, ViT-B-16-SigLIP, BLIP base
 at 384 px), the same JPEGs go through `run_extract` (decode, preprocess, encode global and
@@ -53,17 +53,23 @@ def main():
     ap.add_argument("--images", type=int, default=24)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--families", default="clip,siglip,blip", help="Comma-separated: clip, siglip, blip.")
     args = ap.parse_args()
     from flowclip_cache.encoder_families.offline import blip_folder, siglip_like_tokenizer
 
     with tempfile.TemporaryDirectory() as root:
         names, _ = make_data(root, args.images, args.images)
         paths = [f"{root}/images/{n}" for n in names]
-        specs = {
-            "openai-clip ViT-B-32": EncoderSpec("ViT-B-32"),
-            "siglip ViT-B-16-SigLIP": EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_like_tokenizer(f"{root}/tok")),
-            "blip-itc base 384 px": EncoderSpec(f"blip:{blip_folder(f'{root}/blip', small=False)}"),
+        chosen = set(args.families.split(","))
+        makers = {
+            "clip": ("openai-clip ViT-B-32", lambda: EncoderSpec("ViT-B-32")),
+            "siglip": (
+                "siglip ViT-B-16-SigLIP",
+                lambda: EncoderSpec("ViT-B-16-SigLIP", tokenizer=siglip_like_tokenizer(f"{root}/tok")),
+            ),
+            "blip": ("blip-itc base 384 px", lambda: EncoderSpec(f"blip:{blip_folder(f'{root}/blip', small=False)}")),
         }
+        specs = {label: make() for key, (label, make) in makers.items() if key in chosen}
         print(
             f"# {len(paths)} JPEG images 256 px, batch {args.batch_size}, random weights, torch threads "
             f"{torch.get_num_threads()}, extract workers 0 (decoding in the main process, as the bare loop)"

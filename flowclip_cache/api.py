@@ -88,12 +88,15 @@ class Run:
 
 
 def load_run(folder: str, device: str = "cpu") -> Run:
-    """A finished run folder, checked as `flowclip score` checks it (a malformed one is
-    refused); nothing in it is executed."""
+    """A finished run folder, or a published head `hf:OWNER/NAME` (docs/sharing.md),
+    checked as `flowclip score` checks it (a malformed one is refused); nothing in it is
+    executed."""
     from . import checkpoint
     from .errors import FlowclipError
+    from .hub import run_folder
     from .run_folder import load_head
 
+    folder = run_folder(folder)  # hf:OWNER/NAME: a published head, from the Hugging Face cache
     if not os.path.exists(os.path.join(folder, "DONE")):
         raise FlowclipError(f"{folder} is not a finished head run (no DONE)")
     head, cfg = load_head(folder, device)

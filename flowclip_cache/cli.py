@@ -11,6 +11,7 @@ from .commands import adapt as adapt_commands
 from .commands import data as data_commands
 from .commands import extract as extract_commands
 from .commands import heads as head_commands
+from .commands import sharing as sharing_commands
 from .commands import store as store_commands
 from .commands import studies as study_commands
 from .commands.common import READOUT_NAMES
@@ -92,6 +93,8 @@ for _command in (
     data_commands.manifest,
     data_commands.negatives,
     adapt_commands.adapt,
+    sharing_commands.publish,
+    sharing_commands.sweep,
 ):
     main.add_command(_command)
 

@@ -26,6 +26,8 @@ KINDS = {
     "pretrain-run": "a pretrain-tiny-clip run folder",
     "explain": "an explain folder",
     "adapt-run": "an adapt run folder",
+    "published-head": "a published head folder (flowclip publish)",
+    "sweep": "a sweep folder",
 }
 _LEGACY = {
     "score-results": ("results.json", ("store_fingerprint", "results")),

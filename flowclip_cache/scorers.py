@@ -40,6 +40,11 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
         name, sep, path = spec.partition("=")
         if not sep or "/" in name or os.path.exists(spec):  # a bare path
             name, path = "", spec
+        hub = path.startswith("hf:")
+        if hub:  # a published head (sharing.py): its local snapshot, labelled by its NAME
+            from .hub import hub_folder
+
+            name, path = name or path.rsplit("/", 1)[-1].split("@")[0], hub_folder(path)
         if path == "clip":
             scorer = Scorer(name or "clip", "clip", build_head("clip", store.meta["dim"]).to(device), "frozen")
         else:
@@ -58,7 +63,7 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
                     f"holds {store.fingerprint[:12]}; refused"
                 )
             sha = hashlib.sha256(open(os.path.join(path, "head.safetensors"), "rb").read()).hexdigest()
-            label = os.path.basename(os.path.normpath(path))
+            label = name if hub else os.path.basename(os.path.normpath(path))
             scorer = Scorer(name or label, label, head, sha, cfg["train"])
         if scorer.run in seen:
             raise FlowclipError(f"--scorer {spec}: two scorers named {scorer.run!r}")

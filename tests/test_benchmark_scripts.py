@@ -24,7 +24,7 @@ SMALL = {
         "--batch-size",
         "4",
     ],
-    "bench_families.py": ["--images", "2", "--batch-size", "2", "--repeats", "1"],
+    "bench_families.py": ["--images", "2", "--batch-size", "2", "--repeats", "1", "--families", "clip"],
     "bench_fixed_shapes.py": ["--model", "flowclip-tiny-vit", "--images", "4", "--captions", "8", "--reps", "1"],
     "bench_grid.py": ["--scenes", "60", "--epochs", "1"],
     "bench_heads.py": ["--images", "8", "--captions", "16", "--reps", "1"],
@@ -56,8 +56,6 @@ def test_every_script_is_listed():
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SMALL))
 def test_script_runs_on_tiny_sizes(script, tmp_path):
-    if script == "bench_families.py":
-        pytest.importorskip("transformers", reason="bench_families needs transformers (pip install 'flowclip[hf]')")
     args = [a.replace("{tmp}", str(tmp_path)) for a in SMALL[script]]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     r = subprocess.run(

@@ -70,3 +70,15 @@ def test_plugins_example(tmp_path):
     explained = json.load(open(tmp_path / "explained" / "explain.json"))
     maps = explained["records"][0]["maps"]["bilinear"]["captions"][0]["maps"]
     assert list(maps) == ["bilinear"]  # the head's own token map, drawn by explain
+
+
+def test_sweep_example(tmp_path):
+    """docs/sweep.md: a two-trial search on the sample, then its best.yaml run as a study."""
+    pytest.importorskip("optuna", reason="flowclip sweep needs Optuna (pip install 'flowclip[sweep]')")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    ((lang, code),) = examples("sweep.md")["sweep"]
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, f"{code}\n{r.stdout}\n{r.stderr}"
+    trials = [line for line in r.stdout.splitlines() if line.startswith("trial ") and " -> " in line]
+    assert len(trials) == 2 and "wrote sweeps/flow/best.yaml" in r.stdout
+    assert "| best |" in r.stdout and (tmp_path / "sweeps" / "flow" / "best-study" / "STUDY_DONE").exists()

@@ -152,7 +152,15 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
         return run_readouts(cfg, grid, dry_run, jobs, log, progress)
     spec = encoder_spec(cfg.encoder)  # unknown encoder keys fail before anything runs
     if cfg.world is not None and not cfg.store and not dry_run:
-        cfg = prepare_world(cfg, log, progress)
+        from .spread import one_at_a_time, study_rank
+        from .study import claim_folder
+
+        if study_rank()[1] > 1:  # several ranks: the first builds the world, the others find it built
+            claim_folder(cfg.out)
+            with one_at_a_time(cfg.out, "world"):
+                cfg = prepare_world(cfg, log, progress)
+        else:
+            cfg = prepare_world(cfg, log, progress)
     if not dry_run:
         from ..errors import FlowclipError
 

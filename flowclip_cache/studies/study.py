@@ -17,6 +17,7 @@ from ..errors import FlowclipError
 from ..store import FeatureStore
 from ..train import train_heads
 from ..training_data import load_training_data
+from .spread import claim, my_groups, one_at_a_time, rank_device, study_rank
 from .summary import mean_std, write_summary
 
 DONE = "STUDY_DONE"
@@ -103,9 +104,10 @@ def execute(
     if finished:
         return json.load(open(os.path.join(out, "summary.json")))
     claim_folder(out)
-    if os.path.exists(os.path.join(out, DONE)):
+    rank, ranks = study_rank()
+    if ranks == 1 and os.path.exists(os.path.join(out, DONE)):
         os.remove(os.path.join(out, DONE))
-    device = checked.device
+    device = rank_device(checked.device)
     store = FeatureStore(store_path)
     t0 = time.perf_counter()
     shared = dict(device=device, progress=progress, log=log)
@@ -118,8 +120,34 @@ def execute(
         jobs=jobs,
         side_by_side=side_by_side,
         placement=placement,
+        rank=(rank, ranks),
         **shared,
     )
+    scoring = (store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, shared)
+    if ranks == 1:
+        return _summarise(*scoring)
+    return _summarise_last_rank(rank, ranks, scoring, log)
+
+
+def _summarise_last_rank(rank: int, ranks: int, scoring: tuple, log) -> dict | None:
+    """Under several ranks: the rank that finds every run finished writes the summary, once."""
+    from .checks import run_status
+
+    out, runs, run_dirs, what = scoring[2], scoring[3], scoring[4], scoring[5]
+    left = [r.folder for r in runs if run_status(run_dirs[r.folder]) != "done"]
+    if left:
+        log(
+            f"  rank {rank} of {ranks}: its runs are finished; {len(left)} of other ranks are not yet (the "
+            "summary is written by the rank that finishes last, or by rerunning this command)"
+        )
+        return None
+    with one_at_a_time(out, "summary"):
+        if summary_is_current(out, what, log):
+            return json.load(open(os.path.join(out, "summary.json")))
+        return _summarise(*scoring)
+
+
+def _summarise(store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, shared):
     summary = score_and_summarise(
         store,
         eval_manifests,
@@ -240,12 +268,32 @@ def train_missing(
     placement: str,
     progress: bool,
     log,
+    rank: tuple[int, int] = (0, 1),
 ) -> None:
     """Train every run not finished (resuming partial ones), from one in-memory copy of the
-    features; runs that share a data order train side by side on the same batches."""
+    features; runs that share a data order train side by side on the same batches. Under
+    several ranks (spread.py), this rank's share of the plan's groups, each run claimed."""
     from .checks import run_status
 
-    todo = [r for r in runs if run_status(run_dirs[r.folder]) != "done"]
+    # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches
+    key = (
+        (lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs))
+        if side_by_side
+        else (lambda r: r.folder)
+    )
+    planned: dict = {}
+    for r in runs:  # the whole plan, so that every rank splits it alike whatever is finished
+        planned.setdefault(key(r), []).append(r)
+    groups: dict = {}
+    for i, group in enumerate(my_groups(list(planned.values()), *rank)):
+        todo_group = [r for r in group if run_status(run_dirs[r.folder]) != "done"]
+        if rank[1] > 1:
+            todo_group = [r for r in todo_group if claim(run_dirs[r.folder], *rank)]
+        if todo_group:
+            groups[i] = todo_group
+    todo = [r for g in groups.values() for r in g]
+    if rank[1] > 1:
+        log(f"  rank {rank[0]} of {rank[1]}: {len(todo)} runs to train here")
     if todo:
         from ..manifest import Manifest
 
@@ -254,16 +302,6 @@ def train_missing(
         data = load_training_data(
             store, Manifest.read(train_manifest), need_patches, device, placement=placement, log=lambda m: log(f"  {m}")
         )
-
-        # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches
-        key = (
-            (lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs))
-            if side_by_side
-            else (lambda r: r.folder)
-        )
-        groups: dict = {}
-        for r in todo:
-            groups.setdefault(key(r), []).append(r)
 
         def train_group(group: list[RunSpec]):
             train_heads(

@@ -1,0 +1,49 @@
+"""`flowclip publish` (and `sweep`): share a trained head; search a head's settings."""
+
+from __future__ import annotations
+
+import click
+
+from .common import plugin_option
+
+
+@click.command()
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="The folder to publish (a new one).")
+@click.option(
+    "--results",
+    type=click.Path(exists=True, file_okay=False),
+    help="A flowclip score results folder that scored this head: its scores go into the model card.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace a folder flowclip publish wrote (nothing else).")
+@plugin_option
+def publish(run, out, results, overwrite):
+    """Write RUN (a finished head run) as a folder a Hugging Face model repository can hold
+    as it is: the head's safetensors and config, DONE, and a model card. Others load it with
+    --scorer hf:OWNER/NAME once it is uploaded (huggingface_hub.upload_folder)."""
+    from ..sharing import publish as publish_run
+
+    publish_run(run, out, results, overwrite, log=click.echo)
+
+
+@click.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@plugin_option
+def sweep(config, overrides):
+    """Search a head's settings with Optuna on a validation objective (CONFIG: a sweep YAML;
+    docs/sweep.md), with KEY=VALUE overrides. Killed, it resumes where it stopped; every
+    trial is a run folder; the best settings are written as a study YAML (OUT/best.yaml)."""
+    from ..config import apply_overrides, build, load_yaml, parse_overrides
+    from ..errors import FlowclipError
+
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise FlowclipError("flowclip sweep needs Optuna: pip install 'flowclip[sweep]'") from None
+    from ..sweep import SweepConfig
+    from ..sweep import sweep as run_sweep
+
+    data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
+    cfg = build(SweepConfig, data, config)
+    run_sweep(cfg, log=click.echo)

@@ -1,0 +1,73 @@
+"""A study spread over processes (flowclip_cache/studies/spread.py): two ranks under
+torchrun train disjoint shares of the plan, each run claimed once, and the last one
+writes the summary, equal to a one-process run's."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError
+from flowclip_cache.studies.spread import claim, my_groups, study_rank
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    from flowclip_cache.sample import make_sample
+
+    root = tmp_path_factory.mktemp("spread")
+    s = make_sample(str(root / "sample"), n_images=16)
+    r = CliRunner().invoke(
+        main,
+        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--manifest", s["candidates"],
+         "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return {"root": root, "store": str(root / "store"), **s}
+
+
+def test_rank_from_torchrun_or_a_slurm_array(monkeypatch, tmp_path):
+    for k in ("RANK", "WORLD_SIZE", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"):
+        monkeypatch.delenv(k, raising=False)
+    assert study_rank() == (0, 1)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "7")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "4")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "5")
+    assert study_rank() == (2, 4)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert study_rank() == (1, 2)  # torchrun's names first
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(FlowclipError, match="outside the 2 ranks"):
+        study_rank()
+    assert my_groups(list("abcde"), 1, 2) == ["b", "d"] and my_groups(list("abcde"), 0, 1) == list("abcde")
+    run = str(tmp_path / "runs" / "r")
+    assert claim(run, 0, 2) and claim(run, 0, 2) and not claim(run, 1, 2)  # its own again; never another's
+
+
+def test_two_ranks_under_torchrun_write_the_one_process_tables(lab, tmp_path):
+    args = ["run", "ablation", f"store={lab['store']}", f"train={lab['training']}", f"eval=[{lab['candidates']}]",
+            "seeds=[0]", "train_config.epochs=1", "train_config.batch_size=4", "bootstrap=200",
+            "side_by_side=false"]  # fmt: skip
+    r = CliRunner().invoke(main, [*args, f"out={tmp_path / 'one'}", "--quiet"])
+    assert r.exit_code == 0, r.output
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    p = subprocess.run([*torchrun, "-m", "flowclip_cache", *args, f"out={tmp_path / 'two'}", "--quiet"], env=env,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.count("runs to train here") == 2 and "of other ranks are not yet" in p.stdout
+    claims = [json.load(open(tmp_path / "two" / "runs" / n)) for n in os.listdir(tmp_path / "two" / "runs")
+              if n.endswith(".claim")]  # fmt: skip
+    assert sorted(c["rank"] for c in claims) == [0, 0, 1, 1]  # four runs, two each, each claimed once
+    one, two = (json.load(open(tmp_path / d / "summary.json")) for d in ("one", "two"))
+    for s in (one, two):
+        s.pop("timing")
+    assert one == two
+    r = CliRunner().invoke(main, [*args, f"out={tmp_path / 'two'}"])
+    assert r.exit_code == 0 and "the study is finished (summary in place)" in r.output
