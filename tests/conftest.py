@@ -14,6 +14,19 @@ SHARED_BENCHMARKS = os.environ.get("FLOWCLIP_BENCHMARK_FILES") or os.path.join(R
 TINY = "flowclip-tiny-vit"
 
 
+@pytest.fixture(autouse=True)
+def registry():
+    """Each test starts with the built-in heads only (plug-ins register process-wide)."""
+    from flowclip_cache.heads import REGISTRY, plugins
+
+    before, files = dict(REGISTRY), dict(plugins._files)
+    yield
+    REGISTRY.clear()
+    REGISTRY.update(before)
+    plugins._files.clear()
+    plugins._files.update(files)
+
+
 @pytest.fixture(scope="session")
 def tiny_encoder():
     return resolve(EncoderSpec(TINY))

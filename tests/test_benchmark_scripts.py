@@ -39,7 +39,7 @@ SMALL = {
         "--steps",
         "2",
         "--exact-images",
-        "50",
+        "20",
         "--shortlist",
         "5",
     ],

@@ -23,19 +23,6 @@ MARK = "import os\nimport torch\n\nopen(os.environ['PLUGIN_MARK'], 'a').write('x
 MARKED = HEAD.replace("import torch\n", MARK, 1)
 
 
-@pytest.fixture(autouse=True)
-def registry():
-    """Each test starts with the built-in heads only (plug-ins register process-wide)."""
-    from flowclip_cache.heads import REGISTRY, plugins
-
-    before, files = dict(REGISTRY), dict(plugins._files)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(before)
-    plugins._files.clear()
-    plugins._files.update(files)
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     from flowclip_cache.sample import make_sample

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
-from flowclip_cache.features import encode_images
+from flowclip_cache.features import image_features
 from flowclip_cache.patch_readouts import NACLIP_SIGMA, READOUTS
 
 
@@ -77,16 +77,18 @@ def last_block_input_by_hook(model, x):
 @pytest.mark.parametrize("model", ["flowclip-tiny-vit", "flowclip-tiny-clip", "ViT-B-32", "ViT-B-16"])
 @torch.no_grad()
 def test_each_readout_equals_the_direct_computation(model):
+    # the family's forward itself: extract's padding of every forward to 16 images is
+    # checked by test_features' input-alone tests, and would cost 8x here
     base = load_model(resolve(EncoderSpec(model)))
     size = base.model.visual.image_size[0]
     x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
     x_in = last_block_input_by_hook(base.model, x)
-    g_std, p_std = encode_images(base, x)
+    g_std, p_std = image_features(base, x)
     for readout in READOUTS[1:]:
         enc = resolve(EncoderSpec(model, patch_readout=readout))
         assert enc.config["patch_readout"] == readout and enc.fingerprint != resolve(EncoderSpec(model)).fingerprint
         base.config = enc.config  # same weights, this readout
-        g, p = encode_images(base, x)
+        g, p = image_features(base, x)
         torch.testing.assert_close(g, g_std, rtol=0, atol=0)  # the global is encode_image's, unchanged
         torch.testing.assert_close(g, F.normalize(base.model.encode_image(x), dim=-1), rtol=0, atol=1e-6)
         torch.testing.assert_close(p.double(), direct_patches(base.model.visual, x_in, readout), rtol=0, atol=2e-5)
@@ -115,7 +117,7 @@ def test_released_and_reduced_differ_and_old_definitions_are_refused():
     with torch.no_grad():
         for r in ("sclip", "sclip-reduced"):
             base.config = resolve(EncoderSpec("ViT-B-16", patch_readout=r)).config
-            out[r] = encode_images(base, x)[1]
+            out[r] = image_features(base, x)[1]
     assert (out["sclip"] * out["sclip-reduced"]).sum(-1).mean() < 0.9
 
 

@@ -15,18 +15,6 @@ from flowclip_cache.cli import main
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-@pytest.fixture(autouse=True)
-def registry():
-    from flowclip_cache.heads import REGISTRY, plugins
-
-    before, files = dict(REGISTRY), dict(plugins._files)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(before)
-    plugins._files.clear()
-    plugins._files.update(files)
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     from flowclip_cache.sample import make_sample

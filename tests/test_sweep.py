@@ -107,3 +107,35 @@ def test_a_bad_search_space_is_one_line_before_any_trial(lab, tmp_path):
         r = CliRunner().invoke(main, ["sweep", str(cfg)])
         assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
         assert not (tmp_path / "sw").exists()
+
+
+def test_a_plug_in_heads_options_are_searched_and_the_best_trial_published(lab, tmp_path):
+    """The search reaches a plug-in head's own options (head_options.NAME) and loss weights;
+    the objective without a validation manifest is the val split's pairwise accuracy; the
+    best trial's run folder is published as it is."""
+    from conftest import doc_examples
+
+    head = next(code for _, code in doc_examples("plugins.md")["bilinear"] if code.startswith("# file: bilinear.py"))
+    (tmp_path / "bilinear.py").write_text(head)
+    out = tmp_path / "sw"
+    (tmp_path / "s.yaml").write_text(
+        f"out: {out}\nstore: {lab['store']}\ntrain: {lab['training']}\neval: [{lab['candidates']}]\ntrials: 2\n"
+        f"plugins: [{tmp_path / 'bilinear.py'}]\ntrain_config: {{head: bilinear, epochs: 1, batch_size: 4}}\n"
+        "space:\n  head_options.rank: {choices: [4, 8]}\n  loss_weights.uv_norm: {low: 0.001, high: 0.1, log: true}\n"
+    )
+    r = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.yaml")])
+    assert r.exit_code == 0, r.output
+    study = optuna.load_study(study_name="flowclip-sweep", storage=f"sqlite:///{out}/optuna.db")
+    best = study.best_trial
+    run = out / "trials" / folder_name(best.params)
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["head"]["options"] == {"rank": best.params["head_options.rank"]}
+    assert cfg["train"]["loss_weights"] == {"uv_norm": best.params["loss_weights.uv_norm"]}
+    state = json.loads(open(run / "DONE").read())
+    assert best.value == state["val"]["all"]  # the val split's pairwise accuracy
+    assert "head_options:\n      rank:" in (out / "best.yaml").read_text()
+    r = CliRunner().invoke(main, ["publish", str(run), "--out", str(tmp_path / "pub")])
+    assert (
+        r.exit_code == 0
+        and (tmp_path / "pub" / "head.safetensors").read_bytes() == (run / "head.safetensors").read_bytes()
+    )
