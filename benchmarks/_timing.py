@@ -8,9 +8,19 @@ import statistics
 import time
 
 
+def _sync() -> None:
+    """Wait for queued CUDA work, so that a side's time is its own (nothing on CPU)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def timed(fn) -> float:
+    _sync()
     t = time.perf_counter()
     fn()
+    _sync()
     return time.perf_counter() - t
 
 

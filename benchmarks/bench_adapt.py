@@ -1,7 +1,7 @@
 """An adapt step vs a bare open_clip forward + backward of the same batch with the same
 losses, the sides alternated repetition by repetition (target: overhead ratio >= 0.9).
 
-    python benchmarks/bench_adapt.py [--model ViT-B-32] [--batch 16] [--repeats 7]
+    python benchmarks/bench_adapt.py [--model ViT-B-32] [--batch 16] [--repeats 7] [--device cpu]
 
 Every side: the same preprocessed images and captions, random weights, the Flow-CLIP
 head, HNB + CIMR, backward, gradient clipping and an AdamW step. flowclip's side is
@@ -67,12 +67,14 @@ def main():
     ap.add_argument("--model", default="ViT-B-32")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    dev = args.device
     with tempfile.TemporaryDirectory() as root:
         s = make_sample(root, n_images=args.batch * 2)
         cfg = AdaptConfig(head="flow", batch_size=args.batch, seed=0, lr=1e-3, encoder_lr=1e-5)
-        enc = load_model(resolve(EncoderSpec(args.model)))
-        head = cfg.build_head(enc.config["model_cfg"]["embed_dim"])
+        enc = load_model(resolve(EncoderSpec(args.model)), dev)
+        head = cfg.build_head(enc.config["model_cfg"]["embed_dim"]).to(dev)
         model = Adapted(enc, head).train()
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(
@@ -84,12 +86,13 @@ def main():
         recs = read_records(s["training"], s["image_root"])
         order, pick = epoch_order(np.nonzero(recs.split == "train")[0], recs.rec_neg, 0, 0, "cpu")
         glob = order[: args.batch]
-        x = torch.stack([_Images(recs, enc.preprocess)[int(r)] for r in glob])
+        x = torch.stack([_Images(recs, enc.preprocess)[int(r)] for r in glob]).to(dev)
         img, pos, neg = recs.rec_image[glob], recs.rec_pos[glob], recs.rec_neg[glob, pick[glob]]
         ids = enc.tokenizer([recs.texts[int(i)] for i in torch.cat([pos, neg])])
+        img, pos, neg, ids = img.to(dev), pos.to(dev), neg.to(dev), ids.to(dev)
         cut = ids[:, : int((ids != 0).sum(1).max())]
         sides = {
-            "ours": lambda: step(model, model, opt, params, recs, glob, glob, x, pick, cfg, Ranks(), "cpu", "nonpad"),
+            "ours": lambda: step(model, model, opt, params, recs, glob, glob, x, pick, cfg, Ranks(), dev, "nonpad"),
             "bare_cut": lambda: bare_step(enc.model, head, opt, params, x, cut, img, pos, neg, cfg),
             "bare_full": lambda: bare_step(enc.model, head, opt, params, x, ids, img, pos, neg, cfg),
         }
@@ -97,8 +100,8 @@ def main():
         med = {k: statistics.median(v) for k, v in t.items()}
         print(
             f"# {args.model}, random weights, flow head, batch {args.batch} records ({2 * args.batch} captions, "
-            f"longest {cut.shape[1]} of {ids.shape[1]} tokens), {args.repeats} alternated repetitions, torch threads "
-            f"{torch.get_num_threads()}"
+            f"longest {cut.shape[1]} of {ids.shape[1]} tokens), {args.repeats} alternated repetitions, {dev}, "
+            f"torch threads {torch.get_num_threads()}"
         )
         r, lo, hi = ratio(t["bare_cut"], t["ours"])
         print(
