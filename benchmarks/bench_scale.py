@@ -244,6 +244,7 @@ def main():
     ap.add_argument("--exact-images", type=int, default=400, help="gallery size scored exactly")
     ap.add_argument("--shortlist", type=int, default=10)
     ap.add_argument("--no-scoring", action="store_true")
+    ap.add_argument("--placements", help="Comma-separated, instead of the default (device,store; and host on CUDA).")
     ap.add_argument("--worker", nargs=4, metavar=("STORE", "MANIFEST", "PLACEMENT", "OUT"))
     ap.add_argument("--score-worker", nargs=6)
     a = ap.parse_args()
@@ -263,6 +264,8 @@ def main():
         placements = ["device", "store"] if f <= 0.25 else ["store"]  # full size does not fit in 24 GiB
         if a.device.startswith("cuda"):
             placements = ["device", "host", "store"] if f <= 0.25 else ["host", "store"]
+        if a.placements:  # a chosen few (the smoke test takes one)
+            placements = a.placements.split(",")
         for pl in placements:
             out = os.path.join(a.root, f"run-x{f:g}-{pl}-{time.time_ns()}")
             r = subprocess.run(

@@ -3,14 +3,11 @@ explains like a built-in head; a run folder never imports code; each contract ru
 fails in one line before anything is written; the loss is a weighted sum of named terms."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import ROOT, doc_examples
+from conftest import doc_examples
 
 import flowclip_cache as fc
 from flowclip_cache.cli import main
@@ -47,11 +44,14 @@ def train_args(lab, out, head, *more):
             "--epochs", "1", "--batch-size", "4", "--lr", "1e-2", "--quiet", *more]  # fmt: skip
 
 
-def flowclip(*args, env=None):
-    """The command line in a fresh process (nothing registered by an earlier test)."""
-    full = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "flowclip_cache", *map(str, args)], env=full, capture_output=True,
-                          text=True)  # fmt: skip
+def forget_plugins():
+    """As in a fresh process: no plug-in registered, no plug-in file imported."""
+    from flowclip_cache.heads import REGISTRY, plugins
+    from flowclip_cache.heads.base import Head
+
+    for kind in [k for k, c in REGISTRY.items() if "plugin_origin" in c.__dict__ and issubclass(c, Head)]:
+        del REGISTRY[kind]
+    plugins._files.clear()
 
 
 def test_a_head_file_trains_scores_and_a_run_folder_imports_nothing(lab, tmp_path, monkeypatch):
@@ -60,27 +60,30 @@ def test_a_head_file_trains_scores_and_a_run_folder_imports_nothing(lab, tmp_pat
     monkeypatch.setenv("PLUGIN_MARK", str(mark))
     run = tmp_path / "run"
     r = cli(*train_args(lab, run, f"{head_file}:Bilinear"))
-    assert r.exit_code == 0, r.output + r.stderr
+    assert r.exit_code == 0, r.output
     hp = json.loads((run / "config.json").read_text())["head"]
     assert hp["kind"] == "bilinear" and hp["options"] == {"rank": 32}
     assert hp["plugin"]["class"] == "Bilinear" and hp["plugin"]["sha256"] == file_sha256(str(head_file))
     mark.unlink()
+    forget_plugins()
     score = ["score", "--store", lab["store"], "--manifests", lab["candidates"], "--scorer", f"bil={run}",
              "--bootstrap", "0", "--quiet"]  # fmt: skip
-    env = {"PLUGIN_MARK": str(mark)}
-    p = flowclip(*score, "--out", tmp_path / "refused", env=env)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert f"pass --plugin {head_file} if you trust that code" in p.stderr
+    r = cli(*score, "--out", tmp_path / "refused")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"pass --plugin {head_file} if you trust that code" in r.stderr
     assert not mark.exists() and not (tmp_path / "refused").exists()  # the recorded path was never imported
-    p = flowclip(*score, "--plugin", head_file, "--out", tmp_path / "scored", env=env)
-    assert p.returncode == 0 and "| real | bil |" in p.stdout and "warning" not in p.stderr, p.stderr
+    r = cli(*score, "--plugin", head_file, "--out", tmp_path / "scored")
+    assert r.exit_code == 0 and "| real | bil |" in r.stdout and "warning" not in r.stderr, r.output
     assert mark.read_text() == "x"  # imported once, because --plugin named it
     head_file.write_text(MARKED + "# edited after training\n")
-    p = flowclip(*score, "--plugin", head_file, "--out", tmp_path / "again", env=env)
-    assert p.returncode == 0 and "changed since training" in p.stderr and "its scores may differ" in p.stderr
+    forget_plugins()
+    r = cli(*score, "--plugin", head_file, "--out", tmp_path / "again")
+    assert r.exit_code == 0 and "changed since training" in r.stderr and "its scores may differ" in r.stderr
 
 
-def test_the_module_and_entry_point_forms(lab, tmp_path):
+def test_the_module_and_entry_point_forms(lab, tmp_path, monkeypatch):
+    from flowclip_cache.heads import plugins
+
     pkg = tmp_path / "site" / "myheads"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(HEAD)
@@ -88,19 +91,23 @@ def test_the_module_and_entry_point_forms(lab, tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myheads\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[flowclip.heads]\nbilinear = myheads:Bilinear\n")
-    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path / 'site'}"}
-    p = flowclip(*train_args(lab, tmp_path / "by-module", "myheads:Bilinear"), env=env)
-    assert p.returncode == 0, p.stderr
-    p = flowclip(*train_args(lab, tmp_path / "by-kind", "bilinear"), env=env)  # the installed entry point
-    assert p.returncode == 0, p.stderr
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))  # as if installed
+    r = cli(*train_args(lab, tmp_path / "by-module", "myheads:Bilinear"))
+    assert r.exit_code == 0, r.output
+    forget_plugins()
+    monkeypatch.setattr(plugins, "_entry_points_loaded", False)  # a fresh process reads them once
+    r = cli(*train_args(lab, tmp_path / "by-kind", "bilinear"))  # the installed entry point, by its kind
+    assert r.exit_code == 0, r.output
     assert (tmp_path / "by-module" / "head.safetensors").read_bytes() == (
         tmp_path / "by-kind" / "head.safetensors"
     ).read_bytes()
-    p = flowclip("score", "--store", lab["store"], "--manifests", lab["candidates"], "--scorer",
-                 tmp_path / "by-kind", "--bootstrap", "0", "--out", tmp_path / "s", "--quiet", env=env)  # fmt: skip
-    assert p.returncode == 0, p.stderr  # installed: no --plugin needed
-    p = flowclip("train-head", "--help", env=env)
-    assert "bilinear: frozen global" in " ".join(p.stdout.split())
+    forget_plugins()
+    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
+    r = cli("score", "--store", lab["store"], "--manifests", lab["candidates"], "--scorer", tmp_path / "by-kind",
+            "--bootstrap", "0", "--out", tmp_path / "s", "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output  # installed: no --plugin needed
+    r = cli("train-head", "--help")
+    assert "bilinear: frozen global" in " ".join(r.output.split())
 
 
 BROKEN = {
