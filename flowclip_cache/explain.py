@@ -25,6 +25,7 @@ import torch
 
 from . import metrics, outputs
 from .errors import FlowclipError
+from .explain_figures import token_role, tokens_by_role
 from .images import BadImage, load_image, resolve_image_path
 
 SELECTIONS = ("repairs", "regressions", "changed", "all")
@@ -127,11 +128,15 @@ def explain_record(store, rec: dict, scorers, labels, device) -> dict:
         caps = []
         for c in range(n):
             valid = mask[c]
+            tokens = labels[c][: int(valid.sum())]
+            contrib = _r(ev["contrib"][c][valid])
             entry = {
                 "index": c,
-                "tokens": labels[c][: int(valid.sum())],
+                "tokens": tokens,
                 "maps": {name: _r(m[c][valid]) for name, m in ev["maps"].items()},
-                "contrib": _r(ev["contrib"][c][valid]),
+                "contrib": contrib,
+                "roles": [token_role(t) for t in tokens],
+                "order": tokens_by_role(tokens, contrib),  # content words first (explain_figures)
             }
             entry.update({k: float(ev[k][c]) for k in ("s_global", "s_token", "s") if k in ev})
             caps.append(entry)

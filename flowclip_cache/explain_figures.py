@@ -7,7 +7,30 @@ from __future__ import annotations
 
 import numpy as np
 
-TOKENS_SHOWN = 4  # per caption in a record's figure: the largest |share of s_token|
+TOKENS_SHOWN = 3  # per caption in a record's figure: the first by role (below), largest |share of s_token| first
+# words that carry no attribute, object or relation of their own: shown after the content words
+FUNCTION_WORDS = frozenset(
+    "a an the of on in at to and or is are was were be been its it this that these those with by for from as "
+    "there here some one two three has have".split()
+)
+ROLES = ("content", "function", "special")
+
+
+def token_role(token: str) -> str:
+    """content, function (a FUNCTION_WORDS word) or special (<start_of_text>, [CLS], </s>, ...)."""
+    t = token.strip()
+    if (t.startswith("<") and t.endswith(">")) or (t.startswith("[") and t.endswith("]")):
+        return "special"
+    word = t.removesuffix("</w>").lstrip("Ġ▁#").lower().strip(".,;:!?")
+    return "function" if word in FUNCTION_WORDS or not word else "content"
+
+
+def tokens_by_role(tokens: list[str], contrib: list[float]) -> list[int]:
+    """Token indices in reading order for a person: content words first, then function
+    words, then special tokens, each by |share of s_token|, largest first. (By share alone
+    the list was led by <start_of_text> and 'a'.)"""
+    role = lambda i: ROLES.index(token_role(tokens[i])) if i < len(tokens) else len(ROLES)  # noqa: E731
+    return sorted(range(len(contrib)), key=lambda i: (role(i), -abs(contrib[i]), i))
 
 
 def _plt():
@@ -73,7 +96,7 @@ def record_figure(rec: dict, im, grid: int, path: str) -> None:
     mp = rec["maps"][run]
     rows = [rec["gold"], mp["foil"]]
     cols = 1 + 3 * TOKENS_SHOWN
-    fig, axes = plt.subplots(2, cols, figsize=(1.3 * cols, 3.2), squeeze=False)
+    fig, axes = plt.subplots(2, cols, figsize=(1.9 * cols, 4.4), squeeze=False)  # readable at the page's width
     for r, c in enumerate(rows):
         cap = mp["captions"][c]
         draw_map(
@@ -84,7 +107,7 @@ def record_figure(rec: dict, im, grid: int, path: str) -> None:
             f"{'gold' if c == rec['gold'] else 'foil'}: s={cap['s']:.4f}\nsensitivity",
             mp["top_patches"],
         )
-        order = np.argsort(-np.abs(cap["contrib"]))[:TOKENS_SHOWN]
+        order = tokens_by_role(cap["tokens"], cap["contrib"])[:TOKENS_SHOWN]
         names = list(cap["maps"])[:3]
         for k, l in enumerate(order):
             token = cap["tokens"][l] if l < len(cap["tokens"]) else f"#{l}"
@@ -116,7 +139,12 @@ def grid_figure(records: list[dict], grid: int, path: str, most: int = 8) -> Non
     sensitivity (top patches boxed) and every scorer's gold-foil margin."""
     plt = _plt()
     shown = records[:most]
-    fig, axes = plt.subplots(max(1, len(shown)), 2, figsize=(7, 2.2 * max(1, len(shown))), squeeze=False)
+    n_scorers = max((len(r["margins"]) for r in shown), default=1)
+    row_height = max(2.2, 0.35 * n_scorers + 1.0)  # every scorer's label its own line: no overlap
+    fig, axes = plt.subplots(
+        max(1, len(shown)), 2, figsize=(9, row_height * max(1, len(shown))), squeeze=False,
+        gridspec_kw={"width_ratios": [1, 1.6]},
+    )  # fmt: skip
     from PIL import Image
 
     for r, rec in enumerate(shown):
@@ -129,7 +157,8 @@ def grid_figure(records: list[dict], grid: int, path: str, most: int = 8) -> Non
             )
         else:
             axes[r, 0].axis("off")
-        names, vals = list(rec["margins"]), list(rec["margins"].values())
+        names = [n if len(n) <= 32 else n[:31] + "…" for n in rec["margins"]]
+        vals = list(rec["margins"].values())
         axes[r, 1].barh(names, vals, color=["tab:green" if v > 0 else "tab:red" for v in vals])
         axes[r, 1].axvline(0, color="k", lw=0.8)
         gold = rec["captions"][rec["gold"]]

@@ -415,3 +415,23 @@ def test_scorers_are_labelled_by_the_name_they_were_given(explained, tmp_path):
     assert r.exit_code == 0, r.output
     assert json.load(open(os.path.join(ex, "explain.json")))["scorers"] == ["calibrated", "local"]
     assert "calibrated -> local" in r.output
+
+
+def test_tokens_are_shown_by_role_content_words_first(explained):
+    """The explorer and the record figures list a caption's tokens content words first, then
+    function words, then special tokens, each by |share of s_token| (by share alone the list
+    was led by <start_of_text> and 'a')."""
+    from flowclip_cache.explain_figures import token_role, tokens_by_role
+
+    tokens = ["<start_of_text>", "a", "red</w>", "cube", "left", "of", "the", "sphere", "<end_of_text>"]
+    share = [0.9, 0.8, 0.1, -0.3, 0.05, 0.7, 0.01, 0.2, -0.95]
+    assert [token_role(t) for t in tokens] == ["special", "function", "content", "content", "content", "function",
+                                                "function", "content", "special"]  # fmt: skip
+    assert tokens_by_role(tokens, share) == [3, 7, 2, 4, 1, 5, 6, 8, 0]
+    caps = [c for r in explained["data"]["records"] for m in r["maps"].values() for c in m["captions"]]
+    assert caps
+    for c in caps:
+        assert sorted(c["order"]) == list(range(len(c["contrib"]))) and len(c["roles"]) == len(c["tokens"])
+        ranks = [("content", "function", "special").index(c["roles"][i]) for i in c["order"]]
+        assert ranks == sorted(ranks)
+    assert any(c["roles"][c["order"][0]] == "content" and "special" in c["roles"] for c in caps)
