@@ -56,6 +56,31 @@ def doc_examples(doc: str) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def doc_file(doc: str, example: str, name: str) -> str:
+    """The `# file: NAME` block of an example in docs/DOC (a file the example saves)."""
+    return next(code for _, code in doc_examples(doc)[example] if code.startswith(f"# file: {name}"))
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """The sample (16 generated images, a candidate set, a training manifest) extracted with
+    the tiny CLIP (random weights) once for the session: tests read it, never write to it."""
+    from click.testing import CliRunner
+
+    from flowclip_cache.cli import main
+    from flowclip_cache.sample import make_sample
+
+    root = tmp_path_factory.mktemp("sample-store")
+    s = make_sample(str(root / "sample"), n_images=16)
+    r = CliRunner().invoke(
+        main,
+        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--manifest", s["candidates"],
+         "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return {"root": root, "store": str(root / "store"), **s}
+
+
 def needs_shared(*parts):
     path = os.path.join(SHARED_BENCHMARKS, *parts)
     return pytest.mark.skipif(

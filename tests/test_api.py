@@ -12,21 +12,6 @@ from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    from flowclip_cache.sample import make_sample
-
-    root = tmp_path_factory.mktemp("api")
-    s = make_sample(str(root / "sample"), n_images=16)
-    r = CliRunner().invoke(
-        main,
-        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--manifest", s["candidates"],
-         "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
-    )  # fmt: skip
-    assert r.exit_code == 0, r.output
-    return {"root": root, "store": str(root / "store"), **s}
-
-
 def test_the_package_exports_the_api_without_importing_torch_first():
     import subprocess
     import sys

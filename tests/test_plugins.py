@@ -7,32 +7,17 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import doc_examples
+from conftest import doc_file
 
 import flowclip_cache as fc
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.hashing import file_sha256
 
-HEAD = next(code for _, code in doc_examples("plugins.md")["bilinear"] if code.startswith("# file: bilinear.py"))
+HEAD = doc_file("plugins.md", "bilinear", "bilinear.py")
 # the test's copy says when it is imported (a run folder must never cause that)
 MARK = "import os\nimport torch\n\nopen(os.environ['PLUGIN_MARK'], 'a').write('x')\n"
 MARKED = HEAD.replace("import torch\n", MARK, 1)
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    from flowclip_cache.sample import make_sample
-
-    root = tmp_path_factory.mktemp("plugins")
-    s = make_sample(str(root / "sample"), n_images=16)
-    r = CliRunner().invoke(
-        main,
-        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--manifest", s["candidates"],
-         "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
-    )  # fmt: skip
-    assert r.exit_code == 0, r.output
-    return {"root": root, "store": str(root / "store"), **s}
 
 
 def cli(*args):

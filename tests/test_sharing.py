@@ -7,7 +7,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from conftest import doc_examples
+from conftest import doc_file
 
 import flowclip_cache as fc
 from flowclip_cache.cli import main
@@ -16,21 +16,11 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    from flowclip_cache.sample import make_sample
-
-    root = tmp_path_factory.mktemp("sharing")
-    s = make_sample(str(root / "sample"), n_images=16)
-    r = CliRunner().invoke(
-        main,
-        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--pretrained", "synthetic",
-         "--manifest", s["candidates"],
-         "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
-    )  # fmt: skip
-    assert r.exit_code == 0, r.output
-    run = fc.train_head(str(root / "store"), s["training"], str(root / "flow"), head="flow", epochs=2, batch_size=4,
-                        lr=1e-2, quiet=True)  # fmt: skip
-    return {"root": root, "store": str(root / "store"), "run": run.folder, **s}
+def trained(lab, tmp_path_factory):
+    """The session's sample store and a Flow-CLIP run trained on it."""
+    out = str(tmp_path_factory.mktemp("sharing") / "flow")
+    run = fc.train_head(lab["store"], lab["training"], out, head="flow", epochs=2, batch_size=4, lr=1e-2, quiet=True)
+    return {**lab, "run": run.folder}
 
 
 def lay_out_cache(cache, owner_name: str, folder) -> None:
@@ -45,18 +35,19 @@ def lay_out_cache(cache, owner_name: str, folder) -> None:
         (snap / name).write_bytes((folder / name).read_bytes())
 
 
-def test_a_published_head_scores_as_its_run_from_an_offline_cache(lab, tmp_path, monkeypatch):
-    score_args = ["score", "--store", lab["store"], "--manifests", lab["candidates"], "--bootstrap", "0", "--quiet"]
-    r = CliRunner().invoke(main, [*score_args, "--scorer", f"flow={lab['run']}", "--out", str(tmp_path / "res")])
+def test_a_published_head_scores_as_its_run_from_an_offline_cache(trained, tmp_path, monkeypatch):
+    score_args = ["score", "--store", trained["store"], "--manifests", trained["candidates"], "--bootstrap", "0",
+                  "--quiet"]  # fmt: skip
+    r = CliRunner().invoke(main, [*score_args, "--scorer", f"flow={trained['run']}", "--out", str(tmp_path / "res")])
     assert r.exit_code == 0, r.output
     pub = tmp_path / "pub"
-    r = CliRunner().invoke(main, ["publish", lab["run"], "--out", str(pub), "--results", str(tmp_path / "res")])
+    r = CliRunner().invoke(main, ["publish", trained["run"], "--out", str(pub), "--results", str(tmp_path / "res")])
     assert r.exit_code == 0, r.output
     assert sorted(os.listdir(pub)) == ["DONE", "FLOWCLIP_OUTPUT.json", "README.md", "config.json", "head.safetensors"]
     card, cfg = (pub / "README.md").read_text(), json.loads((pub / "config.json").read_text())
-    store = json.load(open(os.path.join(lab["store"], "store.json")))
+    store = json.load(open(os.path.join(trained["store"], "store.json")))
     assert f"store fingerprint: `{store['fingerprint']}`" in card and "model: `flowclip-tiny-clip`" in card
-    assert "weights: `flowclip:synthetic`" in card
+    assert f"weights: `{store['encoder']['weights']['source']}`" in card
     res = json.load(open(tmp_path / "res" / "results.json"))["results"]["real|flow"]
     assert f"| sample | {100 * res['sample']['score']:.2f} |" in card
     assert "store" not in cfg and "manifest" not in cfg  # no local paths of the publisher
@@ -73,20 +64,20 @@ def test_a_published_head_scores_as_its_run_from_an_offline_cache(lab, tmp_path,
     b = pq.read_table(tmp_path / "hub-res" / "records.parquet").to_pydict()
     assert a["scores"] == b["scores"] and set(b["scorer"]) == {"flow-head"}  # identical, labelled by NAME
     run = fc.load_run("hf:someone/flow-head")
-    assert all(v.equal(fc.load_run(lab["run"]).weights[k]) for k, v in run.weights.items())
+    assert all(v.equal(fc.load_run(trained["run"]).weights[k]) for k, v in run.weights.items())
     r = CliRunner().invoke(main, [*score_args, "--scorer", "hf:someone/absent", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "HF_HUB_OFFLINE is set and it is not in the local cache" in r.output
     # publish never replaces what it did not write; --overwrite replaces its own folder only
-    r = CliRunner().invoke(main, ["publish", lab["run"], "--out", str(pub)])
+    r = CliRunner().invoke(main, ["publish", trained["run"], "--out", str(pub)])
     assert r.exit_code == 2 and "pass --overwrite" in r.output
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    r = CliRunner().invoke(main, ["publish", lab["run"], "--out", str(tmp_path / "mine"), "--overwrite"])
+    r = CliRunner().invoke(main, ["publish", trained["run"], "--out", str(tmp_path / "mine"), "--overwrite"])
     assert r.exit_code == 2 and (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
 def test_a_published_plug_in_head_imports_nothing_from_the_folder(lab, tmp_path, monkeypatch):
-    head = next(code for _, code in doc_examples("plugins.md")["bilinear"] if code.startswith("# file: bilinear.py"))
+    head = doc_file("plugins.md", "bilinear", "bilinear.py")
     (tmp_path / "bilinear.py").write_text(head)
     fc.load_plugin(str(tmp_path / "bilinear.py"))
     run = fc.train_head(lab["store"], lab["training"], str(tmp_path / "bil"), head="bilinear", epochs=1,

@@ -16,21 +16,6 @@ from flowclip_cache.errors import FlowclipError
 from flowclip_cache.studies.spread import claim, my_groups, study_rank
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    from flowclip_cache.sample import make_sample
-
-    root = tmp_path_factory.mktemp("spread")
-    s = make_sample(str(root / "sample"), n_images=16)
-    r = CliRunner().invoke(
-        main,
-        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--manifest", s["candidates"],
-         "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
-    )  # fmt: skip
-    assert r.exit_code == 0, r.output
-    return {"root": root, "store": str(root / "store"), **s}
-
-
 def test_rank_from_torchrun_or_a_slurm_array(monkeypatch, tmp_path):
     for k in ("RANK", "WORLD_SIZE", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"):
         monkeypatch.delenv(k, raising=False)

@@ -18,21 +18,6 @@ from flowclip_cache.sweep import folder_name
 optuna = pytest.importorskip("optuna", reason="flowclip sweep needs Optuna (pip install 'flowclip[sweep]')")
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    from flowclip_cache.sample import make_sample
-
-    root = tmp_path_factory.mktemp("sweep")
-    s = make_sample(str(root / "sample"), n_images=16)
-    r = CliRunner().invoke(
-        main,
-        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--manifest", s["candidates"],
-         "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
-    )  # fmt: skip
-    assert r.exit_code == 0, r.output
-    return {"root": root, "store": str(root / "store"), **s}
-
-
 def write_config(lab, path, out, **more):
     lines = [
         "# flowclip sweep sweep.yaml",
@@ -113,9 +98,9 @@ def test_a_plug_in_heads_options_are_searched_and_the_best_trial_published(lab, 
     """The search reaches a plug-in head's own options (head_options.NAME) and loss weights;
     the objective without a validation manifest is the val split's pairwise accuracy; the
     best trial's run folder is published as it is."""
-    from conftest import doc_examples
+    from conftest import doc_file
 
-    head = next(code for _, code in doc_examples("plugins.md")["bilinear"] if code.startswith("# file: bilinear.py"))
+    head = doc_file("plugins.md", "bilinear", "bilinear.py")
     (tmp_path / "bilinear.py").write_text(head)
     out = tmp_path / "sw"
     (tmp_path / "s.yaml").write_text(
