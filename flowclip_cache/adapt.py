@@ -31,12 +31,12 @@ import torch
 from . import checkpoint, outputs
 from .config import build
 from .errors import FlowclipError
-from .heads import head_class
 from .losses import batch_loss
 from .manifest import Manifest
 from .ranks import Ranks, init_ranks
 from .run_folder import write_finished_head
 from .train import TrainConfig, epoch_order, steps_per_epoch
+from .train_config import with_head_defaults
 from .training_data import caption_records
 
 
@@ -51,12 +51,9 @@ class AdaptConfig(TrainConfig):
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "AdaptConfig":
         """head: none (NegCLIP-style: the encoders alone, stored as the 'clip' head), global or flow."""
-        head = d.get("head", "flow") if isinstance(d, dict) else None
-        if head == "none":
-            d, head = {**d, "head": "clip"}, "clip"
-        if isinstance(head, str) and head in ("clip", "global", "flow"):
-            d = {**head_class(head).train_defaults, **d}
-        return build(cls, d, source)
+        if isinstance(d, dict) and d.get("head") == "none":
+            d = {**d, "head": "clip"}
+        return build(cls, with_head_defaults(d, source), source)  # the field's choices refuse other heads
 
 
 # -- records: the training manifest, as train-head reads it ----------------------------------------

@@ -88,7 +88,7 @@ class Run:
 
 
 def load_run(folder: str, device: str = "cpu") -> Run:
-    """A finished run folder, or a published head `hf:OWNER/NAME` (docs/sharing.md),
+    """A finished run folder, or a published head `hf:OWNER/NAME` (docs/publish.md),
     checked as `flowclip score` checks it (a malformed one is refused); nothing in it is
     executed."""
     from . import checkpoint

@@ -89,7 +89,7 @@ def folder_name(params: dict) -> str:
     return "__".join(f"{k}-{show(params[k])}" for k in sorted(params))
 
 
-def objective(cfg: SweepConfig, store, name: str, settings: dict, log) -> float:
+def objective(cfg: SweepConfig, store, name: str, settings: dict) -> float:
     """Train one trial's run folder (resuming it if it began) and score it on the objective."""
     from .score import headline, run_score
     from .train import TrainConfig, train_head
@@ -125,7 +125,7 @@ def _open_study(cfg: SweepConfig, log):
         study_name="flowclip-sweep", storage=storage, load_if_exists=True, direction="maximize"
     )  # fmt: skip
     # seeded by the trials already made: a resumed sweep goes on, not back to its first proposals
-    study.sampler = optuna.samplers.TPESampler(seed=cfg.seed + len(study.trials))
+    study.sampler = optuna.samplers.TPESampler(seed=cfg.seed + len(study.get_trials(deepcopy=False)))
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):  # killed mid-trial
         log(f"trial {t.number} was interrupted: tried again with its settings")
         study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
@@ -138,7 +138,8 @@ def finished(study) -> list:
     """Trials that count: complete, or failed with an error of their own (not interrupted)."""
     from optuna.trial import TrialState
 
-    return [t for t in study.trials if t.state == TrialState.COMPLETE or "error" in t.user_attrs]
+    trials = study.get_trials(deepcopy=False)
+    return [t for t in trials if t.state == TrialState.COMPLETE or "error" in t.user_attrs]
 
 
 def sweep(cfg: SweepConfig, log=print) -> dict:
@@ -163,7 +164,7 @@ def sweep(cfg: SweepConfig, log=print) -> dict:
         name = folder_name(trial.params)
         log(f"trial {trial.number}: training {name}")
         try:
-            value = objective(cfg, store, name, trial_settings(cfg, trial.params), log)
+            value = objective(cfg, store, name, trial_settings(cfg, trial.params))
         except FlowclipError as e:
             trial.set_user_attr("error", str(e))
             study.tell(trial, state=TrialState.FAIL)

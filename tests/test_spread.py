@@ -47,9 +47,13 @@ def test_two_ranks_under_torchrun_write_the_one_process_tables(lab, tmp_path):
                        capture_output=True, text=True, timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert p.stdout.count("runs to train here") == 2 and "of other ranks are not yet" in p.stdout
-    claims = [json.load(open(tmp_path / "two" / "runs" / n)) for n in os.listdir(tmp_path / "two" / "runs")
-              if n.endswith(".claim")]  # fmt: skip
-    assert sorted(c["rank"] for c in claims) == [0, 0, 1, 1]  # four runs, two each, each claimed once
+    from flowclip_cache.studies.ablation import DEFAULT_HEADS
+    from flowclip_cache.studies.study import RunSpec
+
+    plan = [RunSpec(method, 0, dict(settings)).folder for method, settings in DEFAULT_HEADS.items()]
+    claims = {n.removesuffix(".claim"): json.load(open(tmp_path / "two" / "runs" / n))["rank"]
+              for n in os.listdir(tmp_path / "two" / "runs") if n.endswith(".claim")}  # fmt: skip
+    assert claims == {folder: i % 2 for i, folder in enumerate(plan)}  # run i of the plan on rank i mod 2, once
     one, two = (json.load(open(tmp_path / d / "summary.json")) for d in ("one", "two"))
     for s in (one, two):
         s.pop("timing")

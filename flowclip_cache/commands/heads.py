@@ -15,12 +15,11 @@ class _HeadOption(click.Option):
     line starts without importing torch; an unknown kind is refused by TrainConfig."""
 
     def get_help_record(self, ctx):
-        from ..heads import REGISTRY, available_kinds
+        from ..heads import available_kinds, head_class
 
-        available_kinds()
         self.help = (
             "Head kind: "
-            + "; ".join(f"{k}: {h.title}" for k, h in REGISTRY.items())
+            + "; ".join(f"{k}: {head_class(k).title}" for k in available_kinds())
             + ". Or a head of your own: FILE.py:Class or package.module:Class (docs/plugins.md). Default flow."
         )
         return super().get_help_record(ctx)

@@ -123,17 +123,16 @@ def execute(
         rank=(rank, ranks),
         **shared,
     )
-    scoring = (store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, shared)
-    if ranks == 1:
-        return _summarise(*scoring)
-    return _summarise_last_rank(rank, ranks, scoring, log)
+    summarise = lambda: _summarise(  # noqa: E731
+        store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, shared
+    )
+    return summarise() if ranks == 1 else _summarise_last_rank(rank, ranks, out, runs, run_dirs, what, summarise, log)
 
 
-def _summarise_last_rank(rank: int, ranks: int, scoring: tuple, log) -> dict | None:
+def _summarise_last_rank(rank: int, ranks: int, out, runs, run_dirs, what, summarise, log) -> dict | None:
     """Under several ranks: the rank that finds every run finished writes the summary, once."""
     from .checks import run_status
 
-    out, runs, run_dirs, what = scoring[2], scoring[3], scoring[4], scoring[5]
     left = [r.folder for r in runs if run_status(run_dirs[r.folder]) != "done"]
     if left:
         log(
@@ -144,7 +143,7 @@ def _summarise_last_rank(rank: int, ranks: int, scoring: tuple, log) -> dict | N
     with one_at_a_time(out, "summary"):
         if summary_is_current(out, what, log):
             return json.load(open(os.path.join(out, "summary.json")))
-        return _summarise(*scoring)
+        return summarise()
 
 
 def _summarise(store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, shared):
