@@ -1,8 +1,11 @@
 """Extraction speed and storage, side by side in one run (issue: stage one).
 
-    python benchmarks/bench_extract.py [--images 300] [--captions 2000] [--model ViT-B-32]
+    python benchmarks/bench_extract.py [--images 300] [--captions 2000] [--model ViT-B-32] [--reps 3]
 
-Prints ratios; the absolute figures depend on the machine and its load.
+Prints ratios; the absolute figures depend on the machine and its load. Every timed
+comparison alternates its sides within each repetition (flowclip, then the bare loop, in
+fresh stores each time); a ratio is the median of the per-repetition ratios with their
+min-max, so load that moves during the run widens the spread instead of moving the ratio.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +30,9 @@ from flowclip_cache.extract import run_extract
 from flowclip_cache.manifest import write_manifest
 from flowclip_cache.sample import WORDS, draw_scene
 from flowclip_cache.store import FeatureStore
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import abab  # noqa: E402
 
 
 def make_data(root, n_images, n_captions, size=256):
@@ -69,6 +76,10 @@ def bare_captions(model, tok, caps, batch):
     return time.perf_counter() - t
 
 
+def spread(values) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=300)
@@ -76,6 +87,7 @@ def main():
     ap.add_argument("--model", default="ViT-B-32")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     torch.manual_seed(0)
     enc = resolve(EncoderSpec(args.model))
@@ -86,83 +98,62 @@ def main():
         paths = [f"{root}/images/{n}" for n in names]
         print(
             f"# {args.model}, random weights, {len(paths)} JPEG images 256 px, {len(caps)} captions, "
-            f"torch threads {torch.get_num_threads()}, extract workers {args.workers}"
+            f"torch threads {torch.get_num_threads()}, extract workers {args.workers}, {args.reps} alternated "
+            f"repetitions: median [min, max] of the per-repetition ratios"
         )
-        # warm both paths once
-        bare_images(model, preprocess, paths[:4], 4)
+        bare_images(model, preprocess, paths[:4], 4)  # warm both paths once
 
-        # images: flowclip vs a bare decode + encode_image loop, interleaved to share the noise
-        def ours(workers, tag):
-            # the bench's model, already warm, as the bare loop's is; the whole-run figure
-            # below is a cold run that also hashes, plans and builds the model
-            fs_ = FeatureStore.open_or_create(f"{root}/st-{tag}", enc.config)
-            s_ = run_extract(
-                fs_,
-                enc,
-                [f"{root}/images.parquet"],
-                f"{root}/images",
-                batch_size=args.batch_size,
-                workers=workers,
-                progress=False,
-                loaded=loaded,
-            )
-            cold = FeatureStore.open_or_create(f"{root}/cold-{tag}", enc.config)
-            s_cold = run_extract(
-                cold,
-                enc,
-                [f"{root}/images.parquet"],
-                f"{root}/images",
-                batch_size=args.batch_size,
-                workers=workers,
-                progress=False,
-            )
-            return s_.image_seconds, s_cold.seconds
+        def extract(store, manifest, workers=0, warm=True):
+            fs_ = FeatureStore.open_or_create(f"{root}/{store}", enc.config)
+            return run_extract(
+                fs_, enc, [f"{root}/{manifest}.parquet"], f"{root}/images", batch_size=args.batch_size,
+                workers=workers, progress=False, loaded=loaded if warm else None,
+            )  # fmt: skip
 
-        t_bare, t_ours = [bare_images(model, preprocess, paths, args.batch_size)], {0: [], args.workers: []}
-        for rep in range(2):
-            for w in sorted(t_ours):
-                t_ours[w].append(ours(w, f"{w}-{rep}"))
+        # images: flowclip's image phase on the bench's warm model (as the bare loop's), and a
+        # cold whole run that also hashes, plans and builds the model; then the bare loop
+        img = {w: {"phase": [], "cold": [], "t": []} for w in sorted({0, args.workers})}
+        cap = {"ratio": [], "whole": [], "t": [], "t_bare": []}
+        rerun, t_bare = [], []
+        for rep in range(args.reps):
+            for w, r in img.items():
+                s_ = extract(f"st-{w}-{rep}", "images", w)
+                cold = extract(f"cold-{w}-{rep}", "images", w, warm=False)
                 t_bare.append(bare_images(model, preprocess, paths, args.batch_size))
-        t_bare = float(np.mean(t_bare))
-        for w, runs in t_ours.items():
-            img_phase = float(np.mean([r[0] for r in runs]))
-            whole = float(np.mean([r[1] for r in runs]))
-            print(
-                f"images   : flowclip (workers={w}) {len(paths) / img_phase:6.1f} img/s | bare loop "
-                f"{len(paths) / t_bare:6.1f} img/s | ratio {t_bare / img_phase:.2f} (target >= 0.95; image phase)"
+                r["phase"].append(t_bare[-1] / s_.image_seconds)
+                r["cold"].append(t_bare[-1] / cold.seconds)
+                r["t"].append(s_.image_seconds)
+            # captions into the cold store of this repetition, then the bare encode_text at 77
+            s_c = extract(f"cold-{args.workers}-{rep}", "captions")
+            tb = bare_captions(model, loaded.tokenizer, caps, 256)
+            cap["ratio"].append(tb / s_c.caption_seconds)
+            cap["whole"].append(tb / s_c.seconds)
+            cap["t"].append(s_c.caption_seconds)
+            cap["t_bare"].append(tb)
+            # a second run over both manifests: nothing new
+            fs = FeatureStore.open_or_create(f"{root}/cold-{args.workers}-{rep}", enc.config)
+            s2 = run_extract(
+                fs, enc, [f"{root}/images.parquet", f"{root}/captions.parquet"], f"{root}/images", progress=False
             )
+            assert s2.images_new == 0 and s2.captions_new == 0
+            rerun.append(s2.seconds / (cold.seconds + s_c.seconds))
+        n = len(paths)
+        for w, r in img.items():
             print(
-                f"           cold whole run incl. hashing, planning and model build: {whole:.1f} s, "
-                f"ratio {t_bare / whole:.2f}"
+                f"images   : flowclip (workers={w}) {n / statistics.median(r['t']):6.1f} img/s | bare loop "
+                f"{n / statistics.median(t_bare):6.1f} img/s | ratio {spread(r['phase'])} (target >= 0.95; image phase)"
             )
-        t_ours_img_all = whole
-        fs = FeatureStore.open_or_create(f"{root}/st-{args.workers}-0", enc.config)
-        # captions
-        t_bare_c = bare_captions(model, loaded.tokenizer, caps, 256)
-        fs.refresh()
-        s = run_extract(fs, enc, [f"{root}/captions.parquet"], f"{root}/images", workers=0, progress=False)
-        t_ours_c = s.caption_seconds
+            print(f"           cold whole run incl. hashing, planning and model build: ratio {spread(r['cold'])}")
         print(
-            f"captions : flowclip {len(caps) / t_ours_c:7.1f} cap/s | bare encode_text@77 "
-            f"{len(caps) / t_bare_c:7.1f} cap/s | ratio {t_bare_c / t_ours_c:.2f} (target >= 2)"
+            f"captions : flowclip {len(caps) / statistics.median(cap['t']):7.1f} cap/s | bare encode_text@77 "
+            f"{len(caps) / statistics.median(cap['t_bare']):7.1f} cap/s | ratio {spread(cap['ratio'])} (target >= 2)"
         )
+        print(f"           whole run incl. tokenising, planning and model load: ratio {spread(cap['whole'])}")
         print(
-            f"           whole run incl. tokenising, planning and model load: {s.seconds:.1f} s, "
-            f"ratio {t_bare_c / s.seconds:.2f}"
+            f"rerun    : time over the first run's {median_ratio(rerun)} (target <= 0.02; process start-up "
+            f"excluded from both)"
         )
-        t_ours_c = s.seconds
-        # second run: nothing new
-        fs.refresh()
-        s2 = run_extract(
-            fs, enc, [f"{root}/images.parquet", f"{root}/captions.parquet"], f"{root}/images", progress=False
-        )
-        assert s2.images_new == 0 and s2.captions_new == 0
-        first = t_ours_img_all + t_ours_c
-        print(
-            f"rerun    : {s2.seconds:.3f} s vs first run {first:.1f} s | ratio "
-            f"{s2.seconds / first:.4f} (target <= 0.02; process start-up excluded from both)"
-        )
-        # bytes per caption
+        # bytes per caption (no timing: one figure)
         fs.refresh()
         info = fs.info()
         cap_bytes = sum(
@@ -186,20 +177,17 @@ def main():
         for k, a in arrays.items():
             np.save(f"{root}/{k}.npy", a)
         os.sync()
-        t_load, t_mm = [], []
-        for _ in range(5):  # interleaved, best of 5 each
-            t = time.perf_counter()
-            fs.load_images(ik), fs.load_captions(ck)
-            t_load.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            _ = {k: np.array(np.load(f"{root}/{k}.npy", mmap_mode="r")) for k in arrays}
-            t_mm.append(time.perf_counter() - t)
-        t_load, t_mm = min(t_load), min(t_mm)
+        memmap = lambda: {k: np.array(np.load(f"{root}/{k}.npy", mmap_mode="r")) for k in arrays}
+        t_load, t_mm, med, lo, hi = abab(lambda: (fs.load_images(ik), fs.load_captions(ck)), memmap, 2 * args.reps + 1)
         mb = sum(a.nbytes for a in arrays.values()) / 2**20
         print(
             f"load     : store {mb / t_load:7.0f} MiB/s | numpy memmap {mb / t_mm:7.0f} MiB/s | ratio "
-            f"{t_mm / t_load:.2f} (target >= 0.5; {mb:.0f} MiB, both from the page cache, best of 5)"
+            f"{med:.2f} [{lo:.2f}, {hi:.2f}] (target >= 0.5; {mb:.0f} MiB, both from the page cache)"
         )
+
+
+def median_ratio(values) -> str:
+    return f"{statistics.median(values):.4f} [{min(values):.4f}, {max(values):.4f}]"
 
 
 if __name__ == "__main__":

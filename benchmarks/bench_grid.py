@@ -1,13 +1,19 @@
 """A study grid trained side by side (each batch gathered once for every head of a seed)
 against the same runs one after another; and the wall time of a whole synthetic grid.
 
-    python benchmarks/bench_grid.py [--scenes 600] [--epochs 2]
+    python benchmarks/bench_grid.py [--scenes 600] [--epochs 2] [--reps 3]
+
+The two sides alternate repetition by repetition (each into fresh folders); the ratio is
+the median of the per-repetition ratios with their min-max.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
+import statistics
+import sys
 import tempfile
 import time
 
@@ -24,6 +30,9 @@ from flowclip_cache.train import TrainConfig, train_head, train_heads
 from flowclip_cache.training_data import load_training_data
 from flowclip_cache.world import build_world
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import alternate, ratio  # noqa: E402
+
 HEADS = {
     "global": dict(head="global", cimr=0.0),
     "global_cimr": dict(head="global", cimr=0.1),
@@ -38,6 +47,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--model", default="flowclip-tiny-clip")
     ap.add_argument("--pretrained", default="none")
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as root:
         paths = build_world(
@@ -54,35 +64,31 @@ def main():
             f"# {args.model}, {n_rec} training records, {len(cfgs)} heads x 1 seed, {args.epochs} epochs, "
             f"batch 32, torch threads {torch.get_num_threads()}"
         )
-        t = time.perf_counter()
-        train_heads(
-            store,
-            paths["training"],
-            [(f"{root}/sbs/{k}", c) for k, c in cfgs.items()],
-            data=data,
-            progress=False,
-            log=lambda *_: None,
-        )
-        t_sbs = time.perf_counter() - t
-        per_head = {}
-        t = time.perf_counter()
-        for k, c in cfgs.items():
-            t1 = time.perf_counter()
-            train_head(store, paths["training"], f"{root}/one/{k}", c, data=data, progress=False, log=lambda *_: None)
-            per_head[k] = time.perf_counter() - t1
-        t_one = time.perf_counter() - t
-        same = all(
-            torch.equal(
-                load_file(f"{root}/sbs/{k}/head.safetensors")[n], load_file(f"{root}/one/{k}/head.safetensors")[n]
-            )
-            for k in cfgs
-            for n in load_file(f"{root}/one/{k}/head.safetensors")
-        )
+        quiet = dict(data=data, progress=False, log=lambda *_: None)
+        per_head: dict[str, list[float]] = {k: [] for k in cfgs}
+        rep = itertools.count()
+
+        def side_by_side():
+            r = next(rep)
+            train_heads(store, paths["training"], [(f"{root}/sbs{r}/{k}", c) for k, c in cfgs.items()], **quiet)
+
+        def one_after_another():
+            r = next(rep)
+            for k, c in cfgs.items():
+                t1 = time.perf_counter()
+                train_head(store, paths["training"], f"{root}/one{r}/{k}", c, **quiet)
+                per_head[k].append(time.perf_counter() - t1)
+
+        t = alternate({"sbs": side_by_side, "one": one_after_another}, args.reps)
+        weights = lambda folder, k: load_file(f"{root}/{folder}/{k}/head.safetensors")
+        same = all(torch.equal(weights("sbs0", k)[n], weights("one1", k)[n]) for k in cfgs for n in weights("one1", k))
+        med, lo, hi = ratio(t["one"], t["sbs"])
         print(
-            f"grid       : side by side {t_sbs:.1f} s | one after another {t_one:.1f} s | "
-            f"ratio {t_one / t_sbs:.2f}x | identical weights: {same}"
+            f"grid       : side by side {statistics.median(t['sbs']):.1f} s | one after another "
+            f"{statistics.median(t['one']):.1f} s | ratio {med:.2f}x [{lo:.2f}, {hi:.2f}] ({args.reps} alternated "
+            f"repetitions) | identical weights: {same}"
         )
-        print("one head   : " + ", ".join(f"{k} {v:.1f} s" for k, v in per_head.items()))
+        print("one head   : " + ", ".join(f"{k} {statistics.median(v):.1f} s" for k, v in per_head.items()))
 
 
 if __name__ == "__main__":

@@ -1,18 +1,26 @@
 """All-pairs scoring cost of every registered head, as a ratio to Flow-CLIP's factorised
 form, measured side by side in one run (inference, one block of images x captions).
 
-    python benchmarks/bench_heads.py [--images 64] [--captions 256] [--device cpu]
+    python benchmarks/bench_heads.py [--images 64] [--captions 256] [--reps 5] [--device cpu]
+
+The heads run in turn within each repetition; each ratio is the median of the
+per-repetition ratios to Flow-CLIP's time with their min-max.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
-from bench_score import best_of  # (this folder: run as python benchmarks/bench_heads.py)
 
 from flowclip_cache.heads import REGISTRY, build_head
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import alternate, ratio  # noqa: E402
 
 N, D, L = 49, 512, 16
 
@@ -22,7 +30,7 @@ def main():
     ap.add_argument("--images", type=int, default=64)
     ap.add_argument("--captions", type=int, default=256)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = a.device
@@ -32,17 +40,17 @@ def main():
     H = F.normalize(torch.randn(a.captions, L, D), dim=-1).to(dev)
     mask = (torch.arange(L)[None] < torch.randint(6, L + 1, (a.captions, 1))).to(dev)
     pairs = a.images * a.captions
-    times = {}
+    heads = {kind: build_head(kind, D).to(dev).eval() for kind in REGISTRY}
     with torch.no_grad():
-        for kind in REGISTRY:
-            head = build_head(kind, D).to(dev).eval()
-            times[kind] = best_of(lambda: head(v, P, t, H, mask), a.reps, dev)
+        times = alternate({k: (lambda h=h: h(v, P, t, H, mask)) for k, h in heads.items()}, a.reps)
     print(
         f"# {a.images} images x {a.captions} captions, d={D}, N={N}, L<={L}, device {dev}, "
-        f"torch threads {torch.get_num_threads()}; all pairs, inference, best of {a.reps}"
+        f"torch threads {torch.get_num_threads()}; all pairs, inference, {a.reps} alternated repetitions"
     )
     for kind, sec in times.items():
-        print(f"{kind:10s}: {pairs / sec:12.0f} pairs/s | {sec / times['flow']:6.2f}x Flow-CLIP's time")
+        med, lo, hi = ratio(sec, times["flow"])
+        rate = pairs / statistics.median(sec)
+        print(f"{kind:10s}: {rate:12.0f} pairs/s | {med:6.2f}x [{lo:.2f}, {hi:.2f}] Flow-CLIP's time")
 
 
 if __name__ == "__main__":

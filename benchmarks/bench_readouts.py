@@ -2,15 +2,18 @@
 
     python benchmarks/bench_readouts.py [--model ViT-B-32] [--batch 32] [--repeats 5]
 
-Encodes the same preprocessed batch (random weights) with every readout, interleaved, best
-of --repeats each; a readout adds one attention pass over the last block's weights.
+Encodes the same preprocessed batch (random weights) with every readout, the readouts in
+turn within each repetition; each ratio is the median of the per-repetition ratios to the
+standard readout's time with their min-max. A readout adds one attention pass over the
+last block's weights.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import time
+import statistics
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -19,6 +22,9 @@ import torch
 from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.features import encode_images
 from flowclip_cache.patch_readouts import READOUTS
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import alternate, ratio  # noqa: E402
 
 
 def main():
@@ -31,19 +37,20 @@ def main():
     size = enc.model.visual.image_size[0]
     x = torch.randn(args.batch, 3, size, size, generator=torch.Generator().manual_seed(0))
     configs = {r: resolve(EncoderSpec(args.model, patch_readout=r)).config for r in READOUTS}
-    best = {r: float("inf") for r in READOUTS}
-    for _ in range(args.repeats + 1):  # the first round warms up
-        for r in READOUTS:
-            enc.config = configs[r]
-            t = time.perf_counter()
-            encode_images(enc, x)
-            best[r] = min(best[r], time.perf_counter() - t)
+
+    def encode(readout):
+        enc.config = configs[readout]
+        encode_images(enc, x)
+
+    times = alternate({r: (lambda r=r: encode(r)) for r in READOUTS}, args.repeats)
     print(
-        f"# {args.model}, random weights, batch {args.batch} at {size} px, best of {args.repeats}, "
-        f"torch threads {torch.get_num_threads()}"
+        f"# {args.model}, random weights, batch {args.batch} at {size} px, {args.repeats} alternated "
+        f"repetitions, torch threads {torch.get_num_threads()}"
     )
     for r in READOUTS:
-        print(f"{r:10s}: {args.batch / best[r]:7.1f} img/s | ratio to standard {best[r] / best['standard']:.3f}")
+        med, lo, hi = ratio(times[r], times["standard"])
+        rate = args.batch / statistics.median(times[r])
+        print(f"{r:10s}: {rate:7.1f} img/s | time ratio to standard {med:.3f} [{lo:.3f}, {hi:.3f}]")
 
 
 if __name__ == "__main__":

@@ -2,16 +2,18 @@
 recorded are not read again. Compares collect() (manifests -> keys) with the store's
 digests against hashing every file (--rehash), interleaved in one run.
 
-    python benchmarks/bench_rehash.py [--files 2000] [--kib 160]
+    python benchmarks/bench_rehash.py [--files 2000] [--kib 160] [--reps 5]
 
 The files are random bytes of a COCO-like JPEG size, read from the page cache: hashing
-is CPU-bound here, and a cold disk would make the difference larger."""
+is CPU-bound here, and a cold disk would make the difference larger. The sides alternate
+repetition by repetition; the ratio is the median of the per-repetition ratios with
+their min-max."""
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -19,11 +21,15 @@ import pyarrow as pa
 from flowclip_cache.extract_plan import collect
 from flowclip_cache.manifest import write_manifest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import alternate, ratio  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--kib", type=int, default=160)
+    ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as root:
@@ -44,21 +50,19 @@ def main():
         )
         first = collect([manifest], f"{root}/images")
         known = {p: (sig, d) for p, sig, d in first.new_digests}
-        t_cached, t_rehash = [], []
-        for _ in range(3):  # interleaved, best of 3 each
-            t = time.perf_counter()
+
+        def cached():
             c = collect([manifest], f"{root}/images", known_digests=known)
-            t_cached.append(time.perf_counter() - t)
             assert not c.new_digests and c.images.keys() == first.images.keys()
-            t = time.perf_counter()
-            collect([manifest], f"{root}/images")
-            t_rehash.append(time.perf_counter() - t)
-        a, b = min(t_cached), min(t_rehash)
+
+        t = alternate({"cached": cached, "rehash": lambda: collect([manifest], f"{root}/images")}, args.reps)
+        med, lo, hi = ratio(t["cached"], t["rehash"])
         mb = args.files * args.kib / 1024
         print(f"# {args.files} files of {args.kib} KiB ({mb:.0f} MiB, page cache), {os.cpu_count()} CPUs")
         print(
-            f"rerun collect: recorded digests {a:.3f} s | hash every file {b:.3f} s | ratio {a / b:.3f} "
-            f"(best of 3 each)"
+            f"rerun collect: recorded digests {statistics.median(t['cached']):.3f} s | hash every file "
+            f"{statistics.median(t['rehash']):.3f} s | ratio {med:.3f} [{lo:.3f}, {hi:.3f}] "
+            f"({args.reps} alternated repetitions)"
         )
 
 

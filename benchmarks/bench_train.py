@@ -1,8 +1,11 @@
 """Training speed: factorised vs direct scorer, and cached features vs encoding in the loop.
 
-    python benchmarks/bench_train.py [--steps 10] [--device cpu]
+    python benchmarks/bench_train.py [--steps 7] [--encode-steps 3] [--device cpu]
 
 d = 512, N = 49 patches, ~16-token captions, batch 32 records x 64 candidates (ViT-B/32 shapes).
+Each comparison alternates its two sides step by step (ABAB: --steps pairs, --encode-steps
+for encoding in the loop); each ratio is the median of the per-pair ratios with their
+min-max.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import time
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -19,6 +22,9 @@ import torch.nn.functional as F
 
 from flowclip_cache.heads import build_head
 from flowclip_cache.losses import cimr_loss, donor_map, hnb_loss
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import abab  # noqa: E402
 
 B, N, D, L = 32, 49, 512, 16
 
@@ -57,21 +63,9 @@ def saved_bytes(head, feats, direct):
     return total[0]
 
 
-def timed(fn, n, device):
-    fn()  # warm-up
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--encode-steps", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
@@ -88,11 +82,11 @@ def main():
         f"# d={D}, N={N}, L<={L}, batch {B} records x {2 * B} candidates, device {dev}, "
         f"torch threads {torch.get_num_threads()}"
     )
-    t_fast = timed(lambda: step(head, opt, feats, False), args.steps, dev)
-    t_direct = timed(lambda: step(head, opt, feats, True), max(2, args.steps // 3), dev)
+    fast, direct = lambda: step(head, opt, feats, False), lambda: step(head, opt, feats, True)
+    t_fast, t_direct, med, lo, hi = abab(fast, direct, args.steps)
     print(
         f"train step : factorised {t_fast * 1e3:8.1f} ms | direct {t_direct * 1e3:8.1f} ms | "
-        f"speed-up {t_direct / t_fast:.1f}x (target >= 4x)"
+        f"speed-up {med:.1f}x [{lo:.1f}, {hi:.1f}] (target >= 4x; {args.steps} alternated pairs)"
     )
     mb_fast, mb_direct = saved_bytes(head, feats, False) / 2**20, saved_bytes(head, feats, True) / 2**20
     print(
@@ -148,11 +142,11 @@ def main():
         caps = torch.cat([data.rec_pos[rec], data.rec_neg[rec, 0]])
         step(head, opt, data.features(img, caps, True), False)
 
-    t_cached = timed(cached_step, args.steps, dev)
-    t_enc = timed(encoding_step, args.encode_steps, dev)
+    t_cached, t_enc, med, lo, hi = abab(cached_step, encoding_step, args.encode_steps)
     print(
         f"epoch      : from cache {t_cached * 1e3:8.1f} ms/step | encoding in the loop {t_enc * 1e3:8.1f} ms/step | "
-        f"ratio {t_enc / t_cached:.1f}x (target >= 10x; both run the same steps, so an epoch's ratio is this)"
+        f"ratio {med:.1f}x [{lo:.1f}, {hi:.1f}] (target >= 10x; both run the same steps, so an epoch's ratio "
+        f"is this; {args.encode_steps} alternated pairs)"
     )
 
 

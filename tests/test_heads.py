@@ -6,7 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.heads import build_head, global_scores, token_scores, token_scores_direct
+from flowclip_cache.heads import build_head, flow, global_scores, token_scores, token_scores_direct
+from flowclip_cache.heads.flow import _token_scores_autograd, _token_scores_inference
+
+# the two exact factorised implementations: scoring's inference kernel, training's autograd layout
+IMPLS = pytest.mark.parametrize("impl", [_token_scores_inference, _token_scores_autograd], ids=["kernel", "autograd"])
 
 
 def case(I=3, T=4, L=6, N=7, d=16, seed=0, dtype=torch.float32):
@@ -27,10 +31,11 @@ def test_parameter_count_vit_b32():
     assert sum(p.numel() for p in build_head("clip", 512).parameters()) == 0
 
 
+@IMPLS
 @pytest.mark.parametrize("tau_p", [0.05, 0.5])
-def test_factorised_equals_direct(tau_p):
+def test_factorised_equals_direct(tau_p, impl):
     P, H, mask, M_tok, W = case()
-    fast = token_scores(P, H, mask, M_tok, W, tau_p)
+    fast = impl(P, H, mask, M_tok, W, tau_p)
     ref = token_scores_direct(P, H, mask, M_tok, W, tau_p)
     assert fast.shape == (3, 4)
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
@@ -58,18 +63,50 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda p, h, m, w: token_scores(p, h, mask, m, w, 0.1), (P, H, M_tok, W))
 
 
-def test_masked_tokens_change_nothing():
+@IMPLS
+def test_masked_tokens_change_nothing(impl):
     P, H, mask, M_tok, W = case()
     H2 = H.clone()
     H2[~mask] = torch.randn(int((~mask).sum()), H.shape[-1])
-    torch.testing.assert_close(token_scores(P, H2, mask, M_tok, W, 0.05), token_scores(P, H, mask, M_tok, W, 0.05))
+    torch.testing.assert_close(impl(P, H2, mask, M_tok, W, 0.05), impl(P, H, mask, M_tok, W, 0.05))
     # padding to a longer L changes nothing either
     Hp = torch.cat([H, torch.randn(4, 3, H.shape[-1])], dim=1)
     mp = torch.cat([mask, torch.zeros(4, 3, dtype=torch.bool)], dim=1)
-    torch.testing.assert_close(token_scores(P, Hp, mp, M_tok, W, 0.05), token_scores(P, H, mask, M_tok, W, 0.05))
+    torch.testing.assert_close(impl(P, Hp, mp, M_tok, W, 0.05), impl(P, H, mask, M_tok, W, 0.05))
 
 
-def test_one_token_caption_by_hand():
+def test_the_kernel_in_chunks_equals_one_chunk(monkeypatch):
+    """The inference kernel a few images at a time (here one per chunk, and three) against
+    one chunk of all: each chunk's own rows of q . pbar and G are taken (a shifted slice fails)."""
+    P, H, mask, M_tok, W = case(I=7, T=5)
+    whole = _token_scores_inference(P, H, mask, M_tok, W, 0.05)
+    for images in (1, 3):
+        monkeypatch.setattr(flow, "CHUNK_BYTES", images * 16 * P.shape[1] * H.shape[0] * H.shape[1])
+        torch.testing.assert_close(_token_scores_inference(P, H, mask, M_tok, W, 0.05), whole, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(whole, token_scores_direct(P, H, mask, M_tok, W, 0.05), rtol=1e-5, atol=1e-6)
+
+
+def test_token_scores_takes_the_kernel_only_without_autograd(monkeypatch):
+    """Scoring (no tensor needs a gradient, or no_grad) runs the kernel; training, whose
+    parameters need gradients, and matched pairs run the autograd layout."""
+    P, H, mask, M_tok, W = case(I=4, T=4)
+    took = []
+    for name in ("_token_scores_inference", "_token_scores_autograd"):
+        real = getattr(flow, name)
+        monkeypatch.setattr(flow, name, lambda *a, _r=real, _n=name: took.append(_n) or _r(*a))
+    token_scores(P, H, mask, M_tok, W, 0.05)
+    Wg = W.clone().requires_grad_()
+    token_scores(P, H, mask, M_tok, Wg, 0.05).sum().backward()
+    with torch.no_grad():
+        token_scores(P, H, mask, M_tok, Wg, 0.05)
+    token_scores(P, H, mask, M_tok, W, 0.05, paired=True)
+    kernel, autograd = "_token_scores_inference", "_token_scores_autograd"
+    assert took == [kernel, autograd, kernel, autograd]
+    assert Wg.grad is not None and Wg.grad.abs().sum() > 0
+
+
+@IMPLS
+def test_one_token_caption_by_hand(impl):
     """One valid token, written out without any of the library's helpers."""
     P, H, mask, M_tok, W = case(I=1, T=1, L=1, N=3, d=4)
     tau = 0.1
@@ -83,7 +120,7 @@ def test_one_token_caption_by_hand():
     qr = qr / qr.norm()
     E = lambda x: tau * math.log(sum(math.exp(float(x @ pj) / tau) for pj in p) / 3)
     want = E(qr) - E(q)
-    assert abs(token_scores(P, H, mask, M_tok, W, tau).item() - want) < 1e-5
+    assert abs(impl(P, H, mask, M_tok, W, tau).item() - want) < 1e-5
 
 
 def test_paired_equals_diagonal():
@@ -250,3 +287,31 @@ def test_dcsm_score_against_loops():
     torch.testing.assert_close(
         head.score_matched(None, P[idx], None, H, mask).detach(), got[idx, torch.arange(3)], rtol=0, atol=1e-12
     )
+
+
+def test_the_kernel_keeps_every_retrieval_decision_on_the_sample(lab):
+    """The sample's 16 images against every caption it holds, with a head moved away from
+    the identity: the kernel's scores are the autograd layout's to FP32 round-off, and
+    every query's ranking is the same (the decisions score made before the kernel)."""
+    import numpy as np
+
+    from flowclip_cache.banks import FeatureBank
+    from flowclip_cache.data import manifest_keys
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.store import FeatureStore
+
+    store = FeatureStore(lab["store"])
+    m = Manifest.read(lab["candidates"])
+    caps = sorted({c for cs in m.table.column("captions").to_pylist() for c in cs})
+    keys = sorted(set(manifest_keys(store, m, caps, lab["image_root"])))
+    bank = FeatureBank.load(store, keys, caps, True, "cpu")
+    _, P, _, H, mask = bank.features(torch.arange(len(keys)), torch.arange(len(caps)), True)
+    g = torch.Generator().manual_seed(7)
+    d = P.shape[-1]
+    M_tok, W = torch.eye(d) + 0.2 * torch.randn(d, d, generator=g), 0.3 * torch.randn(d, d, generator=g)
+    old = _token_scores_autograd(P, H, mask, M_tok, W, 0.05).numpy()
+    new = _token_scores_inference(P, H, mask, M_tok, W, 0.05).numpy()
+    assert old.shape == (16, len(caps)) and np.abs(old).max() > 1e-3
+    np.testing.assert_allclose(new, old, rtol=1e-5, atol=1e-6)
+    assert (np.argsort(-old, 1, kind="stable") == np.argsort(-new, 1, kind="stable")).all()
+    assert (np.argsort(-old, 0, kind="stable") == np.argsort(-new, 0, kind="stable")).all()

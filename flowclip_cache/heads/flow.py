@@ -9,11 +9,15 @@
            s_token = sum_l m_l [E(qres_l, P) - E(q_l, P)] / sum_l m_l
     s = s_global + alpha s_token
 
-Two implementations of s_token over all B_I x B_T pairs:
-  token_scores_direct  follows the equations line by line (builds [B_I, B_T, L, d]);
+s_token over all B_I x B_T pairs, written twice:
+  token_scores_direct  follows the equations line by line (builds [B_I, B_T, L, d]): the
+                       reference every other form is tested against;
   token_scores         the factorised form: W is applied once per image (Y = P~ W^T)
-                       and once per token (W q), so every pair costs only L x N x d
-                       products, which run as one GEMM. Both agree to FP32 round-off.
+                       and once per token (W q), so every pair costs only the four
+                       L x N x d products {q, Wq} x {p, Y}, which run as GEMMs. It lays
+                       them out for autograd when a gradient is needed (training) and
+                       runs an in-place kernel, a few images at a time, when none is
+                       (scoring). All agree to FP32 round-off.
 """
 
 from __future__ import annotations
@@ -53,8 +57,16 @@ def token_scores_direct(P, H, mask, M_tok, W, tau_p):
 def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
     """Factorised ICER, exact. P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] for all pairs;
     with paired=True, P [T,N,d] holds caption t's own image and the result is [T].
+    Scoring all pairs without autograd runs the inference kernel (_token_scores_inference);
+    training, and matched pairs, the layout autograd differentiates (_token_scores_autograd).
+    Both are the same equations and agree with token_scores_direct to FP32 round-off."""
+    if paired or (torch.is_grad_enabled() and any(x.requires_grad for x in (P, H, M_tok, W))):
+        return _token_scores_autograd(P, H, mask, M_tok, W, tau_p, paired)
+    return _token_scores_inference(P, H, mask, M_tok, W, tau_p)
 
-    With Y = (P - pbar) W^T (per image) and w = W q (per token):
+
+def _token_scores_autograd(P, H, mask, M_tok, W, tau_p, paired: bool = False):
+    """token_scores laid out [I,T,L,N] for autograd. With Y = (P - pbar) W^T (per image) and w = W q (per token):
       W c_l    = sum_k a_lk Y_k
       q~ . p_j = q.p_j + sum_k a_lk (Y_k . p_j) - (q.c) (w . p_j)
       |q~|^2   = q.q + |Wc|^2 + (q.c)^2 |w|^2 + 2 q.Wc - 2 (q.c) q.w - 2 (q.c) Wc.w
@@ -96,6 +108,48 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
     return out[:, 0] if paired else out
 
 
+CHUNK_BYTES = 12 << 20  # one chunk's pair products: a few MiB, so its passes stay in cache
+
+
+def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
+    """All pairs without autograd, in place, a few images at a time (docs/performance.md,
+    "Pair scoring"). One GEMM per chunk gives the four pair products laid out
+    [n, 2N, 2TL] (rows p_j then Y_k, columns q then w), so every sum over patches runs
+    along rows of contiguous tokens and nothing is transposed; G = [P; Y] Y^T [I, 2N, N]
+    turns (W c) . p_j and |W c|^2 into one small batched product per chunk."""
+    I, N, d = P.shape
+    T, L, _ = H.shape
+    TL = T * L
+    q = F.normalize(H @ M_tok.T, dim=-1).reshape(TL, d)
+    w = q @ W.T
+    Y = (P - P.mean(dim=1, keepdim=True)) @ W.T
+    R = torch.cat([P, Y], 1)  # [I, 2N, d]
+    G = R @ Y.transpose(1, 2)  # [I, 2N, N]: p_j . Y_k, then Y_j . Y_k
+    lhs_t = torch.cat([q, w], 0).T  # [d, 2TL]
+    q_pbar = P.mean(1) @ q.T  # [I, TL]: mean_j q . p_j
+    qq, qw, ww = (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1)
+    e = torch.empty(I, TL, dtype=P.dtype, device=P.device)
+    step = max(1, CHUNK_BYTES // (16 * N * TL))
+    for i0 in range(0, I, step):
+        n = min(step, I - i0)
+        S = (R[i0 : i0 + n].reshape(n * 2 * N, d) @ lhs_t).reshape(n, 2 * N, 2 * TL)
+        s_qp, s_wp, s_qy, s_wy = S[:, :N, :TL], S[:, :N, TL:], S[:, N:, :TL], S[:, N:, TL:]
+        m = s_qp.amax(1, keepdim=True)
+        a = torch.sub(s_qp, m).div_(tau_p).exp_()
+        z = a.sum(1, keepdim=True)
+        a.div_(z)  # softmax_j
+        qc = (a * s_qp).sum(1).sub_(q_pbar[i0 : i0 + n])  # q . c
+        q_wc = (a * s_qy).sum(1)  # q . Wc
+        wc_w = (a * s_wy).sum(1)  # w . Wc
+        g_a = torch.bmm(G[i0 : i0 + n], a)  # [(W c) . p_j ; Y_j . W c]
+        wc_sq = (g_a[:, N:] * a).sum(1)
+        norm_sq = qq + wc_sq + qc**2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
+        res = g_a[:, :N].add_(s_qp).addcmul_(s_wp, qc[:, None], value=-1)  # qres . p_j, unnormalised
+        res.mul_((norm_sq.clamp_min(1e-12).rsqrt() / tau_p)[:, None])
+        e[i0 : i0 + n] = torch.logsumexp(res, 1).sub_(m[:, 0] / tau_p + z[:, 0].log()).mul_(tau_p)
+    return masked_token_mean(e.reshape(I, T, L), mask[None])
+
+
 class FlowHead(GlobalHead):
     """Flow-CLIP: GCC (M) plus ICER (M_tok, W), s = s_global + alpha s_token. Initialised
     as identity maps and W = 0: an untrained head scores like the encoder. 3 d^2
@@ -128,7 +182,9 @@ class FlowHead(GlobalHead):
         )
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
-        return 4 * 12 * L * N  # the [I, T, L, N] intermediates of the factorised form
+        # the autograd layout's [I, T, L, N] intermediates; the scoring kernel holds a few
+        # images' worth at a time (CHUNK_BYTES), so this bounds it from above
+        return 4 * 12 * L * N
 
     def token_evidence(self, v, P, t, H, mask) -> dict:
         """Where each word looked, for one image and T captions (flowclip explain), from
