@@ -4,12 +4,18 @@ Writes stores of COCO-training size (113,287 images, 566,435 records each with o
 full-caption negative, 1,132,870 captions of 8-18 tokens, ViT-B/32 shapes) with SYNTHETIC
 random unit FP16 features (no encoder: drawn from a fixed pool of vectors), at the given
 fractions, then measures each training-data placement in its own process: peak RSS, time
-to the first step, step time and the epoch time it implies. Then scores a retrieval
-gallery with an (untrained) Flow-CLIP head, exact and with --shortlist, with peak RSS
-against --max-memory. Ratios are measured side by side in one run.
+to the first step, step time and the epoch time it implies. The placements alternate
+repetition by repetition (device, store, device, store, ...; --reps), and each ratio is the
+median of the per-repetition ratios of step times with their min-max. --hold GIB runs
+them all while a second process holds GIB of memory (memory pressure), and `auto` may be
+one of the placements (--placements device,store,auto) to show what it chooses there.
+Then scores a retrieval gallery with an (untrained) Flow-CLIP head, exact and with
+--shortlist, with peak RSS against --max-memory.
 
     python benchmarks/bench_scale.py --root /tmp/scale                 # 1/10 and full size
     python benchmarks/bench_scale.py --root /tmp/scale --fractions 0.1 --steps 20
+    python benchmarks/bench_scale.py --root /tmp/scale --fractions 0.1 --no-scoring \
+        --hold 17 --placements device,store,auto                       # memory held elsewhere
 
 Needs ~22 GB of disk for the full-size store (kept under --root for reruns).
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -234,6 +241,74 @@ def scoring(
     return ok
 
 
+def mem_available_gib() -> float:
+    with open("/proc/meminfo") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("MemAvailable:")) / 2**20
+
+
+def hold_worker(gib: float) -> int:
+    """Hold gib of touched anonymous memory until killed (another process's memory)."""
+    block = np.ones(int(gib * 2**30) // 8, np.float64)  # np.ones writes every page
+    print(f"holding {block.nbytes / 2**30:.1f} GiB", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+def start_hold(gib: float) -> subprocess.Popen:
+    before = mem_available_gib()
+    p = subprocess.Popen([sys.executable, __file__, "--hold-worker", str(gib)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    p.stdout.readline()  # it holds the memory once this line comes
+    after = mem_available_gib()
+    print(f"memory pressure: a second process holds {gib:g} GiB (MemAvailable {before:.1f} -> {after:.1f} GiB)")
+    return p
+
+
+def placements_side_by_side(a, f: float, store: str, man: str, placements: list[str], n_train: int) -> bool:
+    """Each placement in its own process, alternated over a.reps repetitions; per placement
+    the median [min, max] step time, and each one's step-time ratio to the first's."""
+    res: dict[str, list[dict]] = {pl: [] for pl in placements}
+    for rep in range(a.reps):
+        for pl in placements:
+            out = os.path.join(a.root, f"run-x{f:g}-{pl}-{time.time_ns()}")
+            cmd = [
+                sys.executable,
+                __file__,
+                "--steps",
+                str(a.steps),
+                "--device",
+                a.device,
+                "--worker",
+                store,
+                man,
+                pl,
+                out,
+            ]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                print(f"x{f:g} {pl}: failed (repetition {rep + 1})\n{r.stderr[-2000:]}")
+                return False
+            res[pl].append(json.loads(r.stdout.strip().splitlines()[-1]))
+    ms = lambda pl: [x["seconds_per_step"] * 1000 for x in res[pl]]
+    for pl, runs in res.items():
+        step = statistics.median(ms(pl))
+        epoch = step * (n_train // 32) / 6e4
+        print(
+            f"x{f:g} {pl:6s}: peak RSS {max(x['peak_rss_gib'] for x in runs):5.2f} GiB | first step after "
+            f"{statistics.median(x['seconds_to_first_step'] for x in runs):6.1f} s | {step:6.0f} ms/step "
+            f"[{min(ms(pl)):.0f}, {max(ms(pl)):.0f}] | epoch of {n_train // 32} steps ~ {epoch:5.1f} min | "
+            f"{runs[0]['chosen'][0] if runs[0]['chosen'] else ''}"
+        )
+    base = placements[0]
+    for pl in placements[1:]:
+        r = [x / y for x, y in zip(ms(base), ms(pl))]
+        print(
+            f"x{f:g} {base} / {pl} step time: {statistics.median(r):.2f} [{min(r):.2f}, {max(r):.2f}] "
+            f"({a.reps} alternated repetitions; above 1: {pl} is faster)"
+        )
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default="/tmp/flowclip-scale")
@@ -245,12 +320,17 @@ def main():
     ap.add_argument("--shortlist", type=int, default=10)
     ap.add_argument("--no-scoring", action="store_true")
     ap.add_argument("--placements", help="Comma-separated, instead of the default (device,store; and host on CUDA).")
+    ap.add_argument("--reps", type=int, default=3, help="Alternated repetitions of the placements.")
+    ap.add_argument("--hold", type=float, default=0, help="GiB a second process holds meanwhile (memory pressure).")
+    ap.add_argument("--hold-worker", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--worker", nargs=4, metavar=("STORE", "MANIFEST", "PLACEMENT", "OUT"))
     ap.add_argument("--score-worker", nargs=6)
     a = ap.parse_args()
     if a.worker:
         print(json.dumps(worker(a.worker[0], a.worker[1], a.worker[2], a.steps, a.worker[3], a.device)))
         return
+    if a.hold_worker:
+        return hold_worker(a.hold_worker)
     if a.score_worker:
         st, man, run, mm, k, out = a.score_worker
         print(json.dumps(score_worker(st, man, run, int(mm), int(k), out)))
@@ -266,36 +346,12 @@ def main():
             placements = ["device", "host", "store"] if f <= 0.25 else ["host", "store"]
         if a.placements:  # a chosen few (the smoke test takes one)
             placements = a.placements.split(",")
-        for pl in placements:
-            out = os.path.join(a.root, f"run-x{f:g}-{pl}-{time.time_ns()}")
-            r = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--steps",
-                    str(a.steps),
-                    "--device",
-                    a.device,
-                    "--worker",
-                    store,
-                    man,
-                    pl,
-                    out,
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if r.returncode:
-                print(f"x{f:g} {pl}: failed\n{r.stderr[-2000:]}")
-                ok = False
-                continue
-            res = json.loads(r.stdout.strip().splitlines()[-1])
-            epoch = res["seconds_per_step"] * (n_train // 32)
-            print(
-                f"x{f:g} {pl:6s}: peak RSS {res['peak_rss_gib']:5.2f} GiB | first step after "
-                f"{res['seconds_to_first_step']:6.1f} s | {res['seconds_per_step'] * 1000:6.0f} ms/step | "
-                f"epoch of {n_train // 32} steps ~ {epoch / 60:5.1f} min | {res['chosen'][0] if res['chosen'] else ''}"
-            )
+        hold = start_hold(a.hold) if a.hold else None
+        try:
+            ok &= placements_side_by_side(a, f, store, man, placements, n_train)
+        finally:
+            if hold:
+                hold.kill()
         if f == min(float(x) for x in a.fractions.split(",")) and not a.no_scoring:
             ok &= scoring(a.root, store, man, a.max_memory, a.exact_images, a.shortlist, int(COCO_IMAGES * f))
     return 0 if ok else 1

@@ -289,6 +289,18 @@ def available_bytes(device: str) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # elsewhere: free pages
 
 
+def process_bytes() -> int:
+    """What this process holds now (resident set: torch, the manifest's rows, ...): already
+    outside the free figure, so the estimate counts it as used."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the peak: an upper bound
+
+
 def margin_bytes(available: int) -> int:
     return max(MARGIN_BYTES, int(MARGIN_SHARE * available))
 
@@ -296,7 +308,9 @@ def margin_bytes(available: int) -> int:
 def choose_placement(requested: str, need: dict[str, int] | int, device: str, log=print) -> str:
     """auto: the device when everything loading adds (memory_need: features, the transient
     copy, the records) still leaves the margin free there; else the host's memory (CUDA
-    only) under the same rule; else the store. Printed with the estimate and the margin."""
+    only) under the same rule; else the store. What the process holds already (torch, the
+    manifest's rows) is outside the free figure; the margin covers what training adds
+    (its step's activations, the optimiser). Printed with the estimate and the margin."""
     if requested not in PLACEMENTS:
         raise FlowclipError(f"--data-placement {requested!r}: use one of {', '.join(PLACEMENTS)}")
     parts = need if isinstance(need, dict) else {"features": need}
@@ -324,7 +338,10 @@ def choose_placement(requested: str, need: dict[str, int] | int, device: str, lo
     }[requested]
     said = " + ".join(f"{gib(v)} {k}" for k, v in parts.items())
     free = dev_free if requested == "device" else host_free
-    log(f"data: {said} -> placement '{requested}': {where}; at least {gib(margin_bytes(free))} is kept free")
+    log(
+        f"data: {said} -> placement '{requested}': {where}; at least {gib(margin_bytes(free))} is kept free "
+        f"(this process holds {gib(process_bytes())} already, counted as used)"
+    )
     return requested
 
 

@@ -43,7 +43,11 @@ SMALL = {
         "--shortlist",
         "5",
         "--placements",
-        "store",  # the placement with the most code of its own; the others are the real run's
+        "store,auto",  # store: the placement with the most code of its own; two, for the ratio line
+        "--reps",
+        "1",
+        "--hold",
+        "0.05",  # the memory-pressure helper process
     ],
     "bench_score.py": ["--images", "8", "--captions", "16", "--reps", "1"],
     "bench_train.py": ["--steps", "2", "--encode-steps", "1"],

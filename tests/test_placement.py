@@ -62,6 +62,7 @@ def test_estimate_is_exact_and_auto_falls_back_to_the_store(planted, monkeypatch
     monkeypatch.setattr(banks, "available_bytes", lambda device: int(held / 0.7))
     assert banks.choose_placement("auto", need, "cpu", said.append) == "store"
     assert "placement 'store'" in said[0] and "GiB features" in said[0] and "GiB is kept free" in said[0]
+    assert "this process holds" in said[0]
     enough = total + banks.MARGIN_BYTES + 1  # the 1 GiB floor of the margin is what decides at this size
     monkeypatch.setattr(banks, "available_bytes", lambda device: enough)
     assert banks.choose_placement("auto", need, "cpu", said.append) == "device"
