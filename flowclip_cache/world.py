@@ -3,7 +3,7 @@ negatives that mirror the paper's benchmark families. Deterministic per seed.
 
 A scene holds 1-3 objects on a 3x3 grid of cells (so left/right/above/below are
 unambiguous), each a shape (16 procedurally drawn glyphs), a colour (6) and a size (2),
-over a lightly cluttered background; drawn at 4x and downsampled (anti-aliased).
+over a lightly cluttered background (world_scenes.py draws it).
 
 Families (one benchmark each; see datasets/_synthetic.py):
   swap-att   two objects trade colours          (CLEVR / ABC / PUG-style binding)
@@ -21,146 +21,20 @@ colour-shape combinations never seen in head training.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
-from dataclasses import dataclass
 
 import pyarrow as pa
-from PIL import Image, ImageDraw
 
 from .errors import FlowclipError
 from .manifest import write_manifest
+from .world_scenes import COLOURS, GRID, SHAPES, SIZES, Obj, article, render
 
-COLOURS = {
-    "red": (215, 40, 40),
-    "green": (40, 160, 60),
-    "blue": (45, 80, 220),
-    "yellow": (225, 205, 35),
-    "purple": (135, 55, 175),
-    "orange": (240, 135, 25),
-}
-SIZES = ("small", "large")
-SHAPES = (
-    "circle",
-    "square",
-    "triangle",
-    "diamond",
-    "pentagon",
-    "hexagon",
-    "star",
-    "cross",
-    "ring",
-    "heart",
-    "arrow",
-    "crescent",
-    "bar",
-    "trapezoid",
-    "octagon",
-    "cone",
-)
+__all__ = ["COLOURS", "GRID", "SHAPES", "SIZES", "Obj", "article", "render"]  # the scene vocabulary, re-exported
+
 FAMILIES = ("swap-att", "swap-obj", "relation", "order", "add", "replace", "object")
-GRID = 3
+BINDING = ("swap-att", "swap-obj")  # the families whose negatives re-bind attributes or objects
 OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
-
-
-@dataclass(frozen=True)
-class Obj:
-    shape: str
-    colour: str
-    size: str
-    cell: tuple[int, int]  # (column, row) on the grid
-
-    def phrase(self, colour=True, size=False) -> str:
-        words = ([self.size] if size else []) + ([self.colour] if colour else []) + [self.shape]
-        return f"{article(words[0])} " + " ".join(words)
-
-
-def article(word: str) -> str:
-    return "an" if word[0] in "aeiou" else "a"
-
-
-def _polygon(cx, cy, r, n, rot=0.0):
-    return [
-        (cx + r * math.cos(rot + 2 * math.pi * k / n), cy + r * math.sin(rot + 2 * math.pi * k / n)) for k in range(n)
-    ]
-
-
-def draw_shape(d: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float, fill, bg) -> None:
-    box = (cx - r, cy - r, cx + r, cy + r)
-    if shape == "circle":
-        d.ellipse(box, fill=fill)
-    elif shape == "square":
-        d.rectangle((cx - 0.8 * r, cy - 0.8 * r, cx + 0.8 * r, cy + 0.8 * r), fill=fill)
-    elif shape == "triangle":
-        d.polygon(_polygon(cx, cy + 0.15 * r, r, 3, -math.pi / 2), fill=fill)
-    elif shape == "diamond":
-        d.polygon(_polygon(cx, cy, r, 4), fill=fill)
-    elif shape == "pentagon":
-        d.polygon(_polygon(cx, cy, r, 5, -math.pi / 2), fill=fill)
-    elif shape == "hexagon":
-        d.polygon(_polygon(cx, cy, r, 6), fill=fill)
-    elif shape == "octagon":
-        d.polygon(_polygon(cx, cy, r, 8, math.pi / 8), fill=fill)
-    elif shape == "star":
-        pts = []
-        for k in range(10):
-            rr = r if k % 2 == 0 else 0.45 * r
-            a = -math.pi / 2 + math.pi * k / 5
-            pts.append((cx + rr * math.cos(a), cy + rr * math.sin(a)))
-        d.polygon(pts, fill=fill)
-    elif shape == "cross":
-        w = 0.33 * r
-        d.rectangle((cx - r, cy - w, cx + r, cy + w), fill=fill)
-        d.rectangle((cx - w, cy - r, cx + w, cy + r), fill=fill)
-    elif shape == "ring":
-        d.ellipse(box, fill=fill)
-        d.ellipse((cx - 0.5 * r, cy - 0.5 * r, cx + 0.5 * r, cy + 0.5 * r), fill=bg)
-    elif shape == "heart":
-        d.ellipse((cx - r, cy - 0.8 * r, cx, cy + 0.2 * r), fill=fill)
-        d.ellipse((cx, cy - 0.8 * r, cx + r, cy + 0.2 * r), fill=fill)
-        d.polygon([(cx - 0.97 * r, cy - 0.15 * r), (cx + 0.97 * r, cy - 0.15 * r), (cx, cy + r)], fill=fill)
-    elif shape == "arrow":
-        d.rectangle((cx - r, cy - 0.25 * r, cx + 0.1 * r, cy + 0.25 * r), fill=fill)
-        d.polygon([(cx + 0.1 * r, cy - 0.7 * r), (cx + r, cy), (cx + 0.1 * r, cy + 0.7 * r)], fill=fill)
-    elif shape == "crescent":
-        d.ellipse(box, fill=fill)
-        d.ellipse((cx - 0.4 * r, cy - r, cx + 1.4 * r, cy + r), fill=bg)
-    elif shape == "bar":
-        d.rectangle((cx - r, cy - 0.35 * r, cx + r, cy + 0.35 * r), fill=fill)
-    elif shape == "trapezoid":
-        d.polygon(
-            [
-                (cx - 0.5 * r, cy - 0.7 * r),
-                (cx + 0.5 * r, cy - 0.7 * r),
-                (cx + r, cy + 0.7 * r),
-                (cx - r, cy + 0.7 * r),
-            ],
-            fill=fill,
-        )
-    elif shape == "cone":
-        d.polygon([(cx, cy - r), (cx + 0.7 * r, cy + 0.6 * r), (cx - 0.7 * r, cy + 0.6 * r)], fill=fill)
-        d.ellipse((cx - 0.7 * r, cy + 0.35 * r, cx + 0.7 * r, cy + 0.85 * r), fill=fill)
-    else:
-        raise ValueError(shape)
-
-
-def render(objs: list[Obj], rng: random.Random, size: int = 64, scale: int = 4) -> Image.Image:
-    S = size * scale
-    bg = tuple(rng.randrange(200, 246) for _ in range(3))
-    im = Image.new("RGB", (S, S), bg)
-    d = ImageDraw.Draw(im)
-    for _ in range(rng.randrange(3, 8)):  # clutter: faint lines and dots
-        g = tuple(min(255, c + rng.randrange(-30, 10)) for c in bg)
-        x0, y0 = rng.randrange(S), rng.randrange(S)
-        d.line((x0, y0, x0 + rng.randrange(-S // 3, S // 3), y0 + rng.randrange(-S // 3, S // 3)), fill=g, width=scale)
-    cell = S / GRID
-    for o in objs:
-        r = cell * (0.42 if o.size == "large" else 0.26)
-        cx = (o.cell[0] + 0.5) * cell + rng.uniform(-0.06, 0.06) * cell
-        cy = (o.cell[1] + 0.5) * cell + rng.uniform(-0.06, 0.06) * cell
-        draw_shape(d, o.shape, cx, cy, r, COLOURS[o.colour], bg)
-    return im.resize((size, size), Image.Resampling.LANCZOS)
 
 
 def relation(a: Obj, b: Obj) -> str | None:
@@ -302,9 +176,15 @@ def build_world(
     eval_scenes: int = 300,
     heldout_scenes: int = 300,
     pretrain_scenes: int = 0,
+    scene_objects: int | None = None,
+    binding_negatives: float | None = None,
     log=print,
 ) -> dict[str, str]:
-    """Write images and manifests under root; returns the manifest paths. Idempotent."""
+    """Write images and manifests under root; returns the manifest paths. Idempotent.
+    The binding lab's knobs (docs/results-synthetic.md): scene_objects, exactly that many
+    objects (2 or 3) in every scene of every split, instead of the mixed default;
+    binding_negatives, the share of training records whose negative is a binding one
+    (swap-att or swap-obj) where the scene can host it, instead of every family in turn."""
     paths = world_paths(root)
     settings = {
         "seed": seed,
@@ -315,6 +195,9 @@ def build_world(
         "pretrain_scenes": pretrain_scenes,
         "version": 1,
     }
+    knobs = {"scene_objects": scene_objects, "binding_negatives": binding_negatives}
+    check_world({**{k: v for k, v in settings.items() if k != "version"}, **knobs}, "world")
+    settings.update({k: v for k, v in knobs.items() if v is not None})  # a default world's marker as before
     marker = os.path.join(root, "WORLD_DONE")
     if os.path.exists(marker):
         built = json.load(open(marker))
@@ -328,9 +211,9 @@ def build_world(
     all_combos = [(c, s) for c in COLOURS for s in SHAPES]
     seen_combos = [cs for cs in all_combos if cs not in held]
     scenes = lambda split, n, combos, need_held=False: _scenes(
-        paths["image_root"], seed, size, held, split, n, combos, need_held
+        paths["image_root"], seed, size, held, split, n, combos, need_held, scene_objects
     )
-    train = _training_rows(scenes("train", train_scenes, seen_combos), all_combos)
+    train = _training_rows(scenes("train", train_scenes, seen_combos), all_combos, binding_negatives)
     write_manifest(paths["training"], pa.Table.from_pylist(train), "training", {"benchmark": "synthetic-train"})
     # evaluation: disjoint scenes (their own seed stream), one manifest per family
     ev = scenes("eval", eval_scenes, seen_combos)
@@ -371,14 +254,23 @@ def world_paths(root: str) -> dict[str, str]:
 
 
 def _scenes(
-    image_root: str, seed: int, size: int, held: set, split: str, n: int, combos, need_held: bool
+    image_root: str,
+    seed: int,
+    size: int,
+    held: set,
+    split: str,
+    n: int,
+    combos,
+    need_held: bool,
+    scene_objects: int | None = None,
 ) -> list[tuple[str, list[Obj], random.Random]]:
     """n scenes of a split, rendered to image_root/<split>/, from the split's own seed stream
     (evaluation scenes hold two or three objects; need_held: each holds a held-out combination)."""
     rng = random.Random(f"{seed}:{split}")
     out: list[tuple[str, list[Obj], random.Random]] = []
+    counts = (scene_objects,) if scene_objects else TRAIN_OBJECTS if split not in ("eval", "heldout") else EVAL_OBJECTS
     while len(out) < n:
-        k = rng.choice(TRAIN_OBJECTS if split not in ("eval", "heldout") else EVAL_OBJECTS)
+        k = rng.choice(counts)
         objs = sample_scene(rng, k, combos)
         if need_held and not any((o.colour, o.shape) in held for o in objs):
             continue
@@ -389,13 +281,14 @@ def _scenes(
     return out
 
 
-def _training_rows(train: list, all_combos: list) -> list[dict]:
+def _training_rows(train: list, all_combos: list, binding_negatives: float | None = None) -> list[dict]:
     """Head training: every family's negatives, seen combinations only; up to two records
     per scene (as COCO has several captions per image), each with the full-caption
-    negative of one family."""
+    negative of one family: the families in a random order, or (binding_negatives) the
+    binding families first with that probability, the others first otherwise."""
     rows: list[dict] = []
     for i, (name, objs, rng) in enumerate(train):
-        for fam in rng.sample(FAMILIES, len(FAMILIES)):
+        for fam in _family_order(rng, binding_negatives):
             rec = make_record(objs, fam, rng, all_combos)
             if rec is None:
                 continue
@@ -412,6 +305,45 @@ def _training_rows(train: list, all_combos: list) -> list[dict]:
             if sum(r["image"] == name for r in rows[-2:]) == 2:
                 break
     return rows
+
+
+def _family_order(rng: random.Random, binding_negatives: float | None) -> list[str]:
+    if binding_negatives is None:
+        return rng.sample(FAMILIES, len(FAMILIES))
+    binding, other = list(BINDING), [f for f in FAMILIES if f not in BINDING]
+    first, then = (binding, other) if rng.random() < binding_negatives else (other, binding)
+    return rng.sample(first, len(first)) + rng.sample(then, len(then))
+
+
+WORLD_TYPES = {
+    "seed": int,
+    "size": int,
+    "train_scenes": int,
+    "eval_scenes": int,
+    "heldout_scenes": int,
+    "pretrain_scenes": int,
+    "scene_objects": int,
+    "binding_negatives": float,
+}
+
+
+def check_world(world: dict, where: str) -> None:
+    """Refuse an unknown key or a value of the wrong kind in a world's settings, by name."""
+    for key, value in world.items():
+        if key not in WORLD_TYPES:
+            raise FlowclipError(f"{where}: unknown key {key!r}; known: {', '.join(sorted(WORLD_TYPES))}")
+        want = WORLD_TYPES[key]
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        if ok and want is int and value is not None and value != int(value):
+            ok = False
+        if not ok:
+            raise FlowclipError(f"{where}: {key} = {value!r} is not {'an integer' if want is int else 'a number'}")
+    if world.get("scene_objects") not in (None, 2, 3):
+        n = world["scene_objects"]
+        raise FlowclipError(f"{where}: scene_objects = {n!r}: use 2 or 3 (evaluation needs a pair)")
+    share = world.get("binding_negatives")
+    if share is not None and not 0 <= share <= 1:
+        raise FlowclipError(f"{where}: binding_negatives = {share!r} is a share: between 0 and 1")
 
 
 def _eval_rows(scenes: list, fam: str, stream: str, all_combos: list, prefix: str | None = None) -> list[dict]:
@@ -434,7 +366,13 @@ def _eval_rows(scenes: list, fam: str, stream: str, all_combos: list, prefix: st
     return rows
 
 
-def estimate_training_records(train_scenes: int, seed: int = 0, sample: int = 400) -> int:
+def estimate_training_records(
+    train_scenes: int,
+    seed: int = 0,
+    sample: int = 400,
+    scene_objects: int | None = None,
+    binding_negatives: float | None = None,
+) -> int:
     """About how many split == 'train' records a world of train_scenes training scenes
     holds, from `sample` scenes drawn (not rendered) with the same generator: what a dry
     run plans with before the world exists."""
@@ -444,7 +382,7 @@ def estimate_training_records(train_scenes: int, seed: int = 0, sample: int = 40
     rng = random.Random(f"{seed}:estimate")
     scenes = []
     for i in range(sample):
-        objs = sample_scene(rng, rng.choice(TRAIN_OBJECTS), seen)
+        objs = sample_scene(rng, scene_objects or rng.choice(TRAIN_OBJECTS), seen)
         scenes.append((f"{i}", objs, random.Random(f"{seed}:estimate:{i}")))
-    rows = _training_rows(scenes, all_combos)
+    rows = _training_rows(scenes, all_combos, binding_negatives)
     return round(sum(r["split"] == "train" for r in rows) * train_scenes / sample)

@@ -137,3 +137,43 @@ def test_the_dry_runs_record_estimate_is_near_the_built_worlds_count(tmp_path):
     paths = build_world(str(tmp_path / "w"), seed=3, train_scenes=300, eval_scenes=2, heldout_scenes=2, log=print)
     built = pq.read_table(paths["training"]).column("split").to_pylist().count("train")
     assert abs(estimate_training_records(300, seed=3) - built) <= 0.1 * built
+
+
+def test_the_binding_labs_knobs(tmp_path):
+    """scene_objects: every scene of every split holds exactly that many objects;
+    binding_negatives: the share of training records with a binding negative follows the
+    knob (every record whose scene hosts one at 1: 88% here; none at 0, about 2 in 7 by default); the marker
+    records the knobs, and a default world's marker is as before (its bytes are unchanged:
+    test_same_seed_same_bytes and a comparison with the code before the knobs). Mutation
+    checked: the binding-first branch taken with probability 1 - share fails here."""
+    import json
+
+    import pytest
+
+    from flowclip_cache.errors import FlowclipError
+    from flowclip_cache.world import BINDING, _scenes, check_world
+
+    small = dict(train_scenes=120, eval_scenes=30, heldout_scenes=10)
+    share = {}
+    for name, knob in (("none", None), ("all", 1.0), ("no", 0.0)):
+        paths = build_world(str(tmp_path / name), binding_negatives=knob, log=lambda *_: None, **small)
+        kinds = [k[0] for k in pq.read_table(paths["training"]).column("negative_kinds").to_pylist()]
+        share[name] = sum(k in BINDING for k in kinds) / len(kinds)
+        marker = json.load(open(tmp_path / name / "WORLD_DONE"))
+        assert ("binding_negatives" in marker) == (knob is not None)
+    assert share["all"] >= 0.8 and share["no"] <= 0.1 and 0.15 <= share["none"] <= 0.45, share
+    for k in (2, 3):
+        paths = build_world(str(tmp_path / f"obj{k}"), scene_objects=k, log=lambda *_: None, **small)
+        for key in ("eval-swap-att", "eval-heldout-swap-att"):
+            assert {len(o) for o in pq.read_table(paths[key]).column("objects").to_pylist()} == {k}
+        train = _scenes(str(tmp_path / "scenes"), 0, 16, set(), "train", 30, [("red", "circle"), ("blue", "star"),
+                        ("green", "ring"), ("purple", "bar")], False, k)  # fmt: skip
+        assert {len(objs) for _, objs, _ in train} == {k}
+    for bad, why in (
+        ({"bogus": 1}, "unknown key 'bogus'"),
+        ({"scene_objects": 1}, "use 2 or 3"),
+        ({"binding_negatives": 1.5}, "between 0 and 1"),
+        ({"train_scenes": 2.5}, "is not an integer"),
+    ):
+        with pytest.raises(FlowclipError, match=why):
+            check_world(bad, "world")

@@ -35,6 +35,14 @@ def _try(out: Checked, fn, *a, **k):
         return None
 
 
+def _check_world(world) -> None:
+    from ..world import check_world
+
+    if not isinstance(world, dict):
+        raise FlowclipError(f"world: a mapping of the world's settings, got {world!r}")
+    check_world(world, "world")
+
+
 def _ok(out: Checked, fn, *a) -> bool:
     before = len(out.problems)
     _try(out, fn, *a)
@@ -67,10 +75,13 @@ def check_study(
             if cfg is not None:
                 out.cfgs[r.folder] = cfg
         out.problems[:] = list(dict.fromkeys(out.problems))  # a head's error once, not once per seed
+    if world is not None and not _ok(out, _check_world, world):
+        return out
     if world is not None and not (store_path and os.path.exists(os.path.join(store_path, "store.json"))):
         from ..world import estimate_training_records
 
-        out.train_records = estimate_training_records(world.get("train_scenes", 2000), world.get("seed", 0))
+        knobs = {k: world.get(k) for k in ("scene_objects", "binding_negatives")}
+        out.train_records = estimate_training_records(world.get("train_scenes", 2000), world.get("seed", 0), **knobs)
         out.estimated, out.feature_dims = True, feature_dims
         if feature_dims is not None:
             _check_heads(out, feature_dims[0])
