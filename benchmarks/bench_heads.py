@@ -50,7 +50,7 @@ def main():
     for kind, sec in times.items():
         med, lo, hi = ratio(sec, times["flow"])
         rate = pairs / statistics.median(sec)
-        print(f"{kind:10s}: {rate:12.0f} pairs/s | {med:6.2f}x [{lo:.2f}, {hi:.2f}] Flow-CLIP's time")
+        print(f"{kind:10s}: {rate:12.0f} pairs/s | {med:8.2g}x [{lo:.2g}, {hi:.2g}] Flow-CLIP's time")
 
 
 if __name__ == "__main__":

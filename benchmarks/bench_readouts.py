@@ -50,7 +50,7 @@ def main():
     for r in READOUTS:
         med, lo, hi = ratio(times[r], times["standard"])
         rate = args.batch / statistics.median(times[r])
-        print(f"{r:10s}: {rate:7.1f} img/s | time ratio to standard {med:.3f} [{lo:.3f}, {hi:.3f}]")
+        print(f"{r:16s}: {rate:7.1f} img/s | time ratio to standard {med:.3f} [{lo:.3f}, {hi:.3f}]")
 
 
 if __name__ == "__main__":

@@ -29,10 +29,13 @@ REDUCED = [
 def test_every_pipeline_file_names_its_command_and_parses():
     import yaml
 
+    from flowclip_cache.commands.studies import shipped_studies
     from flowclip_cache.config import build, find_config
     from flowclip_cache.studies import pipeline_module
 
-    for name in ("ablation", "sensitivity", "synthetic", "zoo", "backbones", "encoders", "readouts", "adaptation"):
+    names = shipped_studies()
+    assert {"ablation", "sensitivity", "synthetic", "zoo", "readouts", "adaptation", "binding-lab"} <= set(names)
+    for name in names:
         path = find_config(name)
         first = open(path).readline()
         assert first.startswith(f"# flowclip run {name}"), name
@@ -286,6 +289,7 @@ def test_patch_readout_is_a_grid_axis_and_profile_prints_each(tmp_path):
     assert r.exit_code == 0, r.output
     assert sorted(os.listdir(tmp_path / "s")) == [
         "FLOWCLIP_OUTPUT.json",
+        "intervals.png",  # each readout's bootstrap intervals side by side
         "readout-sclip",
         "readout-standard",
         "summary.json",
@@ -373,3 +377,37 @@ def test_run_help_names_every_shipped_study_and_a_bad_key_is_named_once():
     assert r.output.count("expected int, got 'five'") == 1 and "train_config: key 'epochs'" in r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "heads.global.lr=fast"])
     assert r.exit_code == 2 and r.output.count("got 'fast'") == 1 and "run global" in r.output, r.output
+
+
+def test_the_binding_labs_world_knobs_are_grid_axes(tmp_path):
+    """binding-lab's axes, reduced: world.scene_objects=[2, 3] makes one world, store and
+    study per value (each world's scenes hold that many objects), and one summary with
+    every setting's bootstrap intervals (table and figure); a list in another world key is
+    refused by name before anything is built."""
+    import pyarrow.parquet as pq
+
+    world = "world={seed: 0, train_scenes: 40, eval_scenes: 30, heldout_scenes: 10, scene_objects: [2, 3]}"
+    reduced = [a for a in REDUCED if not a.startswith(("world=", "seeds=", "controls="))]
+    args = ["run", "binding-lab", f"out={tmp_path}/lab", world, *reduced, "seeds=[0]", "controls=[real]"]
+    args += ["encoder={model: flowclip-tiny-vit, pretrained: none}"]
+    r = CliRunner().invoke(main, [*args, "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("[todo   ]") == 4 and "scene_objects 3:" in r.output and not os.path.exists(tmp_path / "lab")
+    r = CliRunner().invoke(main, [*args, "--quiet"])
+    assert r.exit_code == 0, r.output
+    lab = tmp_path / "lab"
+    assert {"scene_objects-2", "scene_objects-3", "world__scene_objects-2", "world__scene_objects-3"} <= set(
+        os.listdir(lab)
+    )
+    for k in (2, 3):
+        objects = pq.read_table(lab / f"world__scene_objects-{k}" / "eval_swap-att.parquet").column("objects")
+        assert {len(o) for o in objects.to_pylist()} == {k}
+        assert json.load(open(lab / f"world__scene_objects-{k}" / "WORLD_DONE"))["scene_objects"] == k
+    md = open(lab / "summary.md").read()
+    assert "## Paired bootstrap intervals, each setting (points)" in md and os.path.exists(lab / "intervals.png")
+    for k in (2, 3):
+        assert f"| scene_objects {k} | synthetic-swap-att | flow - global |" in md
+    summary = json.load(open(lab / "summary.json"))["encoders"]
+    assert summary["scene_objects 2"]["world"]["scene_objects"] == 2
+    r = CliRunner().invoke(main, ["run", "binding-lab", f"out={tmp_path}/bad", "world={seed: [0, 1]}", "--dry-run"])
+    assert r.exit_code == 2 and "world.seed: a list is a study axis only for" in r.output

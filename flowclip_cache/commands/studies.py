@@ -63,6 +63,7 @@ def profile(config, overrides, overwrite):
     from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from ..report import table
     from ..studies import ablation
+    from ..studies.grid import WORLD_AXES, study_grid
     from ..studies.study import claim_folder
 
     config = find_config(config)
@@ -70,14 +71,17 @@ def profile(config, overrides, overwrite):
     cfg = build(ablation.CONFIG, data, config)
     if cfg.world is None:
         raise FlowclipError(f"{config}: profile needs a synthetic world (world: {{...}})")
-    grid = ablation.readout_grid(cfg)
+    grid = study_grid(cfg)
     if len(grid) > 1:
         claim_folder(cfg.out)
     profiles = {}
-    for readout, sub in grid:
+    for label, sub in grid:
         ablation.encoder_spec(sub.encoder)
         store, paths, _ = ablation.world_store(sub, click.echo)
-        profiles[f"{cfg.encoder.get('model')} ({cfg.encoder.get('pretrained')}, {readout})"] = ablation.write_profile(
+        readout = sub.encoder.get("patch_readout", "standard")
+        world = [f"{k} {sub.world[k]}" for k in WORLD_AXES if isinstance((cfg.world or {}).get(k), list)]
+        name = ", ".join([str(cfg.encoder.get("pretrained")), readout, *world])
+        profiles[f"{cfg.encoder.get('model')} ({name})"] = ablation.write_profile(
             sub, store, paths, lambda *_: None, recompute=True, overwrite=overwrite
         )
     click.echo("\n".join(table(*profile_rows(profiles))))

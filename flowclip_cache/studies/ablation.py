@@ -69,33 +69,6 @@ def encoder_spec(encoder: dict):
     )
 
 
-def readout_grid(cfg: AblationConfig) -> list[tuple[str, AblationConfig]]:
-    """encoder.patch_readout as a grid axis: [(readout, the study of that readout in
-    OUT/readout-<name>/)]; a single readout is the study itself."""
-    import dataclasses
-
-    readouts = cfg.encoder.get("patch_readout", "standard")
-    if not isinstance(readouts, list):
-        return [(readouts, cfg)]
-    if len(set(readouts)) != len(readouts) or not readouts:
-        from ..errors import FlowclipError
-
-        raise FlowclipError(f"encoder.patch_readout: a list of distinct readouts, got {readouts}")
-    world = cfg.world_folder or os.path.join(cfg.out, "world")  # one world serves every readout
-    return [
-        (
-            r,
-            dataclasses.replace(
-                cfg,
-                out=os.path.join(cfg.out, f"readout-{r}"),
-                world_folder=world,
-                encoder={**cfg.encoder, "patch_readout": r},
-            ),
-        )
-        for r in readouts
-    ]
-
-
 def world_store(cfg: AblationConfig, log, progress: bool = True):
     """The synthetic world, extracted once with the configured encoder -> (store, paths, evals)."""
     from ..encoders import resolve
@@ -147,9 +120,11 @@ def prepare_world(cfg: AblationConfig, log, progress: bool = True) -> AblationCo
 
 
 def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
-    grid = readout_grid(cfg)
+    from .grid import run_grid, study_grid
+
+    grid = study_grid(cfg)  # a list in encoder.patch_readout or a world knob: one study each
     if len(grid) > 1 or grid[0][1] is not cfg:
-        return run_readouts(cfg, grid, dry_run, jobs, log, progress)
+        return run_grid(cfg, grid, run, dry_run, jobs, log, progress)
     spec = encoder_spec(cfg.encoder)  # unknown encoder keys fail before anything runs
     if cfg.world is not None and not cfg.store and not dry_run:
         from .spread import one_at_a_time, study_rank
@@ -201,44 +176,6 @@ def _dims(spec) -> tuple[int, int] | None:
     except FlowclipError:
         return None
     return config["model_cfg"]["embed_dim"], config["num_patches"]
-
-
-def run_readouts(cfg: AblationConfig, grid, dry_run: bool, jobs: int, log, progress: bool):
-    """One study per patch readout (each with its own store of the same world), then their
-    real-image tables side by side in OUT/summary.md."""
-    from .encoders import write_combined
-    from .study import claim_folder
-
-    if cfg.store:
-        from ..errors import FlowclipError
-
-        raise FlowclipError(
-            "encoder.patch_readout as a list needs world={...}: each readout extracts its own "
-            "store; for real data extract one store per readout and use `kind: encoders`"
-        )
-    if not dry_run:
-        claim_folder(cfg.out)
-    summaries = {}
-    for readout, sub in grid:
-        log(f"patch readout {readout}:")
-        summaries[readout] = run(sub, dry_run, jobs, log=lambda m: log(f"  {m}"), progress=progress)
-    if dry_run:
-        return None
-    combined = {
-        "encoders": {
-            f"{cfg.encoder.get('model')} / {r}": {
-                "model": cfg.encoder.get("model"),
-                "patch_readout": r,
-                "store_fingerprint": s["store_fingerprint"],
-                "table": s["table"],
-                "columns": s["columns"],
-                "encoder_profile": s.get("encoder_profile"),
-            }
-            for r, s in summaries.items()
-        }
-    }
-    write_combined(cfg.out, combined, label="encoder / readout")
-    return combined
 
 
 CONFIG = AblationConfig

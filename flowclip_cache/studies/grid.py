@@ -1,0 +1,166 @@
+"""Study axes. A list in `encoder.patch_readout`, or in one of the world's lab knobs
+(`scene_objects`, `binding_negatives`, `train_scenes`), makes one study per combination:
+its own world when a world setting differs, its own store, its own runs. Then one summary
+of them all: the real-image tables side by side and, where the studies compare pairs,
+each combination's paired-bootstrap intervals as a table and a figure (the binding lab:
+docs/results-synthetic.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+
+from ..errors import FlowclipError
+from ..outputs import write_text
+
+WORLD_AXES = ("scene_objects", "binding_negatives", "train_scenes")
+
+
+def _axes(cfg) -> dict[str, list]:
+    """{world knob or "readout": its values} of every list in the study's settings, checked."""
+    world = cfg.world or {}
+    axes = {k: world[k] for k in WORLD_AXES if isinstance(world.get(k), list)}
+    listed = [k for k, v in world.items() if isinstance(v, list) and k not in WORLD_AXES]
+    if listed:
+        raise FlowclipError(f"world.{listed[0]}: a list is a study axis only for {', '.join(WORLD_AXES)}")
+    if isinstance(cfg.encoder.get("patch_readout"), list):
+        axes["readout"] = cfg.encoder["patch_readout"]
+    for name, values in axes.items():
+        if not values or len(set(map(str, values))) != len(values):
+            where = "encoder.patch_readout" if name == "readout" else f"world.{name}"
+            raise FlowclipError(f"{where}: a list of distinct values, got {values}")
+    if axes and cfg.store:
+        raise FlowclipError(
+            "a study axis (a list in encoder.patch_readout or world) needs world={...}: each combination "
+            "extracts its own store; for real data extract one store per setting and use `kind: encoders`"
+        )
+    return axes
+
+
+def study_grid(cfg) -> list[tuple[str, object]]:
+    """[(the combination's label, its study in OUT/<knob-value__...__readout-name>)]; a
+    study with no list is [(its readout, cfg)]. Combinations of the same world settings
+    share one world folder (OUT/world, or OUT/world__<knob-value...>)."""
+    axes = _axes(cfg)
+    if not axes:
+        return [(cfg.encoder.get("patch_readout", "standard"), cfg)]
+    out = []
+    for values in itertools.product(*axes.values()):
+        combo = dict(zip(axes, values))
+        knobs = {k: v for k, v in combo.items() if k != "readout"}
+        parts = [f"{k}-{v}" for k, v in knobs.items()]
+        readout = combo.get("readout", cfg.encoder.get("patch_readout", "standard"))
+        label = ", ".join(f"{k} {v}" for k, v in knobs.items())
+        if "readout" in combo:
+            parts_out = parts + [f"readout-{readout}"]
+            label = " / ".join(x for x in (label, f"{cfg.encoder.get('model')} / {readout}") if x)
+        else:
+            parts_out = parts
+        own_world = os.path.join(cfg.out, "__".join(["world", *parts]))
+        sub = dataclasses.replace(
+            cfg,
+            out=os.path.join(cfg.out, "__".join(parts_out)),
+            world_folder=own_world if parts or not cfg.world_folder else cfg.world_folder,
+            world={**(cfg.world or {}), **knobs},
+            encoder={**cfg.encoder, "patch_readout": readout},
+        )
+        out.append((label, sub))
+    return out
+
+
+def run_grid(cfg, grid, run_one, dry_run: bool, jobs: int, log, progress: bool):
+    """Each combination's study (run_one: the ablation's run), then the combined summary."""
+    from .encoders import write_combined
+    from .study import claim_folder
+
+    if not dry_run:
+        claim_folder(cfg.out)
+    summaries = {}
+    for label, sub in grid:
+        log(f"{label}:")
+        summaries[label] = run_one(sub, dry_run, jobs, log=lambda m: log(f"  {m}"), progress=progress)
+    if dry_run:
+        return None
+    combined = {
+        "encoders": {
+            label: {
+                "model": sub.encoder.get("model"),
+                "patch_readout": sub.encoder.get("patch_readout"),
+                "world": sub.world,
+                "store_fingerprint": summaries[label]["store_fingerprint"],
+                "table": summaries[label]["table"],
+                "columns": summaries[label]["columns"],
+                "encoder_profile": summaries[label].get("encoder_profile"),
+                "bootstrap": summaries[label].get("bootstrap", {}),
+            }
+            for label, sub in grid
+        }
+    }
+    axis_names = "setting" if any(s.world != (cfg.world or {}) for _, s in grid) else "encoder / readout"
+    write_combined(cfg.out, combined, label=axis_names)
+    write_intervals(cfg.out, combined["encoders"])
+    return combined
+
+
+def interval_rows(entries: dict) -> list[tuple[str, str, str, float, float, float]]:
+    """(setting, task, difference, mean, lo, hi) of every paired bootstrap the studies made."""
+    rows = []
+    for label, e in entries.items():
+        for task, pairs in sorted(e.get("bootstrap", {}).items()):
+            for diff, b in pairs.items():
+                lo, hi = b["ci95_pts"]
+                rows.append((label, task, diff, b["mean_pts"], lo, hi))
+    return rows
+
+
+def write_intervals(out: str, entries: dict) -> None:
+    """Each setting's intervals under the side-by-side tables in summary.md, in
+    summary.json's entries already, and drawn in intervals.png (none: nothing added)."""
+    from ..report import interval_cell, table
+
+    rows = interval_rows(entries)
+    if not rows:
+        return
+    md = open(os.path.join(out, "summary.md"), encoding="utf-8").read().rstrip("\n").split("\n")
+    md += [
+        "",
+        "## Paired bootstrap intervals, each setting (points)",
+        "",
+        "Each setting's own study resamples its images (summary.md in its folder); an interval "
+        "that excludes 0 is marked *. Figure: intervals.png.",
+        "",
+        *table(["setting", "task", "difference", "mean", "95% CI"], [
+            [s, t, d, f"{m:.2f}", interval_cell(lo, hi)] for s, t, d, m, lo, hi in rows
+        ]),
+        "",
+    ]  # fmt: skip
+    write_text(os.path.join(out, "summary.md"), "\n".join(md))
+    _interval_figure(os.path.join(out, "intervals.png"), rows)
+
+
+def _interval_figure(path: str, rows) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..outputs import atomic_write
+
+    keys = sorted({(t, d) for _, t, d, *_ in rows})
+    settings = list(dict.fromkeys(s for s, *_ in rows))
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 0.5 * len(settings) + 1.6), squeeze=False)
+    for ax, (task, diff) in zip(axes[0], keys):
+        for y, s in enumerate(settings):
+            hit = [r for r in rows if r[:3] == (s, task, diff)]
+            if hit:
+                _, _, _, m, lo, hi = hit[0]
+                colour = "tab:blue" if lo > 0 else "tab:red" if hi < 0 else "0.4"
+                ax.errorbar([m], [y], xerr=[[m - lo], [hi - m]], fmt="o", color=colour, capsize=3)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(range(len(settings)), settings if ax is axes[0][0] else [""] * len(settings), fontsize=8)
+        ax.set_title(f"{task}\n{diff}", fontsize=8)
+        ax.set_xlabel("points", fontsize=8)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
