@@ -186,7 +186,7 @@ def build_world(
     binding_negatives, the share of training records whose negative is a binding one
     (swap-att or swap-obj) where the scene can host it, instead of every family in turn."""
     paths = world_paths(root)
-    settings = {
+    settings: dict[str, float] = {
         "seed": seed,
         "size": size,
         "train_scenes": train_scenes,
