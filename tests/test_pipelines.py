@@ -409,5 +409,10 @@ def test_the_binding_labs_world_knobs_are_grid_axes(tmp_path):
         assert f"| scene_objects {k} | synthetic-swap-att | flow - global |" in md
     summary = json.load(open(lab / "summary.json"))["encoders"]
     assert summary["scene_objects 2"]["world"]["scene_objects"] == 2
+    # the token-role diagnosis of the compared Flow-CLIP head, per setting (binding_diagnosis.py)
+    assert "## Which tokens carry the binding decision" in md and "| scene_objects 3 | " in md.split("tokens carry")[1]
+    diag = summary["scene_objects 3"]["diagnosis"]
+    assert diag["records"] > 0 and diag["seeds"] == 1
+    assert sum(diag["share_of_abs_difference"].values()) == pytest.approx(1.0)
     r = CliRunner().invoke(main, ["run", "binding-lab", f"out={tmp_path}/bad", "world={seed: [0, 1]}", "--dry-run"])
     assert r.exit_code == 2 and "world.seed: a list is a study axis only for" in r.output

@@ -98,8 +98,12 @@ def run_grid(cfg, grid, run_one, dry_run: bool, jobs: int, log, progress: bool):
         }
     }
     axis_names = "setting" if any(s.world != (cfg.world or {}) for _, s in grid) else "encoder / readout"
+    if cfg.compare:  # which tokens carry the compared Flow-CLIP head's binding decision
+        for label, sub in grid:
+            combined["encoders"][label]["diagnosis"] = study_diagnosis(sub, cfg.compare[0][-1])
     write_combined(cfg.out, combined, label=axis_names)
     write_intervals(cfg.out, combined["encoders"])
+    write_diagnosis(cfg.out, combined["encoders"])
     return combined
 
 
@@ -164,3 +168,61 @@ def _interval_figure(path: str, rows) -> None:
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
+
+
+def study_diagnosis(study, method: str) -> dict | None:
+    """binding_diagnosis.diagnose of a synthetic study's trained `method` runs (every
+    seed) on its world's swap-att records, averaged over seeds; None when the study has
+    no world or the method is not a Flow-CLIP head."""
+    from ..binding_diagnosis import diagnose, mean_of, swap_att_records
+    from ..run_folder import load_head
+    from ..store import FeatureStore
+    from .study import RunSpec
+
+    if study.world is None or not study.world_folder or method not in study.heads:
+        return None
+    runs = [os.path.join(study.out, "runs", RunSpec(method, s, dict(study.heads[method])).folder) for s in study.seeds]
+    heads = [load_head(d)[0] for d in runs if os.path.exists(os.path.join(d, "head.safetensors"))]
+    if not heads or not all(getattr(h, "kind", None) == "flow" for h in heads):
+        return None
+    world = study.world_folder
+    store = FeatureStore(study.store or os.path.join(study.out, "store"))
+    records = swap_att_records(store, os.path.join(world, "eval_swap-att.parquet"), os.path.join(world, "images"))
+    return mean_of([diagnose(h, records) for h in heads]) | {"seeds": len(heads)}
+
+
+def write_diagnosis(out: str, entries: dict) -> None:
+    """The token-role diagnosis of each setting (binding_diagnosis.py) under the tables."""
+    from ..binding_diagnosis import ROLES
+    from ..report import table
+
+    rows = []
+    for label, e in entries.items():
+        d = e.get("diagnosis")
+        if not d:
+            continue
+        share, sup = d["share_of_abs_difference"], d["attribute_support_on_own_object"]
+        rows.append(
+            [label, f"{d['records']:.0f} x {d['seeds']}", f"{d['s_global_gold_minus_foil']['mean_abs']:.4f}",
+             f"{d['s_token_mean_abs']:.4f}", *[f"{100 * share[r]:.0f}%" for r in ROLES],
+             f"{d['s_token_gold_minus_foil']['object']:+.5f}", f"{d['s_token_gold_minus_foil']['attribute']:+.5f}",
+             f"{100 * sup['before']:.1f} -> {100 * sup['after']:.1f} ({100 * sup['chance']:.1f})"]
+        )  # fmt: skip
+    if not rows:
+        return
+    md = open(os.path.join(out, "summary.md"), encoding="utf-8").read().rstrip("\n").split("\n")
+    md += [
+        "",
+        "## Which tokens carry the binding decision (swap-att, the compared Flow-CLIP head, mean over seeds)",
+        "",
+        "|s_global| and |s_token|: the mean size of the gold-minus-foil difference of each term. Shares: each "
+        "token role's part of the mean |gold - foil| of s_token (attribute = colour words, object = shape "
+        "words). Object / attribute part: the role's mean signed gold-minus-foil part (positive: it prefers the "
+        "gold). Support: the colour words' patch-support mass on their own object's cell (%) before -> after "
+        "the refinement (chance: the cell's share of the patches).",
+        "",
+        *table(["setting", "records x seeds", "|s_global|", "|s_token|", *[f"{r} share" for r in ROLES],
+                "object part", "attribute part", "support before -> after (chance)"], rows),
+        "",
+    ]  # fmt: skip
+    write_text(os.path.join(out, "summary.md"), "\n".join(md))
