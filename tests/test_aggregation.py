@@ -124,9 +124,10 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     }  # fmt: skip
     md = "\n".join(summary_markdown(summary))
     body = md[md.index("## Conclusions") :]
-    assert body.index("**Overall.** Of 2 paired comparisons, 1 have") < body.index("- synthetic-swap-att: flow - clip")
-    assert "- Binding (1 comparisons): no interval excludes 0" in body
-    assert "- Word order (1 comparisons): flow - clip on synthetic-order -5.50 [-9.00, -2.00]." in body
+    overall = body.index("**Overall.** Of 2 paired comparisons, 1 has a 95% interval")
+    assert overall < body.index("- synthetic-swap-att: flow - clip")
+    assert "- Binding (1 comparison): no interval excludes 0" in body
+    assert "- Word order (1 comparison): flow - clip on synthetic-order -5.50 [-9.00, -2.00]." in body
     assert "CLIP scores synthetic-add 85.00 (chance 50)" in body and "on its text alone" in body
     assert "- Below chance: flow 10.00 on synthetic-order (chance 20)" in body
 

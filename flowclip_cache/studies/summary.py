@@ -45,7 +45,8 @@ def overall(summary: dict) -> list[str]:
         return []
     excl = [(t, k, v) for t, k, v in comps if v["ci95_pts"][0] > 0 or v["ci95_pts"][1] < 0]
     lines = [
-        f"**Overall.** Of {len(comps)} paired comparisons, {len(excl)} have a 95% interval that excludes 0; "
+        f"**Overall.** Of {len(comps)} paired comparisons, {len(excl)} {'has' if len(excl) == 1 else 'have'} a 95% "
+        f"interval that excludes 0; "
         f"about {len(comps) / 20:.1f} would by chance alone, so a single one is weak evidence."
     ]
     for q in [q for q, _ in QUESTIONS] + ["other tasks"]:
@@ -55,7 +56,7 @@ def overall(summary: dict) -> list[str]:
         hits = [f"{k} on {t} {v['mean_pts']:+.2f} [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]"
                 for t, k, v in excl if _question(t) == q]  # fmt: skip
         lines.append(
-            f"- {q.capitalize()} ({len(mine)} comparisons): "
+            f"- {q.capitalize()} ({len(mine)} comparison{'' if len(mine) == 1 else 's'}): "
             + ("; ".join(hits) + "." if hits else "no interval excludes 0: no difference shown.")
         )
     lines += _against_chance(summary)
