@@ -110,7 +110,8 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     ci = lambda lo, hi: {"mean_pts": (lo + hi) / 2, "ci95_pts": [lo, hi], "draws_missing_a_group": 0}  # noqa: E731
     score = {
         "results": {"real|clip": {t: {"score": 0.5} for t in res}, run: res,
-                    "fixed|clip": {"synthetic-add": {"score": 0.85}}, f"fixed|{runs[0].folder}": {}},
+                    "fixed|clip": {"synthetic-add": {"score": 0.85}},
+                    f"fixed|{runs[0].folder}": {"synthetic-add": {"score": 0.55}}},
         "cross_task_means": {}, "controls": ["real", "fixed"], "decision_changes": {}, "store_fingerprint": "x",
         "git_revision": "y",
         "bootstrap": {
@@ -130,6 +131,15 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     assert "- Word order (1 comparison): flow - clip on synthetic-order -5.50 [-9.00, -2.00]." in body
     assert "CLIP scores synthetic-add 85.00 (chance 50)" in body and "on its text alone" in body
     assert "- Below chance: flow 10.00 on synthetic-order (chance 20)" in body
+    # the trained head's own Fixed accuracy beside CLIP's: its +40 with real images is not the text's
+    assert (
+        "- synthetic-add, the trained heads against CLIP's 85.00 under Fixed: flow +40.00 with real images, 55.00 "
+        "under Fixed: each keeps less of the text-alone preference than CLIP, so its gain with real images rests "
+        "on the image." in body
+    )
+    score["results"][f"fixed|{runs[0].folder}"]["synthetic-add"]["score"] = 0.9  # keeps the preference
+    body = "\n".join(summary_markdown(summarise(score, runs) | {"encoder_profile": summary["encoder_profile"]}))
+    assert "flow keeps at least CLIP's text-alone preference, so part of a gain there may be the text's" in body
 
 
 def _bank(v, t, caps_per_record):
