@@ -119,7 +119,8 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
     return combined
 
 
-def write_combined(out: str, combined: dict, label: str = "encoder") -> None:
+def write_combined(out: str, combined: dict, label: str = "encoder", extra: tuple[str, ...] | list[str] = ()) -> None:
+    """summary.json and summary.md of studies side by side; extra: more summary.md lines."""
     from ..clip_profile import profile_rows
     from ..report import table
 
@@ -142,7 +143,7 @@ def write_combined(out: str, combined: dict, label: str = "encoder") -> None:
         head, body = profile_rows(profiles)
         md += ["## The frozen encoders' profiles (%)", "", *table(head, body), ""]
     write_text(os.path.join(out, "summary.json"), json.dumps(combined, indent=1))
-    write_text(os.path.join(out, "summary.md"), "\n".join(md))
+    write_text(os.path.join(out, "summary.md"), "\n".join([*md, *extra]))
 
 
 CONFIG = EncodersConfig

@@ -12,7 +12,6 @@ import itertools
 import os
 
 from ..errors import FlowclipError
-from ..outputs import write_text
 
 WORLD_AXES = ("scene_objects", "binding_negatives", "train_scenes")
 
@@ -101,9 +100,8 @@ def run_grid(cfg, grid, run_one, dry_run: bool, jobs: int, log, progress: bool):
     if cfg.compare:  # which tokens carry the compared Flow-CLIP head's binding decision
         for label, sub in grid:
             combined["encoders"][label]["diagnosis"] = study_diagnosis(sub, cfg.compare[0][-1])
-    write_combined(cfg.out, combined, label=axis_names)
-    write_intervals(cfg.out, combined["encoders"])
-    write_diagnosis(cfg.out, combined["encoders"])
+    extra = interval_section(cfg.out, combined["encoders"]) + diagnosis_section(combined["encoders"])
+    write_combined(cfg.out, combined, label=axis_names, extra=extra)
     return combined
 
 
@@ -118,16 +116,16 @@ def interval_rows(entries: dict) -> list[tuple[str, str, str, float, float, floa
     return rows
 
 
-def write_intervals(out: str, entries: dict) -> None:
-    """Each setting's intervals under the side-by-side tables in summary.md, in
-    summary.json's entries already, and drawn in intervals.png (none: nothing added)."""
+def interval_section(out: str, entries: dict) -> list[str]:
+    """summary.md's lines of each setting's intervals (under the side-by-side tables), and
+    the same drawn in OUT/intervals.png (no intervals: no lines, no figure)."""
     from ..report import interval_cell, table
 
     rows = interval_rows(entries)
     if not rows:
-        return
-    md = open(os.path.join(out, "summary.md"), encoding="utf-8").read().rstrip("\n").split("\n")
-    md += [
+        return []
+    _interval_figure(os.path.join(out, "intervals.png"), rows)
+    return [
         "",
         "## Paired bootstrap intervals, each setting (points)",
         "",
@@ -139,8 +137,6 @@ def write_intervals(out: str, entries: dict) -> None:
         ]),
         "",
     ]  # fmt: skip
-    write_text(os.path.join(out, "summary.md"), "\n".join(md))
-    _interval_figure(os.path.join(out, "intervals.png"), rows)
 
 
 def _interval_figure(path: str, rows) -> None:
@@ -191,8 +187,8 @@ def study_diagnosis(study, method: str) -> dict | None:
     return mean_of([diagnose(h, records) for h in heads]) | {"seeds": len(heads)}
 
 
-def write_diagnosis(out: str, entries: dict) -> None:
-    """The token-role diagnosis of each setting (binding_diagnosis.py) under the tables."""
+def diagnosis_section(entries: dict) -> list[str]:
+    """summary.md's lines of each setting's token-role diagnosis (binding_diagnosis.py)."""
     from ..binding_diagnosis import ROLES
     from ..report import table
 
@@ -209,9 +205,8 @@ def write_diagnosis(out: str, entries: dict) -> None:
              f"{100 * sup['before']:.1f} -> {100 * sup['after']:.1f} ({100 * sup['chance']:.1f})"]
         )  # fmt: skip
     if not rows:
-        return
-    md = open(os.path.join(out, "summary.md"), encoding="utf-8").read().rstrip("\n").split("\n")
-    md += [
+        return []
+    return [
         "",
         "## Which tokens carry the binding decision (swap-att, the compared Flow-CLIP head, mean over seeds)",
         "",
@@ -225,4 +220,3 @@ def write_diagnosis(out: str, entries: dict) -> None:
                 "object part", "attribute part", "support before -> after (chance)"], rows),
         "",
     ]  # fmt: skip
-    write_text(os.path.join(out, "summary.md"), "\n".join(md))
