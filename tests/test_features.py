@@ -145,7 +145,29 @@ def _invariance(enc, n_caps=70, n_img=20, trials=3):
         assert torch.equal(g.half(), g0[idx].half()) and torch.equal(p.half(), p0[idx].half())
 
 
-@pytest.mark.parametrize("model", ["flowclip-tiny-clip", "ViT-B-16"])
+@torch.no_grad()
+def test_bidirectional_tiny_tower_is_open_clips_encode_text_at_full_context():
+    """flowclip-tiny-clip-bidir (open_clip's no_causal_mask): the features are encode_text's,
+    never cut to a batch's longest caption, and an attribute's state sees its noun (the
+    causal tower's does not). Mutation checked: slicing a None mask, or cutting the batch
+    as the causal tower does, fails here."""
+    enc = load_model(resolve(EncoderSpec("flowclip-tiny-clip-bidir")))
+    assert not enc.causal_text and enc.model.attn_mask is None
+    caps = ["a red cube", "a red sphere left of a blue cube", "x"]
+    ids = enc.tokenizer(caps)
+    f = encode_texts(enc, enc.tokenize(caps))
+    torch.testing.assert_close(f.sentence, F.normalize(enc.model.encode_text(ids), dim=-1), rtol=0, atol=2e-6)
+    assert f.tokens.shape[1] == ids.shape[1] == 32
+    torch.testing.assert_close(f.tokens[f.mask], direct_token_states(enc.model, ids)[f.mask], rtol=0, atol=2e-6)
+    causal = load_model(resolve(EncoderSpec("flowclip-tiny-clip")))
+    for tower, sees in ((enc, True), (causal, False)):
+        red = [encode_texts(tower, tower.tokenize([c])).tokens[0, 2] for c in caps[:2]]  # "red" before its noun
+        assert bool((red[0] - red[1]).abs().max() > 1e-3) is sees  # not rounding: a causal one is within 1e-6
+    planned = resolve(EncoderSpec("flowclip-tiny-clip-bidir"))
+    assert not planned.family.text_only(planned).causal_text  # planning (no model) knows it too
+
+
+@pytest.mark.parametrize("model", ["flowclip-tiny-clip", "flowclip-tiny-clip-bidir", "ViT-B-16"])
 def test_features_depend_on_their_input_alone(model):
     """Before fixed shapes, a ViT-B/16 caption changed by 1-2 FP16 ulp with its batch (27-36
     of 36 captions across text batch sizes). Mutation checked: the old encode_texts (one

@@ -416,3 +416,32 @@ def test_the_binding_labs_world_knobs_are_grid_axes(tmp_path):
     assert sum(diag["share_of_abs_difference"].values()) == pytest.approx(1.0)
     r = CliRunner().invoke(main, ["run", "binding-lab", f"out={tmp_path}/bad", "world={seed: [0, 1]}", "--dry-run"])
     assert r.exit_code == 2 and "world.seed: a list is a study axis only for" in r.output
+
+
+def test_the_text_tower_is_a_grid_axis(tmp_path):
+    """encoder.model=[causal, bidirectional] (the binding lab's text-tower axis): one study
+    and store per model, crossed with the readouts, in one shared world (the models see the
+    same scenes); the dry run plans every run and creates nothing; a repeated model is
+    refused by name."""
+    from flowclip_cache.config import build
+    from flowclip_cache.studies import ablation
+    from flowclip_cache.studies.grid import study_grid
+
+    towers = "[flowclip-tiny-clip, flowclip-tiny-clip-bidir]"
+    enc = f"encoder={{model: {towers}, pretrained: none, patch_readout: [standard, clearclip]}}"
+    reduced = [a for a in REDUCED if not a.startswith(("encoder=", "seeds=", "controls="))]
+    args = ["run", "binding-lab", f"out={tmp_path}/lab", *reduced, enc, "seeds=[0]", "controls=[real]"]
+    r = CliRunner().invoke(main, [*args, "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("[todo   ]") == 8 and not os.path.exists(tmp_path / "lab")
+    assert "flowclip-tiny-clip-bidir / clearclip:" in r.output
+    settings = {"kind": "ablation", "out": "o", "world": {"seed": 0}, "encoder": {"model": ["a", "b"]}}
+    cfg = build(ablation.CONFIG, settings, "t")
+    grid = study_grid(cfg)
+    assert [(label, sub.out, sub.encoder["model"]) for label, sub in grid] == [
+        ("a / standard", os.path.join("o", "model-a"), "a"),
+        ("b / standard", os.path.join("o", "model-b"), "b"),
+    ]
+    assert {sub.world_folder for _, sub in grid} == {os.path.join("o", "world")}  # one world for both
+    r = CliRunner().invoke(main, [*args[:-2], "encoder={model: [flowclip-tiny-clip, flowclip-tiny-clip]}", "--dry-run"])
+    assert r.exit_code == 2 and "encoder.model: a list of distinct values" in r.output

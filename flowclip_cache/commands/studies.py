@@ -58,7 +58,8 @@ def run_pipeline(config, overrides, dry_run, jobs, quiet):
 def profile(config, overrides, overwrite):
     """The frozen encoder's profile on a study's synthetic world, without training heads:
     accuracy per family and patch grounding (the gate before any head experiment). With
-    encoder.patch_readout=[standard,sclip,...] one row per readout."""
+    encoder.patch_readout=[standard,sclip,...] one row per readout (and per model with
+    encoder.model=[...])."""
     from ..clip_profile import profile_rows
     from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from ..report import table
@@ -81,7 +82,7 @@ def profile(config, overrides, overwrite):
         readout = sub.encoder.get("patch_readout", "standard")
         world = [f"{k} {sub.world[k]}" for k in WORLD_AXES if isinstance((cfg.world or {}).get(k), list)]
         name = ", ".join([str(cfg.encoder.get("pretrained")), readout, *world])
-        profiles[f"{cfg.encoder.get('model')} ({name})"] = ablation.write_profile(
+        profiles[f"{sub.encoder.get('model')} ({name})"] = ablation.write_profile(
             sub, store, paths, lambda *_: None, recompute=True, overwrite=overwrite
         )
     click.echo("\n".join(table(*profile_rows(profiles))))

@@ -1,5 +1,7 @@
 """OpenAI-style CLIP in open_clip (ViT-B/32, B/16, L/14, L/14@336 and the tiny CLIP):
-open_clip's own ViT and causal text transformer, the SimpleTokenizer (pads with 0).
+open_clip's own ViT and text transformer, the SimpleTokenizer (pads with 0). The text
+tower is causal unless its config says `no_causal_mask` (flowclip-tiny-clip-bidir): then
+every token attends to the whole padded context, as open_clip's encode_text runs it.
 
 global   = encode_image; patches = the last block's tokens after ln_post and the visual
            projection (visual.forward_intermediates, class token dropped)
@@ -26,6 +28,15 @@ class OpenAIClip(oc.OpenClipFamily):
     causal_text = True
     special_tokens = (1, 1)  # <start_of_text> ... <end_of_text>
     pad_id = 0
+
+    def __init__(self, model, preprocess, tokenizer, config: dict):
+        super().__init__(model, preprocess, tokenizer, config)
+        # a bidirectional tower's states depend on the whole context (its pads included),
+        # so its batches always run the full context; planning has the config, not the model
+        if model is not None:
+            self.causal_text = getattr(model, "attn_mask", None) is not None
+        else:
+            self.causal_text = not config["model_cfg"].get("text_cfg", {}).get("no_causal_mask", False)
 
     @classmethod
     def claims(cls, model: str) -> bool:
@@ -111,6 +122,7 @@ class OpenAIClip(oc.OpenClipFamily):
         m, L = self.model, t.ids.shape[1]
         cast = m.transformer.get_cast_dtype()
         x = m.token_embedding(t.ids).to(cast) + m.positional_embedding[:L].to(cast)
-        x = m.ln_final(m.transformer(x, attn_mask=m.attn_mask[:L, :L]))
+        causal = m.attn_mask[:L, :L] if m.attn_mask is not None else None
+        x = m.ln_final(m.transformer(x, attn_mask=causal))
         pooled = text_global_pool(x, t.ids, m.text_pool_type, eos_token_id=getattr(m, "text_eos_id", None))
         return project(pooled, m.text_projection), project(x, m.text_projection), t.mask

@@ -1,5 +1,6 @@
-"""Study axes. A list in `encoder.patch_readout`, or in one of the world's lab knobs
-(`scene_objects`, `binding_negatives`, `train_scenes`), makes one study per combination:
+"""Study axes. A list in `encoder.model` or `encoder.patch_readout`, or in one of the
+world's lab knobs (`scene_objects`, `binding_negatives`, `train_scenes`), makes one study
+per combination:
 its own world when a world setting differs, its own store, its own runs. Then one summary
 of them all: the real-image tables side by side and, where the studies compare pairs,
 each combination's paired-bootstrap intervals as a table and a figure (the binding lab:
@@ -14,32 +15,32 @@ import os
 from ..errors import FlowclipError
 
 WORLD_AXES = ("scene_objects", "binding_negatives", "train_scenes")
+ENCODER_AXES = {"model": "model", "readout": "patch_readout"}  # axis: its key in `encoder:`
 
 
 def _axes(cfg) -> dict[str, list]:
-    """{world knob or "readout": its values} of every list in the study's settings, checked."""
+    """{world knob, "model" or "readout": its values} of every list in the study's settings, checked."""
     world = cfg.world or {}
     axes = {k: world[k] for k in WORLD_AXES if isinstance(world.get(k), list)}
     listed = [k for k, v in world.items() if isinstance(v, list) and k not in WORLD_AXES]
     if listed:
         raise FlowclipError(f"world.{listed[0]}: a list is a study axis only for {', '.join(WORLD_AXES)}")
-    if isinstance(cfg.encoder.get("patch_readout"), list):
-        axes["readout"] = cfg.encoder["patch_readout"]
+    axes |= {name: cfg.encoder[key] for name, key in ENCODER_AXES.items() if isinstance(cfg.encoder.get(key), list)}
     for name, values in axes.items():
         if not values or len(set(map(str, values))) != len(values):
-            where = "encoder.patch_readout" if name == "readout" else f"world.{name}"
+            where = f"encoder.{ENCODER_AXES[name]}" if name in ENCODER_AXES else f"world.{name}"
             raise FlowclipError(f"{where}: a list of distinct values, got {values}")
     if axes and cfg.store:
         raise FlowclipError(
-            "a study axis (a list in encoder.patch_readout or world) needs world={...}: each combination "
-            "extracts its own store; for real data extract one store per setting and use `kind: encoders`"
+            "a study axis (a list in encoder.model, encoder.patch_readout or world) needs world={...}: each "
+            "combination extracts its own store; for real data extract one store per setting and use `kind: encoders`"
         )
     return axes
 
 
 def study_grid(cfg) -> list[tuple[str, object]]:
-    """[(the combination's label, its study in OUT/<knob-value__...__readout-name>)]; a
-    study with no list is [(its readout, cfg)]. Combinations of the same world settings
+    """[(the combination's label, its study in OUT/<knob-value__...__model-name__readout-name>)];
+    a study with no list is [(its readout, cfg)]. Combinations of the same world settings
     share one world folder (OUT/world, or OUT/world__<knob-value...>)."""
     axes = _axes(cfg)
     if not axes:
@@ -47,22 +48,21 @@ def study_grid(cfg) -> list[tuple[str, object]]:
     out = []
     for values in itertools.product(*axes.values()):
         combo = dict(zip(axes, values))
-        knobs = {k: v for k, v in combo.items() if k != "readout"}
+        knobs = {k: v for k, v in combo.items() if k in WORLD_AXES}
+        encoder = {**cfg.encoder, **{key: combo[name] for name, key in ENCODER_AXES.items() if name in combo}}
+        encoder.setdefault("patch_readout", "standard")
         parts = [f"{k}-{v}" for k, v in knobs.items()]
-        readout = combo.get("readout", cfg.encoder.get("patch_readout", "standard"))
+        encoder_parts = [f"{name}-{combo[name]}" for name in ENCODER_AXES if name in combo]
         label = ", ".join(f"{k} {v}" for k, v in knobs.items())
-        if "readout" in combo:
-            parts_out = parts + [f"readout-{readout}"]
-            label = " / ".join(x for x in (label, f"{cfg.encoder.get('model')} / {readout}") if x)
-        else:
-            parts_out = parts
+        if encoder_parts:
+            label = " / ".join(x for x in (label, f"{encoder.get('model')} / {encoder['patch_readout']}") if x)
         own_world = os.path.join(cfg.out, "__".join(["world", *parts]))
         sub = dataclasses.replace(
             cfg,
-            out=os.path.join(cfg.out, "__".join(parts_out)),
+            out=os.path.join(cfg.out, "__".join(parts + encoder_parts)),
             world_folder=own_world if parts or not cfg.world_folder else cfg.world_folder,
             world={**(cfg.world or {}), **knobs},
-            encoder={**cfg.encoder, "patch_readout": readout},
+            encoder=encoder,
         )
         out.append((label, sub))
     return out
