@@ -24,12 +24,11 @@ import torch.nn.functional as F
 
 from . import checkpoint, outputs
 from .config import build
+from .encoder_families.locate import WEIGHTS_DIR
 from .encoder_families.openai_clip import OpenAIClip
 from .encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from .progress import bar as progress_bar
 from .world import COLOURS, SHAPES, describe, render, sample_scene
-
-WEIGHTS_DIR = os.path.join(os.path.dirname(__file__), "weights")
 
 
 @dataclass

@@ -409,3 +409,20 @@ def test_synthetic_weights_for_another_model_point_to_tags_not_the_tiny_recipe()
     with pytest.raises(WeightsUnavailable) as e:
         resolve(EncoderSpec("ViT-B-32", pretrained="synthetic"))
     assert "flowclip models" in str(e.value) and "pretrain-tiny-clip" not in str(e.value)
+
+
+def test_missing_tiny_weights_name_their_own_recipe(monkeypatch, tmp_path):
+    """A tiny model with a packaged recipe is told that recipe (the bidirectional tower's is
+    pretrain_tiny_clip_bidir); one without is told the shipped recipe with its model."""
+    from flowclip_cache.encoder_families import locate
+    from flowclip_cache.errors import WeightsUnavailable
+
+    empty = tmp_path / "weights"
+    empty.mkdir()
+    monkeypatch.setattr(locate, "WEIGHTS_DIR", str(empty))
+    for model, fix in (
+        ("flowclip-tiny-clip-bidir", "pretrain-tiny-clip pretrain_tiny_clip_bidir"),
+        ("flowclip-tiny-vit", "pretrain-tiny-clip pretrain_tiny_clip model=flowclip-tiny-vit"),
+    ):
+        with pytest.raises(WeightsUnavailable, match=fix):
+            locate.shipped_weights(model)

@@ -28,6 +28,9 @@ def register_package_configs() -> None:
         _registered = True
 
 
+WEIGHTS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")  # flowclip_cache/weights
+
+
 def _has_shipped(model: str) -> bool:
     try:
         shipped_weights(model)
@@ -41,15 +44,20 @@ def shipped_weights(model: str) -> str:
     against the sha256 on their card."""
     import json
 
-    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "weights")
+    folder = WEIGHTS_DIR
     path = os.path.join(folder, f"{model}-synthetic.safetensors")
     card = path.replace(".safetensors", ".json")
     if not os.path.isfile(path) or not os.path.isfile(card):
         shipped = sorted(
             f[: -len("-synthetic.safetensors")] for f in os.listdir(folder) if f.endswith("-synthetic.safetensors")
         )
-        if model.startswith("flowclip-tiny"):  # the recipe makes tiny-CLIP weights, nothing else
-            fix = "make them with: flowclip pretrain-tiny-clip pretrain_tiny_clip"
+        from ..config import packaged_configs
+
+        recipe = "pretrain_" + model.removeprefix("flowclip-").replace("-", "_")  # pipelines/pretrain_tiny_clip*.yaml
+        if recipe not in packaged_configs():
+            recipe = f"pretrain_tiny_clip model={model}"
+        if model.startswith("flowclip-tiny"):  # the recipes make tiny-CLIP weights, nothing else
+            fix = f"make them with: flowclip pretrain-tiny-clip {recipe}"
         else:
             fix = (
                 f"it ships them only for {', '.join(shipped) or 'no model'}; for {model} pass an open_clip tag "
