@@ -46,6 +46,7 @@ from .common import config_and_flags, device_name
 @click.option("--lr", type=float, default=None, help="The head's AdamW learning rate.")
 @click.option("--encoder-lr", type=float, default=None, help="Both encoders' AdamW learning rate. Default 1e-5.")
 @click.option("--weight-decay", type=float, default=None)
+@click.option("--tau-p", type=float, default=None, help="The pooling temperature (paper: 0.05 on COCO, 0.06 on CC3M).")
 @click.option("--seed", type=int, default=None)
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), default=None, help="bf16: autocast on CUDA.")
 @click.option("--grad-checkpointing", is_flag=True, default=None, help="Recompute activations (large towers).")

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import importlib
 
-KINDS = {"ablation": "ablation", "sensitivity": "sensitivity", "encoders": "encoders", "adaptation": "adaptation"}
+KINDS = {
+    "ablation": "ablation",
+    "sensitivity": "sensitivity",
+    "encoders": "encoders",
+    "adaptation": "adaptation",
+    "paper": "paper",
+}
 
 
 def pipeline_module(kind: str):

@@ -1,0 +1,303 @@
+"""The whole paper as one plan (`flowclip run paper --dry-run`; issue 27, docs/paper.md).
+
+Steps in the order they run: manifests (one per official source), feature stores (one per
+encoder, one extract command per image folder), studies and adapted encoders (each
+command one that flowclip already runs, resumable), then the paper-layout tables. Each
+step knows the paths it needs and the path it makes, so the plan can say which inputs
+exist, which are missing (with the download or the command that provides each), what is
+done, the disk each store takes and, where measured, its time (paper_budget.py).
+Running the whole plan as one command and the paper-layout tables are not built yet:
+the plan lists them as such."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import FlowclipError
+
+COCO_RECIPE = {"epochs": 5, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.05}  # §4.1: COCO, five epochs
+CC3M_RECIPE = {"epochs": 3, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.06}  # §4.1: CC3M-100K, three epochs
+LABCLIP = {"head": "labclip", "batch_size": 1024, "lr": 1.0e-3, "epochs": 10}  # the zoo's LABCLIP row
+TRAINING_SOURCES = ("coco-train", "cc3m-train")
+
+
+@dataclass
+class PaperConfig:
+    kind: str
+    out: str = "studies/paper"
+    data: str = "/data"
+    manifests: str = "manifests"
+    cache: str = "cache"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    device: str = "cuda"
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    encoders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    measure: bool = True  # time each encoder's forward and each head's step on `device` (dry run)
+
+
+@dataclass
+class Step:
+    kind: str  # manifest | extract | study | adapt | score | tables
+    name: str
+    feeds: str  # the paper's tables and figures it serves
+    makes: str  # the path it writes ("" for a step that writes nothing yet)
+    commands: list[str]
+    needs: list[str] = field(default_factory=list)  # paths that must exist (raw inputs or earlier steps' outputs)
+    raw: dict[str, str] = field(default_factory=dict)  # a raw input's path: how to get it
+    built: bool = True  # False: flowclip cannot do this step yet (listed, never run)
+    note: str = ""
+    disk: int | None = None  # bytes it writes (stores), an estimate
+    seconds: float | None = None  # an estimate, measured on random weights / features
+    how: str = ""  # how `seconds` was obtained
+    train: list[tuple[str, dict, int]] = field(default_factory=list)  # (encoder, head settings, runs) it trains
+    source: str = ""  # the training source its runs read
+
+    @property
+    def finished(self) -> bool:
+        """Its output is complete: the manifest, a study's summary.json, scores' results.json
+        (a store is never called finished: extract adds what it lacks and skips the rest)."""
+        marker = {"manifest": "", "study": "summary.json", "score": "results.json", "adapt": "results.json"}
+        if self.kind not in marker or not self.makes:
+            return False
+        return os.path.exists(os.path.join(self.makes, marker[self.kind]) if marker[self.kind] else self.makes)
+
+
+def _q(x) -> str:
+    """A value as a shell-safe flowclip override (YAML flow style)."""
+    import json
+
+    return "'" + json.dumps(x, separators=(", ", ": ")).replace("'", "'\\''") + "'"
+
+
+def manifest_path(cfg: PaperConfig, name: str) -> str:
+    return os.path.join(cfg.manifests, "train" if name in TRAINING_SOURCES else "eval", f"{name}.parquet")
+
+
+def manifest_steps(cfg: PaperConfig) -> list[Step]:
+    from ..catalogue import load_catalogue
+
+    catalogue = load_catalogue()
+    steps = []
+    for name, src in cfg.sources.items():
+        if name not in catalogue:
+            raise FlowclipError(
+                f"sources.{name}: no such benchmark or training source ({', '.join(sorted(catalogue))})"
+            )
+        unknown = set(src) - {"source", "images", "options"}
+        if unknown or "source" not in src or "images" not in src:
+            raise FlowclipError(f"sources.{name}: give source and images (and options), got {sorted(src)}")
+        entry, raw = catalogue[name], os.path.join(cfg.data, src["source"])
+        options = "".join(f" --option {_opt(cfg, o)}" for o in src.get("options", []))
+        get = f"download {entry['source']} ({', '.join(entry.get('files') or [])}) to {raw}"
+        steps.append(
+            Step(
+                "manifest", name, "manifest", manifest_path(cfg, name),
+                [f"flowclip manifest build {name} --source {raw} --out {manifest_path(cfg, name)}{options}"],
+                needs=[raw], raw={raw: get},
+            )
+        )  # fmt: skip
+    return steps
+
+
+def _opt(cfg: PaperConfig, option: str) -> str:
+    """KEY=PATH[,PATH...] with each path under `data`."""
+    key, _, value = option.partition("=")
+    return f"{key}=" + ",".join(os.path.join(cfg.data, v) for v in value.split(","))
+
+
+def store_path(cfg: PaperConfig, name: str) -> str:
+    return os.path.join(cfg.cache, name)
+
+
+def extract_commands(cfg: PaperConfig, store: str, model: str, pretrained: str, names: list[str]) -> list[str]:
+    """One extract command per image folder (a command takes one --image-root)."""
+    by_root: dict[str, list[str]] = {}
+    for n in names:
+        by_root.setdefault(os.path.join(cfg.data, cfg.sources[n]["images"]), []).append(manifest_path(cfg, n))
+    return [
+        f"flowclip extract --store {store} --model {model} --pretrained {pretrained} --device {cfg.device} "
+        + " ".join(f"--manifest {m}" for m in manifests)
+        + f" --image-root {root}"
+        for root, manifests in by_root.items()
+    ]
+
+
+def eval_names(cfg: PaperConfig) -> list[str]:
+    return [n for n in cfg.sources if n not in TRAINING_SOURCES]
+
+
+def extract_steps(cfg: PaperConfig) -> list[Step]:
+    evals, steps = eval_names(cfg), []
+    for i, (name, enc) in enumerate(cfg.encoders.items()):
+        # the first encoder (ViT-B/32) is the paper's main one: both training sources
+        train = [s for s in TRAINING_SOURCES if s in cfg.sources and (i == 0 or s == "coco-train")]
+        names = train + evals
+        cmds = extract_commands(cfg, store_path(cfg, name), enc["model"], enc["pretrained"], names)
+        feeds = "Tabs. 1-4, 7; Figs. 3, 7" if i == 0 else "Tab. 6" if openai_backbone(enc) else "Tab. 5"
+        needs = [manifest_path(cfg, n) for n in names]
+        steps.append(Step("extract", name, feeds, store_path(cfg, name), cmds, needs=needs, note=_encoder_note(enc)))
+    for name, ckpt in cfg.checkpoints.items():
+        path = os.path.join(cfg.data, ckpt)
+        base = next(iter(cfg.encoders.values()), {"model": "ViT-B-32"})["model"]
+        cmds = extract_commands(cfg, store_path(cfg, name), base, path, evals)
+        get = f"download the released open_clip checkpoint ({name}: FSC-CLIP's is on its authors' page) to {path}"
+        steps.append(
+            Step("extract", name, "Tabs. 1, 4", store_path(cfg, name), cmds,
+                 needs=[path, *[manifest_path(cfg, n) for n in evals]], raw={path: get})
+        )  # fmt: skip
+    return steps
+
+
+def openai_backbone(enc: dict) -> bool:
+    """Tab. 6's rows (OpenAI CLIP ViTs); the other families are Tab. 5's."""
+    return enc["model"].startswith("ViT-") and "SigLIP" not in enc["model"]
+
+
+def _encoder_note(enc: dict) -> str:
+    model = enc["model"]
+    if "SigLIP" in model or model.startswith("blip:"):
+        return 'needs pip install "flowclip[hf]"'
+    return ""
+
+
+def _eval_folder(cfg: PaperConfig) -> str:
+    return os.path.join(cfg.manifests, "eval") + os.sep
+
+
+def _study(cfg: PaperConfig, pipeline: str, name: str, feeds: str, store: str, train: str, runs, **overrides) -> Step:
+    out = os.path.join(cfg.out, name)
+    args: dict[str, Any] = {"out": out, **({"store": store} if store else {})}
+    args |= dict(train=manifest_path(cfg, train), eval=[_eval_folder(cfg)], seeds=cfg.seeds, device=cfg.device)
+    args.update(overrides)
+    cmd = f"flowclip run {pipeline} " + " ".join(
+        f"{k}={_q(v) if not isinstance(v, str) else v}" for k, v in args.items()
+    )
+    needs = ([store] if store else []) + [manifest_path(cfg, train)] + [manifest_path(cfg, n) for n in eval_names(cfg)]
+    return Step("study", name, feeds, out, [cmd], needs=needs, train=runs, source=train)
+
+
+def study_steps(cfg: PaperConfig) -> list[Step]:
+    main = next(iter(cfg.encoders), None)
+    if main is None:
+        return []
+    b32 = store_path(cfg, main)
+    n = len(cfg.seeds)
+    flow, glob = {"head": "flow", **COCO_RECIPE}, {"head": "global", **COCO_RECIPE}
+    steps = [
+        _study(cfg, "ablation", "tab2-coco", "Tab. 2; Tab. 1 (frozen, COCO); Tab. 4 (matched controls); Tab. 7 (COCO); "
+               "Figs. 3, 7", b32, "coco-train", [(main, glob, 2 * n), (main, flow, 2 * n)],
+               controls=["real", "shuffle", "fixed"], train_config=COCO_RECIPE),
+        _study(cfg, "sensitivity", "tab3", "Tab. 3", b32, "coco-train", [(main, flow, 8 * n)],
+               train_config=COCO_RECIPE),
+    ]  # fmt: skip
+    if "cc3m-train" in cfg.sources:
+        heads = {"global": {"head": "global", "cimr": 0.0}, "flow_hnb_cimr": {"head": "flow", "cimr": 0.1}}
+        steps.append(
+            _study(cfg, "ablation", "tab1-cc3m", "Tab. 1 (frozen, CC3M); Tab. 7 (CC3M)", b32, "cc3m-train",
+                   [(main, {"head": h["head"], **CC3M_RECIPE}, n) for h in heads.values()],
+                   heads=heads, train_config=CC3M_RECIPE)
+        )  # fmt: skip
+    for src in (s for s in TRAINING_SOURCES if s in cfg.sources):
+        short = src.split("-")[0]
+        steps.append(
+            _study(cfg, "ablation", f"tab1-labclip-{short}", f"Tab. 1 (LABCLIP, {short.upper()})", b32, src,
+                   [(main, LABCLIP, n)], heads={"labclip": LABCLIP}, compare=[], bootstrap=0)
+        )  # fmt: skip
+    rest = {n: e for n, e in list(cfg.encoders.items())[1:]}
+    for pipeline, name, pick in (
+        ("backbones", "tab6", openai_backbone),
+        ("encoders", "tab5", lambda e: not openai_backbone(e)),
+    ):
+        encs = {
+            n: {**e, "store": store_path(cfg, n)} for n, e in ({main: cfg.encoders[main]} | rest).items() if pick(e)
+        }
+        if pipeline == "encoders":
+            encs = {n: e for n, e in encs.items() if n != main}
+        if not encs:
+            continue
+        runs = [(e, h, n) for e in encs for h in (glob, flow)]
+        feeds = "Tab. 6" if name == "tab6" else "Tab. 5"
+        step = _study(cfg, pipeline, name, feeds, "", "coco-train", runs, encoders=encs, train_config=COCO_RECIPE)
+        step.needs = [e["store"] for e in encs.values()] + step.needs
+        if main in encs:
+            step.note = (
+                f"its {main} rows train Tab. 2's Global-M and Flow-CLIP again (runs are not shared across studies yet)"
+            )
+        steps.append(step)
+    return steps
+
+
+def adapted_steps(cfg: PaperConfig) -> list[Step]:
+    """Tab. 1's adapted rows, per training source and seed: `flowclip adapt` (Flow-CLIP:
+    --head flow; NegCLIP: --head none, the encoders alone under hard negatives), the
+    adapted encoder's store, then its scores (as CLIP for NegCLIP, with its head for Flow-CLIP)."""
+    main = next(iter(cfg.encoders.items()), None)
+    if main is None:
+        return []
+    model = main[1]["model"]
+    steps = []
+    for src in (s for s in TRAINING_SOURCES if s in cfg.sources):
+        short = src.split("-")[0]
+        recipe = COCO_RECIPE if src == "coco-train" else CC3M_RECIPE
+        images = os.path.join(cfg.data, cfg.sources[src]["images"])
+        for row, head in (("flow", "--head flow --cimr 0.1"), ("negclip", "--head none")):
+            for seed in cfg.seeds:
+                run = os.path.join(cfg.out, "adapted", f"{row}-{short}-s{seed}")
+                store = os.path.join(cfg.out, "adapted", f"{row}-{short}-s{seed}-store")
+                settings = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in recipe.items())
+                adapt = (
+                    f"flowclip adapt --model {model} --pretrained {main[1]['pretrained']} --train "
+                    f"{manifest_path(cfg, src)} --image-root {images} {head} {settings} --seed {seed} --out {run}"
+                )
+                cmds = [
+                    adapt,
+                    *extract_commands(cfg, store, model, os.path.join(run, "encoder.safetensors"), eval_names(cfg)),
+                ]
+                scorer = "--scorer clip" if row == "negclip" else f"--scorer clip --scorer flow={run}"
+                cmds.append(
+                    f"flowclip score --store {store} --manifests {_eval_folder(cfg)} {scorer} --out {run}-scores"
+                )
+                label = "NegCLIP" if row == "negclip" else "Flow-CLIP, encoders adapted"
+                needs = [manifest_path(cfg, src)] + [manifest_path(cfg, n) for n in eval_names(cfg)]
+                steps.append(Step("adapt", f"{row}-{short}-s{seed}", f"Tab. 1 ({label}, {short.upper()})",
+                                  f"{run}-scores", cmds, needs=needs))  # fmt: skip
+    for name in cfg.checkpoints:
+        out = os.path.join(cfg.out, f"{name}-scores")
+        cmd = (
+            f"flowclip score --store {store_path(cfg, name)} --manifests {_eval_folder(cfg)} --scorer clip "
+            f"--controls real,shuffle,fixed --out {out}"
+        )
+        steps.append(Step("score", name, "Tabs. 1, 4", out, [cmd], needs=[store_path(cfg, name)]))
+    return steps
+
+
+def table_step(cfg: PaperConfig) -> Step:
+    return Step(
+        "tables", "paper", "Tabs. 1-7, Figs. 3, 7 in the paper's layout, the published numbers beside ours",
+        os.path.join(cfg.out, "paper"), [], built=False,
+        note="not built yet (issue 27): each study's summary.md holds its table meanwhile; "
+        "flowclip_cache.paper_comparison puts the published numbers beside them",
+    )  # fmt: skip
+
+
+def plan(cfg: PaperConfig) -> list[Step]:
+    return [*manifest_steps(cfg), *extract_steps(cfg), *study_steps(cfg), *adapted_steps(cfg), table_step(cfg)]
+
+
+def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
+    from .paper_budget import print_plan
+
+    steps = plan(cfg)
+    if not dry_run:
+        raise FlowclipError(
+            "flowclip run paper runs only with --dry-run so far: it prints every step's commands, which "
+            "run (and resume) one by one; running them as one command is not built yet (issue 27)"
+        )
+    print_plan(cfg, steps, log)
+    return None
+
+
+CONFIG = PaperConfig

@@ -1,0 +1,147 @@
+"""`flowclip run paper --dry-run` (issue 27): the whole paper's plan on a machine with none of
+its inputs, every printed command one that flowclip parses, what exists and what is missing,
+estimates labelled, and nothing created."""
+
+import os
+import shlex
+
+import click
+from click.testing import CliRunner
+
+from flowclip_cache.cli import main
+
+QUICK = ["measure=false", "device=cpu"]
+
+
+def _dry(tmp_path, *extra):
+    args = ["run", "paper", "--dry-run", f"data={tmp_path}/data", f"out={tmp_path}/paper"]
+    args += [f"manifests={tmp_path}/manifests", f"cache={tmp_path}/cache", *extra]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def _commands(output: str) -> list[list[str]]:
+    return [shlex.split(line.strip()[2:]) for line in output.splitlines() if line.strip().startswith("$ flowclip ")]
+
+
+def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp_path):
+    out = _dry(tmp_path, *QUICK)
+    assert not os.listdir(tmp_path)  # nothing created
+    steps = [line for line in out.splitlines() if line.startswith("[")]
+    kinds = {}
+    for line in steps:
+        kinds[line.split("]")[1].split()[0]] = kinds.get(line.split("]")[1].split()[0], 0) + 1
+    # 18 manifests; 5 encoders + the FSC-CLIP checkpoint; Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5;
+    # adapted Flow-CLIP and NegCLIP x 2 sources x 3 seeds; FSC-CLIP scored; the tables
+    assert kinds == {"manifest": 18, "extract": 6, "study": 7, "adapt": 12, "score": 1, "tables": 1}
+    for line in steps:
+        state = line[1:10].strip()
+        raw = " manifest " in line or " extract fsc_clip " in line  # official files / the released checkpoint
+        assert state == ("not built" if " tables " in line else "missing" if raw else "waits"), line
+    missing = [line for line in out.splitlines() if line.strip().startswith("missing ")]
+    assert len(missing) == 18 + 1  # every manifest's official files, and the checkpoint
+    assert f"missing {tmp_path}/data/sugarcrepe: download RAIVNLab/sugar-crepe" in out
+    assert f"missing {tmp_path}/data/checkpoints/fsc-clip-coco.pt: download the released" in out
+    for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
+        assert table in out
+    assert "(not built yet (issue 27)" not in out and "not built yet (issue 27)" in out
+    assert "--tau-p 0.06" in out and "'tau_p': 0.06" not in out  # CC3M's recipe, in the commands
+    assert "(estimate)" in out.splitlines()[-2]  # the disk total, labelled
+
+
+def test_every_command_of_the_plan_is_one_flowclip_parses(tmp_path):
+    """Each printed command's options are its command's (click parses them), and each
+    study's overrides build that study's config (unknown keys would be refused)."""
+    from flowclip_cache.config import apply_overrides, build, find_config, load_yaml, parse_overrides
+    from flowclip_cache.studies import pipeline_module
+
+    cmds = _commands(_dry(tmp_path, *QUICK))
+    assert len(cmds) > 100
+    seen = set()
+    for path in {a for argv in cmds for a in argv if a.startswith(str(tmp_path))}:
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # the inputs in place, as click checks them
+        if not os.path.exists(path):
+            open(path, "w").close() if os.path.splitext(path)[1] else os.mkdir(path)
+    for argv in cmds:
+        assert argv[0] == "flowclip"
+        name, rest = argv[1], argv[2:]
+        group = main.commands[name]
+        if isinstance(group, click.Group):  # manifest build
+            name, group, rest = rest[0], group.commands[rest[0]], rest[1:]
+        group.make_context(name, list(rest))
+        seen.add(name)
+        if name == "run":
+            data = apply_overrides(load_yaml(find_config(rest[0])), parse_overrides(rest[1:]))
+            build(pipeline_module(data["kind"]).CONFIG, data, rest[0])
+    assert seen == {"build", "extract", "run", "adapt", "score"}
+
+
+def test_what_exists_is_counted_and_marked_done(tmp_path):
+    """A manifest in place: its step is done; a study with its summary is done, one begun
+    but not finished is not; the steps after a missing input stay listed."""
+    from flowclip_cache.sample import make_sample
+
+    s = make_sample(str(tmp_path / "s"), n_images=12)
+    eval_dir = tmp_path / "manifests" / "eval"
+    eval_dir.mkdir(parents=True)
+    os.replace(s["candidates"], eval_dir / "sugarcrepe.parquet")
+    for study in ("tab3", "tab6"):
+        (tmp_path / "paper" / study).mkdir(parents=True)
+    (tmp_path / "paper" / "tab3" / "summary.json").write_text("{}")  # tab6: begun, not finished
+    out = _dry(tmp_path, *QUICK)
+    assert f"[done     ] manifest sugarcrepe -> {eval_dir}/sugarcrepe.parquet" in out
+    assert f"[done     ] study tab3 -> {tmp_path}/paper/tab3" in out
+    assert "[missing  ] manifest abc6k" in out and "[waits    ] study tab6 " in out
+    # the disk estimate reads a manifest in place: its own images and distinct captions
+    import pyarrow.parquet as pq
+
+    from flowclip_cache.config import build, find_config, load_yaml
+    from flowclip_cache.studies.paper import CONFIG
+    from flowclip_cache.studies.paper_budget import counts
+
+    cfg = build(CONFIG, load_yaml(find_config("paper")) | {"manifests": str(tmp_path / "manifests")}, "paper")
+    table = pq.read_table(eval_dir / "sugarcrepe.parquet").to_pylist()
+    captions = {c for row in table for c in row["captions"]}
+    assert counts(cfg, "sugarcrepe") == (len({r["image"] for r in table}), len(captions), 0, "counted")
+    assert counts(cfg, "abc6k") is None and counts(cfg, "pug-spar")[3] == "the catalogue's counts"
+
+
+def test_measured_estimates_on_a_small_encoder(tmp_path):
+    """With measure on (the default) the extract and study steps carry a time measured
+    here on random weights / features, labelled as an estimate; the disk is FP16 counts."""
+    encs = "encoders={tiny: {model: flowclip-tiny-clip, pretrained: none}}"
+    out = _dry(tmp_path, "device=cpu", encs, "checkpoints={}", "seeds=[0]")
+    extract = next(line for line in out.splitlines() if line.startswith("[waits    ] extract tiny"))
+    assert "GiB (estimate)" in extract and "h (estimate: encoder forward measured here on random weights" in extract
+    study = next(line for line in out.splitlines() if " study tab2-coco " in line)
+    assert "h (estimate: a step measured here on random features x steps (the paper's counts)" in study
+    # the disk estimate: 2 bytes x d x (images x (1 + patches) + captions x (1 + 16 tokens)), the
+    # paper's COCO and CC3M counts plus the catalogue's eval counts; tiny CLIP: d 128, 64 patches
+    from flowclip_cache.studies.paper_budget import CAPTIONS_PER_RECORD
+
+    assert CAPTIONS_PER_RECORD["aro-coco-order"] == 5
+    coco = 2 * 128 * (113_287 * 65 + 2 * 566_435 * 17)
+    gib = float(extract.split("~")[1].split(" GiB")[0])
+    assert coco / 2**30 < gib < 2 * coco / 2**30
+
+
+def test_running_the_whole_plan_is_refused_in_one_line(tmp_path):
+    r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", f"data={tmp_path}", *QUICK])
+    assert r.exit_code == 2 and "only with --dry-run so far" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not os.path.exists(tmp_path / "p")
+
+
+def test_the_readmes_command_as_written(tmp_path, monkeypatch):
+    """README's last command, verbatim: exits 0 and creates nothing; with no GPU here it says
+    that no time was measured."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    command = readme.rstrip().splitlines()[-1].strip()
+    assert command == "flowclip run paper --dry-run data=/data device=cuda"
+    r = CliRunner().invoke(main, shlex.split(command)[1:])
+    assert r.exit_code == 0, r.output
+    assert not os.listdir(tmp_path) and "[not built] tables paper" in r.output
+    assert ("no time measured" in r.output) is (not torch.cuda.is_available())
