@@ -38,14 +38,14 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     for line in steps:
         state = line[1:10].strip()
         raw = " manifest " in line or " extract fsc_clip " in line  # official files / the released checkpoint
-        assert state == ("not built" if " tables " in line else "missing" if raw else "waits"), line
+        assert state == ("missing" if raw else "waits"), line
     missing = [line for line in out.splitlines() if line.strip().startswith("missing ")]
     assert len(missing) == 18 + 1  # every manifest's official files, and the checkpoint
     assert f"missing {tmp_path}/data/sugarcrepe: download RAIVNLab/sugar-crepe" in out
     assert f"missing {tmp_path}/data/checkpoints/fsc-clip-coco.pt: download the released" in out
     for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
         assert table in out
-    assert "(not built yet (issue 27)" not in out and "not built yet (issue 27)" in out
+    assert "Tabs. 1-6 in the paper's layout are not built yet (issue 27)" in out
     assert "--tau-p 0.06" in out and "'tau_p': 0.06" not in out  # CC3M's recipe, in the commands
     assert "(estimate)" in out.splitlines()[-2]  # the disk total, labelled
 
@@ -75,6 +75,7 @@ def test_every_command_of_the_plan_is_one_flowclip_parses(tmp_path):
             data = apply_overrides(load_yaml(find_config(rest[0])), parse_overrides(rest[1:]))
             build(pipeline_module(data["kind"]).CONFIG, data, rest[0])
     assert seen == {"build", "extract", "run", "adapt", "score"}
+    assert ["flowclip", "run", "paper", f"out={tmp_path}/paper", "seeds=[0, 1, 2]"] in cmds  # the tables
 
 
 def test_what_exists_is_counted_and_marked_done(tmp_path):
@@ -126,10 +127,40 @@ def test_measured_estimates_on_a_small_encoder(tmp_path):
     assert coco / 2**30 < gib < 2 * coco / 2**30
 
 
-def test_running_the_whole_plan_is_refused_in_one_line(tmp_path):
-    r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", f"data={tmp_path}", *QUICK])
-    assert r.exit_code == 2 and "only with --dry-run so far" in r.output
-    assert len(r.output.strip().splitlines()) == 1 and not os.path.exists(tmp_path / "p")
+def _score_results(path, method_runs: dict[str, list[dict]]):
+    """A score's results.json with each method's runs' results, as flowclip score writes it."""
+    import json
+
+    scorers, results = [], {}
+    for method, runs in method_runs.items():
+        for i, res in enumerate(runs):
+            scorers.append({"run": f"{method}-{i}", "method": method})
+            results[f"real|{method}-{i}"] = res
+    path.mkdir(parents=True)
+    (path / "results.json").write_text(json.dumps({"scorers": scorers, "results": results}))
+
+
+def test_without_dry_run_it_writes_tab7_from_the_outputs_that_exist(tmp_path):
+    """Tab. 2's study and one NegCLIP seed have scored: their columns carry our numbers
+    beside the paper's; CC3M's study has not run: its columns read missing and the file
+    says which output is absent. A damaged results.json is refused, naming it."""
+    coco = {"coco-retrieval": {"t2i_R@1": 0.30, "i2t_R@1": 0.50}, "cifar10": {"top1": 0.88}}
+    flow = {"coco-retrieval": {"t2i_R@1": 0.383, "i2t_R@1": 0.49}, "cifar10": {"top1": 0.865}}
+    _score_results(tmp_path / "p" / "tab2-coco" / "score", {"clip": [coco], "global": [coco], "flow_hnb_cimr": [flow]})
+    _score_results(tmp_path / "p" / "adapted" / "negclip-coco-s0-scores", {"clip": [coco]})
+    r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", "seeds=[0]", *QUICK])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "p" / "paper" / "tab7.md").read_text()
+    assert f"Not run yet (their columns read 'missing'): {tmp_path}/p/tab1-cc3m/score/results.json" in md
+    coco_t2i = next(line for line in md.splitlines() if line.startswith("| COCO T2I |")).split(" | ")
+    assert coco_t2i[1] == "30.00<br>paper 30.2; ours -0.20"
+    assert coco_t2i[5] == "38.30 (+8.30)<br>paper 38.3 (+8.1); ours +0.00"
+    assert coco_t2i[6].startswith("missing<br>paper 32.7")
+    assert "not built yet" in r.output
+    (tmp_path / "p" / "tab1-cc3m" / "score").mkdir(parents=True)
+    (tmp_path / "p" / "tab1-cc3m" / "score" / "results.json").write_text("{not json")
+    r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", "seeds=[0]", *QUICK])
+    assert r.exit_code == 2 and "tab1-cc3m/score/results.json: not a flowclip score's results.json" in r.output
 
 
 def test_the_readmes_command_as_written(tmp_path, monkeypatch):
@@ -143,5 +174,5 @@ def test_the_readmes_command_as_written(tmp_path, monkeypatch):
     assert command == "flowclip run paper --dry-run data=/data device=cuda"
     r = CliRunner().invoke(main, shlex.split(command)[1:])
     assert r.exit_code == 0, r.output
-    assert not os.listdir(tmp_path) and "[not built] tables paper" in r.output
+    assert not os.listdir(tmp_path) and "] tables paper -> studies/paper/paper/tab7.md" in r.output
     assert ("no time measured" in r.output) is (not torch.cuda.is_available())

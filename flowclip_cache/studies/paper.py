@@ -6,8 +6,9 @@ command one that flowclip already runs, resumable), then the paper-layout tables
 step knows the paths it needs and the path it makes, so the plan can say which inputs
 exist, which are missing (with the download or the command that provides each), what is
 done, the disk each store takes and, where measured, its time (paper_budget.py).
-Running the whole plan as one command and the paper-layout tables are not built yet:
-the plan lists them as such."""
+Without --dry-run it writes the tables built so far (Tab. 7) from the steps' outputs
+that exist; running the steps themselves as one command, and Tabs. 1-6 in the paper's
+layout, are not built yet: the plan says so."""
 
 from __future__ import annotations
 
@@ -275,11 +276,15 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
 
 
 def table_step(cfg: PaperConfig) -> Step:
+    """The paper-layout tables from the steps' outputs: Tab. 7 so far."""
+    inputs = [os.path.join(cfg.out, "tab2-coco"), os.path.join(cfg.out, "tab1-cc3m")]
+    inputs += [os.path.join(cfg.out, "adapted", f"negclip-coco-s{s}-scores") for s in cfg.seeds]
     return Step(
-        "tables", "paper", "Tabs. 1-7, Figs. 3, 7 in the paper's layout, the published numbers beside ours",
-        os.path.join(cfg.out, "paper"), [], built=False,
-        note="not built yet (issue 27): each study's summary.md holds its table meanwhile; "
-        "flowclip_cache.paper_comparison puts the published numbers beside them",
+        "tables", "paper", "Tab. 7 in the paper's layout, the published numbers beside ours",
+        os.path.join(cfg.out, "paper", "tab7.md"), [f"flowclip run paper out={cfg.out} seeds={_q(cfg.seeds)}"],
+        needs=inputs,
+        note="Tabs. 1-6 in the paper's layout are not built yet (issue 27): each study's summary.md holds its "
+        "table meanwhile, and flowclip_cache.paper_comparison puts the published numbers beside them",
     )  # fmt: skip
 
 
@@ -287,16 +292,77 @@ def plan(cfg: PaperConfig) -> list[Step]:
     return [*manifest_steps(cfg), *extract_steps(cfg), *study_steps(cfg), *adapted_steps(cfg), table_step(cfg)]
 
 
+def _results(path: str) -> dict | None:
+    """A score's results.json, or None when the step has not run; a damaged one is refused."""
+    import json
+
+    if not os.path.exists(path):
+        return None
+    try:
+        data = json.load(open(path))
+        data["scorers"], data["results"]  # noqa: B018 - the keys the tables read
+    except (ValueError, KeyError, TypeError) as e:
+        raise FlowclipError(f"{path}: not a flowclip score's results.json ({e}); run that step again") from None
+    return data
+
+
+def per_seed(results: dict, method: str, control: str = "real") -> list[dict]:
+    """One {manifest: metrics} per run (seed) of `method` in a score's results."""
+    runs = [s["run"] for s in results["scorers"] if s["method"] == method]
+    return [results["results"][f"{control}|{r}"] for r in runs if f"{control}|{r}" in results["results"]]
+
+
+def tab7_inputs(cfg: PaperConfig) -> tuple[dict[str, list[dict]], list[str]]:
+    """Tab. 7's columns from the plan's outputs that exist, and the outputs not there yet."""
+    scores = lambda study: os.path.join(cfg.out, study, "score", "results.json")  # noqa: E731
+    cols: dict[str, list[dict]] = {}
+    absent = []
+    for study, columns in (
+        ("tab2-coco", (("CLIP", "clip"), ("Global-M (COCO)", "global"), ("Flow-CLIP (COCO)", "flow_hnb_cimr"))),
+        ("tab1-cc3m", (("Global-M (CC3M)", "global"), ("Flow-CLIP (CC3M)", "flow_hnb_cimr"))),
+    ):
+        res = _results(scores(study))
+        if res is None:
+            absent.append(scores(study))
+            continue
+        for label, method in columns:
+            cols[label] = per_seed(res, method)
+    for seed in cfg.seeds:  # NegCLIP: the COCO-adapted encoders scored as CLIP, one folder per seed
+        path = os.path.join(cfg.out, "adapted", f"negclip-coco-s{seed}-scores", "results.json")
+        res = _results(path)
+        if res is None:
+            absent.append(path)
+        else:
+            cols.setdefault("NegCLIP", []).extend(per_seed(res, "clip"))
+    return cols, absent
+
+
+def write_tables(cfg: PaperConfig, log) -> None:
+    """OUT/paper/: the tables built so far from the steps' outputs that exist (Tab. 7)."""
+    from .. import outputs
+    from ..paper_tables import tab7
+    from .study import claim_folder
+
+    cols, absent = tab7_inputs(cfg)
+    claim_folder(os.path.join(cfg.out, "paper"))  # its own folder: the studies beside it mark theirs
+    lines = ["# The paper's tables, ours beside the published numbers", ""]
+    if absent:
+        lines += ["Not run yet (their columns read 'missing'): " + ", ".join(absent), ""]
+    outputs.write_text(os.path.join(cfg.out, "paper", "tab7.md"), "\n".join(lines + tab7(cols)) + "\n")
+    log(f"wrote {os.path.join(cfg.out, 'paper', 'tab7.md')}" + (f" ({len(absent)} inputs not run yet)" * bool(absent)))
+
+
 def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
+    """--dry-run: the plan. Otherwise the tables from what the plan's steps have written
+    (running the steps themselves as one command is not built: their commands run one by one)."""
     from .paper_budget import print_plan
 
     steps = plan(cfg)
-    if not dry_run:
-        raise FlowclipError(
-            "flowclip run paper runs only with --dry-run so far: it prints every step's commands, which "
-            "run (and resume) one by one; running them as one command is not built yet (issue 27)"
-        )
-    print_plan(cfg, steps, log)
+    if dry_run:
+        print_plan(cfg, steps, log)
+        return None
+    write_tables(cfg, log)
+    log("the plan's steps are not run by this command (not built yet): --dry-run prints their commands")
     return None
 
 
