@@ -31,7 +31,7 @@ def _spread(vals: list[float]) -> str:
     return f"{statistics.fmean(vals):.2f}" + (f" ± {statistics.stdev(vals):.2f}" if len(vals) > 1 else "")
 
 
-def tab7_cell(ours: list[float], clip: list[float], paper: Published | None, change: Published | None) -> str:
+def paper_cell(ours: list[float], clip: list[float], paper: Published | None, change: Published | None) -> str:
     """'86.50 ± 0.20 (-1.80)<br>paper 86.5 (-1.8); ours -0.00': our mean ± sample std over
     seeds (with the change from CLIP where the paper prints one), then the published value
     and ours minus it. Nothing measured: 'missing', the published value still shown."""
@@ -63,7 +63,7 @@ def tab7(ours: dict[str, list[dict]], published: list[Published] | None = None) 
         cells = []
         for col in TAB7_COLUMNS:
             change = pub.get((row, f"{col}, change from CLIP")) if col in WITH_CHANGE else None
-            cells.append(tab7_cell(_values(ours.get(col, []), task, metric), clip, pub.get((row, col)), change))
+            cells.append(paper_cell(_values(ours.get(col, []), task, metric), clip, pub.get((row, col)), change))
         rows.append([row, *cells])
     return [
         "Tab. 7: zero-shot top-1 (class-name prompts) and Recall@1 (%). Each cell: ours, mean ± sample std "
@@ -71,3 +71,79 @@ def tab7(ours: dict[str, list[dict]], published: list[Published] | None = None) 
         "",
         *table(["", *TAB7_COLUMNS], rows),
     ]
+
+
+# Tab. 4: columns (label, where a per-seed value is: a task's score, a named group of it, or a cross-task mean)
+TAB4_COLUMNS = (
+    ("VG-R", ("task", "aro-vg-relation")), ("VG-A", ("task", "aro-vg-attribution")),
+    ("COCO Ord.", ("task", "aro-coco-order")), ("Flickr Ord.", ("task", "aro-flickr-order")),
+    ("ARO Avg.", ("mean", "aro")),
+    ("Add", ("group", "sugarcrepe/Add")), ("Replace", ("group", "sugarcrepe/Replace")),
+    ("Swap", ("group", "sugarcrepe/Swap")), ("ABC", ("task", "abc6k")),
+    ("COCO-Spatial", ("task", "whatsup-coco-spatial")), ("GQA-Spatial", ("task", "whatsup-gqa-spatial")),
+    ("6-task Avg.", ("mean", "controls6")),
+)  # fmt: skip
+TAB4_ROWS = ("FSC-CLIP", "Global-M (HNB)", "Global-M+CIMR", "Flow-CLIP (HNB)", "Flow-CLIP+CIMR")
+CONDITIONS = ("Real", "Shuffle", "Fixed")
+
+
+def tab4_value(run: dict, where: tuple[str, str]) -> float | None:
+    """Percent from one run's results under one control: {"results": {task: ...},
+    "means": {mean: {"mean": ...}}}, as score's results.json holds them per control|run."""
+    kind, name = where
+    if kind == "mean":
+        m = run["means"].get(name)
+        return None if m is None or m.get("partial") else 100 * m["mean"]
+    task, _, group = name.partition("/")
+    r = run["results"].get(task)
+    if r is None:
+        return None
+    return 100 * (r.get("named_groups", {}).get(group) if group else r["score"])
+
+
+def tab4(ours: dict[str, dict[str, list[dict]]], published: list[Published] | None = None) -> list[str]:
+    """Tab. 4 as the paper lays it out: each scorer (FSC-CLIP's checkpoint and the four matched
+    scoring controls of Tab. 2) under Real, Shuffle and Fixed images, one checkpoint per
+    scorer across the three. `ours`: row -> condition -> one run per seed ({"results",
+    "means"}); a row or condition not given reads 'missing'. A mean missing a member (partial)
+    is left empty rather than averaged over fewer tasks."""
+    from .report import table
+
+    pub = {(p.row, p.column): p for p in (published or published_numbers()) if p.table == "Tab. 4"}
+    rows, means = [], {}
+    for row in TAB4_ROWS:
+        for cond in CONDITIONS:
+            runs = ours.get(row, {}).get(cond, [])
+            cells = []
+            for col, where in TAB4_COLUMNS:
+                vals = [v for v in (tab4_value(r, where) for r in runs) if v is not None]
+                paper = pub.get((row, f"{col}, {cond}"))
+                cells.append(paper_cell(vals, [], paper, None))
+                if vals:
+                    means[(row, f"{col}, {cond}")] = statistics.fmean(vals)
+            rows.append([row, cond, *cells])
+    return [
+        "Tab. 4: image-replacement controls (%), one checkpoint per scorer across the three conditions. "
+        "Each cell: ours, mean ± sample std over seeds; below it, where the paper's text gives the value, "
+        "the paper's and ours minus it.",
+        "",
+        *table(["scorer", "images", *[c for c, _ in TAB4_COLUMNS]], rows),
+        "",
+        *quoted_differences([p for key, p in pub.items() if key[0] not in TAB4_ROWS], means),
+    ]
+
+
+def quoted_differences(entries: list[Published], means: dict[tuple[str, str], float]) -> list[str]:
+    """The differences the text quotes ("A minus B", column "C, condition", stated positive
+    when it says "(a decrease)"), from our means of the same cells."""
+    lines = ["Differences the paper's text quotes (points):", ""] if entries else []
+    for p in entries:
+        a, _, b = p.row.partition(" minus ")
+        column = p.column.removesuffix(" (a decrease)")
+        ours = None
+        if (a, column) in means and (b, column) in means:
+            ours = means[(a, column)] - means[(b, column)]
+            ours = -ours if p.column.endswith("(a decrease)") else ours
+        got = "ours missing" if ours is None else f"ours {ours:.2f} ({ours - p.value:+.2f})"
+        lines.append(f"- {p.row}, {p.column}: paper {p.text}; {got}")
+    return lines

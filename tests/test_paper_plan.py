@@ -45,7 +45,7 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     assert f"missing {tmp_path}/data/checkpoints/fsc-clip-coco.pt: download the released" in out
     for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
         assert table in out
-    assert "Tabs. 1-6 in the paper's layout are not built yet (issue 27)" in out
+    assert "Tabs. 1-3, 5, 6 in the paper's layout are not built yet (issue 27)" in out
     assert "--tau-p 0.06" in out and "'tau_p': 0.06" not in out  # CC3M's recipe, in the commands
     assert "(estimate)" in out.splitlines()[-2]  # the disk total, labelled
 
@@ -144,19 +144,24 @@ def test_without_dry_run_it_writes_tab7_from_the_outputs_that_exist(tmp_path):
     """Tab. 2's study and one NegCLIP seed have scored: their columns carry our numbers
     beside the paper's; CC3M's study has not run: its columns read missing and the file
     says which output is absent. A damaged results.json is refused, naming it."""
-    coco = {"coco-retrieval": {"t2i_R@1": 0.30, "i2t_R@1": 0.50}, "cifar10": {"top1": 0.88}}
+    coco = {"coco-retrieval": {"t2i_R@1": 0.30, "i2t_R@1": 0.50}, "cifar10": {"top1": 0.88}, "abc6k": {"score": 0.7}}
     flow = {"coco-retrieval": {"t2i_R@1": 0.383, "i2t_R@1": 0.49}, "cifar10": {"top1": 0.865}}
     _score_results(tmp_path / "p" / "tab2-coco" / "score", {"clip": [coco], "global": [coco], "flow_hnb_cimr": [flow]})
     _score_results(tmp_path / "p" / "adapted" / "negclip-coco-s0-scores", {"clip": [coco]})
     r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", "seeds=[0]", *QUICK])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "p" / "paper" / "tab7.md").read_text()
-    assert f"Not run yet (their columns read 'missing'): {tmp_path}/p/tab1-cc3m/score/results.json" in md
+    assert f"Not run yet (what they give reads 'missing'): {tmp_path}/p/tab1-cc3m/score/results.json" in md
     coco_t2i = next(line for line in md.splitlines() if line.startswith("| COCO T2I |")).split(" | ")
     assert coco_t2i[1] == "30.00<br>paper 30.2; ours -0.20"
     assert coco_t2i[5] == "38.30 (+8.30)<br>paper 38.3 (+8.1); ours +0.00"
     assert coco_t2i[6].startswith("missing<br>paper 32.7")
     assert "not built yet" in r.output
+    tab4 = (tmp_path / "p" / "paper" / "tab4.md").read_text()  # Tab. 2's scorers under Real only here
+    assert f"Not run yet (what they give reads 'missing'): {tmp_path}/p/fsc_clip-scores/results.json" in tab4
+    hnb = next(line for line in tab4.splitlines() if line.startswith("| Global-M (HNB) | Real |")).split(" | ")
+    assert hnb[2] == "missing" and hnb[10] == "70.00"  # VG-R not scored; ABC from Tab. 2's scores
+    assert "| Global-M (HNB) | Shuffle | missing" in tab4 and "| FSC-CLIP | Real | missing" in tab4
     (tmp_path / "p" / "tab1-cc3m" / "score").mkdir(parents=True)
     (tmp_path / "p" / "tab1-cc3m" / "score" / "results.json").write_text("{not json")
     r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", "seeds=[0]", *QUICK])
@@ -174,5 +179,5 @@ def test_the_readmes_command_as_written(tmp_path, monkeypatch):
     assert command == "flowclip run paper --dry-run data=/data device=cuda"
     r = CliRunner().invoke(main, shlex.split(command)[1:])
     assert r.exit_code == 0, r.output
-    assert not os.listdir(tmp_path) and "] tables paper -> studies/paper/paper/tab7.md" in r.output
+    assert not os.listdir(tmp_path) and "] tables paper -> studies/paper/paper  (Tabs. 4, 7" in r.output
     assert ("no time measured" in r.output) is (not torch.cuda.is_available())

@@ -6,9 +6,9 @@ command one that flowclip already runs, resumable), then the paper-layout tables
 step knows the paths it needs and the path it makes, so the plan can say which inputs
 exist, which are missing (with the download or the command that provides each), what is
 done, the disk each store takes and, where measured, its time (paper_budget.py).
-Without --dry-run it writes the tables built so far (Tab. 7) from the steps' outputs
-that exist; running the steps themselves as one command, and Tabs. 1-6 in the paper's
-layout, are not built yet: the plan says so."""
+Without --dry-run it writes the tables built so far (Tabs. 4 and 7) from the steps'
+outputs that exist; running the steps themselves as one command, and Tabs. 1-3, 5 and 6
+in the paper's layout, are not built yet: the plan says so."""
 
 from __future__ import annotations
 
@@ -276,14 +276,14 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
 
 
 def table_step(cfg: PaperConfig) -> Step:
-    """The paper-layout tables from the steps' outputs: Tab. 7 so far."""
-    inputs = [os.path.join(cfg.out, "tab2-coco"), os.path.join(cfg.out, "tab1-cc3m")]
+    """The paper-layout tables from the steps' outputs: Tabs. 4 and 7 so far."""
+    inputs = [os.path.join(cfg.out, d) for d in ("tab2-coco", "tab1-cc3m", "fsc_clip-scores")]
     inputs += [os.path.join(cfg.out, "adapted", f"negclip-coco-s{s}-scores") for s in cfg.seeds]
     return Step(
-        "tables", "paper", "Tab. 7 in the paper's layout, the published numbers beside ours",
-        os.path.join(cfg.out, "paper", "tab7.md"), [f"flowclip run paper out={cfg.out} seeds={_q(cfg.seeds)}"],
+        "tables", "paper", "Tabs. 4, 7 in the paper's layout, the published numbers beside ours",
+        os.path.join(cfg.out, "paper"), [f"flowclip run paper out={cfg.out} seeds={_q(cfg.seeds)}"],
         needs=inputs,
-        note="Tabs. 1-6 in the paper's layout are not built yet (issue 27): each study's summary.md holds its "
+        note="Tabs. 1-3, 5, 6 in the paper's layout are not built yet (issue 27): each study's summary.md holds its "
         "table meanwhile, and flowclip_cache.paper_comparison puts the published numbers beside them",
     )  # fmt: skip
 
@@ -312,6 +312,35 @@ def per_seed(results: dict, method: str, control: str = "real") -> list[dict]:
     return [results["results"][f"{control}|{r}"] for r in runs if f"{control}|{r}" in results["results"]]
 
 
+TAB4_SOURCES = {  # Tab. 4's rows: (the plan's scores, the method in them)
+    "FSC-CLIP": ("fsc_clip-scores", "clip"),
+    "Global-M (HNB)": ("tab2-coco/score", "global"),
+    "Global-M+CIMR": ("tab2-coco/score", "global_cimr"),
+    "Flow-CLIP (HNB)": ("tab2-coco/score", "flow_hnb"),
+    "Flow-CLIP+CIMR": ("tab2-coco/score", "flow_hnb_cimr"),
+}
+
+
+def tab4_inputs(cfg: PaperConfig) -> tuple[dict[str, dict[str, list[dict]]], list[str]]:
+    """Tab. 4's rows under each image control, and the outputs not there yet."""
+    rows: dict[str, dict[str, list[dict]]] = {}
+    absent: list[str] = []
+    for row, (folder, method) in TAB4_SOURCES.items():
+        path = os.path.join(cfg.out, folder, "results.json")
+        res = _results(path)
+        if res is None:
+            absent += [path] * (path not in absent)
+            continue
+        runs = [s["run"] for s in res["scorers"] if s["method"] == method]
+        for cond in ("Real", "Shuffle", "Fixed"):
+            key = lambda r: f"{cond.lower()}|{r}"  # noqa: E731
+            rows.setdefault(row, {})[cond] = [
+                {"results": res["results"][key(r)], "means": res.get("cross_task_means", {}).get(key(r), {})}
+                for r in runs if key(r) in res["results"]
+            ]  # fmt: skip
+    return rows, absent
+
+
 def tab7_inputs(cfg: PaperConfig) -> tuple[dict[str, list[dict]], list[str]]:
     """Tab. 7's columns from the plan's outputs that exist, and the outputs not there yet."""
     scores = lambda study: os.path.join(cfg.out, study, "score", "results.json")  # noqa: E731
@@ -338,18 +367,20 @@ def tab7_inputs(cfg: PaperConfig) -> tuple[dict[str, list[dict]], list[str]]:
 
 
 def write_tables(cfg: PaperConfig, log) -> None:
-    """OUT/paper/: the tables built so far from the steps' outputs that exist (Tab. 7)."""
+    """OUT/paper/: the tables built so far from the steps' outputs that exist (Tabs. 4, 7)."""
     from .. import outputs
-    from ..paper_tables import tab7
+    from ..paper_tables import tab4, tab7
     from .study import claim_folder
 
-    cols, absent = tab7_inputs(cfg)
     claim_folder(os.path.join(cfg.out, "paper"))  # its own folder: the studies beside it mark theirs
-    lines = ["# The paper's tables, ours beside the published numbers", ""]
-    if absent:
-        lines += ["Not run yet (their columns read 'missing'): " + ", ".join(absent), ""]
-    outputs.write_text(os.path.join(cfg.out, "paper", "tab7.md"), "\n".join(lines + tab7(cols)) + "\n")
-    log(f"wrote {os.path.join(cfg.out, 'paper', 'tab7.md')}" + (f" ({len(absent)} inputs not run yet)" * bool(absent)))
+    tables = {"tab4": (*tab4_inputs(cfg), tab4), "tab7": (*tab7_inputs(cfg), tab7)}
+    for name, (ours, absent, layout) in tables.items():
+        lines = ["# The paper's tables, ours beside the published numbers", ""]
+        if absent:
+            lines += ["Not run yet (what they give reads 'missing'): " + ", ".join(absent), ""]
+        path = os.path.join(cfg.out, "paper", f"{name}.md")
+        outputs.write_text(path, "\n".join(lines + layout(ours)) + "\n")  # type: ignore[operator]
+        log(f"wrote {path}" + (f" ({len(absent)} inputs not run yet)" * bool(absent)))
 
 
 def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
