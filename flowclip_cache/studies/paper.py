@@ -207,26 +207,18 @@ def study_steps(cfg: PaperConfig) -> list[Step]:
             _study(cfg, "ablation", f"tab1-labclip-{short}", f"Tab. 1 (LABCLIP, {short.upper()})", b32, src,
                    [(main, LABCLIP, n)], heads={"labclip": LABCLIP}, compare=[], bootstrap=0)
         )  # fmt: skip
-    rest = {n: e for n, e in list(cfg.encoders.items())[1:]}
-    for pipeline, name, pick in (
-        ("backbones", "tab6", openai_backbone),
-        ("encoders", "tab5", lambda e: not openai_backbone(e)),
-    ):
-        encs = {
-            n: {**e, "store": store_path(cfg, n)} for n, e in ({main: cfg.encoders[main]} | rest).items() if pick(e)
-        }
-        if pipeline == "encoders":
-            encs = {n: e for n, e in encs.items() if n != main}
-        if not encs:
+    rest = {n: e for n, e in list(cfg.encoders.items())[1:]}  # the main encoder's rows are Tab. 2's runs
+    for pipeline, name, pick in (("backbones", "tab6", openai_backbone), ("encoders", "tab5", None)):
+        chosen = {n: e for n, e in rest.items() if (pick or (lambda e: not openai_backbone(e)))(e)}
+        if not chosen:
             continue
+        encs = {n: {**e, "store": store_path(cfg, n)} for n, e in chosen.items()}
         runs = [(e, h, n) for e in encs for h in (glob, flow)]
         feeds = "Tab. 6" if name == "tab6" else "Tab. 5"
         step = _study(cfg, pipeline, name, feeds, "", "coco-train", runs, encoders=encs, train_config=COCO_RECIPE)
         step.needs = [e["store"] for e in encs.values()] + step.needs
-        if main in encs:
-            step.note = (
-                f"its {main} rows train Tab. 2's Global-M and Flow-CLIP again (runs are not shared across studies yet)"
-            )
+        if name == "tab6":
+            step.note = f"its {main} rows are tab2-coco's global and flow_hnb_cimr runs (same settings)"
         steps.append(step)
     return steps
 
