@@ -34,18 +34,18 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
         kinds[line.split("]")[1].split()[0]] = kinds.get(line.split("]")[1].split()[0], 0) + 1
     # 18 manifests; 5 encoders + the FSC-CLIP checkpoint; Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5;
     # adapted Flow-CLIP and NegCLIP x 2 sources x 3 seeds; FSC-CLIP scored; the tables
-    assert kinds == {"manifest": 18, "extract": 6, "study": 7, "adapt": 12, "score": 1, "tables": 1}
+    assert kinds == {"manifest": 18, "extract": 7, "study": 7, "adapt": 12, "score": 2, "tables": 1}
     for line in steps:
         state = line[1:10].strip()
-        raw = " manifest " in line or " extract fsc_clip " in line  # official files / the released checkpoint
+        raw = " manifest " in line or " extract fsc_clip" in line  # official files / the released checkpoints
         assert state == ("missing" if raw else "waits"), line
     missing = [line for line in out.splitlines() if line.strip().startswith("missing ")]
-    assert len(missing) == 18 + 1  # every manifest's official files, and the checkpoint
+    assert len(missing) == 18 + 2  # every manifest's official files, and FSC-CLIP's two checkpoints
     assert f"missing {tmp_path}/data/sugarcrepe: download RAIVNLab/sugar-crepe" in out
     assert f"missing {tmp_path}/data/checkpoints/fsc-clip-coco.pt: download the released" in out
     for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
         assert table in out
-    assert "Tabs. 1-3, 5, 6 in the paper's layout are not built yet (issue 27)" in out
+    assert "Tabs. 2, 3, 5, 6 in the paper's layout are not built yet (issue 27)" in out
     assert "--tau-p 0.06" in out and "'tau_p': 0.06" not in out  # CC3M's recipe, in the commands
     tab6 = next(line for line in out.splitlines() if "$ flowclip run backbones" in line)
     assert '"vit_b16"' in tab6 and '"vit_b32"' not in tab6  # B/32's rows are Tab. 2's runs, not trained twice
@@ -142,7 +142,7 @@ def _score_results(path, method_runs: dict[str, list[dict]]):
     (path / "results.json").write_text(json.dumps({"scorers": scorers, "results": results}))
 
 
-def test_without_dry_run_it_writes_tab7_from_the_outputs_that_exist(tmp_path):
+def test_without_dry_run_it_writes_the_tables_from_the_outputs_that_exist(tmp_path):
     """Tab. 2's study and one NegCLIP seed have scored: their columns carry our numbers
     beside the paper's; CC3M's study has not run: its columns read missing and the file
     says which output is absent. A damaged results.json is refused, naming it."""
@@ -164,6 +164,10 @@ def test_without_dry_run_it_writes_tab7_from_the_outputs_that_exist(tmp_path):
     hnb = next(line for line in tab4.splitlines() if line.startswith("| Global-M (HNB) | Real |")).split(" | ")
     assert hnb[2] == "missing" and hnb[10] == "70.00"  # VG-R not scored; ABC from Tab. 2's scores
     assert "| Global-M (HNB) | Shuffle | missing" in tab4 and "| FSC-CLIP | Real | missing" in tab4
+    tab1 = (tmp_path / "p" / "paper" / "tab1.md").read_text()
+    clip = next(line for line in tab1.splitlines() if line.startswith("| COCO | CLIP |")).split(" | ")
+    assert clip[10] == "70.00"  # ABC, from Tab. 2's scores
+    assert f"{tmp_path}/p/tab1-labclip-coco/score/results.json" in tab1.splitlines()[2]  # named as not run
     (tmp_path / "p" / "tab1-cc3m" / "score").mkdir(parents=True)
     (tmp_path / "p" / "tab1-cc3m" / "score" / "results.json").write_text("{not json")
     r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", "seeds=[0]", *QUICK])
@@ -181,5 +185,5 @@ def test_the_readmes_command_as_written(tmp_path, monkeypatch):
     assert command == "flowclip run paper --dry-run data=/data device=cuda"
     r = CliRunner().invoke(main, shlex.split(command)[1:])
     assert r.exit_code == 0, r.output
-    assert not os.listdir(tmp_path) and "] tables paper -> studies/paper/paper  (Tabs. 4, 7" in r.output
+    assert not os.listdir(tmp_path) and "] tables paper -> studies/paper/paper  (Tabs. 1, 4, 7" in r.output
     assert ("no time measured" in r.output) is (not torch.cuda.is_available())

@@ -86,3 +86,36 @@ def test_tab4_in_the_papers_layout_with_the_quoted_differences():
     for p in published_numbers():
         if p.table == "Tab. 4":
             assert f"paper {p.text}" in text, p.id
+
+
+def test_tab1_in_the_papers_layout_with_both_blocks():
+    from flowclip_cache.paper_tables import BLOCKS, TAB1_ROWS, tab1
+
+    def run(aro: float, swap_a: float, abc: float) -> dict:
+        r = _control_run(aro)
+        r["results"]["sugarcrepe"]["named_groups"].update({"Swap-A": swap_a, "Swap-O": 0.7})
+        r["results"]["abc6k"] = {"score": abc}
+        return r
+
+    ours = {
+        "COCO": {
+            "Flow-CLIP, frozen": [run(0.86, 0.80, 0.78), run(0.86, 0.82, 0.79)],
+            "FSC-CLIP": [run(0.85, 0.75, 0.75)],
+            "Flow-CLIP, adapted": [run(0.865, 0.8, 0.77)],
+        },
+        "CC3M": {"Flow-CLIP, frozen": [run(0.84, 0.7, 0.7)]},
+    }
+    lines = tab1(ours)
+    rows = [line for line in lines if line.startswith(("| COCO |", "| CC3M |"))]
+    assert [r.split(" | ")[1] for r in rows] == [r for _ in BLOCKS for r, _ in TAB1_ROWS]
+    frozen = next(r for r in rows if r.startswith("| COCO | Flow-CLIP, frozen | ✓ |")).split(" | ")
+    assert frozen[10] == "78.50 ± 0.71<br>paper 78.15; ours +0.35"  # ABC
+    assert frozen[8] == "81.00 ± 1.41"  # Swap-A: (80 + 82) / 2, sample std; no published value
+    text = "\n".join(lines)
+    assert "- Flow-CLIP, frozen, COCO, minus FSC-CLIP, ABC: paper 3.39; ours 3.50 (+0.11)" in text
+    assert "- Flow-CLIP, adapted minus frozen, COCO, ARO Avg.: paper 0.49; ours 0.50 (+0.01)" in text
+    assert "- Flow-CLIP, adapted minus frozen, CC3M, ARO Avg.: paper 2.95; ours missing" in text
+    assert text.count("paper 72.47") == 1  # DCSM's COCO-Spatial, in the COCO block only
+    for p in published_numbers():
+        if p.table == "Tab. 1":
+            assert f"paper {p.text}" in text, p.id

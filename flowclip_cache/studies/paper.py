@@ -6,9 +6,9 @@ command one that flowclip already runs, resumable), then the paper-layout tables
 step knows the paths it needs and the path it makes, so the plan can say which inputs
 exist, which are missing (with the download or the command that provides each), what is
 done, the disk each store takes and, where measured, its time (paper_budget.py).
-Without --dry-run it writes the tables built so far (Tabs. 4 and 7) from the steps'
-outputs that exist; running the steps themselves as one command, and Tabs. 1-3, 5 and 6
-in the paper's layout, are not built yet: the plan says so."""
+Without --dry-run it writes the tables built so far (Tabs. 1, 4 and 7) from the steps'
+outputs that exist (paper_inputs.py); running the steps themselves as one command, and
+Tabs. 2, 3, 5 and 6 in the paper's layout, are not built yet: the plan says so."""
 
 from __future__ import annotations
 
@@ -268,14 +268,16 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
 
 
 def table_step(cfg: PaperConfig) -> Step:
-    """The paper-layout tables from the steps' outputs: Tabs. 4 and 7 so far."""
-    inputs = [os.path.join(cfg.out, d) for d in ("tab2-coco", "tab1-cc3m", "fsc_clip-scores")]
-    inputs += [os.path.join(cfg.out, "adapted", f"negclip-coco-s{s}-scores") for s in cfg.seeds]
+    """The paper-layout tables from the steps' outputs: Tabs. 1, 4 and 7 so far."""
+    inputs = [os.path.join(cfg.out, d) for d in ("tab2-coco", "tab1-cc3m", "tab1-labclip-coco", "tab1-labclip-cc3m")]
+    inputs += [os.path.join(cfg.out, f"{name}-scores") for name in cfg.checkpoints]
+    inputs += [os.path.join(cfg.out, "adapted", f"{row}-{src}-s{s}-scores")
+               for row in ("flow", "negclip") for src in ("coco", "cc3m") for s in cfg.seeds]  # fmt: skip
     return Step(
-        "tables", "paper", "Tabs. 4, 7 in the paper's layout, the published numbers beside ours",
+        "tables", "paper", "Tabs. 1, 4, 7 in the paper's layout, the published numbers beside ours",
         os.path.join(cfg.out, "paper"), [f"flowclip run paper out={cfg.out} seeds={_q(cfg.seeds)}"],
         needs=inputs,
-        note="Tabs. 1-3, 5, 6 in the paper's layout are not built yet (issue 27): each study's summary.md holds its "
+        note="Tabs. 2, 3, 5, 6 in the paper's layout are not built yet (issue 27): each study's summary.md holds its "
         "table meanwhile, and flowclip_cache.paper_comparison puts the published numbers beside them",
     )  # fmt: skip
 
@@ -284,101 +286,11 @@ def plan(cfg: PaperConfig) -> list[Step]:
     return [*manifest_steps(cfg), *extract_steps(cfg), *study_steps(cfg), *adapted_steps(cfg), table_step(cfg)]
 
 
-def _results(path: str) -> dict | None:
-    """A score's results.json, or None when the step has not run; a damaged one is refused."""
-    import json
-
-    if not os.path.exists(path):
-        return None
-    try:
-        data = json.load(open(path))
-        data["scorers"], data["results"]  # noqa: B018 - the keys the tables read
-    except (ValueError, KeyError, TypeError) as e:
-        raise FlowclipError(f"{path}: not a flowclip score's results.json ({e}); run that step again") from None
-    return data
-
-
-def per_seed(results: dict, method: str, control: str = "real") -> list[dict]:
-    """One {manifest: metrics} per run (seed) of `method` in a score's results."""
-    runs = [s["run"] for s in results["scorers"] if s["method"] == method]
-    return [results["results"][f"{control}|{r}"] for r in runs if f"{control}|{r}" in results["results"]]
-
-
-TAB4_SOURCES = {  # Tab. 4's rows: (the plan's scores, the method in them)
-    "FSC-CLIP": ("fsc_clip-scores", "clip"),
-    "Global-M (HNB)": ("tab2-coco/score", "global"),
-    "Global-M+CIMR": ("tab2-coco/score", "global_cimr"),
-    "Flow-CLIP (HNB)": ("tab2-coco/score", "flow_hnb"),
-    "Flow-CLIP+CIMR": ("tab2-coco/score", "flow_hnb_cimr"),
-}
-
-
-def tab4_inputs(cfg: PaperConfig) -> tuple[dict[str, dict[str, list[dict]]], list[str]]:
-    """Tab. 4's rows under each image control, and the outputs not there yet."""
-    rows: dict[str, dict[str, list[dict]]] = {}
-    absent: list[str] = []
-    for row, (folder, method) in TAB4_SOURCES.items():
-        path = os.path.join(cfg.out, folder, "results.json")
-        res = _results(path)
-        if res is None:
-            absent += [path] * (path not in absent)
-            continue
-        runs = [s["run"] for s in res["scorers"] if s["method"] == method]
-        for cond in ("Real", "Shuffle", "Fixed"):
-            key = lambda r: f"{cond.lower()}|{r}"  # noqa: E731
-            rows.setdefault(row, {})[cond] = [
-                {"results": res["results"][key(r)], "means": res.get("cross_task_means", {}).get(key(r), {})}
-                for r in runs if key(r) in res["results"]
-            ]  # fmt: skip
-    return rows, absent
-
-
-def tab7_inputs(cfg: PaperConfig) -> tuple[dict[str, list[dict]], list[str]]:
-    """Tab. 7's columns from the plan's outputs that exist, and the outputs not there yet."""
-    scores = lambda study: os.path.join(cfg.out, study, "score", "results.json")  # noqa: E731
-    cols: dict[str, list[dict]] = {}
-    absent = []
-    for study, columns in (
-        ("tab2-coco", (("CLIP", "clip"), ("Global-M (COCO)", "global"), ("Flow-CLIP (COCO)", "flow_hnb_cimr"))),
-        ("tab1-cc3m", (("Global-M (CC3M)", "global"), ("Flow-CLIP (CC3M)", "flow_hnb_cimr"))),
-    ):
-        res = _results(scores(study))
-        if res is None:
-            absent.append(scores(study))
-            continue
-        for label, method in columns:
-            cols[label] = per_seed(res, method)
-    for seed in cfg.seeds:  # NegCLIP: the COCO-adapted encoders scored as CLIP, one folder per seed
-        path = os.path.join(cfg.out, "adapted", f"negclip-coco-s{seed}-scores", "results.json")
-        res = _results(path)
-        if res is None:
-            absent.append(path)
-        else:
-            cols.setdefault("NegCLIP", []).extend(per_seed(res, "clip"))
-    return cols, absent
-
-
-def write_tables(cfg: PaperConfig, log) -> None:
-    """OUT/paper/: the tables built so far from the steps' outputs that exist (Tabs. 4, 7)."""
-    from .. import outputs
-    from ..paper_tables import tab4, tab7
-    from .study import claim_folder
-
-    claim_folder(os.path.join(cfg.out, "paper"))  # its own folder: the studies beside it mark theirs
-    tables = {"tab4": (*tab4_inputs(cfg), tab4), "tab7": (*tab7_inputs(cfg), tab7)}
-    for name, (ours, absent, layout) in tables.items():
-        lines = ["# The paper's tables, ours beside the published numbers", ""]
-        if absent:
-            lines += ["Not run yet (what they give reads 'missing'): " + ", ".join(absent), ""]
-        path = os.path.join(cfg.out, "paper", f"{name}.md")
-        outputs.write_text(path, "\n".join(lines + layout(ours)) + "\n")  # type: ignore[operator]
-        log(f"wrote {path}" + (f" ({len(absent)} inputs not run yet)" * bool(absent)))
-
-
 def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
     """--dry-run: the plan. Otherwise the tables from what the plan's steps have written
     (running the steps themselves as one command is not built: their commands run one by one)."""
     from .paper_budget import print_plan
+    from .paper_inputs import write_tables
 
     steps = plan(cfg)
     if dry_run:
