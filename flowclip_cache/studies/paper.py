@@ -48,7 +48,6 @@ class Step:
     commands: list[str]
     needs: list[str] = field(default_factory=list)  # paths that must exist (raw inputs or earlier steps' outputs)
     raw: dict[str, str] = field(default_factory=dict)  # a raw input's path: how to get it
-    built: bool = True  # False: flowclip cannot do this step yet (listed, never run)
     note: str = ""
     disk: int | None = None  # bytes it writes (stores), an estimate
     seconds: float | None = None  # an estimate, measured on random weights / features

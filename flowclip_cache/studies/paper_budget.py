@@ -181,9 +181,7 @@ def _device_here(device: str) -> bool:
 
 
 def status(step, made: set[str]) -> tuple[str, list[str]]:
-    """(done | ready | waits | missing | not built, the missing raw inputs' lines)."""
-    if not step.built:
-        return "not built", []
+    """(done | ready | waits | missing, the missing inputs' lines)."""
     if step.finished:
         return "done", []
     missing = [f"{p}: {step.raw[p]}" for p in step.needs if p in step.raw and not os.path.exists(p)]
