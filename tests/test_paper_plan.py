@@ -114,19 +114,36 @@ def test_measured_estimates_on_a_small_encoder(tmp_path):
     """With measure on (the default) the extract and study steps carry a time measured
     here on random weights / features, labelled as an estimate; the disk is FP16 counts."""
     encs = "encoders={tiny: {model: flowclip-tiny-clip, pretrained: none}}"
-    out = _dry(tmp_path, "device=cpu", encs, "checkpoints={}", "seeds=[0]")
+    sources = "sources={coco-train: {source: c.json, images: coco}, sugarcrepe: {source: s, images: coco/val2017}}"
+    out = _dry(tmp_path, "device=cpu", encs, sources, "checkpoints={}", "seeds=[0]")
     extract = next(line for line in out.splitlines() if line.startswith("[waits    ] extract tiny"))
     assert "GiB (estimate)" in extract and "h (estimate: encoder forward measured here on random weights" in extract
     study = next(line for line in out.splitlines() if " study tab2-coco " in line)
     assert "h (estimate: a step measured here on random features x steps (the paper's counts)" in study
-    # the disk estimate: 2 bytes x d x (images x (1 + patches) + captions x (1 + 16 tokens)), the
-    # paper's COCO and CC3M counts plus the catalogue's eval counts; tiny CLIP: d 128, 64 patches
-    from flowclip_cache.studies.paper_budget import CAPTIONS_PER_RECORD
+    # 2 bytes x d x (images x (1 + patches) + captions x (1 + 16 tokens)); tiny CLIP: d 128, 64
+    # patches; COCO: the paper's 113,287 images and 2 x 566,435 captions; SugarCrepe: the
+    # catalogue's 1,560 images and 2 x 7,511 captions
+    expected = 2 * 128 * (113_287 * 65 + 2 * 566_435 * 17 + 1_560 * 65 + 2 * 7_511 * 17)
+    assert extract.split("~")[1].split(" GiB")[0] == f"{expected / 2**30:.1f}"
+    from flowclip_cache.config import build, find_config, load_yaml
+    from flowclip_cache.studies.paper import CONFIG, extract_steps
+    from flowclip_cache.studies.paper_budget import store_bytes
 
-    assert CAPTIONS_PER_RECORD["aro-coco-order"] == 5
-    coco = 2 * 128 * (113_287 * 65 + 2 * 566_435 * 17)
-    gib = float(extract.split("~")[1].split(" GiB")[0])
-    assert coco / 2**30 < gib < 2 * coco / 2**30
+    cfg = build(CONFIG, load_yaml(find_config("paper")) | {"manifests": str(tmp_path / "m")}, "paper")
+    vit_b32 = extract_steps(cfg)[0]  # the exact bytes, ViT-B/32 (d 512, 49 patches) over every source
+    got, unknown = store_bytes(cfg, vit_b32, (512, 49))
+    assert unknown == ["abc6k", "crepe-productivity"]  # no counts before their manifests exist
+    evals = {  # (images, captions): the catalogue's images (else records) and 2 captions a record (5 for order
+        # and retrieval, none for classification: its prompts are few)
+        "aro-vg-relation": (5_316, 2 * 23_937), "aro-vg-attribution": (4_517, 2 * 28_748),
+        "aro-coco-order": (5_000, 5 * 25_010), "aro-flickr-order": (1_000, 5 * 5_000), "sugarcrepe": (1_560, 2 * 7_511),
+        "clevr-binding": (470, 2 * 470), "pug-spar": (19_840, 2 * 19_840), "whatsup-coco-spatial": (2_687, 2 * 2_687),
+        "whatsup-gqa-spatial": (1_451, 2 * 1_451), "coco-retrieval": (5_000, 5 * 5_000),
+        "flickr-retrieval": (1_000, 5 * 1_000), "cifar10": (10_000, 0), "cifar100": (10_000, 0),
+        "imagenetv2": (10_000, 0),
+    }  # fmt: skip
+    sources = [(113_287, 2 * 566_435), (101_830, 2 * 97_734), *evals.values()]  # COCO, CC3M: the paper's
+    assert got == sum(2 * 512 * (images * 50 + captions * 17) for images, captions in sources)
 
 
 def _score_results(path, method_runs: dict[str, list[dict]]):
