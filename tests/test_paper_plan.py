@@ -54,10 +54,13 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
 
 def test_every_command_of_the_plan_is_one_flowclip_parses(tmp_path):
     """Each printed command's options are its command's (click parses them), and each
-    study's overrides build that study's config (unknown keys would be refused)."""
+    study's overrides build that study's config (unknown keys would be refused); paths with
+    spaces stay whole (each command is shell-quoted)."""
     from flowclip_cache.config import apply_overrides, build, find_config, load_yaml, parse_overrides
     from flowclip_cache.studies import pipeline_module
 
+    tmp_path = tmp_path / "with space"
+    tmp_path.mkdir()
     cmds = _commands(_dry(tmp_path, *QUICK))
     assert len(cmds) > 100
     seen = set()

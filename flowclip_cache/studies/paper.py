@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from shlex import quote as q
 from typing import Any
 
 from ..errors import FlowclipError
@@ -90,12 +91,12 @@ def manifest_steps(cfg: PaperConfig) -> list[Step]:
         if unknown or "source" not in src or "images" not in src:
             raise FlowclipError(f"sources.{name}: give source and images (and options), got {sorted(src)}")
         entry, raw = catalogue[name], os.path.join(cfg.data, src["source"])
-        options = "".join(f" --option {_opt(cfg, o)}" for o in src.get("options", []))
+        options = "".join(f" --option {q(_opt(cfg, o))}" for o in src.get("options", []))
         get = f"download {entry['source']} ({', '.join(entry.get('files') or [])}) to {raw}"
         steps.append(
             Step(
                 "manifest", name, "manifest", manifest_path(cfg, name),
-                [f"flowclip manifest build {name} --source {raw} --out {manifest_path(cfg, name)}{options}"],
+                [f"flowclip manifest build {name} --source {q(raw)} --out {q(manifest_path(cfg, name))}{options}"],
                 needs=[raw], raw={raw: get},
             )
         )  # fmt: skip
@@ -118,9 +119,9 @@ def extract_commands(cfg: PaperConfig, store: str, model: str, pretrained: str, 
     for n in names:
         by_root.setdefault(os.path.join(cfg.data, cfg.sources[n]["images"]), []).append(manifest_path(cfg, n))
     return [
-        f"flowclip extract --store {store} --model {model} --pretrained {pretrained} --device {cfg.device} "
-        + " ".join(f"--manifest {m}" for m in manifests)
-        + f" --image-root {root}"
+        f"flowclip extract --store {q(store)} --model {q(model)} --pretrained {q(pretrained)} --device {cfg.device} "
+        + " ".join(f"--manifest {q(m)}" for m in manifests)
+        + f" --image-root {q(root)}"
         for root, manifests in by_root.items()
     ]
 
@@ -173,7 +174,7 @@ def _study(cfg: PaperConfig, pipeline: str, name: str, feeds: str, store: str, t
     args |= dict(train=manifest_path(cfg, train), eval=[_eval_folder(cfg)], seeds=cfg.seeds, device=cfg.device)
     args.update(overrides)
     cmd = f"flowclip run {pipeline} " + " ".join(
-        f"{k}={_q(v) if not isinstance(v, str) else v}" for k, v in args.items()
+        q(f"{k}={v}") if isinstance(v, str) else f"{k}={_q(v)}" for k, v in args.items()
     )
     needs = ([store] if store else []) + [manifest_path(cfg, train)] + [manifest_path(cfg, n) for n in eval_names(cfg)]
     return Step("study", name, feeds, out, [cmd], needs=needs, train=runs, source=train)
@@ -241,16 +242,18 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
                 store = os.path.join(cfg.out, "adapted", f"{row}-{short}-s{seed}-store")
                 settings = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in recipe.items())
                 adapt = (
-                    f"flowclip adapt --model {model} --pretrained {main[1]['pretrained']} --train "
-                    f"{manifest_path(cfg, src)} --image-root {images} {head} {settings} --seed {seed} --out {run}"
+                    f"flowclip adapt --model {q(model)} --pretrained {q(main[1]['pretrained'])} "
+                    f"--train {q(manifest_path(cfg, src))} --image-root {q(images)} {head} {settings} "
+                    f"--seed {seed} --out {q(run)}"
                 )
                 cmds = [
                     adapt,
                     *extract_commands(cfg, store, model, os.path.join(run, "encoder.safetensors"), eval_names(cfg)),
                 ]
-                scorer = "--scorer clip" if row == "negclip" else f"--scorer clip --scorer flow={run}"
+                scorer = "--scorer clip" if row == "negclip" else f"--scorer clip --scorer {q(f'flow={run}')}"
                 cmds.append(
-                    f"flowclip score --store {store} --manifests {_eval_folder(cfg)} {scorer} --out {run}-scores"
+                    f"flowclip score --store {q(store)} --manifests {q(_eval_folder(cfg))} {scorer} "
+                    f"--out {q(run + '-scores')}"
                 )
                 label = "NegCLIP" if row == "negclip" else "Flow-CLIP, encoders adapted"
                 needs = [manifest_path(cfg, src)] + [manifest_path(cfg, n) for n in eval_names(cfg)]
@@ -259,8 +262,8 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
     for name in cfg.checkpoints:
         out = os.path.join(cfg.out, f"{name}-scores")
         cmd = (
-            f"flowclip score --store {store_path(cfg, name)} --manifests {_eval_folder(cfg)} --scorer clip "
-            f"--controls real,shuffle,fixed --out {out}"
+            f"flowclip score --store {q(store_path(cfg, name))} --manifests {q(_eval_folder(cfg))} --scorer clip "
+            f"--controls real,shuffle,fixed --out {q(out)}"
         )
         steps.append(Step("score", name, "Tabs. 1, 4", out, [cmd], needs=[store_path(cfg, name)]))
     return steps
@@ -274,7 +277,7 @@ def table_step(cfg: PaperConfig) -> Step:
                for row in ("flow", "negclip") for src in ("coco", "cc3m") for s in cfg.seeds]  # fmt: skip
     return Step(
         "tables", "paper", "Tabs. 1, 4, 7 in the paper's layout, the published numbers beside ours",
-        os.path.join(cfg.out, "paper"), [f"flowclip run paper out={cfg.out} seeds={_q(cfg.seeds)}"],
+        os.path.join(cfg.out, "paper"), [f"flowclip run paper {q('out=' + cfg.out)} seeds={_q(cfg.seeds)}"],
         needs=inputs,
         note="Tabs. 2, 3, 5, 6 in the paper's layout are not built yet (issue 27): each study's summary.md holds its "
         "table meanwhile, and flowclip_cache.paper_comparison puts the published numbers beside them",
