@@ -46,6 +46,8 @@ def test_demo_report_reads_itself(tmp_path):
     assert "± 0.00" not in md and "one seed, so no spread" in md
     assert "**Shuffle**" in md and "## Conclusions" in md and "95% interval" in md
     assert "| chance | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 |" in md and "docs/results-synthetic.md" in md
+    # the conclusion points at the binding lab's finding, and names the factors it varied
+    assert "text tower's attention, causal or bidirectional" in md and "none made it clear" in md
     assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output
 
 

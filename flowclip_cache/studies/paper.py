@@ -18,11 +18,11 @@ from shlex import quote as q
 from typing import Any
 
 from ..errors import FlowclipError
+from .paper_paths import TRAINING_SOURCES, manifest_path, store_path
 
 COCO_RECIPE = {"epochs": 5, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.05}  # §4.1: COCO, five epochs
 CC3M_RECIPE = {"epochs": 3, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.06}  # §4.1: CC3M-100K, three epochs
 LABCLIP = {"head": "labclip", "batch_size": 1024, "lr": 1.0e-3, "epochs": 10}  # the zoo's LABCLIP row
-TRAINING_SOURCES = ("coco-train", "cc3m-train")
 
 
 @dataclass
@@ -73,10 +73,6 @@ def _q(x) -> str:
     return "'" + json.dumps(x, separators=(", ", ": ")).replace("'", "'\\''") + "'"
 
 
-def manifest_path(cfg: PaperConfig, name: str) -> str:
-    return os.path.join(cfg.manifests, "train" if name in TRAINING_SOURCES else "eval", f"{name}.parquet")
-
-
 def manifest_steps(cfg: PaperConfig) -> list[Step]:
     from ..catalogue import load_catalogue
 
@@ -107,10 +103,6 @@ def _opt(cfg: PaperConfig, option: str) -> str:
     """KEY=PATH[,PATH...] with each path under `data`."""
     key, _, value = option.partition("=")
     return f"{key}=" + ",".join(os.path.join(cfg.data, v) for v in value.split(","))
-
-
-def store_path(cfg: PaperConfig, name: str) -> str:
-    return os.path.join(cfg.cache, name)
 
 
 def extract_commands(cfg: PaperConfig, store: str, model: str, pretrained: str, names: list[str]) -> list[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import time
 
+from .paper_paths import TRAINING_SOURCES, manifest_path
+
 TOKENS_PER_CAPTION = 16  # assumed for the disk estimate (valid tokens, with the special ones)
 PAPER_COUNTS = {  # (images, training records) of the training sources as §4.1 states them
     "coco-train": (113_287, 566_435),
@@ -22,7 +24,6 @@ def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
     when it exists, else estimated from the catalogue / the paper; None when unknown."""
     from ..catalogue import load_catalogue
     from ..manifest import Manifest
-    from .paper import TRAINING_SOURCES, manifest_path
 
     path = manifest_path(cfg, name)
     if os.path.exists(path):
@@ -60,8 +61,6 @@ def store_bytes(cfg, step, shape) -> tuple[int | None, list[str]]:
     """FP16 bytes of the global + patch features of every image and the sentence + token
     features of every caption the step's manifests hold (images shared across manifests
     counted once per manifest: an upper bound)."""
-    from .paper import manifest_path
-
     d, patches = shape
     total, unknown = 0, []
     for name in cfg.sources:
@@ -147,7 +146,7 @@ def _time_extract(cfg, s, cost: tuple[float, float] | str) -> None:
         return
     images = captions = 0
     for name in cfg.sources:
-        c = counts(cfg, name) if _manifest_of(cfg, name) in s.needs else None
+        c = counts(cfg, name) if manifest_path(cfg, name) in s.needs else None
         if c:
             images, captions = images + c[0], captions + c[1]
     s.seconds = images * cost[0] + captions * cost[1]
@@ -166,12 +165,6 @@ def _time_study(cfg, s, shapes: dict, step_cost: dict) -> None:
         total += runs * head["epochs"] * (c[2] // head["batch_size"]) * step_cost[key]
     s.seconds = total
     s.how = f"a step measured here on random features x steps ({c[3]}); scoring not counted"
-
-
-def _manifest_of(cfg, name: str) -> str:
-    from .paper import manifest_path
-
-    return manifest_path(cfg, name)
 
 
 def _device_here(device: str) -> bool:

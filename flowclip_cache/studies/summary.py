@@ -190,9 +190,9 @@ def summary_markdown(summary: dict) -> list[str]:
         md += [
             "How these synthetic-world figures read against the paper, and why the frozen tiny CLIP's "
             "patches limit what they can show: docs/results-synthetic.md in the flowclip repository. Its "
-            "section 8 (`flowclip run binding-lab`: scene complexity, binding negatives and patch readout, five "
-            "seeds each) asks under which conditions Flow-CLIP's binding gain over Global-M appears, and why: "
-            "in the project's run, none made it clear.",
+            "section 8 (`flowclip run binding-lab`: scene complexity, binding negatives, patch readout and the "
+            "text tower's attention, causal or bidirectional, five seeds each) asks under which conditions "
+            "Flow-CLIP's binding gain over Global-M appears, and why: in the project's run, none made it clear.",
             "",
         ]
     if "timing" in summary:
