@@ -27,19 +27,16 @@ def _values(results: list[dict], task: str, metric: str) -> list[float]:
     return [100 * r[task][metric] for r in results if metric in r.get(task, {})]
 
 
-def _spread(vals: list[float]) -> str:
-    return f"{statistics.fmean(vals):.2f}" + (f" ± {statistics.stdev(vals):.2f}" if len(vals) > 1 else "")
-
-
 def paper_cell(ours: list[float], clip: list[float], paper: Published | None, change: Published | None) -> str:
     """'86.50 ± 0.20 (-1.80)<br>paper 86.5 (-1.8); ours -0.00': our mean ± sample std over
     seeds (with the change from CLIP where the paper prints one), then the published value
     and ours minus it. Nothing measured: 'missing', the published value still shown."""
-    show_change = change is not None
+    from .studies.summary import mean_cell, mean_std  # the studies' own "mean ± sample std"
+
     top = "missing"
     if ours:
-        top = _spread(ours)
-        if show_change and clip:
+        top = mean_cell(mean_std(ours))
+        if change is not None and clip:
             top += f" ({statistics.fmean(ours) - statistics.fmean(clip):+.2f})"
     if paper is None:
         return top
