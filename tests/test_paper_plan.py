@@ -8,6 +8,7 @@ import shlex
 import click
 from click.testing import CliRunner
 
+from flowclip_cache import outputs
 from flowclip_cache.cli import main
 
 QUICK = ["measure=false", "device=cpu"]
@@ -170,6 +171,7 @@ def test_without_dry_run_it_writes_the_tables_from_the_outputs_that_exist(tmp_pa
     flow = {"coco-retrieval": {"t2i_R@1": 0.383, "i2t_R@1": 0.49}, "cifar10": {"top1": 0.865}}
     _score_results(tmp_path / "p" / "tab2-coco" / "score", {"clip": [coco], "global": [coco], "flow_hnb_cimr": [flow]})
     _score_results(tmp_path / "p" / "adapted" / "negclip-coco-s0-scores", {"clip": [coco]})
+    outputs.mark(str(tmp_path / "p"), "study")  # as the paper study made it
     r = CliRunner().invoke(main, ["run", "paper", f"out={tmp_path}/p", "seeds=[0]", *QUICK])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "p" / "paper" / "tab7.md").read_text()
@@ -178,7 +180,7 @@ def test_without_dry_run_it_writes_the_tables_from_the_outputs_that_exist(tmp_pa
     assert coco_t2i[1] == "30.00<br>paper 30.2; ours -0.20"
     assert coco_t2i[5] == "38.30 (+8.30)<br>paper 38.3 (+8.1); ours +0.00"
     assert coco_t2i[6].startswith("missing<br>paper 32.7")
-    assert "not built yet" in r.output
+    assert "could not run for missing inputs" in r.output  # the steps: no data here
     tab4 = (tmp_path / "p" / "paper" / "tab4.md").read_text()  # Tab. 2's scorers under Real only here
     assert f"Not run yet (what they give reads 'missing'): {tmp_path}/p/fsc_clip-scores/results.json" in tab4
     hnb = next(line for line in tab4.splitlines() if line.startswith("| Global-M (HNB) | Real |")).split(" | ")

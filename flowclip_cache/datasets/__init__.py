@@ -38,6 +38,7 @@ REGISTRY = [
     "synthetic_relation",
     "synthetic_swap_obj",
     "synthetic_swap_att",
+    "paper_standin",
 ]
 
 

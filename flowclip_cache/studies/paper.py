@@ -38,6 +38,25 @@ class PaperConfig:
     encoders: dict[str, dict[str, Any]] = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
     measure: bool = True  # time each encoder's forward and each head's step on `device` (dry run)
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)  # a training source's recipe, over §4.1's
+    bootstrap: int = 10000  # Tab. 2's paired bootstrap draws
+    adapt_options: dict[str, Any] = field(default_factory=dict)  # further `flowclip adapt` flags (workers: 0)
+    standins: dict[str, int] | None = None  # the reduced run: every source the synthetic world (paper-standin)
+
+    def __post_init__(self):
+        unknown = set(self.recipes) - set(TRAINING_SOURCES)
+        if unknown:
+            raise FlowclipError(f"recipes: {sorted(unknown)} are not training sources ({', '.join(TRAINING_SOURCES)})")
+        for name, enc in self.encoders.items():
+            if not {"model", "pretrained"} <= set(enc) or table_of(enc) not in (5, 6):
+                raise FlowclipError(f"encoders.{name}: give model, pretrained (and table: 5 or 6), got {enc}")
+        if self.standins is not None and set(self.standins) - {"seed", "train_scenes", "eval_scenes"}:
+            raise FlowclipError(f"standins: give seed, train_scenes, eval_scenes, got {sorted(self.standins)}")
+
+    def recipe(self, source: str) -> dict[str, Any]:
+        """A training source's recipe: §4.1's (COCO five epochs, tau_p 0.05; CC3M-100K three,
+        tau_p 0.06) with `recipes:` over it."""
+        return {**(COCO_RECIPE if source == "coco-train" else CC3M_RECIPE), **self.recipes.get(source, {})}
 
 
 @dataclass
@@ -55,12 +74,15 @@ class Step:
     how: str = ""  # how `seconds` was obtained
     train: list[tuple[str, dict, int]] = field(default_factory=list)  # (encoder, head settings, runs) it trains
     source: str = ""  # the training source its runs read
+    done_when: list[str] = field(default_factory=list)  # per command: a path that says it has run ("": rerun it)
+    mkdir: str = ""  # a folder the runner makes first (the stand-in world)
 
     @property
     def finished(self) -> bool:
         """Its output is complete: the manifest, a study's summary.json, scores' results.json
         (a store is never called finished: extract adds what it lacks and skips the rest)."""
         marker = {"manifest": "", "study": "summary.json", "score": "results.json", "adapt": "results.json"}
+        marker["standin"] = ""  # its checkpoint file
         if self.kind not in marker or not self.makes:
             return False
         return os.path.exists(os.path.join(self.makes, marker[self.kind]) if marker[self.kind] else self.makes)
@@ -87,6 +109,9 @@ def manifest_steps(cfg: PaperConfig) -> list[Step]:
         if unknown or "source" not in src or "images" not in src:
             raise FlowclipError(f"sources.{name}: give source and images (and options), got {sorted(src)}")
         entry, raw = catalogue[name], os.path.join(cfg.data, src["source"])
+        if cfg.standins is not None:
+            steps.append(_standin_step(cfg, name, raw))
+            continue
         options = "".join(f" --option {q(_opt(cfg, o))}" for o in src.get("options", []))
         get = f"download {entry['source']} ({', '.join(entry.get('files') or [])}) to {raw}"
         steps.append(
@@ -97,6 +122,15 @@ def manifest_steps(cfg: PaperConfig) -> list[Step]:
             )
         )  # fmt: skip
     return steps
+
+
+def _standin_step(cfg: PaperConfig, name: str, world: str) -> Step:
+    """The reduced run's manifest: the synthetic world's records under the paper name
+    (flowclip_cache/datasets/paper_standin.py), the world generated in `world` first."""
+    opts = "".join(f" --option {k}={v}" for k, v in sorted({"as": name, **(cfg.standins or {})}.items()))
+    cmd = f"flowclip manifest build paper-standin --source {q(world)} --out {q(manifest_path(cfg, name))}{opts}"
+    return Step("manifest", name, "manifest (synthetic stand-in)", manifest_path(cfg, name), [cmd], mkdir=world,
+                note="a stand-in: the synthetic world's records, scored as this benchmark")  # fmt: skip
 
 
 def _opt(cfg: PaperConfig, option: str) -> str:
@@ -129,19 +163,41 @@ def extract_steps(cfg: PaperConfig) -> list[Step]:
         train = [s for s in TRAINING_SOURCES if s in cfg.sources and (i == 0 or s == "coco-train")]
         names = train + evals
         cmds = extract_commands(cfg, store_path(cfg, name), enc["model"], enc["pretrained"], names)
-        feeds = "Tabs. 1-4, 7; Figs. 3, 7" if i == 0 else "Tab. 6" if openai_backbone(enc) else "Tab. 5"
+        feeds = "Tabs. 1-4, 7; Figs. 3, 7" if i == 0 else f"Tab. {table_of(enc)}"
         needs = [manifest_path(cfg, n) for n in names]
         steps.append(Step("extract", name, feeds, store_path(cfg, name), cmds, needs=needs, note=_encoder_note(enc)))
     for name, ckpt in cfg.checkpoints.items():
         path = os.path.join(cfg.data, ckpt)
         base = next(iter(cfg.encoders.values()), {"model": "ViT-B-32"})["model"]
+        if cfg.standins is not None:
+            steps.append(_standin_checkpoint(cfg, name, path))
         cmds = extract_commands(cfg, store_path(cfg, name), base, path, evals)
         get = f"download the released open_clip checkpoint ({name}: FSC-CLIP's is on its authors' page) to {path}"
         steps.append(
             Step("extract", name, "Tabs. 1, 4", store_path(cfg, name), cmds,
-                 needs=[path, *[manifest_path(cfg, n) for n in evals]], raw={path: get})
+                 needs=[path, *[manifest_path(cfg, n) for n in evals]], raw={} if cfg.standins else {path: get})
         )  # fmt: skip
     return steps
+
+
+def _standin_checkpoint(cfg: PaperConfig, name: str, path: str) -> Step:
+    """The reduced run's released checkpoint: the main encoder fine-tuned under hard
+    negatives (NegCLIP-style, `adapt --head none`), as FSC-CLIP's is, one epoch, seed 0."""
+    if os.path.basename(path) != "encoder.safetensors":
+        raise FlowclipError(f"checkpoints.{name}: a stand-in is an adapt run's FOLDER/encoder.safetensors, got {path}")
+    enc = next(iter(cfg.encoders.values()))
+    src = "cc3m-train" if "cc3m" in name and "cc3m-train" in cfg.sources else "coco-train"
+    seed = 1000  # not one of the NegCLIP rows' seeds: the stand-in is a checkpoint of its own
+    cmd = _adapt_command(cfg, enc, src, "--head none", {**cfg.recipe(src), "epochs": 1}, seed, os.path.dirname(path))
+    done = os.path.join(os.path.dirname(path), "DONE")
+    return Step("standin", f"{name}-standin", "Tabs. 1, 4 (stand-in checkpoint)", path, [cmd],
+                needs=[manifest_path(cfg, src)], done_when=[done],
+                note="a stand-in for the released checkpoint")  # fmt: skip
+
+
+def table_of(enc: dict) -> int:
+    """The table an extra encoder's rows belong to: `table:`, else 6 for OpenAI CLIP ViTs, 5 otherwise."""
+    return enc.get("table") or (6 if openai_backbone(enc) else 5)
 
 
 def openai_backbone(enc: dict) -> bool:
@@ -178,20 +234,21 @@ def study_steps(cfg: PaperConfig) -> list[Step]:
         return []
     b32 = store_path(cfg, main)
     n = len(cfg.seeds)
-    flow, glob = {"head": "flow", **COCO_RECIPE}, {"head": "global", **COCO_RECIPE}
+    coco = cfg.recipe("coco-train")
+    flow, glob = {"head": "flow", **coco}, {"head": "global", **coco}
     steps = [
         _study(cfg, "ablation", "tab2-coco", "Tab. 2; Tab. 1 (frozen, COCO); Tab. 4 (matched controls); Tab. 7 (COCO); "
                "Figs. 3, 7", b32, "coco-train", [(main, glob, 2 * n), (main, flow, 2 * n)],
-               controls=["real", "shuffle", "fixed"], train_config=COCO_RECIPE),
+               controls=["real", "shuffle", "fixed"], train_config=coco, bootstrap=cfg.bootstrap),
         _study(cfg, "sensitivity", "tab3", "Tab. 3", b32, "coco-train", [(main, flow, 8 * n)],
-               train_config=COCO_RECIPE),
+               train_config=coco),
     ]  # fmt: skip
     if "cc3m-train" in cfg.sources:
         heads = {"global": {"head": "global", "cimr": 0.0}, "flow_hnb_cimr": {"head": "flow", "cimr": 0.1}}
         steps.append(
             _study(cfg, "ablation", "tab1-cc3m", "Tab. 1 (frozen, CC3M); Tab. 7 (CC3M)", b32, "cc3m-train",
-                   [(main, {"head": h["head"], **CC3M_RECIPE}, n) for h in heads.values()],
-                   heads=heads, train_config=CC3M_RECIPE)
+                   [(main, {"head": h["head"], **cfg.recipe("cc3m-train")}, n) for h in heads.values()],
+                   heads=heads, train_config=cfg.recipe("cc3m-train"), bootstrap=cfg.bootstrap)
         )  # fmt: skip
     for src in (s for s in TRAINING_SOURCES if s in cfg.sources):
         short = src.split("-")[0]
@@ -200,14 +257,14 @@ def study_steps(cfg: PaperConfig) -> list[Step]:
                    [(main, LABCLIP, n)], heads={"labclip": LABCLIP}, compare=[], bootstrap=0)
         )  # fmt: skip
     rest = {n: e for n, e in list(cfg.encoders.items())[1:]}  # the main encoder's rows are Tab. 2's runs
-    for pipeline, name, pick in (("backbones", "tab6", openai_backbone), ("encoders", "tab5", None)):
-        chosen = {n: e for n, e in rest.items() if (pick or (lambda e: not openai_backbone(e)))(e)}
+    for pipeline, name, table in (("backbones", "tab6", 6), ("encoders", "tab5", 5)):
+        chosen = {n: {k: v for k, v in e.items() if k != "table"} for n, e in rest.items() if table_of(e) == table}
         if not chosen:
             continue
         encs = {n: {**e, "store": store_path(cfg, n)} for n, e in chosen.items()}
         runs = [(e, h, n) for e in encs for h in (glob, flow)]
         feeds = "Tab. 6" if name == "tab6" else "Tab. 5"
-        step = _study(cfg, pipeline, name, feeds, "", "coco-train", runs, encoders=encs, train_config=COCO_RECIPE)
+        step = _study(cfg, pipeline, name, feeds, "", "coco-train", runs, encoders=encs, train_config=coco)
         step.needs = [e["store"] for e in encs.values()] + step.needs
         if name == "tab6":
             step.note = f"its {main} rows are tab2-coco's global and flow_hnb_cimr runs (same settings)"
@@ -226,18 +283,11 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
     steps = []
     for src in (s for s in TRAINING_SOURCES if s in cfg.sources):
         short = src.split("-")[0]
-        recipe = COCO_RECIPE if src == "coco-train" else CC3M_RECIPE
-        images = os.path.join(cfg.data, cfg.sources[src]["images"])
         for row, head in (("flow", "--head flow --cimr 0.1"), ("negclip", "--head none")):
             for seed in cfg.seeds:
                 run = os.path.join(cfg.out, "adapted", f"{row}-{short}-s{seed}")
-                store = os.path.join(cfg.out, "adapted", f"{row}-{short}-s{seed}-store")
-                settings = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in recipe.items())
-                adapt = (
-                    f"flowclip adapt --model {q(model)} --pretrained {q(main[1]['pretrained'])} "
-                    f"--train {q(manifest_path(cfg, src))} --image-root {q(images)} {head} {settings} "
-                    f"--seed {seed} --out {q(run)}"
-                )
+                store = store_path(cfg, os.path.join("adapted", f"{row}-{short}-s{seed}"))  # never inside a study
+                adapt = _adapt_command(cfg, main[1], src, head, cfg.recipe(src), seed, run)
                 cmds = [
                     adapt,
                     *extract_commands(cfg, store, model, os.path.join(run, "encoder.safetensors"), eval_names(cfg)),
@@ -245,20 +295,35 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
                 scorer = "--scorer clip" if row == "negclip" else f"--scorer clip --scorer {q(f'flow={run}')}"
                 cmds.append(
                     f"flowclip score --store {q(store)} --manifests {q(_eval_folder(cfg))} {scorer} "
-                    f"--out {q(run + '-scores')}"
+                    f"--device {cfg.device} --bootstrap {cfg.bootstrap} --out {q(run + '-scores')}"
                 )
                 label = "NegCLIP" if row == "negclip" else "Flow-CLIP, encoders adapted"
                 needs = [manifest_path(cfg, src)] + [manifest_path(cfg, n) for n in eval_names(cfg)]
+                scored = os.path.join(f"{run}-scores", "results.json")
+                done = [os.path.join(run, "DONE"), *[""] * (len(cmds) - 2), scored]  # extract: rerun (it resumes)
                 steps.append(Step("adapt", f"{row}-{short}-s{seed}", f"Tab. 1 ({label}, {short.upper()})",
-                                  f"{run}-scores", cmds, needs=needs))  # fmt: skip
+                                  f"{run}-scores", cmds, needs=needs, done_when=done))  # fmt: skip
     for name in cfg.checkpoints:
         out = os.path.join(cfg.out, f"{name}-scores")
         cmd = (
             f"flowclip score --store {q(store_path(cfg, name))} --manifests {q(_eval_folder(cfg))} --scorer clip "
-            f"--controls real,shuffle,fixed --out {q(out)}"
+            f"--controls real,shuffle,fixed --device {cfg.device} --bootstrap 0 --out {q(out)}"
         )
         steps.append(Step("score", name, "Tabs. 1, 4", out, [cmd], needs=[store_path(cfg, name)]))
     return steps
+
+
+def _adapt_command(cfg: PaperConfig, enc: dict, src: str, head: str, recipe: dict, seed: int, out: str) -> str:
+    """`flowclip adapt` of the main encoder on a training source; --resume starts a run not
+    begun and continues one a crash cut short (the runner skips a finished one)."""
+    flags = {**recipe, **cfg.adapt_options, "seed": seed}
+    settings = " ".join(f"--{k.replace('_', '-')} {q(str(v))}" for k, v in flags.items())
+    images = os.path.join(cfg.data, cfg.sources[src]["images"])
+    return (
+        f"flowclip adapt --model {q(enc['model'])} --pretrained {q(enc['pretrained'])} --train "
+        f"{q(manifest_path(cfg, src))} --image-root {q(images)} {head} {settings} --device {cfg.device} "
+        f"--resume --quiet --out {q(out)}"
+    )
 
 
 def table_step(cfg: PaperConfig) -> Step:
@@ -281,17 +346,23 @@ def plan(cfg: PaperConfig) -> list[Step]:
 
 
 def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
-    """--dry-run: the plan. Otherwise the tables from what the plan's steps have written
-    (running the steps themselves as one command is not built: their commands run one by one)."""
+    """--dry-run: the plan. Otherwise every step that is not done and has its inputs, in
+    order (paper_runner.py; spread over torchrun's or a Slurm array's ranks), then the
+    paper-layout tables from what the steps wrote."""
     from .paper_budget import print_plan
     from .paper_inputs import write_tables
+    from .paper_runner import MARKERS, execute
+    from .spread import one_at_a_time
+    from .study import claim_folder
 
-    steps = plan(cfg)
     if dry_run:
-        print_plan(cfg, steps, log)
+        print_plan(cfg, plan(cfg), log)
         return None
-    write_tables(cfg, log)
-    log("the plan's steps are not run by this command (not built yet): --dry-run prints their commands")
+    claim_folder(cfg.out)
+    os.makedirs(os.path.join(cfg.out, MARKERS), exist_ok=True)
+    if execute(cfg, plan, log):
+        with one_at_a_time(cfg.out, "paper-tables"):
+            write_tables(cfg, log)
     return None
 
 

@@ -31,8 +31,9 @@ class SensitivityConfig:
 
 
 def plan(cfg: SensitivityConfig) -> list[RunSpec]:
+    # a row's name has no '=' (a scorer is given as NAME=FOLDER)
     return [
-        RunSpec(f"cimr={c},tau_p={t},alpha={a}", seed, {"head": "flow", "cimr": c, "tau_p": t, "alpha": a})
+        RunSpec(f"cimr {c}, tau_p {t}, alpha {a}", seed, {"head": "flow", "cimr": c, "tau_p": t, "alpha": a})
         for c, t, a in itertools.product(cfg.cimr, cfg.tau_p, cfg.alpha)
         for seed in cfg.seeds
     ]
