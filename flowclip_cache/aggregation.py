@@ -99,7 +99,7 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
 def cross_task_means(
     results: dict, benches: dict[str, Scoring], runs: list[str], expected: dict[str, list[str]] | None = None
 ) -> dict:
-    """binding7 / all11 / aro / controls6 from each benchmark's joins declaration. With
+    """binding7 / all11 / aro / controls6 / binding5 / sugar3 from each benchmark's joins declaration. With
     expected (mean -> every member the registry declares), a mean missing some members
     is marked partial and names what it used and what is missing."""
     out: dict[str, dict] = {}

@@ -123,6 +123,6 @@ def spatial_benchmark(name: str, title: str, files: dict[str, str], image_path) 
             tie_rule="first",
             aggregate="subset_mean",
             group_by="subset",
-            joins=(("binding7", ""), ("all11", ""), ("controls6", "")),
+            joins=(("binding7", ""), ("all11", ""), ("controls6", ""), ("binding5", "")),
         ),
     )

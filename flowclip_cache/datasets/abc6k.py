@@ -88,7 +88,7 @@ BENCHMARK = Benchmark(
         task="pairwise",
         tie_rule="wrong",
         report_by=("identical",),
-        joins=(("binding7", ""), ("all11", ""), ("controls6", "")),
+        joins=(("binding7", ""), ("all11", ""), ("controls6", ""), ("binding5", "")),
     ),
     options={"coco_captions": "comma-separated COCO caption JSONs (captions_train2014.json,captions_val2014.json)"},
 )

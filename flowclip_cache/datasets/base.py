@@ -39,7 +39,7 @@ class Scoring:
     recall_at: tuple[int, ...] = (1,)
     # cross-task means this benchmark feeds: (mean name, group name or "" for the official score);
     # binding7 = the paper's 7-task binding mean, all11 = its 11-task mean, aro = the ARO mean,
-    # controls6 = Tab. 4's 6-task average
+    # controls6 = Tab. 4's 6-task average, binding5 = Tabs. 5-6's binding average, sugar3 = their Sugar Avg.
     joins: tuple[tuple[str, str], ...] = ()
     # further figures the official code reports (What's Up's pair and set accuracy):
     # extra(correct [n] bool over the scored records, their manifest columns) -> {name: fraction}

@@ -60,6 +60,11 @@ BENCHMARK = Benchmark(
             ("controls6", "Add"),
             ("controls6", "Replace"),
             ("controls6", "Swap"),
+            ("binding5", "Swap-A"),  # Tabs. 5 and 6: the 5-task binding average
+            ("binding5", "Swap-O"),
+            ("sugar3", "Add"),  # Tabs. 5 and 6: "Sugar Avg.", the mean of Add, Replace and Swap
+            ("sugar3", "Replace"),
+            ("sugar3", "Swap"),
         ),
     ),
 )

@@ -82,6 +82,7 @@ class Step:
         """Its output is complete: the manifest, a study's summary.json, scores' results.json
         (a store is never called finished: extract adds what it lacks and skips the rest)."""
         marker = {"manifest": "", "study": "summary.json", "score": "results.json", "adapt": "results.json"}
+        marker["explain"] = "explorer.html"
         marker["standin"] = ""  # its checkpoint file
         if self.kind not in marker or not self.makes:
             return False
@@ -272,6 +273,37 @@ def study_steps(cfg: PaperConfig) -> list[Step]:
     return steps
 
 
+def explain_steps(cfg: PaperConfig) -> list[Step]:
+    """The explorer of Figs. 4-8 (`flowclip explain`): CLIP and Tab. 2's complete Flow-CLIP
+    (first seed) on every candidate-set benchmark, the records whose decision changed, one
+    explorer per image folder (a command shows images from one root)."""
+    from ..datasets import get
+    from .study import RunSpec
+
+    main = next(iter(cfg.encoders), None)
+    if main is None or not cfg.seeds:
+        return []
+    tab2 = os.path.join(cfg.out, "tab2-coco")
+    flow = os.path.join(tab2, "runs", RunSpec("", cfg.seeds[0], {"head": "flow", "cimr": 0.1}).folder)
+    by_root: dict[str, list[str]] = {}
+    for n in eval_names(cfg):
+        if get(n).kind == "candidates":
+            by_root.setdefault(os.path.join(cfg.data, cfg.sources[n]["images"]), []).append(n)
+    steps = []
+    for root, names in by_root.items():
+        out = os.path.join(cfg.out, "explorer", names[0])
+        cmd = (
+            f"flowclip explain --store {q(store_path(cfg, main))} "
+            + " ".join(f"--manifest {q(manifest_path(cfg, n))}" for n in names)
+            + f" --scorer clip --scorer {q('flow_hnb_cimr=' + flow)} --records changed --max 40"
+            f" --image-root {q(root)} --device {cfg.device} --out {q(out)}"
+        )
+        needs = [tab2, *[manifest_path(cfg, n) for n in names]]
+        steps.append(Step("explain", names[0], "Figs. 4-8 (explorer)", out, [cmd], needs=needs,
+                          done_when=[os.path.join(out, "explorer.html")], note=", ".join(names)))  # fmt: skip
+    return steps
+
+
 def adapted_steps(cfg: PaperConfig) -> list[Step]:
     """Tab. 1's adapted rows, per training source and seed: `flowclip adapt` (Flow-CLIP:
     --head flow; NegCLIP: --head none, the encoders alone under hard negatives), the
@@ -342,7 +374,8 @@ def table_step(cfg: PaperConfig) -> Step:
 
 
 def plan(cfg: PaperConfig) -> list[Step]:
-    return [*manifest_steps(cfg), *extract_steps(cfg), *study_steps(cfg), *adapted_steps(cfg), table_step(cfg)]
+    return [*manifest_steps(cfg), *extract_steps(cfg), *study_steps(cfg), *explain_steps(cfg), *adapted_steps(cfg),
+            table_step(cfg)]  # fmt: skip
 
 
 def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):

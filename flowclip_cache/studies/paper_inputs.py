@@ -102,14 +102,116 @@ def tab1_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
     return out
 
 
+def tab2_inputs(cfg, absent: list[str]) -> dict[str, list[dict]]:
+    """Tab. 2's rows: each method of Tab. 2's study, its seeds' runs on real images."""
+    from ..paper_tables_heads import TAB2_ROWS
+
+    return {method: runs_of(cfg, [TAB2], method, absent) for _, method, *_ in TAB2_ROWS}
+
+
+def tab3_inputs(cfg, absent: list[str]) -> dict[tuple[float, float, float], list[dict]]:
+    """Tab. 3's rows: each (cimr, tau_p, alpha) of the sensitivity study's grid."""
+    from .sensitivity import SensitivityConfig, plan
+
+    grid = {(s.train["cimr"], s.train["tau_p"], s.train["alpha"]): s.method for s in plan(SensitivityConfig("", ""))}
+    return {key: runs_of(cfg, ["tab3/score"], method, absent) for key, method in grid.items()}
+
+
+def families_inputs(cfg, table: int, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
+    """Tab. 5's or Tab. 6's blocks: per encoder, Base (its own scoring), Global-M, Flow-CLIP.
+    Tab. 6's first block is the main encoder's, from Tab. 2's runs (same settings)."""
+    from .paper import table_of
+
+    rows = {"Base": "clip", "Global-M": "global", "Flow-CLIP": "flow"}
+    out = {}
+    encoders = list(cfg.encoders.items())
+    if table == 6 and encoders:
+        tab2 = {**rows, "Flow-CLIP": "flow_hnb_cimr"}
+        out[encoders[0][0]] = {row: runs_of(cfg, [TAB2], m, absent) for row, m in tab2.items()}
+    for name, enc in encoders[1:]:
+        if table_of(enc) == table:
+            folder = os.path.join(f"tab{table}", name, "score")
+            out[name] = {row: runs_of(cfg, [folder], m, absent) for row, m in rows.items()}
+    return out
+
+
+def fig3_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
+    """Fig. 3's curves: per training source, LABCLIP's and Flow-CLIP's runs (results dicts)."""
+    out = {}
+    for block, short, frozen in (("COCO", "coco", TAB2), ("CC3M-100K", "cc3m", CC3M)):
+        rows = {"LABCLIP": (f"tab1-labclip-{short}/score", "labclip"), "Flow-CLIP": (frozen, "flow_hnb_cimr")}
+        out[block] = {row: [r["results"] for r in runs_of(cfg, [f], m, absent)] for row, (f, m) in rows.items()}
+    return out
+
+
+def atlas_margins(cfg, absent: list[str]) -> dict[str, dict[tuple[str, str], float]]:
+    """Fig. 7's models' margins on the ARO tasks (real images; each model's first seed):
+    model -> (task, record id) -> gold minus the hardest foil, from the scores' records."""
+    import pyarrow.parquet as pq
+
+    from ..metrics import margin
+    from ..paper_figures import ARO_TASKS
+
+    seed = cfg.seeds[0] if cfg.seeds else 0
+    sources = {
+        "CLIP": (TAB2, "clip"),
+        "NegCLIP": (os.path.join("adapted", f"negclip-coco-s{seed}-scores"), "clip"),
+        "LABCLIP": ("tab1-labclip-coco/score", "labclip"),
+        "Flow-CLIP": (TAB2, "flow_hnb_cimr"),
+    }
+    out: dict[str, dict[tuple[str, str], float]] = {}
+    for model, (folder, method) in sources.items():
+        res = _results(os.path.join(cfg.out, folder, "results.json"))
+        records = os.path.join(cfg.out, folder, "records.parquet")
+        if res is None or not os.path.exists(records):
+            absent += [records] * (records not in absent)
+            continue
+        runs = sorted(s["run"] for s in res["scorers"] if s["method"] == method)
+        if not runs:
+            continue
+        t = pq.read_table(records, filters=[("scorer", "=", runs[0]), ("control", "=", "real")]).to_pylist()
+        out[model] = {(r["benchmark"], r["record_id"]): margin(r["scores"], r["gold"])
+                      for r in t if r["benchmark"] in ARO_TASKS}  # fmt: skip
+    return out
+
+
+def write_figures(cfg, log) -> None:
+    """OUT/paper/fig3.md|png and fig7.md|png from the scores that exist."""
+    from .. import outputs
+    from ..paper_figures import atlas, draw_fig3, draw_fig7, fig3, fig7
+
+    folder = os.path.join(cfg.out, "paper")
+    absent: list[str] = []
+    md, curves = fig3(fig3_inputs(cfg, absent))
+    examples = atlas(atlas_margins(cfg, absent))
+    explorers = os.path.join(cfg.out, "explorer")
+    where = f"{explorers}/*/explorer.html" if os.path.isdir(explorers) else ""
+    figures = (("fig3", md, draw_fig3, curves), ("fig7", fig7(examples, where), draw_fig7, examples))
+    for name, lines, draw, data in figures:
+        head = ["# The paper's figures, ours beside the published numbers", ""]
+        head += [STANDINS, ""] if cfg.standins is not None else []
+        head += ["Not run yet (what they give is left out): " + ", ".join(absent), ""] if absent else []
+        outputs.write_text(os.path.join(folder, f"{name}.md"), "\n".join(head + lines) + "\n")
+        outputs.atomic_write(os.path.join(folder, f"{name}.png"), lambda p, draw=draw, data=data: draw(data, p))
+        log(f"wrote {folder}/{name}.md and {name}.png")
+
+
 def write_tables(cfg, log) -> None:
-    """OUT/paper/tab1.md, tab4.md, tab7.md from the steps' outputs that exist."""
+    """OUT/paper/tab1.md ... tab7.md from the steps' outputs that exist."""
     from .. import outputs
     from ..paper_tables import tab1, tab4, tab7
+    from ..paper_tables_heads import families, tab2, tab3
     from .study import claim_folder
 
     claim_folder(os.path.join(cfg.out, "paper"))  # its own folder: the studies beside it mark theirs
-    tables: list[tuple[str, Any, Any]] = [("tab1", tab1_inputs, tab1), ("tab4", tab4_inputs, tab4)]
+    tables: list[tuple[str, Any, Any]] = [
+        ("tab1", tab1_inputs, tab1),
+        ("tab2", tab2_inputs, tab2),
+        ("tab3", tab3_inputs, tab3),
+        ("tab4", tab4_inputs, tab4),
+        ("tab5", lambda c, a: families_inputs(c, 5, a), lambda ours: families("Tab. 5", ours, None)),
+        ("tab6", lambda c, a: families_inputs(c, 6, a), lambda ours: families("Tab. 6", ours, None)),
+    ]
     for name, inputs, layout in tables + [("tab7", tab7_inputs, tab7)]:
         absent: list[str] = []
         lines = layout(inputs(cfg, absent))
@@ -121,3 +223,4 @@ def write_tables(cfg, log) -> None:
         path = os.path.join(cfg.out, "paper", f"{name}.md")
         outputs.write_text(path, "\n".join(head + lines) + "\n")
         log(f"wrote {path}" + (f" ({len(absent)} inputs not run yet)" * bool(absent)))
+    write_figures(cfg, log)

@@ -73,8 +73,9 @@ class Steps:
         return out
 
     def wait_for(self, step, log) -> None:
-        """Until every step making this one's inputs is done (another rank's, or a study)."""
-        waiting = [self.producer[p] for p in step.needs if p in self.producer and self.producer[p].kind != "study"]
+        """Until every step making this one's inputs is done (another rank's, or a study: a
+        rank reaches a later step only after its own share of every study before it)."""
+        waiting = [self.producer[p] for p in step.needs if p in self.producer]
         said = False
         for src in waiting:
             while not self.done(src):
