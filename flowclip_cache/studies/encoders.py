@@ -103,6 +103,15 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
         )
     if dry_run:
         return None
+    # under many ranks an encoder's summary is written by whichever finished its runs last:
+    # the side-by-side one, once every encoder's is there (by the last rank, or a rerun)
+    for n in summaries:
+        path = os.path.join(cfg.out, n, "summary.json")
+        if summaries[n] is None and os.path.exists(path):
+            summaries[n] = json.load(open(path))
+    if any(s is None for s in summaries.values()):
+        log("the side-by-side summary is written once every encoder's study has finished (by the last rank)")
+        return None
     combined = {
         "encoders": {
             n: {
@@ -112,7 +121,6 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
                 "columns": s["columns"],
             }
             for n, s in summaries.items()
-            if s is not None
         }
     }
     write_combined(cfg.out, combined)

@@ -42,6 +42,7 @@ class PaperConfig:
     bootstrap: int = 10000  # Tab. 2's paired bootstrap draws
     adapt_options: dict[str, Any] = field(default_factory=dict)  # further `flowclip adapt` flags (workers: 0)
     standins: dict[str, int] | None = None  # the reduced run: every source the synthetic world (paper-standin)
+    explorer_records: int = 40  # the records each explorer shows (flowclip explain --max)
 
     def __post_init__(self):
         unknown = set(self.recipes) - set(TRAINING_SOURCES)
@@ -295,7 +296,7 @@ def explain_steps(cfg: PaperConfig) -> list[Step]:
         cmd = (
             f"flowclip explain --store {q(store_path(cfg, main))} "
             + " ".join(f"--manifest {q(manifest_path(cfg, n))}" for n in names)
-            + f" --scorer clip --scorer {q('flow_hnb_cimr=' + flow)} --records changed --max 40"
+            + f" --scorer clip --scorer {q('flow_hnb_cimr=' + flow)} --records changed --max {cfg.explorer_records}"
             f" --image-root {q(root)} --device {cfg.device} --out {q(out)}"
         )
         needs = [tab2, *[manifest_path(cfg, n) for n in names]]

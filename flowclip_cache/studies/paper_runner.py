@@ -49,10 +49,12 @@ class Steps:
         return hashlib.sha256("\n".join(step.commands).encode()).hexdigest()[:16]
 
     def done(self, step) -> bool:
+        """A step with an output of its own is done when that output is whole (a lost one is
+        made again); a store, which extract only ever adds to, when its marker says so."""
         if step.kind == "tables":
             return False
-        if step.finished:
-            return True
+        if step.kind != "extract":
+            return step.finished
         try:
             return json.load(open(self.marker(step, "done")))["commands"] == self.fingerprint(step)
         except (OSError, ValueError, KeyError, TypeError):
