@@ -109,7 +109,8 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
         path = os.path.join(cfg.out, n, "summary.json")
         if summaries[n] is None and os.path.exists(path):
             summaries[n] = json.load(open(path))
-    if any(s is None for s in summaries.values()):
+    done = {n: s for n, s in summaries.items() if s is not None}
+    if len(done) < len(summaries):
         log("the side-by-side summary is written once every encoder's study has finished (by the last rank)")
         return None
     combined = {
@@ -120,7 +121,7 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
                 "table": s["table"],
                 "columns": s["columns"],
             }
-            for n, s in summaries.items()
+            for n, s in done.items()
         }
     }
     write_combined(cfg.out, combined)
