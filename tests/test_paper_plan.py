@@ -33,9 +33,11 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     kinds = {}
     for line in steps:
         kinds[line.split("]")[1].split()[0]] = kinds.get(line.split("]")[1].split()[0], 0) + 1
-    # 18 manifests; 5 encoders + the FSC-CLIP checkpoint; Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5;
-    # adapted Flow-CLIP and NegCLIP x 2 sources x 3 seeds; FSC-CLIP scored; the tables
-    assert kinds == {"manifest": 18, "extract": 7, "study": 7, "adapt": 12, "score": 2, "tables": 1}
+    # 18 manifests; 5 encoders + the FSC-CLIP checkpoint; Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5; an
+    # explorer per image folder of the candidate-set benchmarks (aro/images, coco, flickr30k,
+    # coco/val2017, clevr-binding/images, pug-spar, whatsup/data, vg); adapted Flow-CLIP and
+    # NegCLIP x 2 sources x 3 seeds; FSC-CLIP scored; the tables
+    assert kinds == {"manifest": 18, "extract": 7, "study": 7, "explain": 8, "adapt": 12, "score": 2, "tables": 1}
     for line in steps:
         state = line[1:10].strip()
         raw = " manifest " in line or " extract fsc_clip" in line  # official files / the released checkpoints
@@ -80,7 +82,7 @@ def test_every_command_of_the_plan_is_one_flowclip_parses(tmp_path):
         if name == "run":
             data = apply_overrides(load_yaml(find_config(rest[0])), parse_overrides(rest[1:]))
             build(pipeline_module(data["kind"]).CONFIG, data, rest[0])
-    assert seen == {"build", "extract", "run", "adapt", "score"}
+    assert seen == {"build", "extract", "run", "explain", "adapt", "score"}
     assert ["flowclip", "run", "paper", f"out={tmp_path}/paper", "seeds=[0, 1, 2]"] in cmds  # the tables
 
 
@@ -209,3 +211,36 @@ def test_the_readmes_command_as_written(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert not os.listdir(tmp_path) and "] tables paper -> studies/paper/paper  (Tabs. 1, 4, 7" in r.output
     assert ("no time measured" in r.output) is (not torch.cuda.is_available())
+
+
+def test_a_failing_step_stops_with_its_error_and_other_ranks_waiting_on_it_stop_too(tmp_path, monkeypatch):
+    """The runner (studies/paper_runner.py) on a two-step plan: the failure is one line naming
+    the step, left as a .failed marker; a rank waiting on that step's output stops with the
+    failure's message instead of waiting for ever; a step lacking a raw input, and the step
+    that needs its output, are gone past with what they lack named."""
+    import pytest
+
+    from flowclip_cache.errors import FlowclipError
+    from flowclip_cache.studies.paper import PaperConfig, Step
+    from flowclip_cache.studies.paper_runner import execute
+
+    for k in ("RANK", "WORLD_SIZE", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"):
+        monkeypatch.delenv(k, raising=False)
+    cfg = PaperConfig(kind="paper", out=str(tmp_path / "out"), device="cpu")
+    made, raw = str(tmp_path / "m.parquet"), str(tmp_path / "absent")
+    bad = Step("manifest", "a", "", made, [f"flowclip manifest build no-such --source {tmp_path} --out {made}"])
+    uses = Step("score", "b", "", str(tmp_path / "scores"), ["flowclip store info nowhere"], needs=[made])
+    lacking = Step("manifest", "c", "", str(tmp_path / "c.parquet"), ["flowclip manifest list"], needs=[raw],
+                   raw={raw: "download it"})  # fmt: skip
+    after = Step("score", "d", "", str(tmp_path / "d"), ["flowclip manifest list"], needs=[str(tmp_path / "c.parquet")])
+    lines: list[str] = []
+    with pytest.raises(FlowclipError, match="step manifest a: `flowclip manifest` exited with status 2"):
+        execute(cfg, lambda c: [lacking, after, bad, uses], lines.append)
+    assert f"cannot run, it lacks {raw}: download it" in lines[1]
+    assert "cannot run, it lacks" in lines[2] and "from step manifest c, which cannot run" in lines[2]
+    failed = tmp_path / "out" / ".paper-steps" / "manifest-a.failed"
+    assert "rank 0: `flowclip manifest` exited with status 2" in failed.read_text()
+    monkeypatch.setenv("RANK", "1")  # rank 1 of 2: step a is rank 0's (its failure is on disk), b is rank 1's
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(FlowclipError, match="step manifest a failed .rank 0: "):
+        execute(cfg, lambda c: [bad, uses], lines.append)

@@ -385,7 +385,7 @@ def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = 
     paper-layout tables from what the steps wrote."""
     from .paper_budget import print_plan
     from .paper_inputs import write_tables
-    from .paper_runner import MARKERS, execute
+    from .paper_runner import execute
     from .spread import one_at_a_time
     from .study import claim_folder
 
@@ -393,7 +393,6 @@ def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = 
         print_plan(cfg, plan(cfg), log)
         return None
     claim_folder(cfg.out)
-    os.makedirs(os.path.join(cfg.out, MARKERS), exist_ok=True)
     if execute(cfg, plan, log):
         with one_at_a_time(cfg.out, "paper-tables"):
             write_tables(cfg, log)

@@ -155,6 +155,7 @@ def execute(cfg, steps_of, log) -> bool:
     from dataclasses import replace
 
     rank, world = study_rank()
+    os.makedirs(os.path.join(cfg.out, MARKERS), exist_ok=True)
     plan = Steps(cfg, steps_of(cfg), rank, world)
     local = steps_of(replace(cfg, device=rank_device(cfg.device)))  # this rank's device in its commands
     todo = [s for s in plan.steps if s.kind != "tables"]
