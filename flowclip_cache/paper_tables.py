@@ -130,18 +130,26 @@ def tab4(ours: dict[str, dict[str, list[dict]]], published: list[Published] | No
     ]
 
 
-def quoted_differences(entries: list[Published], means: dict[tuple[str, str], float]) -> list[str]:
+def quoted_differences(
+    entries: list[Published], means: dict[tuple[str, str], float], intervals: dict | None = None
+) -> list[str]:
     """The differences the text quotes ("A minus B", column "C, condition", stated positive
-    when it says "(a decrease)"), from our means of the same cells."""
+    when it says "(a decrease)"), from our means of the same cells; where our paired
+    bootstrap has A minus B on that column (intervals: (row, column) -> (lo, hi) points),
+    whether the published value lies inside our 95% interval."""
     lines = ["Differences the paper's text quotes (points):", ""] if entries else []
     for p in entries:
         a, _, b = p.row.partition(" minus ")
         column = p.column.removesuffix(" (a decrease)")
+        sign = -1 if p.column.endswith("(a decrease)") else 1
         ours = None
         if (a, column) in means and (b, column) in means:
-            ours = means[(a, column)] - means[(b, column)]
-            ours = -ours if p.column.endswith("(a decrease)") else ours
+            ours = sign * (means[(a, column)] - means[(b, column)])
         got = "ours missing" if ours is None else f"ours {ours:.2f} ({ours - p.value:+.2f})"
+        ci = (intervals or {}).get((p.row, column))
+        if ci is not None:
+            lo, hi = sorted((sign * ci[0], sign * ci[1]))
+            got += f"; {'inside' if lo <= p.value <= hi else 'outside'} our 95% interval [{lo:.2f}, {hi:.2f}]"
         lines.append(f"- {p.row}, {p.column}: paper {p.text}; {got}")
     return lines
 

@@ -96,9 +96,27 @@ def _published(table: str, published) -> dict:
     return {(p.row, p.column): p for p in (published or published_numbers()) if p.table == table}
 
 
-def tab2(ours: dict[str, list[dict]], published: list[Published] | None = None) -> list[str]:
+def tab2_intervals(bootstrap: dict) -> dict[tuple[str, str], tuple[float, float]]:
+    """Our paired bootstrap's 95% intervals ({task: {"b - a": {"ci95_pts": [lo, hi]}}}, as
+    score writes them) keyed as the text names them: ("B minus A", column)."""
+    names = {method: names for _, method, *_, names in TAB2_ROWS}
+    columns = {name: col for col, (kind, name) in TAB2_COLUMNS if kind == "task"}
+    out = {}
+    for task, pairs in bootstrap.items():
+        for pair, b in pairs.items():
+            hi_m, _, lo_m = pair.partition(" - ")
+            for x in names.get(hi_m, ()):
+                for y in names.get(lo_m, ()):
+                    for col in (columns.get(task), *COLUMN_ALIASES.get(columns.get(task, ""), ())):
+                        if col:
+                            out[(f"{x} minus {y}", col)] = tuple(b["ci95_pts"])
+    return out
+
+
+def tab2(ours: dict[str, list[dict]], published: list[Published] | None = None, intervals=None) -> list[str]:
     """Tab. 2: CLIP and the four HNB-trained scorers on the 11 tasks, their mean and the
-    7-task binding mean, with each row's change from CLIP below. `ours`: method -> runs."""
+    7-task binding mean, with each row's change from CLIP below. `ours`: method -> runs;
+    `intervals`: tab2_intervals of the study's bootstrap."""
     from .report import table
 
     pub, means = _published("Tab. 2", published), Means()
@@ -114,7 +132,7 @@ def tab2(ours: dict[str, list[dict]], published: list[Published] | None = None) 
         "",
         *table(["scorer", "M", "M_tok, W", "CIMR", *[c for c, _ in TAB2_COLUMNS]], body),
         "",
-        *quoted_differences(quoted, means),
+        *quoted_differences(quoted, means, intervals),
     ]
 
 

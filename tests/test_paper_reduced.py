@@ -23,7 +23,7 @@ SMALL = [
     "explorer_records=3",
     "recipes={coco-train: {epochs: 1, lr: 1.0e-3}, cc3m-train: {epochs: 1, lr: 1.0e-3}}",
 ]
-TABLES = ("tab1", "tab2", "tab3", "tab4", "tab5", "tab6", "tab7", "fig3", "fig7")
+TABLES = ("tab1", "tab2", "tab3", "tab4", "tab5", "tab6", "tab7", "sec43", "fig3", "fig7")
 
 
 def _paths(root) -> list[str]:
@@ -86,6 +86,12 @@ def test_every_table_and_figure_in_the_papers_layout(reduced):
     assert [r[0] for r in tab7] == ["CIFAR-10", "CIFAR-100", "ImageNetV2", "Flickr30k T2I", "Flickr30k I2T",
                                     "COCO T2I", "COCO I2T"]  # fmt: skip
     assert len(_table((paper / "fig7.md").read_text(), "task")) == 8  # two records per ARO task
+    sec43 = (paper / "sec43.md").read_text()
+    for part in ("Training variability", "Confidence intervals", "Decision changes", "Encoder adaptation"):
+        assert f"## §4.3 {part}" in sec43
+    missing = [line for line in sec43.splitlines() if "ours missing" in line]
+    assert missing and all("sample std" in line for line in missing)  # one seed here: no spread, all else measured
+    assert "our 95% interval" in (paper / "tab2.md").read_text()  # the paired bootstrap beside the text
     assert (root / "studies" / "explorer" / "aro-vg-relation" / "explorer.html").exists()
 
 

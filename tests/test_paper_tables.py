@@ -119,3 +119,31 @@ def test_tab1_in_the_papers_layout_with_both_blocks():
     for p in published_numbers():
         if p.table == "Tab. 1":
             assert f"paper {p.text}" in text, p.id
+
+
+def _run(results: dict, means: dict | None = None) -> dict:
+    return {"results": results, "means": {k: {"mean": v} for k, v in (means or {}).items()}}
+
+
+def test_tab2_rows_changes_from_clip_and_the_quoted_differences_with_our_intervals():
+    """Hand-made runs: Global-M (HNB) and the complete Flow-CLIP on ABC and COCO-Spatial.
+    The Δ line is the change from CLIP; the text's "Flow-CLIP minus Global-M, ABC" (7.22)
+    is ours 10.00, inside our interval [5, 15]; "COCO-Spatial (a decrease)" (1.38) is ours
+    2.00 (flow 2 points lower), and the published decrease lies inside the negated interval."""
+    from flowclip_cache.paper_tables_heads import tab2, tab2_intervals
+
+    res = lambda abc, sp: {"abc6k": {"score": abc}, "whatsup-coco-spatial": {"score": sp}}  # noqa: E731
+    ours = {
+        "clip": [_run(res(0.50, 0.40))],
+        "global": [_run(res(0.60, 0.50)), _run(res(0.62, 0.52))],
+        "flow_hnb_cimr": [_run(res(0.70, 0.48)), _run(res(0.72, 0.50))],
+    }
+    boot = {"abc6k": {"flow_hnb_cimr - global": {"ci95_pts": [5.0, 15.0]}},
+            "whatsup-coco-spatial": {"flow_hnb_cimr - global": {"ci95_pts": [-4.0, -1.0]}}}  # fmt: skip
+    md = "\n".join(tab2(ours, None, tab2_intervals(boot)))
+    assert "Global-M, ABC: paper 7.22; ours 10.00 (+2.78); inside our 95% interval [5.00, 15.00]" in md
+    assert "COCO-Spatial (a decrease): paper 1.38; ours 2.00 (+0.62); inside our 95% interval [1.00, 4.00]" in md
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in md.splitlines() if line.startswith("| ")}
+    assert rows["Global-M (HNB)"][10].startswith("61.00 ± 1.41")  # ABC: mean ± sample std of two seeds
+    assert rows["Δ Global-M (HNB)"][10] == "+11.00" and rows["Δ Flow-CLIP+CIMR"][10] == "+21.00"  # from CLIP's 50
+    assert rows["Global-M+CIMR"][10] == "missing"  # not given: missing, never dropped

@@ -102,11 +102,14 @@ def tab1_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
     return out
 
 
-def tab2_inputs(cfg, absent: list[str]) -> dict[str, list[dict]]:
-    """Tab. 2's rows: each method of Tab. 2's study, its seeds' runs on real images."""
-    from ..paper_tables_heads import TAB2_ROWS
+def tab2_inputs(cfg, absent: list[str]) -> tuple[dict[str, list[dict]], dict]:
+    """Tab. 2's rows (each method of Tab. 2's study, its seeds' runs on real images) and the
+    study's paired bootstrap intervals."""
+    from ..paper_tables_heads import TAB2_ROWS, tab2_intervals
 
-    return {method: runs_of(cfg, [TAB2], method, absent) for _, method, *_ in TAB2_ROWS}
+    res = _results(os.path.join(cfg.out, TAB2, "results.json")) or {}
+    runs = {method: runs_of(cfg, [TAB2], method, absent) for _, method, *_ in TAB2_ROWS}
+    return runs, tab2_intervals(res.get("bootstrap", {}))
 
 
 def tab3_inputs(cfg, absent: list[str]) -> dict[tuple[float, float, float], list[dict]]:
@@ -201,18 +204,20 @@ def write_tables(cfg, log) -> None:
     from .. import outputs
     from ..paper_tables import tab1, tab4, tab7
     from ..paper_tables_heads import families, tab2, tab3
+    from .paper_section43 import section43
     from .study import claim_folder
 
     claim_folder(os.path.join(cfg.out, "paper"))  # its own folder: the studies beside it mark theirs
     tables: list[tuple[str, Any, Any]] = [
         ("tab1", tab1_inputs, tab1),
-        ("tab2", tab2_inputs, tab2),
+        ("tab2", tab2_inputs, lambda inputs: tab2(inputs[0], None, inputs[1])),
         ("tab3", tab3_inputs, tab3),
         ("tab4", tab4_inputs, tab4),
         ("tab5", lambda c, a: families_inputs(c, 5, a), lambda ours: families("Tab. 5", ours, None)),
         ("tab6", lambda c, a: families_inputs(c, 6, a), lambda ours: families("Tab. 6", ours, None)),
     ]
-    for name, inputs, layout in tables + [("tab7", tab7_inputs, tab7)]:
+    tables += [("tab7", tab7_inputs, tab7), ("sec43", section43, lambda lines: lines)]
+    for name, inputs, layout in tables:
         absent: list[str] = []
         lines = layout(inputs(cfg, absent))
         head = ["# The paper's tables, ours beside the published numbers", ""]
