@@ -49,9 +49,11 @@ def run_score(
     image_root: str | None = None,
     compare: list[tuple[str, str]] | None = None,
     progress: bool = True,
+    figures: bool = True,
     log=print,
 ) -> dict:
-    """compare: (baseline, other) method pairs for the bootstrap; default every pair."""
+    """compare: (baseline, other) method pairs for the bootstrap; default every pair.
+    figures: the PNGs (margins, CREPE curves) beside the results."""
     outputs.check_replaceable(out, "score-results", overwrite)
     scorers = load_scorers(scorer_specs, store, device)
     checked = [(m, *scoring_of(m, log)) for m in evaluation_manifests(manifest_paths, log)]  # fail before any work
@@ -78,6 +80,7 @@ def run_score(
             image_root,
             compare,
             progress,
+            figures,
             log,
         )
         outputs.publish(tmp, out, "score-results", overwrite)
@@ -101,6 +104,7 @@ def _score_all(
     image_root,
     compare,
     progress,
+    figures,
     log,
 ) -> dict:
     from .progress import bar
@@ -164,7 +168,7 @@ def _score_all(
         "bootstrap": bootstrap,
         "seconds": time.perf_counter() - t0,
     }
-    write_outputs(tmp, summary, record_rows, scorers, controls, benches)
+    write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
     return summary
 
 
@@ -251,7 +255,7 @@ def headline(res: dict) -> float:
     return res.get("i2t_R@1", res.get("top1", float("nan")))
 
 
-def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches) -> None:
+def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches, figures=True) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -262,7 +266,8 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
     md, csv_rows = results_markdown(summary, scorers, controls, benches)
     open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
     open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
-    write_figures(folder, summary, record_rows)
+    if figures:
+        write_figures(folder, summary, record_rows)
 
 
 def write_figures(folder: str, summary: dict, record_rows: list) -> None:

@@ -21,6 +21,7 @@ SMALL = [
     "seeds=[0]",
     "bootstrap=50",
     "explorer_records=3",
+    "figures=false",  # the studies' own PNGs: time; OUT/paper's figures are drawn all the same
     "recipes={coco-train: {epochs: 1, lr: 1.0e-3}, cc3m-train: {epochs: 1, lr: 1.0e-3}}",
 ]
 TABLES = ("tab1", "tab2", "tab3", "tab4", "tab5", "tab6", "tab7", "sec43", "fig3", "fig7")
@@ -93,6 +94,7 @@ def test_every_table_and_figure_in_the_papers_layout(reduced):
     assert missing and all("sample std" in line for line in missing)  # one seed here: no spread, all else measured
     assert "our 95% interval" in (paper / "tab2.md").read_text()  # the paired bootstrap beside the text
     assert (root / "studies" / "explorer" / "aro-vg-relation" / "explorer.html").exists()
+    assert not list((root / "studies" / "tab2-coco" / "score").glob("*.png"))  # figures=false: results only
 
 
 def test_the_tables_carry_the_scores_numbers(reduced):

@@ -140,6 +140,7 @@ def train_head_cmd(
     "scorer (OUT/explain/explorer.html; needs --image-root to show the images).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--no-figures", is_flag=True, help="No PNGs (margins, CREPE curves): results only.")
 @plugin_option
 def score(
     store,
@@ -156,6 +157,7 @@ def score(
     overwrite,
     explain_n,
     quiet,
+    no_figures,
 ):
     """Score every benchmark manifest with every scorer, from one store."""
     from ..score import CONTROLS, run_score
@@ -179,6 +181,7 @@ def score(
         overwrite=overwrite,
         image_root=image_root,
         progress=not quiet,
+        figures=not no_figures,
         log=click.echo,
     )
     click.echo(open(os.path.join(out, "results.md")).read())

@@ -42,6 +42,7 @@ class AblationConfig:
     device: str = "cpu"
     data_placement: str = "auto"  # where training features live: auto | device | host | store
     side_by_side: bool = True  # heads sharing a data order train on the same batches
+    figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
 
 
 def plan(cfg: AblationConfig) -> list[RunSpec]:
@@ -162,6 +163,7 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
         world=cfg.world,
         feature_dims=_dims(spec) if cfg.world is not None and not cfg.store else None,
         progress=progress,
+        figures=cfg.figures,
         log=log,
     )
 

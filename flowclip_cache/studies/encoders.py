@@ -38,6 +38,7 @@ class EncodersConfig:
     device: str = "cpu"
     data_placement: str = "auto"
     side_by_side: bool = True
+    figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
 
 
 def plan(cfg: EncodersConfig) -> list[RunSpec]:
@@ -99,6 +100,7 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
             side_by_side=cfg.side_by_side,
             placement=cfg.data_placement,
             progress=progress,
+            figures=cfg.figures,
             log=lambda m: log(f"  {m}"),
         )
     if dry_run:

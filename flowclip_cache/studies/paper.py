@@ -43,6 +43,7 @@ class PaperConfig:
     adapt_options: dict[str, Any] = field(default_factory=dict)  # further `flowclip adapt` flags (workers: 0)
     standins: dict[str, int] | None = None  # the reduced run: every source the synthetic world (paper-standin)
     explorer_records: int = 40  # the records each explorer shows (flowclip explain --max)
+    figures: bool = True  # the studies' and scores' own PNGs (margins, CREPE curves); OUT/paper's are always drawn
 
     def __post_init__(self):
         unknown = set(self.recipes) - set(TRAINING_SOURCES)
@@ -222,6 +223,7 @@ def _study(cfg: PaperConfig, pipeline: str, name: str, feeds: str, store: str, t
     out = os.path.join(cfg.out, name)
     args: dict[str, Any] = {"out": out, **({"store": store} if store else {})}
     args |= dict(train=manifest_path(cfg, train), eval=[_eval_folder(cfg)], seeds=cfg.seeds, device=cfg.device)
+    args |= {} if cfg.figures else {"figures": False}
     args.update(overrides)
     cmd = f"flowclip run {pipeline} " + " ".join(
         q(f"{k}={v}") if isinstance(v, str) else f"{k}={_q(v)}" for k, v in args.items()
@@ -328,7 +330,7 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
                 scorer = "--scorer clip" if row == "negclip" else f"--scorer clip --scorer {q(f'flow={run}')}"
                 cmds.append(
                     f"flowclip score --store {q(store)} --manifests {q(_eval_folder(cfg))} {scorer} "
-                    f"--device {cfg.device} --bootstrap {cfg.bootstrap} --out {q(run + '-scores')}"
+                    f"--device {cfg.device} --bootstrap {cfg.bootstrap}{_no_figures(cfg)} --out {q(run + '-scores')}"
                 )
                 label = "NegCLIP" if row == "negclip" else "Flow-CLIP, encoders adapted"
                 needs = [manifest_path(cfg, src)] + [manifest_path(cfg, n) for n in eval_names(cfg)]
@@ -340,10 +342,14 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
         out = os.path.join(cfg.out, f"{name}-scores")
         cmd = (
             f"flowclip score --store {q(store_path(cfg, name))} --manifests {q(_eval_folder(cfg))} --scorer clip "
-            f"--controls real,shuffle,fixed --device {cfg.device} --bootstrap 0 --out {q(out)}"
+            f"--controls real,shuffle,fixed --device {cfg.device} --bootstrap 0{_no_figures(cfg)} --out {q(out)}"
         )
         steps.append(Step("score", name, "Tabs. 1, 4", out, [cmd], needs=[store_path(cfg, name)]))
     return steps
+
+
+def _no_figures(cfg: PaperConfig) -> str:
+    return "" if cfg.figures else " --no-figures"
 
 
 def _adapt_command(cfg: PaperConfig, enc: dict, src: str, head: str, recipe: dict, seed: int, out: str) -> str:

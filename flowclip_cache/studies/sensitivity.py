@@ -28,6 +28,7 @@ class SensitivityConfig:
     device: str = "cpu"
     data_placement: str = "auto"  # where training features live: auto | device | host | store
     side_by_side: bool = True  # heads sharing a data order train on the same batches
+    figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
 
 
 def plan(cfg: SensitivityConfig) -> list[RunSpec]:
@@ -62,6 +63,7 @@ def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print, progress: b
         side_by_side=cfg.side_by_side,
         placement=cfg.data_placement,
         progress=progress,
+        figures=cfg.figures,
         log=log,
     )
 

@@ -66,6 +66,7 @@ def execute(
     feature_dims: tuple[int, int] | None = None,
     progress: bool = True,
     placement: str = "auto",
+    figures: bool = True,
     log=print,
 ) -> dict | None:
     from .. import outputs
@@ -123,8 +124,9 @@ def execute(
         rank=(rank, ranks),
         **shared,
     )
+    scoring = {**shared, "figures": figures}
     summarise = lambda: _summarise(  # noqa: E731
-        store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, shared
+        store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, scoring
     )
     return summarise() if ranks == 1 else _summarise_last_rank(rank, ranks, out, runs, run_dirs, what, summarise, log)
 
@@ -338,6 +340,7 @@ def score_and_summarise(
     progress: bool,
     t0: float,
     log,
+    figures: bool = True,
 ) -> dict:
     """Score CLIP and every run on every manifest; the summary across seeds with timings."""
     from ..score import run_score
@@ -355,6 +358,7 @@ def score_and_summarise(
         overwrite=True,
         compare=pairs,
         progress=progress,
+        figures=figures,
         log=lambda m: log(f"  {m}"),
     )
     summary = summarise(score, runs, run_dirs)
