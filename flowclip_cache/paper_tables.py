@@ -4,6 +4,7 @@ lines come out. So far Tab. 7 (zero-shot top-1 and Recall@1, with the change fro
 
 from __future__ import annotations
 
+import re
 import statistics
 
 from .paper_numbers import Published, published_numbers
@@ -44,6 +45,54 @@ def paper_cell(ours: list[float], clip: list[float], paper: Published | None, ch
     if ours:
         bottom += f"; ours {statistics.fmean(ours) - paper.value:+.2f}"
     return f"{top}<br>{bottom}"
+
+
+CELL = re.compile(
+    r"^(?:missing|(?P<ours>[+-]?\d+\.\d+)(?: ± (?P<std>\d+\.\d+))?(?: \((?P<change>[+-]\d+\.\d+)\))?)"
+    r"(?:<br>paper (?P<paper>[-\d.,]+)(?: \((?P<paper_change>[+-][\d.]+)\))?(?:; ours (?P<diff>[+-]\d+\.\d+))?)?$"
+)
+
+
+def parse_cell(cell: str) -> dict[str, str] | None:
+    """paper_cell's text back into its numbers (ours, std, change, paper, paper_change,
+    diff; '' where absent), for the CSV beside each table; None for a label cell."""
+    m = CELL.match(cell.strip())
+    return None if m is None else {k: v or "" for k, v in m.groupdict().items()}
+
+
+def table_csv(name: str, lines: list[str], leading: int) -> list[list[str]]:
+    """The Markdown tables among `lines` in long form: one row per (row, column) cell,
+    the row named by its first `leading` cells."""
+    out: list[list[str]] = []
+    header: list[str] = []
+    for line in lines:
+        if not line.startswith("|"):
+            header = []
+            continue
+        cells = [c.strip() for c in line.strip()[1:-1].split(" | ")]
+        if not header:
+            header = cells
+            continue
+        if set(line) <= set("|-"):
+            continue
+        for col, cell in zip(header[leading:], cells[leading:]):
+            nums = parse_cell(cell)
+            if nums is not None:
+                out.append([name, " | ".join(cells[:leading]), col, *nums.values()])
+    return out
+
+
+CSV_HEADER = [
+    "table",
+    "row",
+    "column",
+    "ours",
+    "ours_std",
+    "change_from_clip",
+    "paper",
+    "paper_change",
+    "ours_minus_paper",
+]
 
 
 def tab7(ours: dict[str, list[dict]], published: list[Published] | None = None) -> list[str]:

@@ -87,6 +87,11 @@ def test_every_table_and_figure_in_the_papers_layout(reduced):
     assert [r[0] for r in tab7] == ["CIFAR-10", "CIFAR-100", "ImageNetV2", "Flickr30k T2I", "Flickr30k I2T",
                                     "COCO T2I", "COCO I2T"]  # fmt: skip
     assert len(_table((paper / "fig7.md").read_text(), "task")) == 8  # two records per ARO task
+    import csv
+
+    rows = list(csv.DictReader(open(paper / "tab2.csv")))
+    cell = next(r for r in rows if r["row"].startswith("CLIP |") and r["column"] == "Avg. (11 tasks)")
+    assert cell["ours"] == tab2[0][15].split("<br>")[0] and cell["paper"] == "55.95"  # the CSV is the table's numbers
     sec43 = (paper / "sec43.md").read_text()
     for part in ("Training variability", "Confidence intervals", "Decision changes", "Encoder adaptation"):
         assert f"## §4.3 {part}" in sec43

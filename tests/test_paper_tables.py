@@ -147,3 +147,21 @@ def test_tab2_rows_changes_from_clip_and_the_quoted_differences_with_our_interva
     assert rows["Global-M (HNB)"][10].startswith("61.00 ± 1.41")  # ABC: mean ± sample std of two seeds
     assert rows["Δ Global-M (HNB)"][10] == "+11.00" and rows["Δ Flow-CLIP+CIMR"][10] == "+21.00"  # from CLIP's 50
     assert rows["Global-M+CIMR"][10] == "missing"  # not given: missing, never dropped
+
+
+def test_a_cell_read_back_for_the_csv_is_the_number_it_shows():
+    """parse_cell inverts paper_cell: ours, its spread, the change from CLIP, the paper's
+    value and change and the difference; a label cell is not read as a number."""
+    from flowclip_cache.paper_numbers import Published
+    from flowclip_cache.paper_tables import paper_cell, parse_cell, table_csv
+
+    pub = Published("x", "Tab. 7", "r", "c", "38.3", "%", "s")
+    change = Published("y", "Tab. 7", "r", "c, change", "+8.1", "points", "s")
+    cell = paper_cell([36.0, 37.0], [28.0], pub, change)
+    assert parse_cell(cell) == {"ours": "36.50", "std": "0.71", "change": "+8.50", "paper": "38.3",
+                                "paper_change": "+8.1", "diff": "-1.80"}  # fmt: skip
+    assert parse_cell(paper_cell([], [], pub, None)) == dict.fromkeys(("ours", "std", "change", "paper_change", "diff"),
+                                                                     "") | {"paper": "38.3"}  # fmt: skip
+    assert parse_cell("ViT-B/32") is None and parse_cell("") is None
+    rows = table_csv("t", ["caption", "", "| a | b | x |", "|---|---|---|", f"| 0.10 | lab | {cell} |"], 2)
+    assert rows == [["t", "0.10 | lab", "x", "36.50", "0.71", "+8.50", "38.3", "+8.1", "-1.80"]]

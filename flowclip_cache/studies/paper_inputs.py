@@ -46,6 +46,7 @@ def _adapted(cfg, row: str, source: str) -> list[str]:
 
 
 TAB2, CC3M = "tab2-coco/score", "tab1-cc3m/score"
+LEADING = {"tab1": 3, "tab2": 4, "tab3": 3, "tab4": 2, "tab5": 2, "tab6": 2, "tab7": 1, "fig3": 3, "fig7": 2}
 STANDINS = (
     "**Stand-ins (the reduced run).** Every benchmark and training source here is the synthetic world under "
     "the paper's name (flowclip_cache/datasets/paper_standin.py), every encoder a tiny CLIP, each released "
@@ -178,6 +179,24 @@ def atlas_margins(cfg, absent: list[str]) -> dict[str, dict[tuple[str, str], flo
     return out
 
 
+def write_paper_file(cfg, name: str, head: list[str], lines: list[str]) -> str:
+    """OUT/paper/NAME.md, and NAME.csv beside it when it holds a table: one row per cell
+    (ours, our std, the change from CLIP, the paper's value and change, ours minus it)."""
+    import csv
+    import io
+
+    from .. import outputs
+    from ..paper_tables import CSV_HEADER, table_csv
+
+    path = os.path.join(cfg.out, "paper", f"{name}.md")
+    outputs.write_text(path, "\n".join(head + lines) + "\n")
+    if name in LEADING:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows([CSV_HEADER, *table_csv(name, lines, LEADING[name])])
+        outputs.write_text(path.removesuffix(".md") + ".csv", buf.getvalue())
+    return path
+
+
 def write_figures(cfg, log) -> None:
     """OUT/paper/fig3.md|png and fig7.md|png from the scores that exist."""
     from .. import outputs
@@ -194,14 +213,13 @@ def write_figures(cfg, log) -> None:
         head = ["# The paper's figures, ours beside the published numbers", ""]
         head += [STANDINS, ""] if cfg.standins is not None else []
         head += ["Not run yet (what they give is left out): " + ", ".join(absent), ""] if absent else []
-        outputs.write_text(os.path.join(folder, f"{name}.md"), "\n".join(head + lines) + "\n")
+        write_paper_file(cfg, name, head, lines)
         outputs.atomic_write(os.path.join(folder, f"{name}.png"), lambda p, draw=draw, data=data: draw(data, p))
         log(f"wrote {folder}/{name}.md and {name}.png")
 
 
 def write_tables(cfg, log) -> None:
     """OUT/paper/tab1.md ... tab7.md from the steps' outputs that exist."""
-    from .. import outputs
     from ..paper_tables import tab1, tab4, tab7
     from ..paper_tables_heads import families, tab2, tab3
     from .paper_section43 import section43
@@ -225,7 +243,6 @@ def write_tables(cfg, log) -> None:
             head += [STANDINS, ""]
         if absent:
             head += ["Not run yet (what they give reads 'missing'): " + ", ".join(absent), ""]
-        path = os.path.join(cfg.out, "paper", f"{name}.md")
-        outputs.write_text(path, "\n".join(head + lines) + "\n")
+        path = write_paper_file(cfg, name, head, lines)
         log(f"wrote {path}" + (f" ({len(absent)} inputs not run yet)" * bool(absent)))
     write_figures(cfg, log)
