@@ -1,14 +1,13 @@
-"""The whole paper as one plan (`flowclip run paper --dry-run`; issue 27, docs/paper.md).
+"""The whole paper as one plan (`flowclip run paper`; issue 27, docs/paper.md).
 
-Steps in the order they run: manifests (one per official source), feature stores (one per
-encoder, one extract command per image folder), studies and adapted encoders (each
-command one that flowclip already runs, resumable), then the paper-layout tables. Each
-step knows the paths it needs and the path it makes, so the plan can say which inputs
-exist, which are missing (with the download or the command that provides each), what is
-done, the disk each store takes and, where measured, its time (paper_budget.py).
-Without --dry-run it writes the tables built so far (Tabs. 1, 4 and 7) from the steps'
-outputs that exist (paper_inputs.py); running the steps themselves as one command, and
-Tabs. 2, 3, 5 and 6 in the paper's layout, are not built yet: the plan says so."""
+Steps in the order they run: manifests (one per official source, or the synthetic
+stand-ins), feature stores (one per encoder, one extract command per image folder),
+studies, the explorer, adapted encoders (each command one that flowclip already runs,
+resumable), then the paper-layout tables and figures. Each step knows the paths it needs
+and the path it makes, so the plan can say which inputs exist, which are missing (with
+the download or the command that provides each), what is done, the disk each store takes
+and, where measured, its time (paper_budget.py). --dry-run prints the plan; without it
+paper_runner.py runs the steps and paper_inputs.py writes OUT/paper/."""
 
 from __future__ import annotations
 
@@ -365,24 +364,19 @@ def _adapt_command(cfg: PaperConfig, enc: dict, src: str, head: str, recipe: dic
     )
 
 
-def table_step(cfg: PaperConfig) -> Step:
-    """The paper-layout tables from the steps' outputs: Tabs. 1, 4 and 7 so far."""
-    inputs = [os.path.join(cfg.out, d) for d in ("tab2-coco", "tab1-cc3m", "tab1-labclip-coco", "tab1-labclip-cc3m")]
-    inputs += [os.path.join(cfg.out, f"{name}-scores") for name in cfg.checkpoints]
-    inputs += [os.path.join(cfg.out, "adapted", f"{row}-{src}-s{s}-scores")
-               for row in ("flow", "negclip") for src in ("coco", "cc3m") for s in cfg.seeds]  # fmt: skip
+def table_step(cfg: PaperConfig, steps: list[Step]) -> Step:
+    """The paper-layout tables and figures, from every step's output."""
     return Step(
-        "tables", "paper", "Tabs. 1, 4, 7 in the paper's layout, the published numbers beside ours",
-        os.path.join(cfg.out, "paper"), [f"flowclip run paper {q('out=' + cfg.out)} seeds={_q(cfg.seeds)}"],
-        needs=inputs,
-        note="Tabs. 2, 3, 5, 6 in the paper's layout are not built yet (issue 27): each study's summary.md holds its "
-        "table meanwhile, and flowclip_cache.paper_comparison puts the published numbers beside them",
+        "tables", "paper", "Tabs. 1-7, §4.3, Figs. 3 and 7 in the paper's layout (and CSV), the published numbers "
+        "beside ours", os.path.join(cfg.out, "paper"), [],
+        needs=[s.makes for s in steps if s.kind in ("study", "adapt", "score", "explain")],
+        note="written by `flowclip run paper` (this config) once every step is done: by the last rank to finish",
     )  # fmt: skip
 
 
 def plan(cfg: PaperConfig) -> list[Step]:
-    return [*manifest_steps(cfg), *extract_steps(cfg), *study_steps(cfg), *explain_steps(cfg), *adapted_steps(cfg),
-            table_step(cfg)]  # fmt: skip
+    steps = [*manifest_steps(cfg), *extract_steps(cfg), *study_steps(cfg), *explain_steps(cfg), *adapted_steps(cfg)]
+    return [*steps, table_step(cfg, steps)]
 
 
 def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
