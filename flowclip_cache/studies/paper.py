@@ -17,7 +17,7 @@ from shlex import quote as q
 from typing import Any
 
 from ..errors import FlowclipError
-from .paper_paths import TRAINING_SOURCES, manifest_path, store_path
+from .paper_paths import TRAINING_SOURCES, manifest_path, store_path, table_of
 
 COCO_RECIPE = {"epochs": 5, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.05}  # §4.1: COCO, five epochs
 CC3M_RECIPE = {"epochs": 3, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.06}  # §4.1: CC3M-100K, three epochs
@@ -195,16 +195,6 @@ def _standin_checkpoint(cfg: PaperConfig, name: str, path: str) -> Step:
     return Step("standin", f"{name}-standin", "Tabs. 1, 4 (stand-in checkpoint)", path, [cmd],
                 needs=[manifest_path(cfg, src)], done_when=[done],
                 note="a stand-in for the released checkpoint")  # fmt: skip
-
-
-def table_of(enc: dict) -> int:
-    """The table an extra encoder's rows belong to: `table:`, else 6 for OpenAI CLIP ViTs, 5 otherwise."""
-    return enc.get("table") or (6 if openai_backbone(enc) else 5)
-
-
-def openai_backbone(enc: dict) -> bool:
-    """Tab. 6's rows (OpenAI CLIP ViTs); the other families are Tab. 5's."""
-    return enc["model"].startswith("ViT-") and "SigLIP" not in enc["model"]
 
 
 def _encoder_note(enc: dict) -> str:

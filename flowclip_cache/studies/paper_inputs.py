@@ -4,48 +4,11 @@ there yet named, and the tables written to OUT/paper/ (paper_tables.py lays them
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from ..errors import FlowclipError
+from .paper_results import CC3M, TAB2, adapted_folders, read_results, runs_of
 
-
-def _results(path: str) -> dict | None:
-    """A score's results.json, or None when the step has not run; a damaged one is refused."""
-    if not os.path.exists(path):
-        return None
-    try:
-        data = json.load(open(path))
-        data["scorers"], data["results"]  # noqa: B018 - the keys the tables read
-    except (ValueError, KeyError, TypeError) as e:
-        raise FlowclipError(f"{path}: not a flowclip score's results.json ({e}); run that step again") from None
-    return data
-
-
-def runs_of(cfg, folders: list[str], method: str, absent: list[str], control: str = "real") -> list[dict]:
-    """One {"results": {manifest: metrics}, "means": {cross-task mean: ...}} per run (seed)
-    of `method` under `control`, from the scores in OUT/<folder>/results.json; a folder
-    without its results is added to `absent`."""
-    runs = []
-    for folder in folders:
-        path = os.path.join(cfg.out, folder, "results.json")
-        res = _results(path)
-        if res is None:
-            absent += [path] * (path not in absent)
-            continue
-        for s in res["scorers"]:
-            key = f"{control}|{s['run']}"
-            if s["method"] == method and key in res["results"]:
-                runs.append({"results": res["results"][key], "means": res.get("cross_task_means", {}).get(key, {})})
-    return runs
-
-
-def _adapted(cfg, row: str, source: str) -> list[str]:
-    return [os.path.join("adapted", f"{row}-{source}-s{seed}-scores") for seed in cfg.seeds]
-
-
-TAB2, CC3M = "tab2-coco/score", "tab1-cc3m/score"
 LEADING = {"tab1": 3, "tab2": 4, "tab3": 3, "tab4": 2, "tab5": 2, "tab6": 2, "tab7": 1, "fig3": 3, "fig7": 2}
 STANDINS = (
     "**Stand-ins (the reduced run).** Every benchmark and training source here is the synthetic world under "
@@ -75,7 +38,7 @@ def tab7_inputs(cfg, absent: list[str]) -> dict[str, list[dict]]:
     """Tab. 7's columns: one {manifest: metrics} per seed."""
     sources = {
         "CLIP": ([TAB2], "clip"),
-        "NegCLIP": (_adapted(cfg, "negclip", "coco"), "clip"),  # the COCO-adapted encoders scored as CLIP
+        "NegCLIP": (adapted_folders(cfg, "negclip", "coco"), "clip"),  # the COCO-adapted encoders scored as CLIP
         "Global-M (COCO)": ([TAB2], "global"),
         "Global-M (CC3M)": ([CC3M], "global"),
         "Flow-CLIP (COCO)": ([TAB2], "flow_hnb_cimr"),
@@ -92,10 +55,10 @@ def tab1_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
         fsc = "fsc_clip-scores" if block == "COCO" else "fsc_clip_cc3m-scores"
         sources = {
             "CLIP": ([frozen], "clip"),
-            "NegCLIP": (_adapted(cfg, "negclip", short), "clip"),
+            "NegCLIP": (adapted_folders(cfg, "negclip", short), "clip"),
             "LABCLIP": ([f"tab1-labclip-{short}/score"], "labclip"),
             "Flow-CLIP, frozen": ([frozen], "flow_hnb_cimr"),
-            "Flow-CLIP, adapted": (_adapted(cfg, "flow", short), "flow"),
+            "Flow-CLIP, adapted": (adapted_folders(cfg, "flow", short), "flow"),
         }
         if block == "COCO" or "fsc_clip_cc3m" in cfg.checkpoints:
             sources["FSC-CLIP"] = ([fsc], "clip")
@@ -108,7 +71,7 @@ def tab2_inputs(cfg, absent: list[str]) -> tuple[dict[str, list[dict]], dict]:
     study's paired bootstrap intervals."""
     from ..paper_tables_heads import TAB2_ROWS, tab2_intervals
 
-    res = _results(os.path.join(cfg.out, TAB2, "results.json")) or {}
+    res = read_results(os.path.join(cfg.out, TAB2, "results.json")) or {}
     runs = {method: runs_of(cfg, [TAB2], method, absent) for _, method, *_ in TAB2_ROWS}
     return runs, tab2_intervals(res.get("bootstrap", {}))
 
@@ -124,7 +87,7 @@ def tab3_inputs(cfg, absent: list[str]) -> dict[tuple[float, float, float], list
 def families_inputs(cfg, table: int, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
     """Tab. 5's or Tab. 6's blocks: per encoder, Base (its own scoring), Global-M, Flow-CLIP.
     Tab. 6's first block is the main encoder's, from Tab. 2's runs (same settings)."""
-    from .paper import table_of
+    from .paper_paths import table_of
 
     rows = {"Base": "clip", "Global-M": "global", "Flow-CLIP": "flow"}
     out = {}
@@ -165,7 +128,7 @@ def atlas_margins(cfg, absent: list[str]) -> dict[str, dict[tuple[str, str], flo
     }
     out: dict[str, dict[tuple[str, str], float]] = {}
     for model, (folder, method) in sources.items():
-        res = _results(os.path.join(cfg.out, folder, "results.json"))
+        res = read_results(os.path.join(cfg.out, folder, "results.json"))
         records = os.path.join(cfg.out, folder, "records.parquet")
         if res is None or not os.path.exists(records):
             absent += [records] * (records not in absent)

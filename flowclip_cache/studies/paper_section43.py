@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .paper_inputs import CC3M, TAB2, _adapted, _results, runs_of
+from .paper_results import CC3M, TAB2, adapted_folders, read_results, runs_of
 
 FLOW, GLOBAL = "flow_hnb_cimr", "global"  # the text's "Flow-CLIP" and "Global-M" (docs/paper.md)
 VARIABILITY = {"Global-M": "global", "Global-M+CIMR": "global_cimr", "Flow-CLIP (HNB)": "flow_hnb",
@@ -43,7 +43,7 @@ def variability(cfg, absent, ours: dict) -> None:
 
 def intervals(cfg, ours: dict) -> None:
     """Our 95% paired bootstrap interval of Flow-CLIP minus Global-M per task (points)."""
-    res = _results(os.path.join(cfg.out, TAB2, "results.json")) or {}
+    res = read_results(os.path.join(cfg.out, TAB2, "results.json")) or {}
     for label, task in TASKS.items():
         b = res.get("bootstrap", {}).get(task, {}).get(f"{FLOW} - {GLOBAL}")
         if b:
@@ -60,7 +60,7 @@ def decisions(cfg, absent, ours: dict) -> None:
 
     from ..metrics import margin
 
-    res = _results(os.path.join(cfg.out, TAB2, "results.json"))
+    res = read_results(os.path.join(cfg.out, TAB2, "results.json"))
     if res is None:
         return
     runs = {m: sorted(s["run"] for s in res["scorers"] if s["method"] == m) for m in (FLOW, GLOBAL)}
@@ -99,7 +99,7 @@ def adaptation(cfg, absent, ours: dict) -> None:
 
     for block, short, frozen in (("COCO", "coco", TAB2), ("CC3M", "cc3m", CC3M)):
         f_runs = runs_of(cfg, [frozen], FLOW, absent)
-        a_runs = runs_of(cfg, _adapted(cfg, "flow", short), "flow", absent)
+        a_runs = runs_of(cfg, adapted_folders(cfg, "flow", short), "flow", absent)
         key = "§4.3 Encoder adaptation"
         for col, where in ADAPT_COLUMNS.items():
             fv = [v for r in f_runs if (v := tab4_value(r, where)) is not None]
