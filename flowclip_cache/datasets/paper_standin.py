@@ -149,7 +149,7 @@ def _add_meta(path: str, meta: dict) -> None:
 BENCHMARK = Benchmark(
     name="paper-standin",
     title="Synthetic stand-ins for the paper's benchmarks and training sources",
-    kind="candidates",
+    kind="stand-ins",  # its manifests are scored as the benchmark each stands in for
     build=build,
     scoring=None,
     options={
