@@ -142,8 +142,14 @@ def test_two_ranks_under_torchrun_write_the_one_process_tables(reduced, tmp_path
     """The same plan into a new study folder, as two processes under torchrun, from the
     world, manifests and stores the one-process run made (its stores are found complete:
     extraction is not what this checks; every study, adapted encoder and score is redone)."""
+    import torch
+
     root, _ = reduced
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
+    # as many threads per rank as the one-process run had (torchrun's default is one): a
+    # CPU sum over other threads differs in the last bits, and an adapted encoder's
+    # weights with it (its store, shared here, would then refuse them)
+    threads = str(torch.get_num_threads())
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT, "OMP_NUM_THREADS": threads}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     two = tmp_path / "studies"
     paths = [*_paths(root)[:-1], f"out={two}"]
