@@ -138,29 +138,42 @@ def test_a_rerun_does_nothing_and_a_lost_output_is_redone_alone(reduced):
     assert {n: (root / "studies" / "paper" / f"{n}.md").read_text() for n in TABLES} == before  # the same bits
 
 
-def test_two_ranks_under_torchrun_write_the_one_process_tables(reduced, tmp_path):
-    """The same plan into a new study folder, as two processes under torchrun, from the
-    world, manifests and stores the one-process run made (its stores are found complete:
-    extraction is not what this checks; every study, adapted encoder and score is redone)."""
+def test_two_ranks_under_torchrun_write_the_one_process_numbers(reduced, tmp_path):
+    """Part of the plan (one training source, four benchmarks, the main encoder, FSC-CLIP's
+    stand-in) into a new study folder as two processes under torchrun, from the world,
+    manifests and stores the one-process run made: both ranks ran steps, and every number
+    the two-rank run's tables hold (its CSVs) is the one-process run's, bit for bit."""
+    import csv
+
     import torch
 
     root, _ = reduced
     # as many threads per rank as the one-process run had (torchrun's default is one): a
     # CPU sum over other threads differs in the last bits, and an adapted encoder's
     # weights with it (its store, shared here, would then refuse them)
-    threads = str(torch.get_num_threads())
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT, "OMP_NUM_THREADS": threads}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     two = tmp_path / "studies"
-    paths = [*_paths(root)[:-1], f"out={two}"]
-    cmd = [*torchrun, "-m", "flowclip_cache", "run", "paper-synthetic", *SMALL, *paths]
+    part = [
+        "sources={coco-train: {source: ., images: images}, aro-vg-relation: {source: ., images: images}, "
+        "sugarcrepe: {source: ., images: images}, abc6k: {source: ., images: images}, "
+        "coco-retrieval: {source: ., images: images}}",
+        "encoders={vit_b32: {model: flowclip-tiny-clip, pretrained: synthetic}}",
+        "checkpoints={fsc_clip: standin-fsc-clip-coco/encoder.safetensors}",
+    ]
+    cmd = [*torchrun, "-m", "flowclip_cache", "run", "paper-synthetic", *SMALL, *part, *_paths(root)[:-1], f"out={two}"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     markers = two / ".paper-steps"
     ranks = [json.load(open(markers / n))["rank"] for n in sorted(os.listdir(markers)) if n.endswith(".done")]
     assert sorted(set(ranks)) == [0, 1]  # the steps that are not studies, shared between the ranks
     assert p.stdout.count("runs to train here") >= 2  # and the studies' runs
-    for name in TABLES:
-        for ext in (".md", ".csv") if name != "sec43" else (".md",):
-            one = (root / "studies" / "paper" / f"{name}{ext}").read_text().replace(str(root / "studies"), "OUT")
-            assert (two / "paper" / f"{name}{ext}").read_text().replace(str(two), "OUT") == one, name
+    compared = 0
+    for name in ("tab1", "tab2", "tab3", "tab4", "tab7", "fig7"):
+        cells = lambda folder: {(r["row"], r["column"]): r for r in csv.DictReader(open(folder / f"{name}.csv"))}  # noqa: E731
+        one, got = cells(root / "studies" / "paper"), cells(two / "paper")
+        for key, row in got.items():
+            if row["ours"]:  # measured here (a mean missing members, or a row not in the part, is empty)
+                assert row == one[key], (name, key)
+                compared += 1
+    assert compared > 100
