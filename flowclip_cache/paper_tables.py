@@ -23,6 +23,11 @@ TAB7_COLUMNS = ("CLIP", "NegCLIP", "Global-M (COCO)", "Global-M (CC3M)", "Flow-C
 WITH_CHANGE = ("Flow-CLIP (COCO)", "Flow-CLIP (CC3M)")  # the paper prints their change from CLIP
 
 
+def published_cells(table: str, published: list[Published] | None = None) -> dict[tuple[str, str], Published]:
+    """A table's published numbers by (row, column)."""
+    return {(p.row, p.column): p for p in (published or published_numbers()) if p.table == table}
+
+
 def _values(results: list[dict], task: str, metric: str) -> list[float]:
     """Percent, one per seed that measured it."""
     return [100 * r[task][metric] for r in results if metric in r.get(task, {})]
@@ -102,7 +107,7 @@ def tab7(ours: dict[str, list[dict]], published: list[Published] | None = None) 
     them); a column not given is 'missing' beside its published values."""
     from .report import table
 
-    pub = {(p.row, p.column): p for p in (published or published_numbers()) if p.table == "Tab. 7"}
+    pub = published_cells("Tab. 7", published)
     rows = []
     for row, (task, metric) in TAB7_ROWS.items():
         clip = _values(ours.get("CLIP", []), task, metric)
@@ -155,7 +160,7 @@ def tab4(ours: dict[str, dict[str, list[dict]]], published: list[Published] | No
     is left empty rather than averaged over fewer tasks."""
     from .report import table
 
-    pub = {(p.row, p.column): p for p in (published or published_numbers()) if p.table == "Tab. 4"}
+    pub = published_cells("Tab. 4", published)
     rows, means = [], {}
     for row in TAB4_ROWS:
         for cond in CONDITIONS:
@@ -230,7 +235,7 @@ def tab1(ours: dict[str, dict[str, list[dict]]], published: list[Published] | No
     a row not given reads 'missing' beside its published values."""
     from .report import table
 
-    pub = {(p.row, p.column): p for p in (published or published_numbers()) if p.table == "Tab. 1"}
+    pub = published_cells("Tab. 1", published)
     rows, means = [], {}
     for block in BLOCKS:
         for row, frozen in TAB1_ROWS:

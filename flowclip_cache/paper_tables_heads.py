@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import statistics
 
-from .paper_numbers import Published, published_numbers
-from .paper_tables import TAB4_COLUMNS, paper_cell, quoted_differences, tab4_value
+from .paper_numbers import Published
+from .paper_tables import TAB4_COLUMNS, paper_cell, published_cells, quoted_differences, tab4_value
 
 ARO = TAB4_COLUMNS[:5]  # the four ARO tasks and their mean
 TAB2_COLUMNS = (
@@ -42,11 +42,6 @@ FAMILY_COLUMNS = (  # Tabs. 5 and 6
 )  # fmt: skip
 ENCODER_NAMES = {"vit_b32": "ViT-B/32", "vit_b16": "ViT-B/16", "vit_l14": "ViT-L/14", "siglip_b16": "SigLIP",
                  "blip": "BLIP"}  # fmt: skip
-
-
-class Means(dict):
-    """Our mean over seeds of a cell: (row name, column) -> value, under every name the
-    paper's text uses for the row and the column."""
 
 
 def value(run: dict, where: tuple[str, str]) -> float | None:
@@ -92,10 +87,6 @@ def change_rows(rows, columns, base: str, means: dict) -> list[list[str]]:
     return out
 
 
-def _published(table: str, published) -> dict:
-    return {(p.row, p.column): p for p in (published or published_numbers()) if p.table == table}
-
-
 def tab2_intervals(bootstrap: dict) -> dict[tuple[str, str], tuple[float, float]]:
     """Our paired bootstrap's 95% intervals ({task: {"b - a": {"ci95_pts": [lo, hi]}}}, as
     score writes them) keyed as the text names them: ("B minus A", column)."""
@@ -119,7 +110,8 @@ def tab2(ours: dict[str, list[dict]], published: list[Published] | None = None, 
     `intervals`: tab2_intervals of the study's bootstrap."""
     from .report import table
 
-    pub, means = _published("Tab. 2", published), Means()
+    means: dict[tuple, float] = {}
+    pub = published_cells("Tab. 2", published)
     rows = [((label, m, tok, cimr), ours.get(method, []), names, label)
             for label, method, m, tok, cimr, names in TAB2_ROWS]  # fmt: skip
     body = grid(rows, TAB2_COLUMNS, pub, means) + change_rows(rows, TAB2_COLUMNS, "CLIP", means)
@@ -142,7 +134,8 @@ def tab3(ours: dict[tuple[float, float, float], list[dict]], published: list[Pub
     paper's. `ours`: (cimr, tau_p, alpha) -> runs."""
     from .report import table
 
-    pub, means = _published("Tab. 3", published), Means()
+    means: dict[tuple, float] = {}
+    pub = published_cells("Tab. 3", published)
     rows = [((f"{c:.2f}", f"{t:.2f}", f"{a:.2f}" + " (reference)" * ((c, t, a) == (0.10, 0.05, 1.00))), runs, (),
              (c, t, a)) for (c, t, a), runs in sorted(ours.items())]  # fmt: skip
     body = grid(rows, ARO, pub, means)
@@ -164,7 +157,8 @@ def families(table_name: str, ours: dict[str, dict[str, list[dict]]], published:
     """Tabs. 5 and 6: per encoder, Base (the encoder's own scoring), Global-M and Flow-CLIP."""
     from .report import table
 
-    pub, means = _published(table_name, published), Means()
+    means: dict[tuple, float] = {}
+    pub = published_cells(table_name, published)
     rows = []
     for enc, by_row in ours.items():
         name = ENCODER_NAMES.get(enc, enc)

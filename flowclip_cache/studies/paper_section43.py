@@ -22,11 +22,9 @@ ADAPT_COLUMNS = {"ARO Avg.": ("mean", "aro"), "Flickr30k Order": ("task", "aro-f
                  "COCO-Spatial": ("task", "whatsup-coco-spatial")}  # fmt: skip
 
 
-def _signed(column: str, values: list[float]) -> tuple[str, list[float]]:
+def _signed(column: str, values: list[float]) -> list[float]:
     """A column stated as "(a decrease)" holds a positive number: ours negated to match."""
-    if column.endswith(" (a decrease)"):
-        return column.removesuffix(" (a decrease)"), [-v for v in values]
-    return column, values
+    return [-v for v in values] if column.endswith(" (a decrease)") else values
 
 
 def variability(cfg, absent, ours: dict) -> None:
@@ -109,7 +107,7 @@ def adaptation(cfg, absent, ours: dict) -> None:
             if fv and av:
                 diff = sum(av) / len(av) - sum(fv) / len(fv)
                 for c in (col, f"{col} (a decrease)"):
-                    ours[(key, f"adapted minus frozen control, {block}", c)] = _signed(c, [diff])[1]
+                    ours[(key, f"adapted minus frozen control, {block}", c)] = _signed(c, [diff])
 
 
 def section43(cfg, absent: list[str]) -> list[str]:
