@@ -26,12 +26,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.adapt import AdaptConfig, Adapted, _Images, read_records, step
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-from flowclip_cache.losses import batch_loss
-from flowclip_cache.ranks import Ranks
-from flowclip_cache.sample import make_sample
-from flowclip_cache.train import epoch_order
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.synthetic.sample import make_sample
+from flowclip_cache.training.adapt import AdaptConfig, Adapted, _Images, read_records, step
+from flowclip_cache.training.loop import epoch_order
+from flowclip_cache.training.losses import batch_loss
+from flowclip_cache.training.ranks import Ranks
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import alternate, ratio  # noqa: E402

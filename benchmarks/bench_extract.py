@@ -25,11 +25,11 @@ import pyarrow as pa
 import torch
 from PIL import Image
 
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-from flowclip_cache.extract import run_extract
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.extraction.extract import run_extract
 from flowclip_cache.manifest import write_manifest
-from flowclip_cache.sample import WORDS, draw_scene
 from flowclip_cache.store import FeatureStore
+from flowclip_cache.synthetic.sample import WORDS, draw_scene
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import abab  # noqa: E402

@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _timing import ratio  # noqa: E402
 from bench_extract import make_data  # noqa: E402
 
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve  # noqa: E402
-from flowclip_cache.extract import run_extract  # noqa: E402
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve  # noqa: E402
+from flowclip_cache.extraction.extract import run_extract  # noqa: E402
 from flowclip_cache.store import FeatureStore  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--families", default="clip,siglip,blip", help="Comma-separated: clip, siglip, blip.")
     args = ap.parse_args()
-    from flowclip_cache.encoder_families.offline import blip_folder, siglip_like_tokenizer
+    from flowclip_cache.extraction.families.offline import blip_folder, siglip_like_tokenizer
 
     with tempfile.TemporaryDirectory() as root:
         names, _ = make_data(root, args.images, args.images)

@@ -22,8 +22,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-from flowclip_cache.features import encode_images, encode_texts, text_features
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.extraction.features import encode_images, encode_texts, text_features
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import abab  # noqa: E402

@@ -22,13 +22,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from safetensors.torch import load_file
 
-from flowclip_cache.encoders import EncoderSpec, resolve
-from flowclip_cache.extract import run_extract
+from flowclip_cache.extraction.encoders import EncoderSpec, resolve
+from flowclip_cache.extraction.extract import run_extract
 from flowclip_cache.manifest import Manifest
 from flowclip_cache.store import FeatureStore
-from flowclip_cache.train import TrainConfig, train_head, train_heads
-from flowclip_cache.training_data import load_training_data
-from flowclip_cache.world import build_world
+from flowclip_cache.synthetic.world import build_world
+from flowclip_cache.training.loop import TrainConfig, train_head, train_heads
+from flowclip_cache.training.training_data import load_training_data
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import alternate, ratio  # noqa: E402

@@ -19,9 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-from flowclip_cache.features import encode_images
-from flowclip_cache.patch_readouts import READOUTS
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.extraction.features import encode_images
+from flowclip_cache.extraction.patch_readouts import READOUTS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import alternate, ratio  # noqa: E402

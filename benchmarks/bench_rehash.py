@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 import pyarrow as pa
 
-from flowclip_cache.extract_plan import collect
+from flowclip_cache.extraction.plan import collect
 from flowclip_cache.manifest import write_manifest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -116,7 +116,7 @@ def worker(store: str, manifest: str, placement: str, steps: int, out: str, devi
     import resource
 
     from flowclip_cache.store import FeatureStore
-    from flowclip_cache.train import TrainConfig, train_head
+    from flowclip_cache.training.loop import TrainConfig, train_head
 
     t0 = time.perf_counter()
     cfg = TrainConfig(head="flow", epochs=1, batch_size=32, train_eval_records=256, checkpoint_every=10**9)
@@ -171,7 +171,7 @@ def gallery(root: str, store: str, n_images: int) -> str:
 def score_worker(store: str, manifest: str, run: str, max_memory: int, shortlist: int, out: str) -> dict:
     import resource
 
-    from flowclip_cache.score import run_score
+    from flowclip_cache.scoring.score import run_score
     from flowclip_cache.store import FeatureStore
 
     t0 = time.perf_counter()
@@ -200,7 +200,7 @@ def scoring(
     """Score an exact and a shortlisted gallery (COCO 5k, or as many images as a small
     store holds); False when a run failed."""
     from flowclip_cache.store import FeatureStore
-    from flowclip_cache.train import TrainConfig, train_head
+    from flowclip_cache.training.loop import TrainConfig, train_head
 
     run = os.path.join(root, "flow-untrained")
     if not os.path.exists(os.path.join(run, "DONE")):

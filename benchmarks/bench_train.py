@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from flowclip_cache.heads import build_head
-from flowclip_cache.losses import cimr_loss, donor_map, hnb_loss
+from flowclip_cache.training.losses import cimr_loss, donor_map, hnb_loss
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import abab  # noqa: E402
@@ -99,8 +99,8 @@ def main():
         print(f"cuda peak  : factorised step {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB allocated")
 
     # cached features vs encoding inside the loop (random-weight ViT-B-32, same scorer)
-    from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-    from flowclip_cache.features import encode_images, encode_texts
+    from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+    from flowclip_cache.extraction.features import encode_images, encode_texts
 
     model = load_model(resolve(EncoderSpec("ViT-B-32")), dev)
     images = torch.randn(B, 3, 224, 224, generator=g).to(dev)
@@ -117,8 +117,8 @@ def main():
     # the cached side as train-head runs it: FP16 tensors in memory, batches by indexing
     import numpy as np
 
-    from flowclip_cache.banks import FeatureBank
-    from flowclip_cache.training_data import TrainingData
+    from flowclip_cache.store.banks import FeatureBank
+    from flowclip_cache.training.training_data import TrainingData
 
     R = 1024
     lengths = torch.randint(10, L + 1, (2 * R,), generator=g)

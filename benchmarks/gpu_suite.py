@@ -54,8 +54,8 @@ def extract_rates(device: str, images: int, workers: list[int], model: str = "Vi
     sys.path.insert(0, HERE)
     from bench_extract import make_data
 
-    from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-    from flowclip_cache.extract import run_extract
+    from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
 
     enc = resolve(EncoderSpec(model))

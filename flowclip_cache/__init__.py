@@ -3,7 +3,8 @@ Flow-CLIP heads trained and scored from it.
 
 The Python API (docs/python-api.md) is exported here and imported on first use, so that
 `import flowclip_cache` and the command line start without torch. (Its functions are not
-named like the package's modules: importing `flowclip_cache.train` would hide `train`.)"""
+named like the package's modules or stage packages: importing a submodule binds its name here,
+which would hide a function of that name.)"""
 
 __version__ = "0.1.0"
 
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 _HEADS = ("Head", "TokenMapHead", "masked_token_mean", "token_shares")
-_WHERE = {"TrainConfig": ".train_config", "FlowclipError": ".errors", "load_plugin": ".heads.plugins"}
+_WHERE = {"TrainConfig": ".training.train_config", "FlowclipError": ".errors", "load_plugin": ".heads.plugins"}
 _WHERE.update({name: ".heads" for name in _HEADS})
 
 

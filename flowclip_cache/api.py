@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .store import FeatureStore
-from .train_config import TrainConfig
+from .training.train_config import TrainConfig
 
 _silent = lambda *_: None  # noqa: E731
 
@@ -55,9 +55,9 @@ def read_features(
 ) -> Features:
     """Every image and caption a manifest names (any kind), from the store: a row whose
     image or caption was never extracted is refused with the extract command to run."""
-    from .banks import FeatureBank, finish
-    from .data import manifest_keys
     from .manifest import Manifest
+    from .store.banks import FeatureBank, finish
+    from .store.manifest_keys import manifest_keys
 
     fs = open_store(store)
     m = Manifest.read(manifest)
@@ -91,10 +91,10 @@ def load_run(folder: str, device: str = "cpu") -> Run:
     """A finished run folder, or a published head `hf:OWNER/NAME` (docs/publish.md),
     checked as `flowclip score` checks it (a malformed one is refused); nothing in it is
     executed."""
-    from . import checkpoint
     from .errors import FlowclipError
     from .hub import run_folder
-    from .run_folder import load_head
+    from .training import checkpoint
+    from .training.run_folder import load_head
 
     folder = run_folder(folder)  # hf:OWNER/NAME: a published head, from the Hugging Face cache
     if not os.path.exists(os.path.join(folder, "DONE")):
@@ -123,7 +123,7 @@ def train_head(
     "FILE.py:Class", a Head subclass, or a Head instance (training starts from its weights;
     its options are the run's head_options)."""
     from .devices import resolve_device
-    from .train import train_head as train_run
+    from .training.loop import train_head as train_run
 
     base = dict(config.__dict__) if isinstance(config, TrainConfig) else dict(config or {})
     merged, initial = _head_setting({**base, **settings})
@@ -177,7 +177,7 @@ class ScoreResults:
 
     def score(self, benchmark: str, scorer: str, control: str = "real") -> float:
         """The benchmark's official score (a fraction in [0, 1]), or R@1 / top-1."""
-        from .score import headline
+        from .scoring.score import headline
 
         return headline(self.result(benchmark, scorer, control))
 
@@ -205,7 +205,7 @@ def score_manifests(
     as `flowclip score` does, into `out`; the results read back. options: seed,
     max_memory_mb, shortlist, image_root, compare."""
     from .devices import resolve_device
-    from .score import run_score
+    from .scoring.score import run_score
 
     run_score(
         open_store(store), list(manifests), list(scorers), out, controls=tuple(controls),
@@ -238,8 +238,8 @@ class OnlineScorer:
         **spec,
     ):
         from .devices import resolve_device
-        from .encoders import EncoderSpec, load_model, resolve
         from .errors import FlowclipError
+        from .extraction.encoders import EncoderSpec, load_model, resolve
         from .heads import build_head
 
         self.device = resolve_device(device)
@@ -252,7 +252,7 @@ class OnlineScorer:
             self.head = build_head("clip", dim).to(self.device)
         else:
             loaded = load_run(run, self.device)
-            from .encoders import fingerprint_of
+            from .hashing import fingerprint_of
 
             if loaded.config["store_fingerprint"] != fingerprint_of(enc.config):
                 raise FlowclipError(
@@ -264,9 +264,9 @@ class OnlineScorer:
     @torch.no_grad()
     def __call__(self, images: list, captions: list[str]) -> torch.Tensor:
         """[len(images), len(captions)] scores of every pair."""
-        from .banks import finish
-        from .features import encode_images, encode_texts
-        from .images import to_rgb
+        from .extraction.features import encode_images, encode_texts
+        from .extraction.images import to_rgb
+        from .store.banks import finish
 
         x = torch.stack([self.encoder.preprocess(to_rgb(im)) for im in images]).to(self.device)
         g, p = encode_images(self.encoder, x)

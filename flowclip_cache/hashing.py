@@ -6,6 +6,7 @@ as raw 32-byte digests."""
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -59,3 +60,21 @@ def as_fixed(arr: np.ndarray) -> np.ndarray:
 
 def hex_to_fixed(keys: Iterable[str]) -> np.ndarray:
     return as_fixed(keys_to_bytes(keys))
+
+
+def fingerprint_of(config: dict) -> str:
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def diff_configs(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields that differ between two fingerprinted configs."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        name = f"{prefix}{k}"
+        va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += diff_configs(va, vb, name + ".")
+        elif va != vb:
+            out.append(f"{name}: {va!r} != {vb!r}")
+    return out

@@ -24,7 +24,7 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
     """RUN (a finished head run) -> OUT: the head's safetensors, its config without local
     paths, DONE, and a model card (README.md) naming the encoder, the store fingerprint,
     how to load it and, from a results folder the user names, the scores it got there."""
-    from .run_folder import load_head
+    from .training.run_folder import load_head
 
     head, cfg = load_head(run)  # checked as scoring checks it (a plug-in head must be available)
     outputs.check_replaceable(out, KIND, overwrite)
@@ -69,7 +69,7 @@ def _encoder_of(cfg: dict) -> dict:
 def _scores_of(results: str, sha: str) -> dict:
     """{benchmark: official score} of the scorer in RESULTS whose head is this one (by
     the sha256 of its weights), Real images."""
-    from .score import headline
+    from .scoring.score import headline
 
     try:
         summary = json.load(open(os.path.join(results, "results.json")))

@@ -18,8 +18,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import checkpoint, outputs
+from . import outputs
 from .errors import FlowclipError
+from .training import checkpoint
 
 
 @dataclass
@@ -91,8 +92,8 @@ def folder_name(params: dict) -> str:
 
 def objective(cfg: SweepConfig, store, name: str, settings: dict) -> float:
     """Train one trial's run folder (resuming it if it began) and score it on the objective."""
-    from .score import headline, run_score
-    from .train import TrainConfig, train_head
+    from .scoring.score import headline, run_score
+    from .training.loop import TrainConfig, train_head
 
     run = os.path.join(cfg.out, "trials", name)
     tc = TrainConfig.from_dict(settings, f"trial {name}")
@@ -147,7 +148,7 @@ def sweep(cfg: SweepConfig, log=print) -> dict:
 
     from .heads.plugins import load_plugin
     from .store import FeatureStore
-    from .train import TrainConfig
+    from .training.loop import TrainConfig
 
     for target in cfg.plugins:
         load_plugin(target)

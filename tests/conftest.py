@@ -5,7 +5,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import pytest  # noqa: E402
 
-from flowclip_cache.encoders import EncoderSpec, load_model, register_package_configs, resolve  # noqa: E402
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, register_package_configs, resolve  # noqa: E402
 
 register_package_configs()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def tiny_model(tiny_encoder):
 
 @pytest.fixture
 def sample(tmp_path):
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.synthetic.sample import make_sample
 
     return make_sample(str(tmp_path / "sample"), n_images=12)
 
@@ -68,7 +68,7 @@ def lab(tmp_path_factory):
     from click.testing import CliRunner
 
     from flowclip_cache.cli import main
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.synthetic.sample import make_sample
 
     root = tmp_path_factory.mktemp("sample-store")
     s = make_sample(str(root / "sample"), n_images=16)
@@ -94,7 +94,7 @@ def needs_shared(*parts):
 @pytest.fixture(scope="session")
 def siglip_tokenizer(tmp_path_factory):
     pytest.importorskip("transformers", reason="the SigLIP family needs transformers (pip install 'flowclip[hf]')")
-    from flowclip_cache.encoder_families.offline import siglip_like_tokenizer
+    from flowclip_cache.extraction.families.offline import siglip_like_tokenizer
 
     return siglip_like_tokenizer(str(tmp_path_factory.mktemp("siglip-tokenizer")))
 
@@ -102,6 +102,6 @@ def siglip_tokenizer(tmp_path_factory):
 @pytest.fixture(scope="session")
 def blip_folder(tmp_path_factory):
     pytest.importorskip("transformers", reason="the BLIP family needs transformers (pip install 'flowclip[hf]')")
-    from flowclip_cache.encoder_families.offline import blip_folder as make
+    from flowclip_cache.extraction.families.offline import blip_folder as make
 
     return make(str(tmp_path_factory.mktemp("blip")))

@@ -14,7 +14,12 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from flowclip_cache.adapt import (
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.manifest import Manifest
+from flowclip_cache.store.integrity import store_problems
+from flowclip_cache.training.adapt import (
     AdaptConfig,
     Adapted,
     _Images,
@@ -23,24 +28,19 @@ from flowclip_cache.adapt import (
     read_records,
     run_adapt,
 )
-from flowclip_cache.cli import main
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-from flowclip_cache.errors import FlowclipError
-from flowclip_cache.losses import batch_loss
-from flowclip_cache.manifest import Manifest
-from flowclip_cache.ranks import Ranks
-from flowclip_cache.store.integrity import store_problems
-from flowclip_cache.train import TrainConfig, epoch_order, train_head
-from flowclip_cache.training_data import load_training_data
+from flowclip_cache.training.loop import TrainConfig, epoch_order, train_head
+from flowclip_cache.training.losses import batch_loss
+from flowclip_cache.training.ranks import Ranks
+from flowclip_cache.training.training_data import load_training_data
 
 TINY = "flowclip-tiny-vit"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from flowclip_cache.extract import run_extract
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
+    from flowclip_cache.synthetic.sample import make_sample
 
     root = tmp_path_factory.mktemp("adapt")
     s = make_sample(str(root / "sample"), n_images=24)
@@ -255,7 +255,7 @@ def test_resume_restores_the_random_state(world, tmp_path, monkeypatch):
     to bit-identical weights: checkpoints hold torch's RNG state."""
     import torch.nn.functional as F
 
-    import flowclip_cache.features as features
+    import flowclip_cache.extraction.features as features
 
     plain = features.image_features
     monkeypatch.setattr(
@@ -335,7 +335,7 @@ def test_exported_encoder_resolves_as_its_base(world, tmp_path):
 def test_malformed_tag_settings_are_refused(tmp_path):
     from safetensors.torch import save_file
 
-    from flowclip_cache.encoder_families.open_clip_common import TAG_SETTINGS_KEY, file_tag_settings
+    from flowclip_cache.extraction.families.open_clip_common import TAG_SETTINGS_KEY, file_tag_settings
 
     path = str(tmp_path / "w.safetensors")
     for bad in ('{"quick_gelu": "yes"}', '{"mean": [0.5, 0.5]}', '{"exec": "rm -rf /"}', "not json"):
@@ -415,7 +415,7 @@ def _rank_gradients(rank, world, init_file, sample, model_name, head_kind, out):
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    from flowclip_cache.ranks import gather_group
+    from flowclip_cache.training.ranks import gather_group
 
     ranks = Ranks(rank, world, gather_group())
     grads = _gradients(ranks, sample, model_name, head_kind)
@@ -497,7 +497,7 @@ def test_grad_checkpointing_recomputes_blocks_and_keeps_the_gradient(family, req
     backward pass (none do without it), and every encoder gradient stays the same."""
     from PIL import Image
 
-    from flowclip_cache.features import image_features, text_features
+    from flowclip_cache.extraction.features import image_features, text_features
 
     spec = {
         "tiny": lambda: EncoderSpec(TINY),
@@ -567,7 +567,7 @@ def test_torchrun_adapt_trains_what_one_process_trains(world, tmp_path):
     r = CliRunner().invoke(main, [*args, "--out", one])
     assert r.exit_code == 0, r.output
     _torchrun(2, [*args, "--out", two], tmp_path)
-    from flowclip_cache import checkpoint
+    from flowclip_cache.training import checkpoint
 
     la, lb = checkpoint.read_state(one)["loss"], checkpoint.read_state(two)["loss"]
     assert len(la) == len(lb) >= 2

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from flowclip_cache import metrics
-from flowclip_cache.banks import FeatureBank
 from flowclip_cache.datasets import get
 from flowclip_cache.datasets.base import Scoring
 from flowclip_cache.heads import build_head
-from flowclip_cache.score import aggregate, bootstrap_task, cross_task_means, write_outputs
+from flowclip_cache.scoring import metrics
+from flowclip_cache.scoring.score import aggregate, bootstrap_task, cross_task_means, write_outputs
+from flowclip_cache.store.banks import FeatureBank
 from flowclip_cache.studies.study import RunSpec, summarise
-from flowclip_cache.training_data import TrainingData, pairwise_accuracy
+from flowclip_cache.training.training_data import TrainingData, pairwise_accuracy
 
 
 def test_cross_task_means_by_hand():
@@ -101,7 +101,7 @@ def test_study_figure_draws_chance_and_marks_the_means():
 def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     """Issue 29: the overall reading first (how many intervals exclude 0 against chance,
     by question), what Fixed-control accuracy above chance and a head below chance mean."""
-    from flowclip_cache.clip_profile import PROFILE_FAMILIES
+    from flowclip_cache.scoring.profile import PROFILE_FAMILIES
     from flowclip_cache.studies.summary import summary_markdown
 
     runs = [RunSpec("flow", 0, {})]
@@ -286,7 +286,7 @@ def test_results_md_for_a_hand_built_case(tmp_path):
 
 
 def test_margin_is_gold_minus_the_best_foil():
-    from flowclip_cache.metrics import margin
+    from flowclip_cache.scoring.metrics import margin
 
     assert margin([0.2, 0.5, 0.1], 1) == pytest.approx(0.3)
     assert margin([0.2, 0.5, 0.1], 0) == pytest.approx(-0.3)

@@ -96,7 +96,7 @@ def test_online_scoring_equals_extract_then_score(lab, tmp_path, model):
     """PIL images and caption strings scored online against the same pairs scored from a
     store the same encoder filled: bit-identical (checked failing when the online path
     skips the store's FP16 rounding)."""
-    from flowclip_cache.images import load_image
+    from flowclip_cache.extraction.images import load_image
     from flowclip_cache.manifest import Manifest
 
     store = lab["store"]

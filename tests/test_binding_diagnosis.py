@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.binding_diagnosis import ROLES, cell_mask, diagnose, record_figures, role_of
 from flowclip_cache.heads import build_head, token_scores_direct
+from flowclip_cache.scoring.binding_diagnosis import ROLES, cell_mask, diagnose, record_figures, role_of
 
 GOLD = ["<start_of_text>", "a", "red", "circle", "left", "of", "a", "blue", "star", "<end_of_text>"]
 FOIL = ["<start_of_text>", "a", "blue", "circle", "left", "of", "a", "red", "star", "<end_of_text>"]

@@ -25,10 +25,10 @@ def test_factorised_scorer_on_cuda_matches_cpu():
 
 
 def test_train_head_on_cuda(tmp_path, tiny_encoder):
-    from flowclip_cache.extract import run_extract
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
-    from flowclip_cache.train import TrainConfig, train_head
+    from flowclip_cache.synthetic.sample import make_sample
+    from flowclip_cache.training.loop import TrainConfig, train_head
 
     s = make_sample(str(tmp_path / "s"), n_images=24)
     fs = FeatureStore.open_or_create(str(tmp_path / "st"), tiny_encoder.config)
@@ -51,10 +51,10 @@ def test_placements_on_cuda_train_the_same_weights(tmp_path, tiny_encoder):
     store placements give the same weights on CUDA."""
     from safetensors.torch import load_file
 
-    from flowclip_cache.extract import run_extract
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
-    from flowclip_cache.train import TrainConfig, train_head
+    from flowclip_cache.synthetic.sample import make_sample
+    from flowclip_cache.training.loop import TrainConfig, train_head
 
     torch.backends.cuda.matmul.allow_tf32 = False
     s = make_sample(str(tmp_path / "s"), n_images=24)
@@ -82,9 +82,9 @@ def test_placements_on_cuda_train_the_same_weights(tmp_path, tiny_encoder):
 def test_adapt_on_cuda_fp32_and_bf16(tmp_path, sample):
     """adapt on the GPU: FP32 follows the CPU run's losses; bf16 autocast and gradient
     checkpointing run and stay finite."""
-    from flowclip_cache import checkpoint
-    from flowclip_cache.adapt import AdaptConfig, run_adapt
-    from flowclip_cache.encoders import EncoderSpec
+    from flowclip_cache.extraction.encoders import EncoderSpec
+    from flowclip_cache.training import checkpoint
+    from flowclip_cache.training.adapt import AdaptConfig, run_adapt
 
     torch.backends.cuda.matmul.allow_tf32 = False
     base = dict(head="flow", batch_size=8, epochs=1, seed=0, lr=1e-3, encoder_lr=1e-5, workers=0)

@@ -26,7 +26,7 @@ def test_demo_end_to_end(tmp_path):
     assert r.exit_code == 0 and "the study is finished" in r.output
     assert open(os.path.join(out, "summary.md")).read().count("explain/explorer.html") == 2  # linked once
     # a summary written again without the link (a study re-summarised) gets it back
-    from flowclip_cache.demo import EXPLORER_LINK
+    from flowclip_cache.studies.demo import EXPLORER_LINK
 
     summary = os.path.join(out, "summary.md")
     without = open(summary).read().replace(EXPLORER_LINK, "")

@@ -21,7 +21,7 @@ from flowclip_cache.cli import main
 @pytest.fixture(scope="module")
 def explained(tmp_path_factory):
     """A small store, Global-M and Flow-CLIP heads, their score, and explain of every record."""
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.synthetic.sample import make_sample
 
     root = tmp_path_factory.mktemp("explain")
     s = make_sample(str(root / "sample"), n_images=30)
@@ -203,9 +203,9 @@ def test_displayed_image_is_what_the_encoder_saw(explained):
     normalised, it equals the encoder's own input for the record's image."""
     from torchvision.transforms.functional import normalize, to_tensor
 
-    from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-    from flowclip_cache.explain import display_image
-    from flowclip_cache.images import load_image, resolve_image_path
+    from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+    from flowclip_cache.extraction.images import load_image, resolve_image_path
+    from flowclip_cache.scoring.explain import display_image
     from flowclip_cache.store import FeatureStore
 
     store = FeatureStore(explained["store"])
@@ -219,8 +219,8 @@ def test_displayed_image_is_what_the_encoder_saw(explained):
 
 
 def test_sensitivity_is_the_directional_derivative():
-    from flowclip_cache.explain import sensitivity
     from flowclip_cache.heads.flow import FlowHead
+    from flowclip_cache.scoring.explain import sensitivity
 
     torch.manual_seed(0)
     head = FlowHead(12, tau_p=0.1).double()
@@ -371,8 +371,8 @@ def test_token_map_heads_explain_their_own_maps(kind):
     """FILIP-style, FSC-CLIP local and DCSM-style heads: their token shares add up to
     their score (FILIP: its token-to-image half), FSC's alignment weights sum to one, and
     the sensitivity of their margin is its directional derivative."""
-    from flowclip_cache.explain import sensitivity
     from flowclip_cache.heads import build_head
+    from flowclip_cache.scoring.explain import sensitivity
 
     torch.manual_seed(1)
     head = build_head(kind, 12).double().eval()  # as load_head returns it
@@ -421,7 +421,7 @@ def test_tokens_are_shown_by_role_content_words_first(explained):
     """The explorer and the record figures list a caption's tokens content words first, then
     function words, then special tokens, each by |share of s_token| (by share alone the list
     was led by <start_of_text> and 'a')."""
-    from flowclip_cache.explain_figures import token_role, tokens_by_role
+    from flowclip_cache.scoring.explain_figures import token_role, tokens_by_role
 
     tokens = ["<start_of_text>", "a", "red</w>", "cube", "left", "of", "the", "sphere", "<end_of_text>"]
     share = [0.9, 0.8, 0.1, -0.3, 0.05, 0.7, 0.01, 0.2, -0.95]

@@ -11,12 +11,12 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError, ManifestError
-from flowclip_cache.features import encode_images, encode_texts
+from flowclip_cache.extraction import extract as extract_mod
+from flowclip_cache.extraction.features import encode_images, encode_texts
+from flowclip_cache.extraction.images import load_image
 from flowclip_cache.hashing import caption_key, file_sha256
-from flowclip_cache.images import load_image
 from flowclip_cache.manifest import Manifest, write_manifest
 from flowclip_cache.store import IMAGE, FeatureStore
 from flowclip_cache.store.integrity import store_problems
@@ -67,7 +67,7 @@ def test_extract_once_and_equal_to_direct_encoding(tmp_path, sample, tiny_encode
 
 def test_second_run_loads_no_model_and_new_manifest_adds_only_new(tmp_path, sample, tiny_encoder, monkeypatch):
     run(tmp_path / "st", tiny_encoder, [sample["candidates"]], sample["image_root"])
-    import flowclip_cache.encoders as encoders
+    import flowclip_cache.extraction.encoders as encoders
 
     def no_model(*a, **k):
         raise AssertionError("a run with nothing new must not load the model")
@@ -86,7 +86,7 @@ def test_unchanged_image_files_are_not_read_again(tmp_path, sample, tiny_encoder
     root = tmp_path / "images"  # a copy, so one file can be edited
     shutil.copytree(sample["image_root"], root)
     run(tmp_path / "st", tiny_encoder, [sample["candidates"]], str(root))
-    from flowclip_cache import extract_plan  # where the keys are collected (files hashed)
+    from flowclip_cache.extraction import plan as extract_plan  # where the keys are collected (files hashed)
 
     hashed, real = [], extract_plan.file_sha256
     monkeypatch.setattr(extract_plan, "file_sha256", lambda p: (hashed.append(os.path.basename(p)), real(p))[1])
@@ -289,7 +289,7 @@ def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, 
     ]  # tokenizer lowercases
     man = tmp_path / "m.parquet"
     write_manifest(man, pa.Table.from_pylist(rows), "candidates")
-    import flowclip_cache.features as features_mod
+    import flowclip_cache.extraction.features as features_mod
 
     encoded = []
     real = features_mod.encode_texts

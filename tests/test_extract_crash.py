@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from flowclip_cache.sample import make_sample
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
 from flowclip_cache.store.integrity import store_problems
+from flowclip_cache.synthetic.sample import make_sample
 
 
 def extract_cmd(store, s, backend):

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 
 from flowclip_cache.cli import main
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
-from flowclip_cache.features import encode_images, encode_texts, image_features
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.extraction.features import encode_images, encode_texts, image_features
 from flowclip_cache.store.integrity import store_problems
 
 CAPTIONS = ["a red cube", "two blue spheres left of a large green cylinder on the table", "photo"]
@@ -42,7 +42,7 @@ def test_openai_fingerprints_are_those_of_stores_made_before_families():
     encoder families existed; a change here orphans every existing store."""
     import copy
 
-    from flowclip_cache.encoders import fingerprint_of
+    from flowclip_cache.hashing import fingerprint_of
 
     golden = {
         ("flowclip-tiny-vit", "none"): "fab95d9d060b757afa83b82a5a207d0d816b0104f14c55bbaf142a474015e854",
@@ -248,8 +248,8 @@ def test_unknown_family_names_the_supported_ones():
 # -- every dimension; one path from extract to score -----------------------------------------
 @pytest.mark.parametrize("d", [256, 512, 768, 1024])
 def test_flow_head_has_3d2_parameters_at_every_dimension(d):
-    from flowclip_cache.head_run import head_parameters
-    from flowclip_cache.train import TrainConfig
+    from flowclip_cache.training.head_run import head_parameters
+    from flowclip_cache.training.loop import TrainConfig
 
     assert head_parameters(TrainConfig(head="flow"), d) == 3 * d * d
     assert head_parameters(TrainConfig(head="global"), d) == d * d
@@ -264,8 +264,8 @@ FAMILY_RUNS = {
 
 @pytest.mark.parametrize("family", list(FAMILY_RUNS))
 def test_family_extract_train_score_end_to_end(family, tmp_path, siglip_tokenizer, blip_folder):
-    from flowclip_cache.sample import make_sample
     from flowclip_cache.store import IMAGE, FeatureStore
+    from flowclip_cache.synthetic.sample import make_sample
 
     s = make_sample(str(tmp_path / "sample"), n_images=6)
     store, run, res = (str(tmp_path / n) for n in ("store", "run", "res"))
@@ -414,8 +414,8 @@ def test_synthetic_weights_for_another_model_point_to_tags_not_the_tiny_recipe()
 def test_missing_tiny_weights_name_their_own_recipe(monkeypatch, tmp_path):
     """A tiny model with a packaged recipe is told that recipe (the bidirectional tower's is
     pretrain_tiny_clip_bidir); one without is told the shipped recipe with its model."""
-    from flowclip_cache.encoder_families import locate
     from flowclip_cache.errors import WeightsUnavailable
+    from flowclip_cache.extraction.families import locate
 
     empty = tmp_path / "weights"
     empty.mkdir()

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
-from flowclip_cache.features import encode_images, encode_texts, valid_mask
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.extraction.features import encode_images, encode_texts, valid_mask
 
 
 @pytest.fixture(scope="module", params=["flowclip-tiny-vit", "ViT-B-32"])
@@ -86,7 +86,7 @@ def test_quick_gelu_is_part_of_the_fingerprint():
     a = resolve(EncoderSpec("flowclip-tiny-vit"))
     b = resolve(EncoderSpec("flowclip-tiny-vit", force_quick_gelu=True))
     assert a.fingerprint != b.fingerprint
-    from flowclip_cache.encoders import diff_configs
+    from flowclip_cache.hashing import diff_configs
 
     assert diff_configs(a.config, b.config) == ["model_cfg.quick_gelu: False != True"]
 
@@ -123,7 +123,7 @@ def _invariance(enc, n_caps=70, n_img=20, trials=3):
     come out bit-identical in FP16 (what the store keeps)."""
     import random
 
-    from flowclip_cache.features import encode_images, encode_texts
+    from flowclip_cache.extraction.features import encode_images, encode_texts
 
     words = "a red cube left of blue sphere on the large small green metal rubber cylinder behind".split()
     rng = random.Random(0)
@@ -197,10 +197,10 @@ def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend, model, r
     test_store checks; the encoder's batch invariance is what differs between models.)"""
     import pyarrow as pa
 
-    from flowclip_cache.extract import run_extract
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.manifest import Manifest, write_manifest
-    from flowclip_cache.sample import make_sample
     from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+    from flowclip_cache.synthetic.sample import make_sample
 
     tokenizer = request.getfixturevalue("siglip_tokenizer") if "SigLIP" in model else None
     enc = resolve(EncoderSpec(model, tokenizer=tokenizer))

@@ -179,8 +179,8 @@ def test_filip_late_interaction_against_loops():
 def test_labclip_ranks_by_its_linear_map_and_learns_its_temperature():
     """s = v . norm(A t); the loop sees s * tau_c / tau, so HNB's logits are s / tau, and at
     the start (tau = tau_c, A = I) LABCLIP's loss equals Global-M's."""
-    from flowclip_cache.losses import batch_loss
-    from flowclip_cache.train import TrainConfig
+    from flowclip_cache.training.loop import TrainConfig
+    from flowclip_cache.training.losses import batch_loss
 
     g = torch.Generator().manual_seed(4)
     v = F.normalize(torch.randn(4, 8, generator=g), dim=-1)
@@ -295,10 +295,10 @@ def test_the_kernel_keeps_every_retrieval_decision_on_the_sample(lab):
     every query's ranking is the same (the decisions score made before the kernel)."""
     import numpy as np
 
-    from flowclip_cache.banks import FeatureBank
-    from flowclip_cache.data import manifest_keys
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.store import FeatureStore
+    from flowclip_cache.store.banks import FeatureBank
+    from flowclip_cache.store.manifest_keys import manifest_keys
 
     store = FeatureStore(lab["store"])
     m = Manifest.read(lab["candidates"])

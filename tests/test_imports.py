@@ -1,5 +1,7 @@
-"""No import loops in the package: every module's imports (module level and inside
-functions alike, read with ast, nothing executed) form a graph without cycles, so each
+"""No import loops in the package, and imports that run down the stages: every module's
+imports (module level and inside functions alike, read with ast, nothing executed) form a
+graph without cycles, and no module imports one of a stage above its own (store <-
+extraction <- training <- scoring <- studies <- paper; docs/architecture.md), so each
 module can be read, tested and changed below the ones that use it."""
 
 import ast
@@ -103,6 +105,64 @@ def test_the_cycle_finder_finds_a_loop(tmp_path):
     (pkg / "c.py").write_text("def thing():\n    pass\n")
     graph = {m: imports_of(m, p, package_modules(str(pkg))) for m, p in modules.items()}
     assert cycles(graph) == []
+
+
+# The stages, lowest first. Below them the shared ground (errors, hashing, config, manifest,
+# outputs, heads/, datasets/, synthetic/, ...): it imports no stage. Above them the surface
+# (the CLI, the Python API, sweep and publish), which may import anything.
+STAGES = ("store", "extraction", "training", "scoring", "studies", "paper")
+SURFACE = ("api", "cli", "commands", "sweep", "sharing", "__main__")
+# The one arrow upward, by name: the paper plan's steps are command lines, and its runner
+# executes them through the CLI in-process (paper/runner.py, `run_command`).
+UPWARD_ALLOWED = {("flowclip_cache.paper.runner", "flowclip_cache.cli")}
+
+
+def layer(module: str) -> int:
+    """0 for the shared ground, 1.. for the stages in order, above them the surface."""
+    part = module.split(".")[1] if "." in module else "__init__"
+    if part in STAGES:
+        return 1 + STAGES.index(part)
+    return len(STAGES) + 1 if part in SURFACE or part == "__init__" else 0
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted(
+        (m, t) for m, targets in graph.items() for t in targets if layer(t) > layer(m) and (m, t) not in UPWARD_ALLOWED
+    )
+
+
+def test_imports_run_down_the_stages():
+    modules = package_modules()
+    graph = {m: imports_of(m, p, modules) for m, p in modules.items()}
+    for stage in STAGES:  # every stage is a package of its own, and says what it is
+        init = os.path.join(ROOT, stage, "__init__.py")
+        assert os.path.exists(init), stage
+        doc = ast.get_docstring(ast.parse(open(init).read())) or ""
+        assert "Entry point" in doc and "Reads" in doc or stage in ("studies",), (stage, doc[:80])
+    assert upward_imports(graph) == [], "a module imports a stage above its own: " + str(upward_imports(graph))
+    assert ("flowclip_cache.paper.runner", "flowclip_cache.cli") in {(m, t) for m in graph for t in graph[m]}
+
+
+def test_the_stage_rule_finds_an_upward_import():
+    """The check itself, on a planted graph: the store importing scoring, training importing
+    scoring and extraction importing training are each found; downward arrows, the shared
+    ground and the surface are not."""
+    graph = {
+        "flowclip_cache.store.core": {"flowclip_cache.scoring.score", "flowclip_cache.hashing"},
+        "flowclip_cache.training.loop": {"flowclip_cache.scoring.metrics", "flowclip_cache.store.banks"},
+        "flowclip_cache.extraction.extract": {"flowclip_cache.training.ranks", "flowclip_cache.store.core"},
+        "flowclip_cache.hashing": set(),
+        "flowclip_cache.cli": {"flowclip_cache.paper.plan", "flowclip_cache.studies.study"},
+        "flowclip_cache.paper.plan": {"flowclip_cache.studies.study", "flowclip_cache.datasets"},
+    }
+    assert upward_imports(graph) == [
+        ("flowclip_cache.extraction.extract", "flowclip_cache.training.ranks"),
+        ("flowclip_cache.store.core", "flowclip_cache.scoring.score"),
+        ("flowclip_cache.training.loop", "flowclip_cache.scoring.metrics"),
+    ]
+    assert upward_imports({"flowclip_cache.datasets": {"flowclip_cache.store.core"}}) == [
+        ("flowclip_cache.datasets", "flowclip_cache.store.core")
+    ]  # the shared ground imports no stage
 
 
 def test_the_command_line_starts_without_torch():

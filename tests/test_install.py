@@ -29,13 +29,16 @@ def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path):
         "from flowclip_cache.catalogue import load_catalogue\n"
         "from flowclip_cache.datasets import all_benchmarks\n"
         "from flowclip_cache.config import find_config, packaged_configs\n"
-        "from flowclip_cache.encoders import register_package_configs\n"
+        "from flowclip_cache.extraction.encoders import register_package_configs\n"
         "cat = load_catalogue(); assert set(cat) == set(all_benchmarks()), sorted(cat)\n"
         "assert {'ablation', 'sensitivity', 'synthetic', 'pretrain_tiny_clip'} <= set(packaged_configs())\n"
         "find_config('synthetic')\n"
         "register_package_configs()\n"
-        "w = os.path.join(os.path.dirname(flowclip_cache.__file__), 'weights')\n"
+        "here = os.path.dirname(flowclip_cache.__file__)\n"
+        "w = os.path.join(here, 'extraction', 'weights')\n"
         "assert any(f.endswith('.safetensors') for f in os.listdir(w))\n"
+        "assert os.path.isfile(os.path.join(here, 'scoring', 'explain_page.html'))\n"
+        "from flowclip_cache.paper.numbers import published_numbers; assert published_numbers()\n"
         "print('ok', len(cat))\n"
     ) % str(site)
     env = dict(os.environ, PYTHONPATH=str(site))

@@ -13,7 +13,7 @@ import pytest
 from flowclip_cache.hashing import caption_key
 from flowclip_cache.manifest import write_manifest
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
-from flowclip_cache.train import TrainConfig, train_head
+from flowclip_cache.training.loop import TrainConfig, train_head
 
 D, P, L = 16, 6, 3
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from flowclip_cache.losses import cimr_loss, donor_map, hnb_loss, hnb_masks
+from flowclip_cache.training.losses import cimr_loss, donor_map, hnb_loss, hnb_masks
 
 
 def lse(xs):

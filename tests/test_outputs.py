@@ -8,22 +8,22 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from flowclip_cache import checkpoint
-from flowclip_cache import score as score_mod
-from flowclip_cache import train as train_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
-from flowclip_cache.score import run_score
+from flowclip_cache.scoring import score as score_mod
+from flowclip_cache.scoring.score import run_score
 from flowclip_cache.store.integrity import verify_store
-from flowclip_cache.train import TrainConfig, train_head
+from flowclip_cache.training import checkpoint
+from flowclip_cache.training import loop as train_mod
+from flowclip_cache.training.loop import TrainConfig, train_head
 
 
 @pytest.fixture(scope="module")
 def scored_world(tmp_path_factory, tiny_encoder):
     """A store, a sample and a finished flow run, shared by this module (none is modified)."""
-    from flowclip_cache.extract import run_extract
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
+    from flowclip_cache.synthetic.sample import make_sample
 
     base = tmp_path_factory.mktemp("outputs")
     s = make_sample(str(base / "s"), n_images=24)

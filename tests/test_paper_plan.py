@@ -88,7 +88,7 @@ def test_every_command_of_the_plan_is_one_flowclip_parses(tmp_path):
 def test_what_exists_is_counted_and_marked_done(tmp_path):
     """A manifest in place: its step is done; a study with its summary is done, one begun
     but not finished is not; the steps after a missing input stay listed."""
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.synthetic.sample import make_sample
 
     s = make_sample(str(tmp_path / "s"), n_images=12)
     eval_dir = tmp_path / "manifests" / "eval"
@@ -105,8 +105,8 @@ def test_what_exists_is_counted_and_marked_done(tmp_path):
     import pyarrow.parquet as pq
 
     from flowclip_cache.config import build, find_config, load_yaml
-    from flowclip_cache.studies.paper import CONFIG
-    from flowclip_cache.studies.paper_budget import counts
+    from flowclip_cache.paper.budget import counts
+    from flowclip_cache.paper.plan import CONFIG
 
     cfg = build(CONFIG, load_yaml(find_config("paper")) | {"manifests": str(tmp_path / "manifests")}, "paper")
     table = pq.read_table(eval_dir / "sugarcrepe.parquet").to_pylist()
@@ -131,8 +131,8 @@ def test_measured_estimates_on_a_small_encoder(tmp_path):
     expected = 2 * 128 * (113_287 * 65 + 2 * 566_435 * 17 + 1_560 * 65 + 2 * 7_511 * 17)
     assert extract.split("~")[1].split(" GiB")[0] == f"{expected / 2**30:.1f}"
     from flowclip_cache.config import build, find_config, load_yaml
-    from flowclip_cache.studies.paper import CONFIG, extract_steps
-    from flowclip_cache.studies.paper_budget import store_bytes
+    from flowclip_cache.paper.budget import store_bytes
+    from flowclip_cache.paper.plan import CONFIG, extract_steps
 
     cfg = build(CONFIG, load_yaml(find_config("paper")) | {"manifests": str(tmp_path / "m")}, "paper")
     vit_b32 = extract_steps(cfg)[0]  # the exact bytes, ViT-B/32 (d 512, 49 patches) over every source
@@ -220,8 +220,8 @@ def test_a_failing_step_stops_with_its_error_and_other_ranks_waiting_on_it_stop_
     import pytest
 
     from flowclip_cache.errors import FlowclipError
-    from flowclip_cache.studies.paper import PaperConfig, Step
-    from flowclip_cache.studies.paper_runner import execute
+    from flowclip_cache.paper.plan import PaperConfig, Step
+    from flowclip_cache.paper.runner import execute
 
     for k in ("RANK", "WORLD_SIZE", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"):
         monkeypatch.delenv(k, raising=False)

@@ -4,8 +4,8 @@ dropped, and a column we did not measure says so."""
 
 import pytest
 
-from flowclip_cache.paper_numbers import published_numbers
-from flowclip_cache.paper_tables import TAB7_COLUMNS, TAB7_ROWS, paper_cell, tab7
+from flowclip_cache.paper.numbers import published_numbers
+from flowclip_cache.paper.tables import TAB7_COLUMNS, TAB7_ROWS, paper_cell, tab7
 
 
 def _results(top1: float, t2i: float, i2t: float) -> dict:
@@ -62,7 +62,7 @@ def _control_run(aro: float, shift: float = 0.0, partial: bool = False) -> dict:
 
 
 def test_tab4_in_the_papers_layout_with_the_quoted_differences():
-    from flowclip_cache.paper_tables import CONDITIONS, TAB4_ROWS, tab4
+    from flowclip_cache.paper.tables import CONDITIONS, TAB4_ROWS, tab4
 
     ours = {
         "Flow-CLIP (HNB)": {"Real": [_control_run(0.86), _control_run(0.85)], "Shuffle": [_control_run(0.49)],
@@ -89,7 +89,7 @@ def test_tab4_in_the_papers_layout_with_the_quoted_differences():
 
 
 def test_tab1_in_the_papers_layout_with_both_blocks():
-    from flowclip_cache.paper_tables import BLOCKS, TAB1_ROWS, tab1
+    from flowclip_cache.paper.tables import BLOCKS, TAB1_ROWS, tab1
 
     def run(aro: float, swap_a: float, abc: float) -> dict:
         r = _control_run(aro)
@@ -130,7 +130,7 @@ def test_tab2_rows_changes_from_clip_and_the_quoted_differences_with_our_interva
     The Δ line is the change from CLIP; the text's "Flow-CLIP minus Global-M, ABC" (7.22)
     is ours 10.00, inside our interval [5, 15]; "COCO-Spatial (a decrease)" (1.38) is ours
     2.00 (flow 2 points lower), and the published decrease lies inside the negated interval."""
-    from flowclip_cache.paper_tables_heads import tab2, tab2_intervals
+    from flowclip_cache.paper.tables_heads import tab2, tab2_intervals
 
     res = lambda abc, sp: {"abc6k": {"score": abc}, "whatsup-coco-spatial": {"score": sp}}  # noqa: E731
     ours = {
@@ -152,8 +152,8 @@ def test_tab2_rows_changes_from_clip_and_the_quoted_differences_with_our_interva
 def test_a_cell_read_back_for_the_csv_is_the_number_it_shows():
     """parse_cell inverts paper_cell: ours, its spread, the change from CLIP, the paper's
     value and change and the difference; a label cell is not read as a number."""
-    from flowclip_cache.paper_numbers import Published
-    from flowclip_cache.paper_tables import paper_cell, parse_cell, table_csv
+    from flowclip_cache.paper.numbers import Published
+    from flowclip_cache.paper.tables import paper_cell, parse_cell, table_csv
 
     pub = Published("x", "Tab. 7", "r", "c", "38.3", "%", "s")
     change = Published("y", "Tab. 7", "r", "c, change", "+8.1", "points", "s")

@@ -68,7 +68,7 @@ def test_dry_run_checks_everything_and_creates_nothing(tmp_path, sample, tiny_en
     the eval folder is skipped with a note, not an error after training."""
     import shutil
 
-    from flowclip_cache.extract import run_extract
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
 
     fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
@@ -225,8 +225,8 @@ def test_encoders_study_dry_run_then_side_by_side(tmp_path, sample, blip_folder)
     """backbones.yaml / encoders.yaml: a dry run names each missing store with its extract
     command and creates nothing; with stores it checks each, refuses a store made by
     another model than its row names, and runs one study per encoder plus a combined table."""
-    from flowclip_cache.encoders import EncoderSpec, resolve
-    from flowclip_cache.extract import run_extract
+    from flowclip_cache.extraction.encoders import EncoderSpec, resolve
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
 
     for name in ("backbones", "encoders"):
@@ -315,7 +315,7 @@ def test_patch_readout_is_a_grid_axis_and_profile_prints_each(tmp_path):
 def test_study_encoder_keys_are_extracts_flags(siglip_tokenizer):
     """A study's encoder: mapping takes extract's flags (token mask, tokenizer folder, patch
     readout), so a study's store is the one extract would build."""
-    from flowclip_cache.encoders import EncoderSpec
+    from flowclip_cache.extraction.encoders import EncoderSpec
     from flowclip_cache.studies.ablation import encoder_spec
 
     got = encoder_spec(

@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 from test_learning import planted  # noqa: F401  (fixture: a store written directly, zarr)
 
-from flowclip_cache import banks
 from flowclip_cache.errors import StoreDamaged
 from flowclip_cache.manifest import Manifest
-from flowclip_cache.train import TrainConfig, train_head
-from flowclip_cache.training_data import load_training_data
+from flowclip_cache.store import banks
+from flowclip_cache.training.loop import TrainConfig, train_head
+from flowclip_cache.training.training_data import load_training_data
 
 
 def cfg(**kw):

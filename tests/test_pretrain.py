@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from flowclip_cache import checkpoint
 from flowclip_cache.errors import FlowclipError
-from flowclip_cache.pretrain import PretrainConfig, pretrain
+from flowclip_cache.training import checkpoint
+from flowclip_cache.training.pretrain import PretrainConfig, pretrain
 
 SMALL = dict(
     model="flowclip-tiny-clip-gap", scenes=48, steps=4, batch_size=16, warmup=2, checkpoint_every=2, probe_scenes=8
@@ -24,7 +24,7 @@ def _run(tmp_path, name, **kw):
 
 
 def test_resume_is_bit_identical_and_card_is_written(tmp_path, monkeypatch):
-    from flowclip_cache import pretrain as pretrain_module
+    from flowclip_cache.training import pretrain as pretrain_module
 
     straight = _run(tmp_path, "a")
     real_save = pretrain_module._save_state

@@ -1,4 +1,4 @@
-"""The paper's numbers (flowclip_cache/published/flow_clip_paper.yaml): each one occurs in
+"""The paper's numbers (flowclip_cache/paper/published/flow_clip_paper.yaml): each one occurs in
 the paper where the file says it does."""
 
 import os
@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import ROOT
 
-from flowclip_cache.paper_numbers import published_numbers
+from flowclip_cache.paper.numbers import published_numbers
 
 PAPER = os.path.join(os.path.dirname(ROOT), "shared", "paper", "flow-clip-paper.md")
 squash = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731
@@ -49,8 +49,8 @@ def test_the_comparison_on_hand_made_numbers():
     population std (n), published minus ours, an open interval at its edge: each fails."""
     import math
 
-    from flowclip_cache.paper_comparison import compare
-    from flowclip_cache.paper_numbers import Published
+    from flowclip_cache.paper.comparison import compare
+    from flowclip_cache.paper.numbers import Published
 
     pub = lambda text, row: Published(f"x.{row}", "Tab. 2", row, "Binding Avg.", text, "%", "a sentence")
     numbers = [pub("62.64", "Flow-CLIP"), pub("58.34", "Global-M"), pub("54.63", "CLIP")]

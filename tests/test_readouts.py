@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flowclip_cache.encoders import EncoderSpec, load_model, resolve
 from flowclip_cache.errors import FlowclipError
-from flowclip_cache.features import image_features
-from flowclip_cache.patch_readouts import NACLIP_SIGMA, READOUTS
+from flowclip_cache.extraction.encoders import EncoderSpec, load_model, resolve
+from flowclip_cache.extraction.features import image_features
+from flowclip_cache.extraction.patch_readouts import NACLIP_SIGMA, READOUTS
 
 
 def direct_patches(visual, x_in: torch.Tensor, readout: str) -> torch.Tensor:
@@ -108,7 +108,7 @@ def test_released_and_reduced_differ_and_old_definitions_are_refused():
         )
         assert new.config["patch_readout_revision"] == 2 and "patch_readout_revision" not in red.config
         old = {k: v for k, v in new.config.items() if k != "patch_readout_revision"}
-        from flowclip_cache.encoders import fingerprint_of
+        from flowclip_cache.hashing import fingerprint_of
 
         assert fingerprint_of(old) != new.fingerprint
     base = load_model(resolve(EncoderSpec("ViT-B-16")))
@@ -126,7 +126,7 @@ def test_standard_keeps_every_fingerprint_and_refusals():
     with pytest.raises(FlowclipError, match="timm tower"):
         resolve(EncoderSpec("ViT-B-16-SigLIP", patch_readout="sclip"))
     with pytest.raises(FlowclipError, match=r"not open_clip's default \(qk_norm"):
-        from flowclip_cache.patch_readouts import check_readout
+        from flowclip_cache.extraction.patch_readouts import check_readout
 
         check_readout("sclip", "x", {"vision_cfg": {"qk_norm": True}})
     with pytest.raises(FlowclipError, match="unknown patch readout"):

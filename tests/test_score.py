@@ -9,12 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from flowclip_cache import metrics
 from flowclip_cache.datasets import get
 from flowclip_cache.errors import FlowclipError
 from flowclip_cache.manifest import write_manifest
-from flowclip_cache.score import aggregate, control_images, run_score
-from flowclip_cache.stats import paired_bootstrap, weighted_stat
+from flowclip_cache.scoring import metrics
+from flowclip_cache.scoring.score import aggregate, control_images, run_score
+from flowclip_cache.scoring.stats import paired_bootstrap, weighted_stat
 
 NAN = np.nan
 
@@ -157,10 +157,10 @@ def test_bootstrap_by_hand_and_groups():
 
 @pytest.fixture
 def scored_world(tmp_path, tiny_encoder):
-    from flowclip_cache.extract import run_extract
-    from flowclip_cache.sample import make_sample
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.store import FeatureStore
-    from flowclip_cache.train import TrainConfig, train_head
+    from flowclip_cache.synthetic.sample import make_sample
+    from flowclip_cache.training.loop import TrainConfig, train_head
 
     s = make_sample(str(tmp_path / "s"), n_images=24)
     fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
@@ -209,7 +209,7 @@ def test_run_score_end_to_end(scored_world):
 
 def test_score_refusals(scored_world, tiny_encoder):
     fs, s, run, tmp = scored_world
-    from flowclip_cache.encoders import EncoderSpec, resolve
+    from flowclip_cache.extraction.encoders import EncoderSpec, resolve
     from flowclip_cache.store import FeatureStore
 
     other = FeatureStore.open_or_create(
@@ -219,7 +219,7 @@ def test_score_refusals(scored_world, tiny_encoder):
         run_score(other, [s["candidates"]], [run], str(tmp / "x"), log=lambda *_: None)
     with pytest.raises(FlowclipError, match="features missing from the store(.|\n)*--pretrained none --init-seed 5"):
         run_score(other, [s["candidates"]], ["clip"], str(tmp / "y"), log=lambda *_: None)
-    from flowclip_cache.data import _weights_args  # the hint gives each store's own weights back
+    from flowclip_cache.store.manifest_keys import _weights_args  # the hint gives each store's own weights back
 
     assert _weights_args({"weights": {"source": "flowclip:synthetic", "sha256": "x"}}) == ["--pretrained", "synthetic"]
     assert _weights_args({"weights": {"source": "open_clip:openai"}}) == ["--pretrained", "openai"]
@@ -288,10 +288,10 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
     """Retrieval recall and zero-shot top-k from the engine equal an independent computation."""
     import torch.nn.functional as F
 
-    from flowclip_cache.data import image_keys
-    from flowclip_cache.extract import run_extract
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.hashing import caption_key
     from flowclip_cache.manifest import Manifest
+    from flowclip_cache.store.manifest_keys import image_keys
 
     fs, s, run, tmp = scored_world
     cand = Manifest.read(s["candidates"]).table.to_pylist()
@@ -310,7 +310,7 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
         "classification",
         {"benchmark": "cifar10", "classes": classes, "prompts": [[f"a {c} thing", f"something {c}"] for c in classes]},
     )
-    from flowclip_cache.encoders import EncoderSpec, resolve
+    from flowclip_cache.extraction.encoders import EncoderSpec, resolve
 
     enc = resolve(EncoderSpec("flowclip-tiny-vit"))
     run_extract(fs, enc, [str(gallery), str(zs)], s["image_root"], workers=0, progress=False)
@@ -359,7 +359,7 @@ def test_retrieval_and_zero_shot_through_the_engine(scored_world):
 
 def test_own_candidate_sets_get_generic_or_declared_scoring(tmp_path):
     from flowclip_cache.manifest import Manifest
-    from flowclip_cache.score import scoring_of
+    from flowclip_cache.scoring.score import scoring_of
 
     rows = [{"record_id": "a", "image": "x.png", "captions": ["p", "q"], "gold": 0, "g": "u"}]
     notes = []
@@ -391,7 +391,7 @@ def test_candidate_scoring_in_memory_bounded_chunks_changes_nothing(scored_world
     round-off (pair batches of another size), and every decision is the same."""
     fs, s, run, tmp = scored_world
     from flowclip_cache.manifest import Manifest
-    from flowclip_cache.score import load_scorers, score_candidates
+    from flowclip_cache.scoring.score import load_scorers, score_candidates
 
     m = Manifest.read(s["candidates"])
     scorers = load_scorers(["clip", run], fs, "cpu")
@@ -429,7 +429,7 @@ def test_retrieval_in_blocks_and_from_pairs_equals_the_whole_matrix():
 def test_retrieval_spilled_to_disk_equals_in_memory(scored_world):
     fs, s, run, tmp = scored_world
     from flowclip_cache.manifest import Manifest
-    from flowclip_cache.score import load_scorers, score_retrieval
+    from flowclip_cache.scoring.score import load_scorers, score_retrieval
 
     cand = Manifest.read(s["candidates"]).table.to_pylist()
     gallery = tmp / "g.parquet"
@@ -439,8 +439,8 @@ def test_retrieval_spilled_to_disk_equals_in_memory(scored_world):
         "retrieval",
         {"benchmark": "coco-retrieval"},
     )
-    from flowclip_cache.encoders import EncoderSpec, resolve
-    from flowclip_cache.extract import run_extract
+    from flowclip_cache.extraction.encoders import EncoderSpec, resolve
+    from flowclip_cache.extraction.extract import run_extract
 
     run_extract(
         fs, resolve(EncoderSpec("flowclip-tiny-vit")), [str(gallery)], s["image_root"], workers=0, progress=False
@@ -461,7 +461,7 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     task's figure and the cross-task means it feeds as partial. A row never extracted
     (not a recorded failure) is still refused. Mutation checked: without drop_failed_rows
     score refuses the whole manifest (the old behaviour)."""
-    from flowclip_cache.extract import run_extract
+    from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.store import FeatureStore
 
@@ -495,7 +495,7 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
 
 def test_top_k_breaks_ties_by_score_then_position():
     """Against a sort by (-value, position); values from a small range so ties are common."""
-    from flowclip_cache.metrics import top_k
+    from flowclip_cache.scoring.metrics import top_k
 
     rng = np.random.default_rng(0)
     x = rng.integers(0, 4, (40, 17)).astype(np.float32)
@@ -510,7 +510,7 @@ def test_shortlists_do_not_depend_on_the_memory_budget():
     gallery did): the shortlist is the same at every --max-memory and equals the direct rule
     (each image's k best captions and each caption's k best images, by score then index).
     Mutation checked: the argpartition merge it replaced kept other tied images per block size."""
-    from flowclip_cache.engines import _shortlist_pairs
+    from flowclip_cache.scoring.engines import _shortlist_pairs
 
     rng = np.random.default_rng(1)
     n_i, n_t, k = 40, 30, 5

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from test_store import config, keys, rand, write_captions, write_images
 
-from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import StoreDamaged, StoreError
+from flowclip_cache.extraction import extract as extract_mod
 from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
 from flowclip_cache.store.integrity import compact, store_problems, verify_store
 from flowclip_cache.store.writer import WriterDir
@@ -449,8 +449,7 @@ def _format_1_store(root, rng):
     import pyarrow.parquet as pq
     import zarr
 
-    from flowclip_cache.encoders import fingerprint_of
-    from flowclip_cache.hashing import keys_to_bytes
+    from flowclip_cache.hashing import fingerprint_of, keys_to_bytes
 
     os.makedirs(os.path.join(root, "segments"))
     cfg = config()

@@ -13,15 +13,15 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from flowclip_cache import checkpoint
-from flowclip_cache import losses as losses_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
-from flowclip_cache.extract import run_extract
+from flowclip_cache.extraction.extract import run_extract
 from flowclip_cache.manifest import write_manifest
-from flowclip_cache.sample import make_sample
 from flowclip_cache.store import FeatureStore
-from flowclip_cache.train import TrainConfig, train_head
+from flowclip_cache.synthetic.sample import make_sample
+from flowclip_cache.training import checkpoint
+from flowclip_cache.training import losses as losses_mod
+from flowclip_cache.training.loop import TrainConfig, train_head
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_refusals(world, tmp_path, monkeypatch):
 def test_resume_on_another_encoder_is_refused(world, tmp_path):
     out = str(tmp_path / "x")
     train_head(world["store"], world["manifest"], out, cfg(), progress=False, log=lambda *_: None, stop_after=1)
-    from flowclip_cache.encoders import EncoderSpec, resolve
+    from flowclip_cache.extraction.encoders import EncoderSpec, resolve
 
     other = FeatureStore.open_or_create(
         str(tmp_path / "other"), resolve(EncoderSpec("flowclip-tiny-vit", init_seed=1)).config
@@ -262,7 +262,7 @@ def test_global_and_clip_heads(world, tmp_path):
 
 
 def test_side_by_side_equals_one_by_one(world, tmp_path):
-    from flowclip_cache.train import train_heads
+    from flowclip_cache.training.loop import train_heads
 
     cfgs = {
         "g": cfg(head="global", epochs=1),
@@ -323,7 +323,7 @@ def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):
 def test_every_registered_head_trains_and_scores(world, tmp_path, kind):
     """The registry's contract end to end: train-head builds, trains, checkpoints and
     finishes any head kind; score rebuilds it from its run folder and scores it."""
-    from flowclip_cache.score import run_score
+    from flowclip_cache.scoring.score import run_score
 
     out = str(tmp_path / kind)
     args = [
@@ -359,7 +359,7 @@ def test_max_steps_is_a_finished_run_that_a_larger_cap_continues(world, tmp_path
     """--max-steps N: a finished run (evaluated at step N, head written, scorable); --resume
     with a larger cap, then with none, continues it to weights bit-identical to runs trained
     to those points in one go. Side by side, each run stops at its own cap."""
-    from flowclip_cache.train import train_heads
+    from flowclip_cache.training.loop import train_heads
 
     quiet = dict(progress=False, log=lambda *_: None)
     capped = str(tmp_path / "capped")
@@ -409,7 +409,7 @@ def test_a_folder_without_flowclips_marker_is_never_reopened(world, tmp_path):
     marker says flowclip wrote it (a copied folder without it keeps every file)."""
     import shutil
 
-    from flowclip_cache.head_run import HeadRun
+    from flowclip_cache.training.head_run import HeadRun
 
     base = dict(head="flow", epochs=2, batch_size=8, lr=1e-3, max_steps=2)
     run = str(tmp_path / "run")

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from PIL import Image
 from test_benchmarks import _tar, build
 
-from flowclip_cache import extract as extract_mod
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
-from flowclip_cache.images import load_image
+from flowclip_cache.extraction import extract as extract_mod
+from flowclip_cache.extraction.images import load_image
 from flowclip_cache.manifest import Manifest, write_manifest
 from flowclip_cache.store import FeatureStore
 
@@ -84,7 +84,7 @@ def test_a_fifo_among_images_is_a_failure_row_not_a_hang(tmp_path, tiny_encoder)
 
 
 def test_a_caption_without_content_tokens_is_an_error_row(tmp_path, tiny_encoder, sample):
-    from flowclip_cache.encoders import EncoderSpec, resolve
+    from flowclip_cache.extraction.encoders import EncoderSpec, resolve
 
     enc = resolve(EncoderSpec("flowclip-tiny-vit", token_mask="content"))
     man = tmp_path / "m.parquet"
@@ -144,7 +144,7 @@ def test_malformed_head_runs_are_refused_not_scored(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from flowclip_cache.run_folder import load_head
+    from flowclip_cache.training.run_folder import load_head
 
     run_keys = {"store_fingerprint": "f" * 64, "train": {"seed": 0}}
     good_cfg = {"head": {"kind": "global", "dim": 4, "alpha": 1.0, "tau_p": 0.05}, **run_keys}
@@ -187,7 +187,7 @@ def test_float_tiff_in_unit_range_is_scaled_not_black(tmp_path):
     Image.fromarray(arr * 255, mode="F").save(tmp_path / "g.tif")
     assert np.asarray(load_image(str(tmp_path / "g.tif"))).max() == 255
     Image.fromarray(arr * 1000, mode="F").save(tmp_path / "h.tif")
-    from flowclip_cache.images import BadImage
+    from flowclip_cache.extraction.images import BadImage
 
     with pytest.raises(BadImage, match="outside"):
         load_image(str(tmp_path / "h.tif"))

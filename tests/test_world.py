@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pyarrow.parquet as pq
 
-from flowclip_cache.world import (
+from flowclip_cache.synthetic.world import (
     COLOURS,
     FAMILIES,
     OPPOSITE,
@@ -105,7 +105,7 @@ def test_a_world_with_other_settings_is_refused(tmp_path):
 def test_grounding_measure_by_hand():
     """Patches are one-hot, so token k's best patch is the one it names; row-major patch order,
     cell = (column, row), words naming two objects skipped."""
-    from flowclip_cache.clip_profile import grounding_hits
+    from flowclip_cache.synthetic.grounding import grounding_hits
 
     patches = np.eye(9, dtype=np.float32)[None].repeat(2, 0)  # 3x3 patches, one per grid cell
     decoder = {2: "a</w>", 3: "red</w>", 4: "circle</w>", 5: "and</w>", 6: "blue</w>", 7: "square</w>"}
@@ -132,7 +132,7 @@ def test_the_dry_runs_record_estimate_is_near_the_built_worlds_count(tmp_path):
     world holds: within 10%."""
     import pyarrow.parquet as pq
 
-    from flowclip_cache.world import build_world, estimate_training_records
+    from flowclip_cache.synthetic.world import build_world, estimate_training_records
 
     paths = build_world(str(tmp_path / "w"), seed=3, train_scenes=300, eval_scenes=2, heldout_scenes=2, log=print)
     built = pq.read_table(paths["training"]).column("split").to_pylist().count("train")
@@ -151,7 +151,7 @@ def test_the_binding_labs_knobs(tmp_path):
     import pytest
 
     from flowclip_cache.errors import FlowclipError
-    from flowclip_cache.world import BINDING, _scenes, check_world
+    from flowclip_cache.synthetic.world import BINDING, _scenes, check_world
 
     small = dict(train_scenes=120, eval_scenes=30, heldout_scenes=10)
     share = {}

@@ -76,8 +76,8 @@ def adapt(
     """Adapt both encoders with a head (the unfrozen path); `torchrun -m flowclip_cache adapt ...`
     runs it on several GPUs (or CPU processes). Writes OUT/encoder.safetensors and a head
     run folder: extract with --pretrained OUT/encoder.safetensors, then score --scorer OUT."""
-    from ..adapt import AdaptConfig, run_adapt
-    from ..encoders import EncoderSpec
+    from ..extraction.encoders import EncoderSpec
+    from ..training.adapt import AdaptConfig, run_adapt
 
     cfg = AdaptConfig.from_dict(*config_and_flags(AdaptConfig, config_file, flags))
     state = run_adapt(

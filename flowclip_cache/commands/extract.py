@@ -114,8 +114,8 @@ def extract(
     quiet,
 ):
     """Encode every image and caption the manifests name, once, into a feature store."""
-    from ..encoders import EncoderSpec, resolve
-    from ..extract import run_extract
+    from ..extraction.encoders import EncoderSpec, resolve
+    from ..extraction.extract import run_extract
     from ..store import FeatureStore
 
     if not 0 <= rank < world_size:
@@ -158,7 +158,7 @@ def models(show_all, as_json):
     weights this machine already holds (nothing is downloaded)."""
     import json
 
-    from ..encoder_families.listing import list_models
+    from ..extraction.families.listing import list_models
 
     entries = list_models(with_tags_only=not show_all)
     if as_json:

@@ -86,7 +86,7 @@ def train_head_cmd(
 ):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
     from ..store import FeatureStore
-    from ..train import TrainConfig, train_head
+    from ..training.loop import TrainConfig, train_head
 
     cfg = TrainConfig.from_dict(*config_and_flags(TrainConfig, config_file, flags))
     state = train_head(
@@ -160,7 +160,7 @@ def score(
     no_figures,
 ):
     """Score every benchmark manifest with every scorer, from one store."""
-    from ..score import CONTROLS, run_score
+    from ..scoring.score import CONTROLS, run_score
     from ..store import FeatureStore
 
     ctl = tuple(c.strip() for c in controls.split(",") if c.strip())
@@ -186,7 +186,7 @@ def score(
     )
     click.echo(open(os.path.join(out, "results.md")).read())
     if explain_n:
-        from ..explain import run_explain
+        from ..scoring.explain import run_explain
 
         run_explain(
             FeatureStore(store),
@@ -240,7 +240,7 @@ def explain(store, manifests, scorers, records, limit, image_root, out, device, 
     """Where each word found its evidence: token->patch maps before and after the
     refinement, patch sensitivity of the gold-foil margin, every scorer's margins; PNGs and
     one self-contained HTML explorer (explorer.html)."""
-    from ..explain import run_explain
+    from ..scoring.explain import run_explain
     from ..store import FeatureStore
 
     run_explain(

@@ -60,9 +60,9 @@ def profile(config, overrides, overwrite):
     accuracy per family and patch grounding (the gate before any head experiment). With
     encoder.patch_readout=[standard,sclip,...] one row per readout (and per model with
     encoder.model=[...])."""
-    from ..clip_profile import profile_rows
     from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
-    from ..report import table
+    from ..scoring.profile import profile_rows
+    from ..scoring.report import table
     from ..studies import ablation
     from ..studies.grid import WORLD_AXES, study_grid
     from ..studies.study import claim_folder
@@ -104,7 +104,7 @@ def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
     """Pretrain the tiny CLIP on the synthetic world (CONFIG: pretrain_tiny_clip, the recipe
     that made the shipped weights, or a YAML file)."""
     from ..config import apply_overrides, find_config, load_yaml, parse_overrides
-    from ..pretrain import PretrainConfig, pretrain
+    from ..training.pretrain import PretrainConfig, pretrain
 
     config = find_config(config)
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
@@ -127,7 +127,7 @@ def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
 )
 def demo(out, scenes, epochs, quiet, zoo, patch_readout):
     """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""
-    from ..demo import run_demo
+    from ..studies.demo import run_demo
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo, patch_readout=patch_readout)

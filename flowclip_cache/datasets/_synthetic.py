@@ -1,4 +1,4 @@
-"""The synthetic world's evaluation families as benchmarks (flowclip_cache/world.py).
+"""The synthetic world's evaluation families as benchmarks (flowclip_cache/synthetic/world.py).
 `--source` is the world folder: it is generated there first if absent."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def synthetic_benchmark(family: str, title: str, binding: bool) -> Benchmark:
     def build(source: str, out: str, errors: RowErrors, seed: str = "0") -> BuildReport:
         import pyarrow.parquet as pq
 
-        from ..world import build_world
+        from ..synthetic.world import build_world
 
         paths = build_world(source, seed=int(seed))
         src = paths[f"eval-{family}"]

@@ -62,7 +62,7 @@ def build(
     eval_scenes: str = "300",
     **kw,
 ) -> BuildReport:
-    from ..world import build_world
+    from ..synthetic.world import build_world
 
     name = kw.pop("as", "")
     if kw:
@@ -120,7 +120,7 @@ def _retrieval(out: str, name: str, records: list[dict], meta: dict) -> BuildRep
 
 def _classification(out: str, name: str, image_root: str, seed: int, meta: dict) -> BuildReport:
     """One-object scenes rendered under IMAGES/standin-NAME/, labelled by colour, shape or both."""
-    from ..world import COLOURS, SHAPES, Obj, render
+    from ..synthetic.world import COLOURS, SHAPES, Obj, render
     from ._zeroshot import write_classification
 
     by, template = CLASSIFICATION[name]

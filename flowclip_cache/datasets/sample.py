@@ -1,7 +1,7 @@
-"""The generated sample (flowclip_cache.sample): two coloured shapes per image, the
+"""The generated sample (flowclip_cache.synthetic.sample): two coloured shapes per image, the
 gold caption against its colour swap. Offline, for the demo and the tests."""
 
-from ..sample import make_sample
+from ..synthetic.sample import make_sample
 from .base import Benchmark, BuildReport, RowErrors, Scoring
 
 

@@ -25,9 +25,8 @@ import uuid
 
 import numpy as np
 
-from ..encoders import diff_configs, fingerprint_of
 from ..errors import FingerprintMismatch, SegmentDamaged, StoreDamaged, StoreError
-from ..hashing import hex_to_fixed, keys_to_bytes
+from ..hashing import diff_configs, fingerprint_of, hex_to_fixed, keys_to_bytes
 from .backends import BACKENDS, crc32, fsync_dir
 from .layout import (
     ARRAYS,

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..encoders import fingerprint_of
 from ..errors import StoreDamaged, StoreError
-from ..hashing import KEY_BYTES, as_fixed
+from ..hashing import KEY_BYTES, as_fixed, fingerprint_of
 from .backends import BACKENDS
 
 FORMAT_NAME = "flowclip-feature-store"

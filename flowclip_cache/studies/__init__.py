@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import importlib
 
-KINDS = {
-    "ablation": "ablation",
-    "sensitivity": "sensitivity",
-    "encoders": "encoders",
-    "adaptation": "adaptation",
-    "paper": "paper",
+KINDS = {  # kind -> module, looked up by name (the paper's plan lives a stage above, in paper/)
+    "ablation": "flowclip_cache.studies.ablation",
+    "sensitivity": "flowclip_cache.studies.sensitivity",
+    "encoders": "flowclip_cache.studies.encoders",
+    "adaptation": "flowclip_cache.studies.adaptation",
+    "paper": "flowclip_cache.paper.plan",
 }
 
 
@@ -19,4 +19,4 @@ def pipeline_module(kind: str):
 
     if kind not in KINDS:
         raise FlowclipError(f"unknown pipeline kind {kind!r}; known: {', '.join(KINDS)}")
-    return importlib.import_module(f"{__name__}.{KINDS[kind]}")
+    return importlib.import_module(KINDS[kind])

@@ -54,8 +54,8 @@ ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout", "token_mask
 
 def encoder_spec(encoder: dict):
     """The study's `encoder:` mapping -> EncoderSpec (one patch readout)."""
-    from ..encoders import EncoderSpec
     from ..errors import FlowclipError
+    from ..extraction.encoders import EncoderSpec
 
     unknown = sorted(set(encoder) - ENCODER_KEYS)
     if unknown:
@@ -72,10 +72,10 @@ def encoder_spec(encoder: dict):
 
 def world_store(cfg: AblationConfig, log, progress: bool = True):
     """The synthetic world, extracted once with the configured encoder -> (store, paths, evals)."""
-    from ..encoders import resolve
-    from ..extract import run_extract
+    from ..extraction.encoders import resolve
+    from ..extraction.extract import run_extract
     from ..store import FeatureStore
-    from ..world import FAMILIES, build_world
+    from ..synthetic.world import FAMILIES, build_world
     from .study import claim_folder
 
     claim_folder(cfg.out)
@@ -95,8 +95,8 @@ def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = Fals
     with overwrite."""
     import json
 
-    from ..clip_profile import clip_profile
     from ..errors import FlowclipError
+    from ..scoring.profile import clip_profile
 
     prof_path = os.path.join(cfg.out, "profile.json")
     old = json.load(open(prof_path)) if os.path.exists(prof_path) else None
@@ -106,7 +106,7 @@ def write_profile(cfg: AblationConfig, store, paths, log, recompute: bool = Fals
     if old is not None and old != prof and not overwrite:
         raise FlowclipError(f"{prof_path} holds another profile; pass --overwrite to replace it")
     write_text(prof_path, json.dumps(prof, indent=1))
-    from ..clip_profile import profile_table
+    from ..scoring.profile import profile_table
 
     log("  frozen encoder profile (%):\n" + profile_table(prof, "frozen encoder"))
     return prof
@@ -170,8 +170,8 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
 
 def _dims(spec) -> tuple[int, int] | None:
     """(d, patches) of the configured encoder, for the dry run's timing; None if it does not resolve."""
-    from ..encoders import resolve
     from ..errors import FlowclipError
+    from ..extraction.encoders import resolve
 
     try:
         config = resolve(spec).config

@@ -67,7 +67,7 @@ def frozen_study(cfg: AdaptationConfig) -> AblationConfig:
 
 
 def adapt_config(cfg: AdaptationConfig, seed: int):
-    from ..adapt import AdaptConfig
+    from ..training.adapt import AdaptConfig
 
     return AdaptConfig.from_dict(
         {**cfg.train_config, **cfg.adapt_config, **cfg.head, "seed": seed},
@@ -103,7 +103,7 @@ def run(cfg: AdaptationConfig, dry_run: bool, jobs: int, log=print, progress: bo
 
 
 def _world_evals(world: str) -> list[str]:
-    from ..world import FAMILIES
+    from ..synthetic.world import FAMILIES
 
     return [os.path.join(world, f"eval_{f}.parquet") for f in FAMILIES] + [
         os.path.join(world, "eval_heldout_swap-att.parquet")
@@ -112,12 +112,12 @@ def _world_evals(world: str) -> list[str]:
 
 def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
     """adapt -> extract the adapted encoder -> score it (its own CLIP and the adapted head)."""
-    from ..adapt import run_adapt
-    from ..checkpoint import exists
-    from ..encoders import resolve
-    from ..extract import run_extract
-    from ..score import run_score
+    from ..extraction.encoders import resolve
+    from ..extraction.extract import run_extract
+    from ..scoring.score import run_score
     from ..store import FeatureStore
+    from ..training.adapt import run_adapt
+    from ..training.checkpoint import exists
 
     where = os.path.join(cfg.out, "adapted", f"seed-{seed}")
     run_dir, score_dir = os.path.join(where, "run"), os.path.join(where, "score")
@@ -157,7 +157,7 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
 def combine(cfg, frozen: dict, adapted: dict, evals, root) -> dict:
     """Real-image accuracy per task (mean ± std over seeds) of the frozen and adapted
     heads and the adapted encoder's own CLIP, and the paired bootstrap of adapted - frozen."""
-    from ..score import headline
+    from ..scoring.score import headline
 
     tasks = frozen["tasks"]
     rows = {"frozen": {t: frozen["table"]["frozen"][t] for t in tasks if t in frozen["table"]["frozen"]}}
@@ -187,12 +187,12 @@ def bootstrap(cfg, evals, root) -> dict:
     image clusters by content key (the same images in every store)."""
     import pyarrow.parquet as pq
 
-    from ..aggregation import bootstrap_task
-    from ..data import image_keys
     from ..manifest import Manifest
-    from ..scorers import scoring_of
-    from ..stats import paired_bootstrap
+    from ..scoring.aggregation import bootstrap_task
+    from ..scoring.scorers import scoring_of
+    from ..scoring.stats import paired_bootstrap
     from ..store import FeatureStore
+    from ..store.manifest_keys import image_keys
 
     store = FeatureStore(cfg.store or os.path.join(cfg.out, "frozen", "store"))
     decided: dict[tuple[str, str], dict] = {}
@@ -219,7 +219,7 @@ def bootstrap(cfg, evals, root) -> dict:
 
 
 def write(out: str, summary: dict) -> None:
-    from ..report import table
+    from ..scoring.report import table
 
     tasks = summary["tasks"]
     md = [

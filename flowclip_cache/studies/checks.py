@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import checkpoint
 from ..errors import FlowclipError
+from ..training import checkpoint
 
 
 @dataclass
@@ -36,7 +36,7 @@ def _try(out: Checked, fn, *a, **k):
 
 
 def _check_world(world) -> None:
-    from ..world import check_world
+    from ..synthetic.world import check_world
 
     if not isinstance(world, dict):
         raise FlowclipError(f"world: a mapping of the world's settings, got {world!r}")
@@ -63,7 +63,7 @@ def check_study(
     log=print,
 ) -> Checked:
     from ..devices import resolve_device
-    from ..train import TrainConfig
+    from ..training.loop import TrainConfig
 
     out = Checked()
     out.device = _try(out, resolve_device, device, "device=") or "cpu"
@@ -78,7 +78,7 @@ def check_study(
     if world is not None and not _ok(out, _check_world, world):
         return out
     if world is not None and not (store_path and os.path.exists(os.path.join(store_path, "store.json"))):
-        from ..world import estimate_training_records
+        from ..synthetic.world import estimate_training_records
 
         knobs = {k: world.get(k) for k in ("scene_objects", "binding_negatives")}
         out.train_records = estimate_training_records(world.get("train_scenes", 2000), world.get("seed", 0), **knobs)
@@ -120,8 +120,8 @@ def _check_heads(out: Checked, dim: int) -> None:
 
 
 def _check_training(out: Checked, path) -> None:
-    from ..data import manifest_keys
     from ..manifest import Manifest
+    from ..store.manifest_keys import manifest_keys
 
     m = _try(out, Manifest.read, path) if path else None
     if m is None:
@@ -141,8 +141,8 @@ def _check_training(out: Checked, path) -> None:
 
 
 def _check_evaluation(out: Checked, paths, log) -> None:
-    from ..data import manifest_keys
-    from ..scorers import evaluation_manifests, scoring_of
+    from ..scoring.scorers import evaluation_manifests, scoring_of
+    from ..store.manifest_keys import manifest_keys
 
     if not paths:
         out.problems.append("no eval=[...] manifests given")
@@ -171,8 +171,8 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
     """Runs, epochs, steps, device, what is done, and (measure) the time left from a
     measured step."""
     from ..manifest import Manifest
-    from ..train import seconds_per_step
-    from ..training_data import load_training_data
+    from ..training.loop import seconds_per_step
+    from ..training.training_data import load_training_data
 
     n_train = checked.train_records
     left = 0
@@ -221,8 +221,8 @@ def random_training_data(d: int, patches: int, records: int, device: str, tokens
     import numpy as np
     import torch
 
-    from ..banks import FeatureBank
-    from ..training_data import TrainingData
+    from ..store.banks import FeatureBank
+    from ..training.training_data import TrainingData
 
     g = torch.Generator().manual_seed(0)
     unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape, generator=g), dim=-1).half()

@@ -132,8 +132,8 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
 
 def write_combined(out: str, combined: dict, label: str = "encoder", extra: tuple[str, ...] | list[str] = ()) -> None:
     """summary.json and summary.md of studies side by side; extra: more summary.md lines."""
-    from ..clip_profile import profile_rows
-    from ..report import table
+    from ..scoring.profile import profile_rows
+    from ..scoring.report import table
 
     cols = next(iter(combined["encoders"].values()))["columns"]
     rows = []

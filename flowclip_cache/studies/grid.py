@@ -119,7 +119,7 @@ def interval_rows(entries: dict) -> list[tuple[str, str, str, float, float, floa
 def interval_section(out: str, entries: dict) -> list[str]:
     """summary.md's lines of each setting's intervals (under the side-by-side tables), and
     the same drawn in OUT/intervals.png (no intervals: no lines, no figure)."""
-    from ..report import interval_cell, table
+    from ..scoring.report import interval_cell, table
 
     rows = interval_rows(entries)
     if not rows:
@@ -170,9 +170,9 @@ def study_diagnosis(study, method: str) -> dict | None:
     """binding_diagnosis.diagnose of a synthetic study's trained `method` runs (every
     seed) on its world's swap-att records, averaged over seeds; None when the study has
     no world or the method is not a Flow-CLIP head."""
-    from ..binding_diagnosis import diagnose, mean_of, swap_att_records
-    from ..run_folder import load_head
+    from ..scoring.binding_diagnosis import diagnose, mean_of, swap_att_records
     from ..store import FeatureStore
+    from ..training.run_folder import load_head
     from .study import RunSpec
 
     if study.world is None or not study.world_folder or method not in study.heads:
@@ -189,8 +189,8 @@ def study_diagnosis(study, method: str) -> dict | None:
 
 def diagnosis_section(entries: dict) -> list[str]:
     """summary.md's lines of each setting's token-role diagnosis (binding_diagnosis.py)."""
-    from ..binding_diagnosis import ROLES
-    from ..report import table
+    from ..scoring.binding_diagnosis import ROLES
+    from ..scoring.report import table
 
     rows = []
     for label, e in entries.items():

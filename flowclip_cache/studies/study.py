@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import checkpoint
 from ..errors import FlowclipError
 from ..store import FeatureStore
-from ..train import train_heads
-from ..training_data import load_training_data
+from ..training import checkpoint
+from ..training.loop import train_heads
+from ..training.training_data import load_training_data
 from .spread import claim, my_groups, one_at_a_time, rank_device, study_rank
 from .summary import mean_std, write_summary
 
@@ -200,7 +200,7 @@ def summary_is_current(out: str, what: dict, log) -> bool:
 def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None) -> dict:
     """Mean +- sample std across seeds of each task's official score, per image control;
     change from CLIP; each head's pairwise accuracy on its own training records."""
-    from ..score import headline
+    from ..scoring.score import headline
 
     by_method: dict[str, list[str]] = {}
     for r in runs:
@@ -343,7 +343,7 @@ def score_and_summarise(
     figures: bool = True,
 ) -> dict:
     """Score CLIP and every run on every manifest; the summary across seeds with timings."""
-    from ..score import run_score
+    from ..scoring.score import run_score
 
     specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
     pairs = [tuple(p) for p in compare]

@@ -158,8 +158,8 @@ def seeds_of(summary: dict) -> int:
 
 
 def summary_markdown(summary: dict) -> list[str]:
-    from ..clip_profile import profile_table
-    from ..report import CONTROLS_NOTE
+    from ..scoring.profile import profile_table
+    from ..scoring.report import CONTROLS_NOTE
 
     md = [
         "# Study summary",
@@ -206,7 +206,7 @@ def summary_markdown(summary: dict) -> list[str]:
 
 
 def _control_tables(summary: dict) -> list[str]:
-    from ..report import table
+    from ..scoring.report import table
 
     cols = summary["columns"]
     spread = "mean ± sample std across seeds" if seeds_of(summary) > 1 else "one seed, so no spread across seeds"
@@ -233,7 +233,7 @@ def _mean_members(summary: dict) -> list[str]:
 
 
 def _own_accuracy(summary: dict) -> list[str]:
-    from ..report import table
+    from ..scoring.report import table
 
     own = summary["own_training_accuracy"]
     if not own:
@@ -251,7 +251,7 @@ def _own_accuracy(summary: dict) -> list[str]:
 
 
 def _bootstrap_table(summary: dict) -> list[str]:
-    from ..report import BOOTSTRAP_NOTE, interval_cell, table
+    from ..scoring.report import BOOTSTRAP_NOTE, interval_cell, table
 
     if not summary["bootstrap"]:
         return []

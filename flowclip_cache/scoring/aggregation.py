@@ -1,0 +1,135 @@
+"""From scores to the official numbers: each benchmark's aggregation (ties, groups,
+breakdowns, recalls), the cross-task means, and the records each task gives the paired
+bootstrap. The engines compute scores; this module only counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..datasets import all_benchmarks
+from ..datasets.base import Scoring
+from . import metrics
+
+
+def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> dict:
+    """The official score of a candidate task, with ties, groups and breakdowns."""
+    keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
+    correct, tie = metrics.decisions(scores, gold, sc.tie_rule)
+    c, t = correct[keep], tie[keep]
+    res: dict[str, Any] = {
+        "n": int(keep.sum()),
+        "excluded": int((~keep).sum()),
+        "ties": int(t.sum()),
+        "tie_rule": sc.tie_rule,
+        "pooled": metrics.mean_accuracy(c),
+    }
+    if sc.group_by:
+        g = np.asarray(cols[sc.group_by])[keep]
+        res["by_" + sc.group_by] = metrics.group_accuracies(c, g)
+        for name, members in sc.groups:
+            res.setdefault("named_groups", {})[name] = _named_group(
+                c, g, members, res["by_" + sc.group_by], sc.group_weighting
+            )
+    if sc.aggregate == "mean":
+        res["score"] = res["pooled"]
+    elif sc.aggregate == "group_means":  # a group with no record scored is left out, and named
+        there = [n for n in sc.headline_groups if not np.isnan(res["named_groups"][n])]
+        res["score"] = float(np.mean([res["named_groups"][n] for n in there])) if there else float("nan")
+        if len(there) < len(sc.headline_groups):
+            absent = ", ".join(n for n in sc.headline_groups if n not in there)
+            res["partial"] = f"mean of {', '.join(there)} only: no record of {absent}"
+    else:  # macro / subset_mean: unweighted over groups
+        g = np.asarray(cols[sc.group_by])[keep]
+        res["score"] = metrics.macro_accuracy(c, g, sc.min_group)
+        res["groups_used"] = len(metrics.group_accuracies(c, g, sc.min_group))
+    for col in sc.report_by:
+        res["by_" + col] = metrics.group_accuracies(c, np.asarray(cols[col])[keep].astype(str))
+    if sc.extra is not None:
+        res["extra"] = sc.extra(c, {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in cols.items()})
+    if sc.min_group:
+        g = np.asarray(cols[sc.group_by])[keep]
+        res["left_out_groups"] = sorted(str(x) for x, n in zip(*np.unique(g, return_counts=True)) if n < sc.min_group)
+    if sc.task == "candidates":
+        ranks = metrics.gold_rank(scores[keep], gold[keep], sc.tie_rule)
+        res["recall"] = {f"R@{k}": metrics.recall_at(ranks, k) for k in sc.recall_at}
+        for col in sc.report_by:
+            vals = np.asarray(cols[col])[keep].astype(str)
+            res.setdefault("recall_by_" + col, {})
+            for v in np.unique(vals):
+                res["recall_by_" + col][v] = metrics.recall_at(ranks[vals == v], 1)
+            res["ties_by_" + col] = {v: int(t[vals == v].sum()) for v in np.unique(vals)}
+    return res
+
+
+def _named_group(correct, groups, members, per_group: dict, weighting: str) -> float:
+    """A named group's accuracy: pooled over its records, or the unweighted mean of its
+    members' accuracies; NaN when none of its members was scored."""
+    present = [m for m in members if m in per_group]
+    if not present:
+        return float("nan")
+    if weighting == "records":
+        return metrics.mean_accuracy(correct[np.isin(groups, present)])
+    return float(np.mean([per_group[m] for m in present]))
+
+
+def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correct: dict, all_images: dict) -> dict:
+    """One task's input to the paired bootstrap: the records its official score uses
+    (excluded records and groups below min_group left out, as the official score leaves
+    them), each record's image index into the study-wide list (all_images, grown here)
+    and each run's decisions."""
+    n = len(ikeys)
+    keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(n, bool)
+    groups = np.asarray(cols[sc.group_by])[keep] if sc.aggregate != "mean" else None
+    keep_idx = np.flatnonzero(keep)
+    if sc.aggregate == "group_means":  # records labelled by their headline group; others left out
+        label = {m: name for name, members in sc.groups if name in sc.headline_groups for m in members}
+        groups = np.array([label.get(str(g), "") for g in groups], dtype=object)  # type: ignore[union-attr]
+        sel = groups != ""
+        keep_idx, groups = keep_idx[sel], groups[sel]
+    if groups is not None and sc.min_group:
+        sizes = dict(zip(*np.unique(groups, return_counts=True)))
+        sel = np.array([sizes[g] >= sc.min_group for g in groups], bool)
+        keep_idx, groups = keep_idx[sel], groups[sel]
+    idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep_idx]], np.int64)
+    return {"name": name, "image_index": idx, "groups": groups, "correct": {r: c[keep_idx] for r, c in correct.items()}}
+
+
+def cross_task_means(
+    results: dict, benches: dict[str, Scoring], runs: list[str], expected: dict[str, list[str]] | None = None
+) -> dict:
+    """binding7 / all11 / aro / controls6 / binding5 / sugar3 from each benchmark's joins declaration. With
+    expected (mean -> every member the registry declares), a mean missing some members
+    is marked partial and names what it used and what is missing."""
+    out: dict[str, dict] = {}
+    for (control, run), per_task in results.items():
+        members: dict[str, list] = {}
+        for bench, sc in benches.items():
+            r = per_task.get(bench)
+            if r is None:
+                continue
+            for mean_name, group in sc.joins:
+                val = r["score"] if not group else r.get("named_groups", {}).get(group)
+                members.setdefault(mean_name, []).append((f"{bench}/{group}" if group else bench, val))
+        out[f"{control}|{run}"] = {}
+        for k, vs in members.items():
+            names = [n for n, _ in vs]
+            entry: dict[str, Any] = {"mean": float(np.mean([v for _, v in vs])), "members": names}
+            short = [n for n, _ in vs if "excluded_failed" in per_task.get(n.split("/")[0], {})]
+            if expected is not None and k in expected:
+                missing = [m for m in expected[k] if m not in names]
+                entry.update(expected=len(expected[k]), partial=bool(missing), missing=missing)
+            if short:
+                entry.update(partial=True, members_with_excluded_records=short)
+            out[f"{control}|{run}"][k] = entry
+    return out
+
+
+def expected_members() -> dict[str, list[str]]:
+    """Every member of every cross-task mean, as the registry declares them."""
+    out: dict[str, list[str]] = {}
+    for name, b in all_benchmarks().items():
+        for mean_name, group in b.scoring.joins if b.scoring else ():
+            out.setdefault(mean_name, []).append(f"{name}/{group}" if group else name)
+    return out

@@ -1,0 +1,134 @@
+"""Which tokens carry Flow-CLIP's binding decision on the synthetic world, and where the
+refinement moves the attribute words' patch support (the binding lab's diagnosis:
+docs/results-synthetic.md, "When does local evidence bind?").
+
+For each swap-att record (gold "a red circle and a blue star", foil "a blue circle and a
+red star": the same words, the colours traded), from the trained head's own equations
+(FlowHead.token_evidence):
+- by role (attribute = a colour word, object = a shape word, relation, function,
+  special): the mean over records of the role's part of s_token(gold) - s_token(foil),
+  and its share of the mean |difference| summed over roles;
+- for each colour word of the gold caption: its patch support's mass on the cell of the
+  object it belongs to, before the refinement (softmax of q . p) and after (of qres . p).
+An untrained head (W = 0) has s_token = 0 and moves nothing: the figures are the
+training's."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..synthetic.scenes import COLOURS, GRID, SHAPES
+from ..synthetic.world import OPPOSITE
+
+ROLES = ("attribute", "object", "relation", "function", "special")
+RELATION_WORDS = {w for rel in OPPOSITE for w in rel.split() if w != "of"}
+
+
+def role_of(token: str) -> str:
+    word = token.strip().removesuffix("</w>").lower()
+    if word.startswith("<") and word.endswith(">"):
+        return "special"
+    if word in COLOURS:
+        return "attribute"
+    if word in SHAPES:
+        return "object"
+    return "relation" if word in RELATION_WORDS else "function"
+
+
+def cell_mask(n_patches: int, column: int, row: int) -> np.ndarray:
+    """Which of the square patch grid's patches have their centre in world cell (column, row)."""
+    g = int(round(np.sqrt(n_patches)))
+    centres = (np.stack(np.meshgrid(np.arange(g), np.arange(g)), -1).reshape(-1, 2) + 0.5) / g  # (x, y)
+    inside = lambda c, k: (c >= k / GRID) & (c < (k + 1) / GRID)
+    return inside(centres[:, 0], column) & inside(centres[:, 1], row)
+
+
+def record_figures(head, v, P, t, H, mask, tokens: list[list[str]], objects: list[str]) -> dict:
+    """One record: v [d], P [N, d], t [2, d] and H [2, L, d] for (gold, foil); tokens: the
+    two captions' valid tokens as text; objects: the scene's object labels."""
+    with torch.no_grad():
+        ev = head.token_evidence(v, P, t, H, mask)
+    contrib = ev["contrib"].float().cpu().numpy()
+    diff = {r: 0.0 for r in ROLES}
+    s_global = ev["s_global"].float().cpu().numpy()
+    for c, sign in ((0, 1.0), (1, -1.0)):
+        for k, tok in enumerate(tokens[c]):
+            diff[role_of(tok)] += sign * float(contrib[c, k])
+    owners = {o.split()[0]: o.split() for o in objects}
+    moved = []
+    for k, tok in enumerate(tokens[0]):
+        word = tok.strip().removesuffix("</w>").lower()
+        parts = owners.get(word) if role_of(tok) == "attribute" else None
+        if parts is None or sum(o.split()[0] == word for o in objects) != 1:
+            continue
+        cell = cell_mask(P.shape[0], int(parts[3]), int(parts[4]))
+        before = ev["maps"]["before"][0, k].float().cpu().numpy()
+        after = ev["maps"]["after"][0, k].float().cpu().numpy()
+        moved.append((float(before[cell].sum()), float(after[cell].sum())))
+    return {"diff": diff, "moved": moved, "global": float(s_global[0] - s_global[1])}
+
+
+def diagnose(head, records: list[dict]) -> dict:
+    """records: record_figures' inputs, one dict per record (keys of record_figures) ->
+    per role the mean gold-minus-foil part of s_token (points of s) and its share of the
+    summed mean |part|; the attribute words' mean support on their own object's cell
+    before and after the refinement, with the cell's share of the patches (chance)."""
+    per = [record_figures(head, **r) for r in records]
+    mean = {r: float(np.mean([p["diff"][r] for p in per])) for r in ROLES}
+    absolute = {r: float(np.mean([abs(p["diff"][r]) for p in per])) for r in ROLES}
+    total = sum(absolute.values()) or 1.0
+    moved = [m for p in per for m in p["moved"]]
+    n = records[0]["P"].shape[0] if records else 0
+    chance = float(cell_mask(n, 0, 0).mean()) if n else float("nan")
+    return {
+        "records": len(per),
+        "s_global_gold_minus_foil": {
+            "mean": float(np.mean([p["global"] for p in per])),
+            "mean_abs": float(np.mean([abs(p["global"]) for p in per])),
+        },
+        "s_token_gold_minus_foil": {r: mean[r] for r in ROLES},
+        "s_token_mean_abs": float(np.mean([abs(sum(p["diff"].values())) for p in per])),
+        "share_of_abs_difference": {r: absolute[r] / total for r in ROLES},
+        "attribute_support_on_own_object": {
+            "words": len(moved),
+            "before": float(np.mean([b for b, _ in moved])) if moved else float("nan"),
+            "after": float(np.mean([a for _, a in moved])) if moved else float("nan"),
+            "chance": chance,
+        },
+    }
+
+
+def swap_att_records(store, manifest_path: str, image_root: str | None = None) -> list[dict]:
+    """record_figures' inputs for every record of a synthetic swap-att manifest, from the
+    store's features (the tokens as the store holds them)."""
+    from ..manifest import Manifest
+    from ..store.banks import FeatureBank
+    from ..store.manifest_keys import manifest_keys
+    from .explain import token_labels
+
+    m = Manifest.read(manifest_path)
+    rows = m.table.to_pylist()
+    texts = sorted({c for r in rows for c in r["captions"]})
+    keys = manifest_keys(store, m, texts, image_root)
+    uimg = sorted(set(keys))
+    bank = FeatureBank.load(store, uimg, texts, True, "cpu")
+    labels = dict(zip(texts, token_labels(store, texts)))
+    at = {c: i for i, c in enumerate(texts)}
+    out = []
+    for r, key in zip(rows, keys):
+        caps = [r["captions"][r["gold"]]] + [c for i, c in enumerate(r["captions"]) if i != r["gold"]][:1]
+        v, P, t, H, mask = bank.features(torch.tensor([uimg.index(key)] * 2), torch.tensor([at[c] for c in caps]), True)
+        out.append(
+            {"v": v[0], "P": P[0], "t": t, "H": H, "mask": mask, "tokens": [labels[c] for c in caps],
+             "objects": r["objects"]}
+        )  # fmt: skip
+    return out
+
+
+def mean_of(dicts: list):
+    """The element-wise mean of nested dicts of numbers (the seeds' diagnoses)."""
+    first = dicts[0]
+    if isinstance(first, dict):
+        return {k: mean_of([d[k] for d in dicts]) for k in first}
+    return float(np.mean(dicts))

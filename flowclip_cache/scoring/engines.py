@@ -1,0 +1,257 @@
+"""The task engines of flowclip score, one per task kind: candidate sets and pairs
+(scores per record and candidate, per scorer and image control, in memory-bounded
+chunks), retrieval (exact or shortlisted, in blocks), and zero-shot classification."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..hashing import caption_key
+from ..heads import Head
+from ..manifest import Manifest
+from ..store.banks import FeatureBank
+from ..store.manifest_keys import manifest_keys
+from . import metrics
+from .scorers import Scorer, control_images
+
+
+def _chunked_matched(
+    head: Head, bank: FeatureBank, imgs: torch.Tensor, caps: torch.Tensor, max_memory_mb: float = 2048
+) -> np.ndarray:
+    """Scores of matched pairs, in chunks whose gathered features (FP32: each pair's
+    patches and tokens, a few copies) take about max_memory_mb at most."""
+    d = bank.dim
+    per_pair = 4 * d * (3 * (bank.img_patches.shape[1] + bank.max_tokens()) + 4) if head.uses_tokens else 16 * d
+    # (the gathered FP32 features of each pair: patches and tokens, a few copies)
+    chunk = int(min(4096, max(1, max_memory_mb * 2**20 / per_pair)))
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(imgs), chunk):
+            out.append(head.score_matched(*bank.features(imgs[s : s + chunk], caps[s : s + chunk], head.uses_tokens)))
+    return torch.cat(out).cpu().numpy() if out else np.zeros(0, np.float32)
+
+
+def score_candidates(
+    store,
+    m: Manifest,
+    scorers,
+    controls,
+    seed,
+    device,
+    image_root=None,
+    task: str | None = None,
+    max_memory_mb: int | None = None,
+):
+    """Scores [records, candidates] per (control, scorer). Records are scored in chunks
+    whose features (own and control images, captions) fit max_memory_mb; a record's
+    scores depend on its own features only (chunking moves them by FP32 round-off, from
+    batches of another size)."""
+    t = m.table.to_pydict()
+    captions = t["captions"]
+    texts = sorted({c for cs in captions for c in cs})
+    ikeys = manifest_keys(store, m, texts, image_root)
+    uimg = sorted(set(ikeys))
+    img_index = {k: i for i, k in enumerate(uimg)}
+    need_tokens = any(s.head.uses_tokens for s in scorers)
+    rec_img = np.array([img_index[k] for k in ikeys])
+    per_control = {c: control_images(rec_img, c, seed, task or m.meta["benchmark"]) for c in controls}
+    kmax = max(map(len, captions))
+    out = {(c, s.run): np.full((len(captions), kmax), np.nan, np.float32) for c in controls for s in scorers}
+    for chunk in _record_chunks(store, captions, texts, len(uimg), need_tokens, len(controls), max_memory_mb):
+        imgs_needed = sorted({int(per_control[c][r]) for c in controls for r in chunk})
+        texts_needed = sorted({x for r in chunk for x in captions[r]})
+        bank = FeatureBank.load(store, [uimg[i] for i in imgs_needed], texts_needed, need_tokens, device)
+        local_img = {g: i for i, g in enumerate(imgs_needed)}
+        cap_index = {c: i for i, c in enumerate(texts_needed)}
+        rec_of = np.repeat(chunk, [len(captions[r]) for r in chunk])
+        slot = np.concatenate([np.arange(len(captions[r])) for r in chunk])
+        cap_ids = torch.tensor([cap_index[c] for r in chunk for c in captions[r]], device=device)
+        for control in controls:
+            imgs = torch.as_tensor([local_img[int(per_control[control][r])] for r in rec_of], device=device)
+            for s in scorers:
+                out[(control, s.run)][rec_of, slot] = _chunked_matched(
+                    s.head, bank, imgs, cap_ids, max_memory_mb or 2048
+                )
+    return out, np.array(t["gold"]), t, np.array(ikeys)
+
+
+def _record_chunks(store, captions, texts, n_images, need_tokens, n_controls, max_memory_mb) -> list[np.ndarray]:
+    """Consecutive record ranges whose features take about max_memory_mb at most (all
+    records at once when they fit, or when no bound is given)."""
+    n = len(captions)
+    if not max_memory_mb:
+        return [np.arange(n)]
+    d, P = store.meta["dim"], store.meta["num_patches"]
+    tokens_per_caption = (store.count_tokens([caption_key(c) for c in texts]) / len(texts)) if need_tokens else 0
+    per_image = d * 2 * (1 + (P if need_tokens else 0))
+    per_record = per_image * (1 + n_controls) + np.mean([len(c) for c in captions]) * d * 2 * (1 + tokens_per_caption)
+    whole = n_images * per_image + len(texts) * d * 2 * (1 + tokens_per_caption)
+    if whole <= max_memory_mb * 2**20:
+        return [np.arange(n)]
+    size = max(1, int(max_memory_mb * 2**20 / per_record))
+    return [np.arange(a, min(n, a + size)) for a in range(0, n, size)]
+
+
+def score_retrieval(
+    store,
+    m: Manifest,
+    scorer: Scorer,
+    device,
+    max_memory_mb: int,
+    shortlist: int | None,
+    image_root=None,
+    spill_dir: str | None = None,
+) -> dict:
+    """Recall@k both ways over the whole gallery, in memory bounded by max_memory_mb: the
+    pair scores are computed in blocks; when the score matrix itself does not fit, it
+    goes to a file in spill_dir (the score's own temporary folder) and is read back in
+    row blocks. With shortlist, each query's global top K (kept blockwise) is re-ranked
+    by the head, and the result is labelled approximate."""
+    t = m.table.to_pydict()
+    caps = [c for cs in t["captions"] for c in cs]
+    ikeys = manifest_keys(store, m, sorted(set(caps)), image_root)
+    cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
+    texts = sorted(set(caps))
+    cap_index = {c: i for i, c in enumerate(texts)}
+    bank = FeatureBank.load(store, list(ikeys), texts, scorer.head.uses_tokens, device)
+    cid = torch.tensor([cap_index[c] for c in caps], device=device)
+    n_i = len(ikeys)
+    budget = max_memory_mb * 2**20
+    with torch.no_grad():
+        if shortlist and scorer.head.uses_tokens:  # (token heads give coarse global scores)
+            img, cap = _shortlist_pairs(scorer.head, bank, cid, n_i, shortlist, budget, device)
+            val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap], max_memory_mb)
+            res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
+            res.update(approximate=True, shortlist=shortlist)
+            return res
+        row_blocks = _score_matrix(scorer.head, bank, cid, n_i, budget, device, spill_dir)
+        res = metrics.retrieval_recall_blocks(row_blocks, cap_image, n_i)
+    res["approximate"] = False
+    return res
+
+
+def _pair_blocks(head, bank, n_i: int, n_t: int, budget: int) -> tuple[int, int]:
+    """Images x captions per block so that the head's intermediates fit the budget."""
+    per_pair = head.pair_bytes(bank.max_tokens(), bank.img_patches.shape[1] if head.uses_tokens else 1, bank.dim)
+    block = max(1, int(budget / 2 / per_pair))
+    bi = max(1, min(n_i, int(block**0.5)))
+    return bi, max(1, min(n_t, block // bi))
+
+
+def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
+    """The [n_i, n_t] scores as row_blocks() for metrics.retrieval_recall_blocks: kept in
+    memory when they take at most a quarter of the budget, else spilled to a file."""
+    n_t = len(cid)
+    bi, bt = _pair_blocks(head, bank, n_i, n_t, budget)
+    rows_per_block = max(bi, int(budget / 4 / (4 * n_t)) // bi * bi or bi)
+    in_memory = 4 * n_i * n_t <= budget / 4 or spill_dir is None
+    path = None if in_memory else os.path.join(spill_dir, f".retrieval-{uuid.uuid4().hex[:8]}.f32")
+    sim = np.empty((n_i, n_t), np.float32) if in_memory else None
+    for r0 in range(0, n_i, rows_per_block):
+        rows = np.empty((min(n_i, r0 + rows_per_block) - r0, n_t), np.float32)
+        for i0 in range(r0, r0 + len(rows), bi):
+            ii = torch.arange(i0, min(r0 + len(rows), i0 + bi), device=device)
+            for t0 in range(0, n_t, bt):
+                tc = cid[t0 : t0 + bt]
+                rows[i0 - r0 : i0 - r0 + len(ii), t0 : t0 + len(tc)] = (
+                    head(*bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
+                )
+        if sim is not None:
+            sim[r0 : r0 + len(rows)] = rows
+        else:
+            assert path is not None
+            with open(path, "ab") as f:
+                rows.tofile(f)
+    if in_memory:
+        return lambda: [(0, sim)]
+
+    def from_file():
+        with open(path, "rb") as f:
+            for r0 in range(0, n_i, rows_per_block):
+                n = min(n_i, r0 + rows_per_block) - r0
+                yield r0, np.fromfile(f, np.float32, n * n_t).reshape(n, n_t)
+
+    return from_file
+
+
+def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> tuple[np.ndarray, np.ndarray]:
+    """(image, caption index) pairs: each image's top k captions and each caption's top k
+    images by the head's global score, found block by block (no full matrix). Ties at
+    the k-th place keep the lower index (metrics.top_k), so the pairs do not depend on
+    the block size (--max-memory)."""
+    n_t = len(cid)
+    k_t, k_i = min(k, n_t), min(k, n_i)
+    _, _, tt, _, _ = bank.features(torch.arange(1, device=device), cid, False)
+    rows = max(1, int(budget / (40 * n_t)))  # a block's float32 scores, their copies and int64 indices
+    best_v = np.full((k_i, n_t), -np.inf, np.float32)
+    best_i = np.zeros((k_i, n_t), np.int64)
+    img_top = []
+    for i0 in range(0, n_i, rows):  # images in increasing order: a position is an image index
+        ii = torch.arange(i0, min(n_i, i0 + rows), device=device)
+        v = bank.features(ii, cid[:1], False)[0]
+        block = head.coarse(v, tt).cpu().numpy()
+        img_top.append(metrics.top_k(block, k_t, axis=1))
+        cand_v = np.concatenate([best_v, block])
+        cand_i = np.concatenate([best_i, np.repeat(ii.cpu().numpy()[:, None], n_t, 1)])
+        # the running best come first and hold lower image indices: ties keep the lower index
+        keep = metrics.top_k(cand_v, k_i, axis=0)
+        best_v, best_i = np.take_along_axis(cand_v, keep, 0), np.take_along_axis(cand_i, keep, 0)
+    top_t = np.concatenate(img_top)
+    pairs = np.unique(
+        np.concatenate(
+            [
+                np.stack([np.repeat(np.arange(n_i), k_t), top_t.ravel()], 1),
+                np.stack(
+                    [best_i[np.isfinite(best_v)].ravel(), np.tile(np.arange(n_t), (k_i, 1))[np.isfinite(best_v)]], 1
+                ),
+            ]
+        ),
+        axis=0,
+    )
+    return pairs[:, 0], pairs[:, 1]
+
+
+def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None) -> dict:
+    prompts = m.meta["prompts"]
+    flat = [p for ps in prompts for p in ps]
+    ikeys = manifest_keys(store, m, sorted(set(flat)), image_root)
+    uimg = sorted(set(ikeys))
+    texts = sorted(set(flat))
+    bank = FeatureBank.load(store, uimg, texts, scorer.head.uses_tokens, device)
+    cap_index = {c: i for i, c in enumerate(texts)}
+    cid = torch.tensor([cap_index[p] for p in flat], device=device)
+    owner = np.repeat(np.arange(len(prompts)), [len(p) for p in prompts])
+    per_class = np.empty((len(uimg), len(prompts)), np.float32)
+    with torch.no_grad():
+        class_vecs = _ensembled_classes(scorer.head, bank, cid, owner, len(prompts), device)
+        for i0 in range(0, len(uimg), 64):
+            ii = torch.arange(i0, min(len(uimg), i0 + 64), device=device)
+            if class_vecs is not None:  # CLIP's rule: 100 * v . (renormalised mean prompt embedding)
+                v = bank.features(ii, cid[:1], False)[0].float()
+                per_class[i0 : i0 + len(ii)] = (100.0 * v @ class_vecs.T).cpu().numpy()
+            else:  # a pairwise head: the mean of its per-prompt scores
+                logits = scorer.head(*bank.features(ii, cid, scorer.head.uses_tokens)).cpu().numpy()
+                per_class[i0 : i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
+    img_row = {k: i for i, k in enumerate(uimg)}
+    labels = np.array(m.table.column("label").to_pylist())
+    res = metrics.topk_accuracy(per_class[[img_row[k] for k in ikeys]], labels, (1, 5))
+    res["prompt_ensemble"] = "embedding" if class_vecs is not None else "score"
+    return res
+
+
+def _ensembled_classes(head, bank, cid, owner, n_classes: int, device) -> torch.Tensor | None:
+    """[C, d] class vectors for an embedding scorer (CLIP_benchmark's zero_shot_classifier:
+    the mean of the L2-normalised prompt embeddings, renormalised), else None."""
+    t = bank.features(torch.arange(1, device=device), cid, False)[2].float()
+    z = head.caption_embedding(t)
+    if z is None:
+        return None
+    z = F.normalize(z, dim=-1)
+    own = torch.as_tensor(owner, device=z.device)
+    c = torch.stack([z[own == k].mean(0) for k in range(n_classes)])
+    return c / c.norm(dim=-1, keepdim=True)

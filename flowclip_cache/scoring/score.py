@@ -1,0 +1,316 @@
+"""flowclip score: every benchmark manifest, every scorer, from one store.
+
+    manifests -> their benchmark's Scoring (from the registry) -> scores per record
+    and candidate, per scorer and image control -> official aggregation -> tables,
+    paired decision changes, paired image-cluster bootstrap, figures.
+
+The engine knows task kinds, not benchmarks: everything particular to a benchmark
+comes from its Scoring declaration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+
+import numpy as np
+
+from .. import outputs
+from ..datasets.base import Scoring
+from ..errors import FlowclipError
+from ..store import FeatureStore
+from ..store.manifest_keys import drop_failed_rows
+from ..training.run_folder import git_revision
+from . import metrics
+
+# the names callers import from here (the engine's parts live in scorers, engines, aggregation)
+from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
+from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
+from .report import results_markdown
+from .scorers import CONTROLS, Scorer, control_images, evaluation_manifests, find_manifests, load_scorers, scoring_of  # noqa: F401
+from .stats import paired_bootstrap
+
+
+def run_score(
+    store: FeatureStore,
+    manifest_paths: list[str],
+    scorer_specs: list[str],
+    out: str,
+    *,
+    controls=("real",),
+    device: str = "cpu",
+    seed: int = 0,
+    bootstrap_draws: int = 10_000,
+    max_memory_mb: int = 2048,
+    shortlist: int | None = None,
+    overwrite: bool = False,
+    image_root: str | None = None,
+    compare: list[tuple[str, str]] | None = None,
+    progress: bool = True,
+    figures: bool = True,
+    log=print,
+) -> dict:
+    """compare: (baseline, other) method pairs for the bootstrap; default every pair.
+    figures: the PNGs (margins, CREPE curves) beside the results."""
+    outputs.check_replaceable(out, "score-results", overwrite)
+    scorers = load_scorers(scorer_specs, store, device)
+    checked = [(m, *scoring_of(m, log)) for m in evaluation_manifests(manifest_paths, log)]  # fail before any work
+    names = [n for _, n, _ in checked]
+    if len(set(names)) < len(names):
+        raise FlowclipError(
+            f"two manifests score as the same task ({', '.join(sorted({n for n in names if names.count(n) > 1}))}); "
+            f"give one a different flowclip.meta 'name'"
+        )
+    tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.makedirs(tmp)
+    try:
+        summary = _score_all(
+            store,
+            checked,
+            scorers,
+            tmp,
+            controls,
+            device,
+            seed,
+            bootstrap_draws,
+            max_memory_mb,
+            shortlist,
+            image_root,
+            compare,
+            progress,
+            figures,
+            log,
+        )
+        outputs.publish(tmp, out, "score-results", overwrite)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failure (or a full disk) leaves nothing behind
+    log(f"wrote {out}")
+    return summary
+
+
+def _score_all(
+    store,
+    checked,
+    scorers,
+    tmp,
+    controls,
+    device,
+    seed,
+    bootstrap_draws,
+    max_memory_mb,
+    shortlist,
+    image_root,
+    compare,
+    progress,
+    figures,
+    log,
+) -> dict:
+    from ..progress import bar
+
+    t0 = time.perf_counter()
+    records_bar = bar(sum(len(m) for m, _, _ in checked), "score", "record", progress)
+    results: dict = {}  # (control, run) -> benchmark -> result
+    record_rows, boot_tasks, changes = [], [], {}
+    all_images: dict[str, int] = {}
+    benches: dict[str, Scoring] = {}
+    excluded: dict[str, list[dict]] = {}
+    for m, name, sc in checked:
+        benches[name] = sc
+        records_bar.update(len(m))
+        m, dropped = drop_failed_rows(store, m, image_root)
+        if dropped:
+            excluded[name] = dropped
+            log(
+                f"{name}: {len(dropped)} records left out: extract recorded their image or caption as failed "
+                f"(first: {dropped[0]['record']}, {dropped[0]['reason']})"
+            )
+        if not len(m):
+            raise FlowclipError(f"{m.path}: every record's image or caption failed at extract; nothing to score")
+        log(f"scoring {name} ({len(m)} records, {sc.task})")
+        if sc.task in ("pairwise", "candidates"):
+            rows, changes[name], boot = _score_candidate_task(
+                store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results, all_images
+            )
+            record_rows += rows
+            boot_tasks += boot
+        elif sc.task == "retrieval":
+            for s in scorers:
+                results.setdefault(("real", s.run), {})[name] = score_retrieval(
+                    store, m, s, device, max_memory_mb, shortlist, image_root, tmp
+                )
+        else:
+            for s in scorers:
+                results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)
+
+    mark_partial(results, excluded)
+    methods, pairs = _comparisons(scorers, compare)
+    bootstrap = (
+        paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed)
+        if pairs and boot_tasks and bootstrap_draws
+        else {}
+    )
+    summary = {
+        "store": store.root,
+        "store_fingerprint": store.fingerprint,
+        "scorers": [
+            {"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind} for s in scorers
+        ],
+        "git_revision": git_revision(),
+        "controls": list(controls),
+        "seed": seed,
+        "units": "fractions in [0, 1] (accuracies, recalls); the bootstrap in percentage points; "
+        "results.md and results.csv in percent",
+        "results": {f"{c}|{r}": v for (c, r), v in results.items()},
+        "cross_task_means": cross_task_means(results, benches, [s.run for s in scorers], expected_members()),
+        "decision_changes": changes,
+        "bootstrap": bootstrap,
+        "seconds": time.perf_counter() - t0,
+    }
+    write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
+    return summary
+
+
+def _score_candidate_task(
+    store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results: dict, all_images: dict
+) -> tuple[list[dict], dict, list]:
+    """A pairs or candidate-set manifest under every control: its aggregation into results,
+    its per-record rows, the decision changes between scorers, and its bootstrap input."""
+    mats, gold, cols, ikeys = score_candidates(
+        store, m, scorers, controls, seed, device, image_root, name, max_memory_mb
+    )
+    correct_real, record_rows = {}, []
+    ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
+    for (control, run), mat in mats.items():
+        results.setdefault((control, run), {})[name] = aggregate(sc, mat, gold, cols)
+        correct = metrics.decisions(mat, gold, sc.tie_rule)[0]
+        if control == "real":
+            correct_real[run] = correct
+        record_rows += [
+            {
+                "benchmark": name,
+                "record_id": rid,
+                "control": control,
+                "scorer": run,
+                "scores": row[~np.isnan(row)].tolist(),
+                "gold": g,
+                "correct": c,
+            }
+            for rid, row, g, c in zip(ids, mat, gold.tolist(), correct.tolist())
+        ]
+    if "real" not in controls:
+        return record_rows, {}, []
+    runs = [s.run for s in scorers]
+    changes = {
+        f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
+        for i, a in enumerate(runs)
+        for b in runs[i + 1 :]
+    }
+    return record_rows, changes, [bootstrap_task(name, sc, cols, ikeys, correct_real, all_images)]
+
+
+def mark_partial(results: dict, excluded: dict[str, list[dict]]) -> None:
+    """A figure resting on a part of its records says so."""
+    for per_task in results.values():
+        for name, dropped in excluded.items():
+            if name in per_task:
+                per_task[name]["excluded_failed"] = dropped
+                per_task[name]["partial"] = "; ".join(
+                    filter(
+                        None,
+                        [
+                            per_task[name].get("partial"),
+                            (
+                                f"{len(dropped)} records left out (extract recorded their image or caption as "
+                                f"failed; listed in results.json under excluded_failed)"
+                            ),
+                        ],
+                    )
+                )
+
+
+def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """Methods (their runs: seeds) and the method pairs the bootstrap compares (every
+    pair unless `compare` names them)."""
+    methods: dict[str, list[str]] = {}
+    for s in scorers:
+        methods.setdefault(s.method, []).append(s.run)
+    names = list(methods)
+    pairs = (
+        [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
+        if compare is None
+        else list(compare)
+    )
+    for a, b in pairs:
+        if a not in methods or b not in methods:
+            raise FlowclipError(f"bootstrap comparison {a} vs {b}: no such scorer (have {', '.join(methods)})")
+    return methods, pairs
+
+
+def headline(res: dict) -> float:
+    """The one number a task reports: its official score, or R@1 / top-1."""
+    if "score" in res:
+        return res["score"]
+    return res.get("i2t_R@1", res.get("top1", float("nan")))
+
+
+def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches, figures=True) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open(os.path.join(folder, "results.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if record_rows:
+        pq.write_table(pa.Table.from_pylist(record_rows), os.path.join(folder, "records.parquet"))
+    md, csv_rows = results_markdown(summary, scorers, controls, benches)
+    open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
+    open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
+    if figures:
+        write_figures(folder, summary, record_rows)
+
+
+def write_figures(folder: str, summary: dict, record_rows: list) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # a scorer is shown by the NAME= it was given, with its run folder's name when they differ
+    method = {s["run"]: s["method"] for s in summary.get("scorers", [])}
+    label = lambda run: run if method.get(run, run) == run else f"{method[run]} ({run})"
+    # gold-foil margins of pairwise tasks, Real control, one panel per benchmark
+    by_task: dict = {}
+    for r in record_rows:
+        if r["control"] == "real" and len(r["scores"]) == 2:
+            by_task.setdefault(r["benchmark"], {}).setdefault(r["scorer"], []).append(
+                metrics.margin(r["scores"], r["gold"])
+            )
+    for task, per in by_task.items():
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for run, margins in per.items():
+            ax.hist(margins, bins=40, alpha=0.5, label=label(run))
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_xlabel("gold - foil score")
+        ax.set_ylabel("records")
+        ax.set_title(f"{task}: margins (Real)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, f"margins_{task}.png"), dpi=100)
+        plt.close(fig)
+    # Recall@1 against complexity (CREPE), per scorer and foil type
+    for key, per in summary["results"].items():
+        control, run = key.split("|")
+        for task, r in per.items():
+            if "recall_by_complexity" in r and control == "real":
+                fig, ax = plt.subplots(figsize=(5, 3.5))
+                xs = sorted(r["recall_by_complexity"], key=int)
+                ax.plot([int(x) for x in xs], [r["recall_by_complexity"][x] for x in xs], marker="o", label=label(run))
+                ax.set_xlabel("complexity")
+                ax.set_ylabel("Recall@1")
+                ax.set_title(task)
+                ax.legend()
+                fig.tight_layout()
+                fig.savefig(os.path.join(folder, f"recall_vs_complexity_{task}_{run}.png"), dpi=100)
+                plt.close(fig)

@@ -1,0 +1,197 @@
+"""What flowclip score scores with and on: scorers (the frozen encoder or a finished
+run folder), the manifests to score and each one's Scoring (its benchmark's, one its
+metadata declares, or the generic one), and the Real/Shuffle/Fixed image controls."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..datasets import all_benchmarks
+from ..datasets import get as get_benchmark
+from ..datasets.base import Scoring
+from ..errors import FlowclipError
+from ..heads import Head, build_head
+from ..manifest import Manifest
+from ..store import FeatureStore
+from ..training.train_config import recorded_settings
+
+CONTROLS = ("real", "shuffle", "fixed")
+
+
+@dataclass
+class Scorer:
+    method: str  # runs of one method (seeds) share this name
+    run: str  # unique label
+    head: Head
+    head_sha256: str  # of the weights file; "frozen" for clip
+    train: dict | None = None  # the run's training settings (config.json); None for clip
+
+
+def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Scorer]:
+    """'clip', a run folder, or 'name=run folder' (runs sharing a name are seeds of one method)."""
+    from ..training.run_folder import load_head
+
+    out, seen = [], set()
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or "/" in name or os.path.exists(spec):  # a bare path
+            name, path = "", spec
+        hub = path.startswith("hf:")
+        if hub:  # a published head (sharing.py): its local snapshot, labelled by its NAME
+            from ..hub import hub_folder
+
+            name, path = name or path.rsplit("/", 1)[-1].split("@")[0], hub_folder(path)
+        if path == "clip":
+            scorer = Scorer(name or "clip", "clip", build_head("clip", store.meta["dim"]).to(device), "frozen")
+        else:
+            if not os.path.isdir(path):
+                raise FlowclipError(f"--scorer {spec}: the folder {path} does not exist" + _nearest(path))
+            if not os.path.exists(os.path.join(path, "head.safetensors")) and not os.path.exists(
+                os.path.join(path, "DONE")
+            ):
+                raise FlowclipError(f"--scorer {spec}: {path} is not a finished train-head run folder")
+            if not os.path.exists(os.path.join(path, "DONE")):
+                raise FlowclipError(f"--scorer {spec}: {path} is an unfinished run")
+            head, cfg = load_head(path, device)
+            if cfg["store_fingerprint"] != store.fingerprint:
+                raise FlowclipError(
+                    f"--scorer {spec}: trained on encoder {cfg['store_fingerprint'][:12]}, this store "
+                    f"holds {store.fingerprint[:12]}; refused"
+                )
+            sha = hashlib.sha256(open(os.path.join(path, "head.safetensors"), "rb").read()).hexdigest()
+            label = name if hub else os.path.basename(os.path.normpath(path))
+            scorer = Scorer(name or label, label, head, sha, cfg["train"])
+        if scorer.run in seen:
+            raise FlowclipError(f"--scorer {spec}: two scorers named {scorer.run!r}")
+        seen.add(scorer.run)
+        out.append(scorer)
+    _same_method(out)
+    return out
+
+
+def _nearest(path: str) -> str:
+    import difflib
+
+    parent = os.path.dirname(os.path.normpath(path)) or "."
+    if not os.path.isdir(parent):
+        return f" (nor does {parent})"
+    names = [n for n in os.listdir(parent) if os.path.isdir(os.path.join(parent, n))]
+    near = difflib.get_close_matches(os.path.basename(os.path.normpath(path)), names, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(os.path.join(parent, n) for n in near)}?" if near else ""
+
+
+def _same_method(scorers: list[Scorer]) -> None:
+    """Runs grouped under one name are seeds of one method: the same head and settings,
+    differing in the seed only."""
+    by_name: dict = {}
+    for sc in scorers:
+        if sc.train is None:
+            continue
+        settings = {k: v for k, v in recorded_settings(sc.train).items() if k != "seed"}
+        by_name.setdefault(sc.method, []).append((sc.run, settings))
+    for name, runs in by_name.items():
+        first_run, first = runs[0]
+        for run, settings in runs[1:]:
+            differ = sorted(k for k in set(first) | set(settings) if first.get(k) != settings.get(k))
+            if differ:
+                raise FlowclipError(
+                    f"--scorer {name}=...: {first_run} and {run} are grouped as seeds of one method "
+                    f"but differ in {', '.join(f'{k} ({first.get(k)} vs {settings.get(k)})' for k in differ)}; "
+                    f"give them different names"
+                )
+
+
+def find_manifests(paths: list[str]) -> list[str]:
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".parquet"))
+        else:
+            out.append(p)
+    if not out:
+        raise FlowclipError(f"no manifests (*.parquet) in {', '.join(paths)}")
+    return out
+
+
+def evaluation_manifests(paths: list[str], log=print) -> list[Manifest]:
+    """The manifests to score: files named, and the manifests of folders named. A training
+    manifest met in a folder is skipped with a note (folders often hold both); one named
+    explicitly is an error."""
+    named = {os.path.abspath(p) for p in paths if not os.path.isdir(p)}
+    out = []
+    for p in find_manifests(paths):
+        m = Manifest.read(p)
+        if m.kind == "training" and os.path.abspath(p) not in named:
+            log(f"note: skipping {p}: a training manifest (score takes evaluation manifests)")
+            continue
+        out.append(m)
+    if not out:
+        raise FlowclipError(f"no evaluation manifests in {', '.join(paths)} (only training sets)")
+    return out
+
+
+GENERIC = {
+    "pairwise": Scoring(task="pairwise", tie_rule="wrong"),
+    "candidates": Scoring(task="candidates", tie_rule="wrong"),
+}
+
+
+def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
+    """A manifest's task name and Scoring: its registered benchmark's, or one declared in
+    its metadata ("scoring": {...}), or, for a candidates manifest that declares neither,
+    the generic scoring: accuracy, pooled, a tie counted wrong (docs/manifests.md)."""
+    name = m.meta.get("benchmark")
+    if name and name in all_benchmarks():
+        bench = get_benchmark(name)
+        if bench.scoring is None or m.kind == "training":
+            raise FlowclipError(
+                f"{m.path}: {name} is a training set; score takes evaluation manifests "
+                f"(keep training manifests out of the folders you score, or name files one by one)"
+            )
+        sc = bench.scoring
+    elif m.kind == "training":
+        raise FlowclipError(f"{m.path}: a training manifest; score takes evaluation manifests")
+    elif m.kind != "candidates":
+        raise FlowclipError(
+            f"{m.path}: {'unknown benchmark ' + repr(name) if name else 'no benchmark'} in its "
+            f"flowclip.meta; a {m.kind} manifest needs a registered one "
+            f"({', '.join(sorted(all_benchmarks()))})"
+        )
+    else:
+        name = m.meta.get("name") or name or os.path.splitext(os.path.basename(m.path))[0]
+        if "scoring" in m.meta:
+            sc = Scoring.declared(m.meta["scoring"], f"{m.path}: flowclip.meta")
+            how = "the scoring its metadata declares"
+        else:
+            two = all(len(c) == 2 for c in m.table.column("captions").to_pylist())
+            sc = GENERIC["pairwise" if two else "candidates"]
+            how = f"generic {'pairwise' if two else 'candidate-set'} accuracy, a tie counted wrong"
+        if log is not None:
+            log(f"note: {m.path} names no registered benchmark: scored as {name!r} with {how}")
+    needed = {
+        "candidates": ("captions", "gold"),
+        "pairwise": ("captions", "gold"),
+        "retrieval": ("captions",),
+        "classification": ("label",),
+    }[sc.task]
+    for col in needed + tuple(c for c in (sc.group_by, sc.exclude_column, *sc.report_by) if c):
+        if col not in m.table.column_names:
+            raise FlowclipError(f"{m.path}: the {name} benchmark needs column {col!r}, which is missing")
+    return name, sc
+
+
+def control_images(rec_img: np.ndarray, control: str, seed: int, task: str) -> np.ndarray:
+    """Real: the record's image; Shuffle: one seeded permutation of the records' images;
+    Fixed: one seeded anchor image for every record."""
+    rng = np.random.default_rng([seed, int(hashlib.sha256(task.encode()).hexdigest()[:8], 16)])
+    if control == "real":
+        return rec_img
+    if control == "shuffle":
+        return rec_img[rng.permutation(len(rec_img))]
+    if control == "fixed":
+        return np.full_like(rec_img, rec_img[rng.integers(len(rec_img))])
+    raise FlowclipError(f"unknown control {control!r}; use {', '.join(CONTROLS)}")

@@ -1,0 +1,244 @@
+"""One head run folder while it trains: its head, optimiser, state, log, evaluation,
+checkpoints, and the finished head (train.py runs several side by side)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .. import outputs
+from ..errors import FlowclipError
+from ..hashing import file_sha256
+from ..store import FeatureStore
+from . import checkpoint
+from .losses import batch_loss
+from .run_folder import git_revision, load_checkpoint, save_checkpoint, write_finished_head
+from .train_config import recorded_settings
+from .training_data import TrainingData, pairwise_accuracy
+
+if TYPE_CHECKING:
+    from .train_config import TrainConfig
+
+
+def head_parameters(cfg: "TrainConfig", dim: int) -> int:
+    """Trainable parameters of the configured head at dimension `dim` (Flow-CLIP: 3d^2)."""
+    return sum(p.numel() for p in cfg.build_head(dim).parameters())
+
+
+class HeadRun:
+    """One run folder: its head, optimiser, state, log and evaluation."""
+
+    @staticmethod
+    def prepare_folder(
+        store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, device: str, resume: bool, overwrite: bool
+    ) -> bool:
+        """Check the run folder before any data are loaded: never mix two runs, never
+        resume on another encoder or with other settings. Returns whether it had started."""
+        started = checkpoint.claim_run(out, "head-run", "run", resume, overwrite, ", or score it: --scorer " + out)
+        if not started and os.path.exists(os.path.join(out, "state.json")):
+            raise FlowclipError(
+                f"{out} is an unfinished run of an older flowclip (no {checkpoint.POINTER}); "
+                f"pass --overwrite to start it again"
+            )
+        run_config = {
+            "train": dataclasses.asdict(cfg),
+            "store": store.root,
+            "store_fingerprint": store.fingerprint,
+            "encoder": store.encoder_config["model"],
+            "manifest": os.path.abspath(manifest_path),
+            "manifest_sha256": file_sha256(manifest_path),
+            "git_revision": git_revision(),
+            "head": cfg.build_head(store.meta["dim"]).hparams(),
+            "dim": store.meta["dim"],
+            "parameters": head_parameters(cfg, store.meta["dim"]),
+            "torch": torch.__version__,
+            "device": device,
+        }
+        if started:
+            old = json.load(open(os.path.join(out, "config.json")))
+            if old["store_fingerprint"] != store.fingerprint:
+                raise FlowclipError(
+                    f"{out} was trained on another encoder (store fingerprint "
+                    f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused"
+                )
+            # a run may be continued past its cap
+            same = lambda t: {k: v for k, v in recorded_settings(t).items() if k != "max_steps"}
+            if (
+                same(old["train"]) != same(run_config["train"])
+                or old["manifest_sha256"] != run_config["manifest_sha256"]
+            ):
+                raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
+            if old["train"].get("max_steps") != cfg.max_steps:
+                old["train"]["max_steps"] = cfg.max_steps
+                outputs.atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(old, open(p, "w"), indent=1))
+        else:
+            outputs.atomic_write(
+                os.path.join(out, "config.json"), lambda p: json.dump(run_config, open(p, "w"), indent=1)
+            )
+        return started
+
+    def __init__(
+        self,
+        store: FeatureStore,
+        out: str,
+        cfg: TrainConfig,
+        data: TrainingData,
+        device: str,
+        started: bool,
+        log,
+        initial_weights: dict | None = None,
+    ):
+        if cfg.uses_tokens and not data.bank.has_patches:
+            raise FlowclipError("the training data hold no patches, which a flow head needs")
+        self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
+        self.head = cfg.build_head(store.meta["dim"])
+        if initial_weights is not None and not started:
+            try:
+                self.head.load_state_dict(initial_weights)
+            except RuntimeError as e:
+                raise FlowclipError(f"the given {cfg.head} head does not fit this store's features: {e}") from None
+        self.head = self.head.to(device)
+        self.params = list(self.head.parameters())
+        log(f"{cfg.head} head at d={store.meta['dim']}: {sum(p.numel() for p in self.params):,} parameters")
+        self.opt = (
+            torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+            if self.params
+            else None
+        )
+        self.state: dict[str, Any] = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "metrics": []}
+        if started:
+            self.state = load_checkpoint(out, self.head, self.opt, device)
+            log(f"resuming {out} at epoch {self.state['epoch']} step {self.state['step_in_epoch']}")
+        outputs.own(out, "log.jsonl")
+        self.logf = open(os.path.join(out, "log.jsonl"), "a")
+        train_rec = np.nonzero(data.split == "train")[0]
+        sample_rng = np.random.default_rng(cfg.seed)
+        self.train_eval = np.sort(
+            sample_rng.choice(train_rec, min(cfg.train_eval_records, len(train_rec)), replace=False)
+        )
+        self.val_rec = np.nonzero(data.split == "val")[0]
+        self.seconds_before = self.state.get("seconds", 0.0)
+        self.t_last = self.t_start = time.perf_counter()
+        if not self.state["metrics"]:
+            self.state["metrics"].append(self.evaluate(0))  # before training (the starting point)
+
+    @property
+    def position(self):
+        return self.state["epoch"], self.state["step_in_epoch"]
+
+    def evaluate(self, epoch: int) -> dict:
+        self.head.eval()
+        m: dict[str, Any] = {"epoch": epoch, "train_sample": pairwise_accuracy(self.head, self.data, self.train_eval)}
+        if len(self.val_rec):
+            m["val"] = pairwise_accuracy(self.head, self.data, self.val_rec)
+        self.head.train()
+        self.logf.write(json.dumps({"eval": m}) + "\n")
+        self.logf.flush()
+        what = (
+            "start (before training; CLIP, Global-M and Flow-CLIP then score as the frozen encoder)"
+            if epoch == 0
+            else f"epoch {epoch}"
+        )
+        self.log(
+            f"{what}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
+            + (f", val {m['val']['all']:.4f}" if "val" in m else "")
+        )
+        return m
+
+    def step(self, img, pos, neg, feats) -> None:
+        """One optimiser step on a batch whose features are already gathered."""
+        cfg = self.cfg
+        loss, terms, parts = batch_loss(self.head, cfg, img, pos, neg, feats)
+        epoch, step = self.position
+        if not torch.isfinite(loss):
+            raise FlowclipError(
+                f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
+                f"the last good checkpoint in {self.out} is kept (try a lower --lr)"
+            )
+        assert self.opt is not None, "a head without parameters takes no step"
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+        self.opt.step()
+        self.state["step_in_epoch"], self.state["global_step"] = step + 1, self.state["global_step"] + 1
+        now = time.perf_counter()
+        rec_log = {
+            "step": self.state["global_step"],
+            "epoch": epoch,
+            "loss": loss.item(),
+            **{name: term.item() for name, term in terms.items()},  # hnb, cimr and the head's own terms
+            "lr": self.opt.param_groups[0]["lr"],
+            "grad_norm": grad_norm.item(),
+            "steps_per_s": 1.0 / max(now - self.t_last, 1e-9),
+        }
+        self.t_last = now
+        s_token = parts.get("s_token")
+        rec_log.update({k: v.item() for k, v in parts.items() if v.numel() == 1})  # e.g. a learned temperature
+        if s_token is not None:
+            b = torch.arange(len(img), device=img.device)
+            rec_log["mean_abs_s_token"] = s_token.detach().abs().mean().item()
+            rec_log["token_margin"] = (s_token[b, b] - s_token[b, len(img) + b]).detach().mean().item()
+        self.logf.write(json.dumps(rec_log) + "\n")
+        if self.state["global_step"] % cfg.checkpoint_every == 0:
+            self.save()
+
+    @staticmethod
+    def reopen_past_max_steps(out: str, cfg: TrainConfig, log) -> bool:
+        """A finished run that stopped at its max_steps, resumed with a larger one (or
+        none): its finished files go (DONE first) and training continues from the checkpoint."""
+        if outputs.kind_of(out) != "head-run":  # only a run folder flowclip wrote (its marker) is reopened
+            return False
+        try:
+            cap = json.load(open(os.path.join(out, "config.json")))["train"].get("max_steps")
+            state = checkpoint.read_state(out)
+        except (OSError, ValueError, KeyError, FlowclipError):
+            return False
+        step = state.get("global_step", 0)
+        if cap is None or step < cap or state.get("epoch", 0) >= cfg.epochs:
+            return False
+        if cfg.max_steps is not None and cfg.max_steps <= step:
+            return False
+        log(f"{out}: finished at max_steps {cap}; continuing to {cfg.max_steps or 'the end of its epochs'}")
+        for name in ("DONE", "head.safetensors"):
+            if os.path.exists(os.path.join(out, name)):
+                os.remove(os.path.join(out, name))
+        return True
+
+    @property
+    def at_max_steps(self) -> bool:
+        return self.cfg.max_steps is not None and self.state["global_step"] >= self.cfg.max_steps
+
+    def stop_at_max_steps(self) -> None:
+        """The run ends here, mid-epoch: evaluated and checkpointed like an epoch's end, so
+        it is scored as finished and a larger max_steps resumes it from this very step."""
+        if self.state["metrics"] and self.state["metrics"][-1].get("step") == self.state["global_step"]:
+            return  # already evaluated at this step (a run resumed at its cap)
+        m = self.evaluate(self.state["epoch"])
+        m["step"] = self.state["global_step"]
+        self.state["metrics"].append(m)
+        self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start
+        self.save()
+
+    def end_epoch(self) -> None:
+        self.state["epoch"], self.state["step_in_epoch"] = self.state["epoch"] + 1, 0
+        self.state["metrics"].append(self.evaluate(self.state["epoch"]))
+        self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start  # training wall time
+        self.save()
+
+    def save(self) -> None:
+        self.logf.flush()
+        save_checkpoint(self.out, self.head, self.opt, self.state)
+
+    def finish(self) -> dict:
+        """The scored weights (head.safetensors), then DONE, written last."""
+        if not self.params:
+            self.save()
+        self.logf.close()
+        write_finished_head(self.out, self.head, self.state["metrics"][-1])
+        return self.state

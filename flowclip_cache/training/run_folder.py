@@ -1,0 +1,99 @@
+"""A head run folder's files: checkpoints while training, head.safetensors and DONE when
+it ends, and loading a finished run for scoring (refusing a malformed one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from .. import outputs
+from ..errors import FlowclipError
+from ..heads import REGISTRY, Head, available_kinds, build_head, head_class
+from . import checkpoint
+
+
+def git_revision() -> str:
+    try:
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=os.path.dirname(__file__), timeout=5
+            ).stdout.strip()
+            or "unknown"
+        )
+    except Exception:
+        return "unknown"
+
+
+def write_finished_head(out: str, head: Head, done: dict) -> None:
+    """A head run folder's last files: head.safetensors (the scored weights), then DONE,
+    written last (a finished run). train-head and adapt both end with it."""
+    from safetensors.torch import save_file
+
+    weights = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    outputs.atomic_write(os.path.join(out, "head.safetensors"), lambda p: save_file(weights, p))
+    outputs.atomic_write(os.path.join(out, "DONE"), lambda p: open(p, "w").write(json.dumps(done)))
+
+
+def save_checkpoint(out: str, head: Head, opt, state: dict) -> None:
+    checkpoint.save(out, head.state_dict(), checkpoint.optimizer_tensors(list(head.parameters()), opt), state)
+
+
+def load_checkpoint(out: str, head: Head, opt, device: str) -> dict:
+    weights, moments, state = checkpoint.load(out, device)
+    head.load_state_dict(weights)
+    if opt is not None:
+        checkpoint.load_optimizer(list(head.parameters()), opt, moments)
+    return state
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, dict]:
+    """A trained head and its run config (for flowclip score); a malformed run folder
+    is refused naming what is wrong, never scored. A plug-in head must be available
+    already (installed, or loaded by --plugin): nothing the folder names is imported."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from ..heads.plugins import check_origin, plugin_hint
+
+    where = f"run folder {run_dir}"
+    try:
+        cfg = json.load(open(os.path.join(run_dir, "config.json")))
+        hp = cfg["head"]
+        kind, dim = hp["kind"], hp["dim"]
+        if not isinstance(cfg["store_fingerprint"], str) or not isinstance(cfg["train"], dict):
+            raise TypeError("store_fingerprint must be a string and train a mapping")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
+    origin = hp.get("plugin")
+    if not isinstance(kind, str) or (kind not in REGISTRY and kind not in available_kinds()):
+        hint = plugin_hint(kind, origin if isinstance(origin, dict) else None, available_kinds())
+        raise FlowclipError(f"{where}: {hint}")
+    if isinstance(origin, dict):
+        check_origin(head_class(kind), origin, where, warn)
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+        raise FlowclipError(f"{where}: head dim {dim!r} is not a positive integer")
+    head = build_head(kind, dim, **head_class(kind).check_hparams(hp, where))
+    try:
+        weights = load_file(os.path.join(run_dir, "head.safetensors"), device=device)
+    except (OSError, SafetensorError) as e:
+        raise FlowclipError(f"{where}: head.safetensors is unreadable ({e})") from None
+    want = head.state_dict()
+    if set(weights) != set(want):
+        raise FlowclipError(f"{where}: head.safetensors holds {sorted(weights)}, a {kind} head needs {sorted(want)}")
+    for k, v in weights.items():
+        if v.shape != want[k].shape or v.dtype != want[k].dtype:
+            raise FlowclipError(
+                f"{where}: {k} is {v.dtype}{list(v.shape)}, expected {want[k].dtype}{list(want[k].shape)}"
+            )
+        if not torch.isfinite(v).all():
+            raise FlowclipError(f"{where}: {k} holds NaN or inf")
+    head.load_state_dict(weights)
+    return head.to(device).eval(), cfg

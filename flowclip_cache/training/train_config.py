@@ -1,0 +1,109 @@
+"""A head run's settings (TrainConfig): each head kind's published defaults, checked
+like every config (unknown keys, types, ranges refused)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import build
+from ..errors import FlowclipError
+from ..heads import Head, available_kinds, build_head, head_class
+
+
+@dataclass
+class TrainConfig:
+    # a registered kind (flow, global, ..., an installed or loaded plug-in's), or FILE.py:Class /
+    # package.module:Class, which from_dict imports and registers (docs/plugins.md)
+    head: str = field(default="flow", metadata={"choices": available_kinds})
+    epochs: int = field(default=5, metadata={"min": 0})
+    batch_size: int = field(default=32, metadata={"min": 1})  # records per batch (each brings one negative)
+    lr: float = field(default=8e-5, metadata={"min": 0.0})
+    weight_decay: float = field(default=1e-4, metadata={"min": 0.0})
+    beta1: float = field(default=0.9, metadata={"min": 0.0})
+    beta2: float = field(default=0.999, metadata={"min": 0.0})
+    grad_clip: float = field(default=1.0, metadata={"gt": 0.0})
+    tau_c: float = field(default=0.01, metadata={"gt": 0.0})
+    tau_p: float = field(default=0.05, metadata={"gt": 0.0})
+    alpha: float = 1.0
+    cimr: float | None = field(default=None, metadata={"min": 0.0})  # lambda_CIMR; None: the head's paper default
+    seed: int = field(default=0, metadata={"min": 0})
+    checkpoint_every: int = field(default=500, metadata={"min": 1})  # steps between checkpoints (and every epoch end)
+    train_eval_records: int = field(default=2000, metadata={"min": 0})  # fixed training sample scored each epoch
+    # stop after this many optimiser steps in all, as a finished run (evaluated, head written);
+    # --resume with a larger max_steps (or none) continues it from its checkpoint
+    max_steps: int | None = field(default=None, metadata={"min": 1})
+    head_options: dict[str, Any] = field(default_factory=dict)  # the head's own options (Head.options)
+    loss_weights: dict[str, float] = field(default_factory=dict)  # weights of the head's own loss terms
+
+    def __post_init__(self):
+        if self.cimr is None:  # each head kind's default: its row of the paper's Tab. 2
+            self.cimr = head_class(self.head).default_cimr if self.head in available_kinds() else 0.0
+
+    def build_head(self, dim: int) -> Head:
+        return build_head(self.head, dim, **dataclasses.asdict(self))
+
+    def check_contract(self, dim: int) -> None:
+        """The head meets the head contract on random features (heads/contract.py); a
+        plug-in head must also have parameters that its scores depend on."""
+        from ..heads.contract import check_head
+
+        plugin = "plugin_origin" in head_class(self.head).__dict__
+        check_head(lambda: self.build_head(dim), self.head, trainable=plugin)
+
+    @property
+    def uses_tokens(self) -> bool:
+        return head_class(self.head).uses_tokens
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "TrainConfig":
+        """Unknown keys, wrong types, NaN and out-of-range values are refused (config.build).
+        Keys the dict leaves out take the head's published defaults, then the dataclass's."""
+        d = with_head_defaults(d, source)
+        cfg = build(cls, d, source)
+        check_head_settings(cfg, source)
+        return cfg
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+
+
+def with_head_defaults(d, source: str):
+    """A config dict with its head resolved to a kind (a FILE.py:Class plug-in imported and
+    registered) and that head's published defaults under its keys."""
+    from ..heads.plugins import is_head_spec, resolve_head
+
+    if not isinstance(d, dict):
+        return d
+    head = d.get("head", "flow")
+    if is_head_spec(head):
+        try:
+            d = {**d, "head": resolve_head(head)}
+        except FlowclipError as e:
+            raise FlowclipError(f"{source}: key 'head': {e}") from None
+        head = d["head"]
+    if isinstance(head, str) and head in available_kinds():
+        d = {**head_class(head).train_defaults, **d}
+    return d
+
+
+def check_head_settings(cfg: TrainConfig, source: str) -> None:
+    """head_options and loss_weights name what the head declares (Head.options, Head.loss_terms)."""
+    cls = head_class(cfg.head)
+    cfg.head_options = cls.check_options(cfg.head_options, f"{source}: key 'head_options'") if cfg.head_options else {}
+    unknown = sorted(set(cfg.loss_weights) - set(cls.loss_terms))
+    if unknown:
+        known = ", ".join(cls.loss_terms) or "none"
+        raise FlowclipError(
+            f"{source}: key 'loss_weights': {unknown} are not loss terms of the {cfg.head} head ({known})"
+        )
+    bad = [k for k, w in cfg.loss_weights.items() if w < 0]
+    if bad:
+        raise FlowclipError(f"{source}: key 'loss_weights': {bad} must be at least 0")
+
+
+def recorded_settings(train: dict) -> dict:
+    """A run's recorded training settings, comparable across flowclip versions: the
+    plug-in keys at their empty defaults are left out (older runs lack them)."""
+    return {k: v for k, v in train.items() if not (k in ("head_options", "loss_weights") and not v)}

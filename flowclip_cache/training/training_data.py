@@ -1,0 +1,111 @@
+"""A training manifest's records as indices into a bank of their features (banks.py),
+and the pairwise accuracy every run reports: what train-head, studies and adapt share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import FlowclipError
+from ..heads import Head
+from ..manifest import Manifest
+from ..store import FeatureStore
+from ..store.banks import choose_placement, make_bank, memory_need
+from ..store.manifest_keys import manifest_keys
+
+
+@dataclass
+class TrainingData:
+    bank: Any  # FeatureBank (device / host placement) or StoreBank (store placement)
+    rec_image: torch.Tensor  # [R] index into the bank's images
+    rec_pos: torch.Tensor  # [R] index into the bank's captions
+    rec_neg: torch.Tensor  # [R, K] index into the bank's captions, -1 = none
+    rec_neg_kind: list  # [R][K] negative kind names ("" when unknown)
+    split: np.ndarray  # [R] str
+    placement: str = "device"
+
+    def features(self, imgs, caps, need_tokens: bool):
+        return self.bank.features(imgs, caps, need_tokens)
+
+
+def caption_records(manifest: Manifest, command: str) -> tuple[dict, list[str], torch.Tensor, torch.Tensor]:
+    """A training manifest's columns, its distinct captions (sorted: their index is the
+    caption id), each record's positive [R] and negatives [R, K] (-1 pads) as caption ids.
+    train-head and adapt both read records with it; refused: another kind of manifest, a
+    record without negatives."""
+    if manifest.kind != "training":
+        raise FlowclipError(
+            f"{manifest.path}: {command} needs a 'training' manifest "
+            f"(record_id, image, positive, negatives, split), got {manifest.kind!r}"
+        )
+    t = manifest.table.to_pydict()
+    negs = t["negatives"]
+    if any(not n for n in negs):
+        bad = [i for i, n in enumerate(negs) if not n][:5]
+        raise FlowclipError(f"{manifest.path}: rows {bad} have no negatives")
+    texts = sorted(set(t["positive"]) | {n for ns in negs for n in ns})
+    cap_index = {c: i for i, c in enumerate(texts)}
+    rec_neg = torch.full((len(negs), max(map(len, negs))), -1, dtype=torch.long)
+    for r, ns in enumerate(negs):
+        rec_neg[r, : len(ns)] = torch.tensor([cap_index[n] for n in ns])
+    return t, texts, torch.tensor([cap_index[c] for c in t["positive"]]), rec_neg
+
+
+def load_training_data(
+    store: FeatureStore,
+    manifest: Manifest,
+    need_patches: bool,
+    device: str,
+    image_root: str | None = None,
+    placement: str = "device",
+    log=print,
+) -> TrainingData:
+    """The manifest's records as indices into a bank of their features; placement
+    auto|device|host|store says where the features live (banks.py), chosen from a memory
+    estimate made before anything is loaded."""
+    t, texts, rec_pos, rec_neg = caption_records(manifest, "train-head")
+    ikeys = manifest_keys(store, manifest, texts, image_root)
+    uimg = sorted(set(ikeys))
+    img_index = {k: i for i, k in enumerate(uimg)}
+    need = memory_need(store, uimg, texts, need_patches, len(rec_pos), rec_neg.shape[1])
+    placement = choose_placement(placement, need, device, log)
+    bank = make_bank(store, uimg, texts, need_patches, device, placement, log)
+    kinds = t.get("negative_kinds") or [[""] * len(ns) for ns in t["negatives"]]
+    return TrainingData(
+        bank=bank,
+        rec_image=torch.tensor([img_index[k] for k in ikeys], device=device),
+        rec_pos=rec_pos.to(device),
+        rec_neg=rec_neg.to(device),
+        rec_neg_kind=kinds,
+        split=np.array(t["split"]),
+        placement=placement,
+    )
+
+
+# -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------
+@torch.no_grad()
+def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
+    """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
+    correct: dict[str, list[int]] = {}
+    for s in range(0, len(records), chunk):
+        r = torch.as_tensor(records[s : s + chunk], device=data.rec_image.device)
+        for k in range(data.rec_neg.shape[1]):
+            rk = r[data.rec_neg[r, k] >= 0]
+            if len(rk) == 0:
+                continue
+            img = data.rec_image[rk]
+            pos, neg = data.rec_pos[rk], data.rec_neg[rk, k]
+            sp = head.score_matched(*data.features(img, pos, head.uses_tokens))
+            sn = head.score_matched(*data.features(img, neg, head.uses_tokens))
+            ok = (sp > sn).cpu().numpy()
+            for rec, o in zip(rk.cpu().numpy(), ok):
+                kind = data.rec_neg_kind[rec][k] or "all"
+                correct.setdefault(kind, []).append(int(o))
+    out = {kind: float(np.mean(v)) for kind, v in sorted(correct.items())}
+    allv = [x for v in correct.values() for x in v]
+    out["all"] = float(np.mean(allv)) if allv else float("nan")
+    out["pairs"] = len(allv)
+    return out
