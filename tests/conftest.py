@@ -90,7 +90,7 @@ def needs_shared(*parts):
     )
 
 
-# -- Hugging Face families, built offline (encoder_families/offline.py) ------------------
+# -- Hugging Face families, built offline (extraction/families/offline.py) ------------------
 @pytest.fixture(scope="session")
 def siglip_tokenizer(tmp_path_factory):
     pytest.importorskip("transformers", reason="the SigLIP family needs transformers (pip install 'flowclip[hf]')")

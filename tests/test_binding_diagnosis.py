@@ -1,4 +1,4 @@
-"""The binding lab's token-role diagnosis (binding_diagnosis.py) on a hand-made record."""
+"""The binding lab's token-role diagnosis (scoring/binding_diagnosis.py) on a hand-made record."""
 
 import pytest
 import torch

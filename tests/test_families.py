@@ -1,4 +1,4 @@
-"""Encoder families (encoder_families/): each gives the store the same features, equal to
+"""Encoder families (extraction/families/): each gives the store the same features, equal to
 its library's own encode functions, with patches and tokens equal to an independent
 computation written here, masks equal to the tokenizer's attention mask, and (non-causal
 towers) features that do not depend on the batch they were encoded in. Random weights,

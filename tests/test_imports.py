@@ -140,6 +140,12 @@ def test_imports_run_down_the_stages():
         doc = ast.get_docstring(ast.parse(open(init).read())) or ""
         assert "Entry point" in doc and "Reads" in doc or stage in ("studies",), (stage, doc[:80])
     assert upward_imports(graph) == [], "a module imports a stage above its own: " + str(upward_imports(graph))
+    rooms: dict[str, set[str]] = {}  # a top-level module or package is a room: no loop between rooms either
+    for m, targets in graph.items():
+        rooms.setdefault(m.split(".")[1] if "." in m else "__init__", set()).update(
+            t.split(".")[1] for t in targets if "." in t and t.split(".")[1] != (m.split(".") + [""])[1]
+        )
+    assert cycles(rooms) == [], "loops between packages: " + str(cycles(rooms))
     assert ("flowclip_cache.paper.runner", "flowclip_cache.cli") in {(m, t) for m in graph for t in graph[m]}
 
 

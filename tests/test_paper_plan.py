@@ -213,7 +213,7 @@ def test_the_readmes_command_as_written(tmp_path, monkeypatch):
 
 
 def test_a_failing_step_stops_with_its_error_and_other_ranks_waiting_on_it_stop_too(tmp_path, monkeypatch):
-    """The runner (studies/paper_runner.py) on a two-step plan: the failure is one line naming
+    """The runner (paper/runner.py) on a two-step plan: the failure is one line naming
     the step, left as a .failed marker; a rank waiting on that step's output stops with the
     failure's message instead of waiting for ever; a step lacking a raw input, and the step
     that needs its output, are gone past with what they lack named."""

@@ -1,4 +1,4 @@
-"""The paper's tables in its layout (paper_tables.py), on hand-made numbers: each cell is
+"""The paper's tables in its layout (paper/tables.py), on hand-made numbers: each cell is
 ours (mean ± sample std, change from CLIP) over the published value, nothing published is
 dropped, and a column we did not measure says so."""
 

@@ -409,7 +409,7 @@ def test_the_binding_labs_world_knobs_are_grid_axes(tmp_path):
         assert f"| scene_objects {k} | synthetic-swap-att | flow - global |" in md
     summary = json.load(open(lab / "summary.json"))["encoders"]
     assert summary["scene_objects 2"]["world"]["scene_objects"] == 2
-    # the token-role diagnosis of the compared Flow-CLIP head, per setting (binding_diagnosis.py)
+    # the token-role diagnosis of the compared Flow-CLIP head, per setting (scoring/binding_diagnosis.py)
     assert "## Which tokens carry the binding decision" in md and "| scene_objects 3 | " in md.split("tokens carry")[1]
     diag = summary["scene_objects 3"]["diagnosis"]
     assert diag["records"] > 0 and diag["seeds"] == 1

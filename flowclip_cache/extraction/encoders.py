@@ -1,4 +1,4 @@
-"""Encoders: models named by config, resolved by their family (encoder_families/) to one
+"""Encoders: models named by config, resolved by their family (families/) to one
 exact configuration whose hash (the *fingerprint*) a feature store records.
 
 The fingerprint covers everything that changes the features: the model config with

@@ -2,7 +2,7 @@
 
     collect  manifests -> unique image keys (file sha256 [+ crop]) and caption keys
     plan     all keys in a fixed order, cut into units; each unit keeps its unstored keys
-             (both in extract_plan.py)
+             (both in plan.py)
     run      this rank's units: decode in worker processes, encode in batches, commit
              one segment per unit
 

@@ -1,5 +1,5 @@
 """The features flowclip stores (METHOD.md, "Inputs"), from any encoder family
-(encoder_families/): the family's forwards give global, patches, sentence and token
+(families/): the family's forwards give global, patches, sentence and token
 states; here they are L2-normalised and the token-mask policy is applied. All in FP32
 (TF32 off); the caller rounds to FP16 for storage.
 

@@ -1,6 +1,6 @@
 """The paper-layout tables from what the paper plan's steps wrote (studies/paper.py): each
 table's rows or columns read from the scores' results.json files that exist, the ones not
-there yet named, and the tables written to OUT/paper/ (paper_tables.py lays them out)."""
+there yet named, and the tables written to OUT/paper/ (tables.py lays them out)."""
 
 from __future__ import annotations
 

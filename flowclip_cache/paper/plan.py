@@ -6,8 +6,8 @@ studies, the explorer, adapted encoders (each command one that flowclip already 
 resumable), then the paper-layout tables and figures. Each step knows the paths it needs
 and the path it makes, so the plan can say which inputs exist, which are missing (with
 the download or the command that provides each), what is done, the disk each store takes
-and, where measured, its time (paper_budget.py). --dry-run prints the plan; without it
-paper_runner.py runs the steps and paper_inputs.py writes OUT/paper/."""
+and, where measured, its time (budget.py). --dry-run prints the plan; without it
+runner.py runs the steps and inputs.py writes OUT/paper/."""
 
 from __future__ import annotations
 
@@ -371,7 +371,7 @@ def plan(cfg: PaperConfig) -> list[Step]:
 
 def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = True):
     """--dry-run: the plan. Otherwise every step that is not done and has its inputs, in
-    order (paper_runner.py; spread over torchrun's or a Slurm array's ranks), then the
+    order (runner.py; spread over torchrun's or a Slurm array's ranks), then the
     paper-layout tables from what the steps wrote."""
     from ..studies.spread import one_at_a_time
     from ..studies.study import claim_folder

@@ -1,6 +1,6 @@
 """What the paper plan's steps wrote, read for the tables: a score's results.json (a
 damaged one refused, naming it) and each method's per-seed runs in it (shared by
-paper_inputs.py and paper_section43.py)."""
+inputs.py and section43.py)."""
 
 from __future__ import annotations
 

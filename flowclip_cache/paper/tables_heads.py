@@ -1,6 +1,6 @@
 """Tabs. 2, 3, 5 and 6 in the paper's layout (the heads' ablation, their sensitivity, and
 the frozen encoder families and backbones), each cell ours over the published value, as
-paper_tables.py does for Tabs. 1, 4 and 7 (docs/paper.md). Pure functions over numbers:
+tables.py does for Tabs. 1, 4 and 7 (docs/paper.md). Pure functions over numbers:
 per-seed runs ({"results": {task: ...}, "means": {mean: ...}}) go in, Markdown comes out.
 
 Where the text names a Tab. 2 row loosely, its "Global-M" is read as the HNB row (its

@@ -188,7 +188,7 @@ def study_diagnosis(study, method: str) -> dict | None:
 
 
 def diagnosis_section(entries: dict) -> list[str]:
-    """summary.md's lines of each setting's token-role diagnosis (binding_diagnosis.py)."""
+    """summary.md's lines of each setting's token-role diagnosis (scoring/binding_diagnosis.py)."""
     from ..scoring.binding_diagnosis import ROLES
     from ..scoring.report import table
 

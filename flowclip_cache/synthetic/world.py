@@ -3,7 +3,7 @@ negatives that mirror the paper's benchmark families. Deterministic per seed.
 
 A scene holds 1-3 objects on a 3x3 grid of cells (so left/right/above/below are
 unambiguous), each a shape (16 procedurally drawn glyphs), a colour (6) and a size (2),
-over a lightly cluttered background (world_scenes.py draws it).
+over a lightly cluttered background (scenes.py draws it).
 
 Families (one benchmark each; see datasets/_synthetic.py):
   swap-att   two objects trade colours          (CLEVR / ABC / PUG-style binding)

@@ -1,5 +1,5 @@
 """One head run folder while it trains: its head, optimiser, state, log, evaluation,
-checkpoints, and the finished head (train.py runs several side by side)."""
+checkpoints, and the finished head (loop.py runs several side by side)."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def probe_set(cfg: PretrainConfig):
 
 @torch.no_grad()
 def grounding_probe(clip: OpenAIClip, probe, mean, std) -> dict:
-    """clip_profile's grounding measure on the probe scenes, straight from the model (the
+    """The synthetic world's grounding measure (synthetic/grounding.py) on the probe scenes, straight from the model (the
     same features extract stores, before FP16 rounding; token mask 'nonpad')."""
     from ..synthetic.grounding import grounding_hits
 

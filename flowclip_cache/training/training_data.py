@@ -1,4 +1,4 @@
-"""A training manifest's records as indices into a bank of their features (banks.py),
+"""A training manifest's records as indices into a bank of their features (store/banks.py),
 and the pairwise accuracy every run reports: what train-head, studies and adapt share."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def load_training_data(
     log=print,
 ) -> TrainingData:
     """The manifest's records as indices into a bank of their features; placement
-    auto|device|host|store says where the features live (banks.py), chosen from a memory
+    auto|device|host|store says where the features live (store/banks.py), chosen from a memory
     estimate made before anything is loaded."""
     t, texts, rec_pos, rec_neg = caption_records(manifest, "train-head")
     ikeys = manifest_keys(store, manifest, texts, image_root)
