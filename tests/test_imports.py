@@ -89,6 +89,42 @@ def test_the_package_has_no_import_loops():
     assert cycles(graph) == [], "import loops (each list imports itself round): " + str(cycles(graph))
 
 
+def unresolved_imports(modules: dict[str, str]) -> list[tuple[str, int, str]]:
+    """(file, line, module) of every `from X import ...` inside the package whose X is no
+    module of it: a stale path left in a function body fails here, not when that
+    function first runs."""
+    out = []
+    for name, path in modules.items():
+        package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if not isinstance(node, ast.ImportFrom) or not (
+                node.level or (node.module or "").startswith("flowclip_cache")
+            ):
+                continue
+            parts = package.split(".")
+            base = (
+                ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                if node.level
+                else node.module or ""
+            )
+            if base not in modules:
+                out.append((os.path.relpath(path, ROOT), node.lineno, base))
+    return out
+
+
+def test_every_import_names_a_module_of_the_package(tmp_path):
+    assert unresolved_imports(package_modules()) == []
+    pkg = tmp_path / "flowclip_cache"  # the check itself: a stale import inside a function is found
+    (pkg / "store").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "progress.py").write_text("")
+    (pkg / "store" / "__init__.py").write_text("")
+    (pkg / "store" / "banks.py").write_text("def f():\n    from .progress import bar\n    from ..progress import bar\n")
+    assert unresolved_imports(package_modules(str(pkg))) == [
+        (os.path.relpath(str(pkg / "store" / "banks.py"), ROOT), 2, "flowclip_cache.store.progress")
+    ]
+
+
 def test_the_cycle_finder_finds_a_loop(tmp_path):
     """The check itself: a planted a -> b -> c -> a loop (through a function-level import)
     is found; a chain is not."""

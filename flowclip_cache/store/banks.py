@@ -176,7 +176,7 @@ class StoreBank:
     def _check(self, used: list[int], progress: bool) -> dict[int, np.ndarray]:
         """Read every array of every segment used once, checking its checksum (then
         dropping it): damage is refused before training starts. Returns caption offsets."""
-        from .progress import bar
+        from ..progress import bar
 
         store, offsets = self.store, {}
         check = bar(len(used), "checking segments", "seg", progress)
