@@ -116,23 +116,42 @@ def score_retrieval(
     caps = [c for cs in t["captions"] for c in cs]
     ikeys = manifest_keys(store, m, sorted(set(caps)), image_root)
     cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
-    texts = sorted(set(caps))
-    cap_index = {c: i for i, c in enumerate(texts)}
-    bank = FeatureBank.load(store, list(ikeys), texts, scorer.head.uses_tokens, device)
-    cid = torch.tensor([cap_index[c] for c in caps], device=device)
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
-    with torch.no_grad():
-        if shortlist and scorer.head.uses_tokens:  # (token heads give coarse global scores)
+    if shortlist and scorer.head.uses_tokens:  # (token heads give coarse global scores)
+        texts = sorted(set(caps))
+        cap_index = {c: i for i, c in enumerate(texts)}
+        bank = FeatureBank.load(store, list(ikeys), texts, True, device)
+        cid = torch.tensor([cap_index[c] for c in caps], device=device)
+        with torch.no_grad():
             img, cap = _shortlist_pairs(scorer.head, bank, cid, n_i, shortlist, budget, device)
             val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap], max_memory_mb)
-            res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
-            res.update(approximate=True, shortlist=shortlist)
-            return res
-        row_blocks = _score_matrix(scorer.head, bank, cid, n_i, budget, device, spill_dir)
-        res = metrics.retrieval_recall_blocks(row_blocks, cap_image, n_i)
+        res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
+        res.update(approximate=True, shortlist=shortlist)
+        return res
+    row_blocks = retrieval_scores(store, m, scorer, device, budget, image_root, spill_dir)
+    res = metrics.retrieval_recall_blocks(row_blocks, cap_image, n_i)
     res["approximate"] = False
     return res
+
+
+def retrieval_scores(store, m: Manifest, scorer: Scorer, device, budget: int, image_root=None, spill_dir=None):
+    """The gallery's [images, captions] scores as row_blocks() for
+    metrics.retrieval_recall_blocks. Each distinct image and caption text is scored once
+    and the matrix indexed out of that, so the same image or caption text gives the same
+    bits wherever it recurs (a duplicate never wins or loses a tie by rounding)."""
+    t = m.table.to_pydict()
+    caps = [c for cs in t["captions"] for c in cs]
+    texts = sorted(set(caps))
+    ikeys = manifest_keys(store, m, texts, image_root)
+    uimg = sorted(set(ikeys))
+    where = {k: i for i, k in enumerate(uimg)}
+    img_of = np.array([where[k] for k in ikeys], np.int64)
+    cap_index = {c: i for i, c in enumerate(texts)}
+    text_of = np.array([cap_index[c] for c in caps], np.int64)
+    bank = FeatureBank.load(store, uimg, texts, scorer.head.uses_tokens, device)
+    with torch.no_grad():
+        return _score_matrix(scorer.head, bank, (len(uimg), len(texts)), img_of, text_of, budget, device, spill_dir)
 
 
 def _pair_blocks(head, bank, n_i: int, n_t: int, budget: int) -> tuple[int, int]:
@@ -143,21 +162,24 @@ def _pair_blocks(head, bank, n_i: int, n_t: int, budget: int) -> tuple[int, int]
     return bi, max(1, min(n_t, block // bi))
 
 
-def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
-    """The [n_i, n_t] scores as row_blocks() for metrics.retrieval_recall_blocks: kept in
-    memory when they take at most a quarter of the budget, else spilled to a file."""
-    n_t = len(cid)
-    bi, bt = _pair_blocks(head, bank, n_i, n_t, budget)
-    rows_per_block = max(bi, int(budget / 4 / (4 * n_t)) // bi * bi or bi)
-    in_memory = 4 * n_i * n_t <= budget / 4 or spill_dir is None
+def _score_matrix(head, bank, shape, img_of: np.ndarray, text_of: np.ndarray, budget: int, device, spill_dir):
+    """Scores of the bank's distinct images x distinct texts (shape), kept in memory when they take
+    at most a quarter of the budget, else spilled to a file; returned as row_blocks() of the
+    gallery's [len(img_of), len(text_of)] matrix (row r is image img_of[r], column j text
+    text_of[j])."""
+    n_ui, n_ut = shape
+    tid = torch.arange(n_ut, device=device)
+    bi, bt = _pair_blocks(head, bank, n_ui, n_ut, budget)
+    rows_per_block = max(bi, int(budget / 4 / (4 * max(n_ut, len(text_of)))) // bi * bi or bi)
+    in_memory = 4 * n_ui * n_ut <= budget / 4 or spill_dir is None
     path = None if in_memory else os.path.join(spill_dir, f".retrieval-{uuid.uuid4().hex[:8]}.f32")
-    sim = np.empty((n_i, n_t), np.float32) if in_memory else None
-    for r0 in range(0, n_i, rows_per_block):
-        rows = np.empty((min(n_i, r0 + rows_per_block) - r0, n_t), np.float32)
+    sim = np.empty((n_ui, n_ut), np.float32) if in_memory else None
+    for r0 in range(0, n_ui, rows_per_block):
+        rows = np.empty((min(n_ui, r0 + rows_per_block) - r0, n_ut), np.float32)
         for i0 in range(r0, r0 + len(rows), bi):
             ii = torch.arange(i0, min(r0 + len(rows), i0 + bi), device=device)
-            for t0 in range(0, n_t, bt):
-                tc = cid[t0 : t0 + bt]
+            for t0 in range(0, n_ut, bt):
+                tc = tid[t0 : t0 + bt]
                 rows[i0 - r0 : i0 - r0 + len(ii), t0 : t0 + len(tc)] = (
                     head(*bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
                 )
@@ -167,16 +189,13 @@ def _score_matrix(head, bank, cid, n_i: int, budget: int, device, spill_dir):
             assert path is not None
             with open(path, "ab") as f:
                 rows.tofile(f)
-    if in_memory:
-        return lambda: [(0, sim)]
 
-    def from_file():
-        with open(path, "rb") as f:
-            for r0 in range(0, n_i, rows_per_block):
-                n = min(n_i, r0 + rows_per_block) - r0
-                yield r0, np.fromfile(f, np.float32, n * n_t).reshape(n, n_t)
+    def row_blocks():
+        src = sim if sim is not None else np.memmap(path, np.float32, "r", shape=(n_ui, n_ut))
+        for r0 in range(0, len(img_of), rows_per_block):
+            yield r0, np.asarray(src[img_of[r0 : r0 + rows_per_block]])[:, text_of]
 
-    return from_file
+    return row_blocks
 
 
 def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> tuple[np.ndarray, np.ndarray]:
@@ -217,6 +236,20 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
 
 
 def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None) -> dict:
+    per_class, ensemble = classification_scores(store, m, scorer, device, image_root)
+    labels = np.array(m.table.column("label").to_pylist())
+    res = metrics.topk_accuracy(per_class, labels, (1, 5))
+    res["prompt_ensemble"] = ensemble
+    return res
+
+
+def classification_scores(store, m: Manifest, scorer: Scorer, device, image_root=None) -> tuple[np.ndarray, str]:
+    """[records, classes] zero-shot scores, and how prompts were ensembled. Two classes
+    with the same prompts score the same bits: an embedding scorer's logits are
+    CLIP_benchmark's (100 * v @ a contiguous [d, C] classifier), each duplicate class then
+    given its first occurrence's column (a GEMM may round two equal columns apart, and
+    topk would then decide their tie image by image); a pairwise head scores each distinct
+    prompt text once."""
     prompts = m.meta["prompts"]
     flat = [p for ps in prompts for p in ps]
     ikeys = manifest_keys(store, m, sorted(set(flat)), image_root)
@@ -229,19 +262,28 @@ def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=
     per_class = np.empty((len(uimg), len(prompts)), np.float32)
     with torch.no_grad():
         class_vecs = _ensembled_classes(scorer.head, bank, cid, owner, len(prompts), device)
+        if class_vecs is not None:
+            classifier = class_vecs.T.contiguous()  # [d, C], as CLIP_benchmark's zero_shot_classifier stacks it
+            first = _first_equal_row(class_vecs)
+        every_text = torch.arange(len(texts), device=device)
         for i0 in range(0, len(uimg), 64):
             ii = torch.arange(i0, min(len(uimg), i0 + 64), device=device)
             if class_vecs is not None:  # CLIP's rule: 100 * v . (renormalised mean prompt embedding)
                 v = bank.features(ii, cid[:1], False)[0].float()
-                per_class[i0 : i0 + len(ii)] = (100.0 * v @ class_vecs.T).cpu().numpy()
-            else:  # a pairwise head: the mean of its per-prompt scores
-                logits = scorer.head(*bank.features(ii, cid, scorer.head.uses_tokens)).cpu().numpy()
+                per_class[i0 : i0 + len(ii)] = (100.0 * v @ classifier).cpu().numpy()[:, first]
+            else:  # a pairwise head: the mean of its per-prompt scores, each text scored once
+                logits = scorer.head(*bank.features(ii, every_text, scorer.head.uses_tokens)).cpu().numpy()
+                logits = logits[:, cid.cpu().numpy()]
                 per_class[i0 : i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
     img_row = {k: i for i, k in enumerate(uimg)}
-    labels = np.array(m.table.column("label").to_pylist())
-    res = metrics.topk_accuracy(per_class[[img_row[k] for k in ikeys]], labels, (1, 5))
-    res["prompt_ensemble"] = "embedding" if class_vecs is not None else "score"
-    return res
+    return per_class[[img_row[k] for k in ikeys]], "embedding" if class_vecs is not None else "score"
+
+
+def _first_equal_row(x: torch.Tensor) -> np.ndarray:
+    """For each row, the index of the first row bit-identical to it."""
+    seen: dict[bytes, int] = {}
+    rows = x.cpu().numpy()
+    return np.array([seen.setdefault(r.tobytes(), i) for i, r in enumerate(rows)], np.int64)
 
 
 def _ensembled_classes(head, bank, cid, owner, n_classes: int, device) -> torch.Tensor | None:
