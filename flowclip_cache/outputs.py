@@ -37,11 +37,11 @@ _LEGACY = {
 
 
 def atomic_write(path: str, write) -> None:
-    """write(tmp) then one rename: `path` is whole or absent, never half-written. In a
-    marked output folder the name is recorded as the command's own."""
+    """write(tmp) then one rename: `path` is whole or absent, never half-written. Inside a
+    marked output folder (at any depth) the path is recorded as the command's own."""
     tmp = f"{path}.tmp"
     write(tmp)
-    own(os.path.dirname(path) or ".", os.path.basename(path))
+    own_path(path)
     os.replace(tmp, path)
 
 
@@ -55,6 +55,14 @@ def write_text(path: str, text: str) -> None:
     atomic_write(path, write)
 
 
+def _plain(rel) -> bool:
+    """A relative path inside the folder: a marker is data a stranger may have written,
+    and a listed "../x" or "/x" must never make --overwrite reach outside the folder."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or "\\" in rel or os.sep != "/" and os.sep in rel:
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
 def _read_marker(folder: str) -> dict | None:
     try:
         with open(os.path.join(folder, MARKER)) as f:
@@ -63,36 +71,80 @@ def _read_marker(folder: str) -> dict | None:
         return None
     if not isinstance(marker, dict) or marker.get("kind") not in KINDS:
         return None
-    files = marker.get("files", [])
-    # plain entry names only: a marker is data a stranger may have written, and a listed
-    # "../x" or "/x" must never make --overwrite reach outside the folder
-    marker["files"] = (
-        [f for f in files if isinstance(f, str) and f not in ("", ".", "..") and "/" not in f and os.sep not in f]
-        if isinstance(files, list)
-        else []
-    )
+    files, paths = marker.get("files", []), marker.get("paths", [])
+    marker["files"] = [f for f in files if _plain(f) and "/" not in f] if isinstance(files, list) else []
+    marker["paths"] = [p for p in paths if _plain(p) and "/" in p] if isinstance(paths, list) else []
     return marker
 
 
-def _write_marker(folder: str, kind: str, files) -> None:
+def _write_marker(folder: str, kind: str, files, paths=()) -> None:
     tmp = os.path.join(folder, f".{MARKER}.{uuid.uuid4().hex[:8]}")
     with open(tmp, "w") as f:
-        json.dump({"kind": kind, "written_by": "flowclip", "files": sorted(set(files) - {MARKER})}, f)
+        entry = {"kind": kind, "written_by": "flowclip", "files": sorted(set(files) - {MARKER})}
+        if paths:
+            entry["paths"] = sorted(set(paths))
+        json.dump(entry, f)
     os.replace(tmp, os.path.join(folder, MARKER))
+
+
+def _tree(folder: str, name: str) -> list[str]:
+    """Every path under folder/name (relative to folder), not inside a marked output
+    nested there (its own marker speaks for it)."""
+    out: list[str] = []
+    top = os.path.join(folder, name)
+    if not os.path.isdir(top) or os.path.islink(top):
+        return out
+    for d, dirs, files in os.walk(top):
+        rel = os.path.relpath(d, folder).replace(os.sep, "/")
+        nested = [x for x in dirs if kind_of(os.path.join(d, x)) is not None and not os.path.islink(os.path.join(d, x))]
+        dirs[:] = [x for x in dirs if x not in nested]
+        out += [f"{rel}/{x}" for x in sorted(dirs + files + nested)]
+    return out
 
 
 def mark(folder: str, kind: str, files=()) -> None:
     """Mark `folder` as this kind's output, keeping the entries a marker of the same kind
-    already lists and adding `files`."""
+    already lists and adding `files` (a folder among them with everything now inside it:
+    mark a folder once it holds what the command wrote)."""
     old = _read_marker(folder)
-    _write_marker(folder, kind, list(files) + (old["files"] if old and old["kind"] == kind else []))
+    same = old if old and old["kind"] == kind else {"files": [], "paths": []}
+    paths = same["paths"] + [p for name in files for p in _tree(folder, name)]
+    _write_marker(folder, kind, list(files) + same["files"], paths)
 
 
 def own(folder: str, *names: str) -> None:
-    """Record entries a command wrote into its marked folder (nothing if unmarked)."""
+    """Record entries a command writes into its marked folder (nothing if unmarked): a
+    name, or a path inside one of its folders ("ckpt-00000001/state.json"). Recorded
+    before the entry is written, so a crash leaves nothing unlisted."""
     old = _read_marker(folder)
-    if old is not None and not set(names) <= set(old["files"]):
-        _write_marker(folder, old["kind"], old["files"] + list(names))
+    if old is None:
+        return
+    tops = [n.split("/")[0] for n in names]
+    nested = [n for n in names if "/" in n]
+    if not set(tops) <= set(old["files"]) or not set(nested) <= set(old["paths"]):
+        _write_marker(folder, old["kind"], old["files"] + tops, old["paths"] + nested)
+
+
+def own_path(path: str) -> None:
+    """own() for a file at any depth: recorded in the nearest marked folder above it."""
+    folder = output_at_or_above(os.path.dirname(path) or ".")
+    if folder is not None:
+        own(folder, os.path.relpath(os.path.realpath(path), folder).replace(os.sep, "/"))
+
+
+def listed(folder: str) -> set[str]:
+    """The entries the folder's marker lists (empty for an unmarked folder)."""
+    marker = _read_marker(folder)
+    return set(marker["files"]) if marker else set()
+
+
+def disown(folder: str, *names: str) -> None:
+    """Forget entries the command removed (a checkpoint folder replaced by a newer one)."""
+    old = _read_marker(folder)
+    if old is not None:
+        gone = set(names)
+        keep = [p for p in old["paths"] if p.split("/")[0] not in gone]
+        _write_marker(folder, old["kind"], [f for f in old["files"] if f not in gone], keep)
 
 
 def kind_of(folder: str) -> str | None:
@@ -118,10 +170,28 @@ def legacy_kind(folder: str) -> str | None:
 
 
 def foreign_entries(folder: str) -> list[str]:
-    """Entries of an owned folder that its marker does not list: someone else's."""
+    """Entries of an owned folder that its marker does not list, at any depth: someone
+    else's (a file a user put inside a run's checkpoint folder counts as much as one
+    beside it). A marked output nested inside is judged by its own marker."""
     marker = _read_marker(folder)
     listed = set(marker["files"]) if marker else set()
-    return sorted(n for n in os.listdir(folder) if n != MARKER and n not in listed)
+    known = set(marker["paths"]) if marker else set()
+    known |= {"/".join(p.split("/")[:i]) for p in known for i in range(1, p.count("/") + 1)}  # their folders
+    out = sorted(n for n in os.listdir(folder) if n != MARKER and n not in listed)
+    for name in sorted(listed):
+        top = os.path.join(folder, name)
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        if kind_of(top) is not None:
+            out += [f"{name}/{x}" for x in foreign_entries(top)]
+            continue
+        for rel in _tree(folder, name):
+            path = os.path.join(folder, rel)
+            if kind_of(path) is not None and not os.path.islink(path):
+                out += [f"{rel}/{x}" for x in foreign_entries(path)]
+            elif rel not in known:
+                out.append(rel)
+    return out
 
 
 def adopt(folder: str, kind: str) -> list[str]:

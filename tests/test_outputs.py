@@ -369,3 +369,105 @@ def test_a_marker_never_reaches_outside_its_folder(tmp):
     (out / outputs.MARKER).write_text(json.dumps({"kind": "head-run", "files": ["../precious.txt", "/etc/x", "."]}))
     outputs.remove_own(str(out))
     assert (tmp / "precious.txt").read_text() == "keep" and out.is_dir()
+
+
+def test_overwrite_checks_the_whole_tree_not_just_the_top(scored_world, tmp):
+    """A file a user put inside a run's checkpoint folder, or inside a score's figures,
+    is someone else's as much as one beside them: --overwrite refuses, naming it, and
+    deletes nothing (issue 38; before, the top level alone was checked and the listed
+    folder went whole). A marked run nested in a listed folder answers for itself."""
+    from flowclip_cache import outputs
+
+    fs, s, _, _ = scored_world
+    run, res = str(tmp / "run"), str(tmp / "res")
+    cfg = TrainConfig(head="flow", epochs=2, batch_size=8)
+    train_head(fs, s["training"], run, cfg, progress=False, **quiet)
+    assert outputs.foreign_entries(run) == []
+    ckpt = next(n for n in os.listdir(run) if n.startswith("ckpt-"))
+    open(os.path.join(run, ckpt, "notes.txt"), "w").write("mine")
+    assert outputs.foreign_entries(run) == [f"{ckpt}/notes.txt"]
+    with pytest.raises(FlowclipError, match=rf"did not write there \({ckpt}/notes.txt\)"):
+        train_head(fs, s["training"], run, cfg, overwrite=True, progress=False, **quiet)
+    assert open(os.path.join(run, ckpt, "notes.txt")).read() == "mine"
+    # a folder published whole (score, explain, publish): every path inside it is recorded
+    for n in (1, 2):
+        os.makedirs(tmp / f"t{n}" / "records")
+        (tmp / f"t{n}" / "records" / "r0.png").write_text("png")
+        outputs.publish(str(tmp / f"t{n}"), res, "explain", overwrite=n == 2)
+        assert outputs.foreign_entries(res) == []
+        (tmp / "res" / "records" / "notes.txt").write_text("mine")
+        assert outputs.foreign_entries(res) == ["records/notes.txt"]
+        if n == 1:
+            os.remove(tmp / "res" / "records" / "notes.txt")
+    os.makedirs(tmp / "t3" / "records")
+    with pytest.raises(FlowclipError, match=r"did not write there \(records/notes.txt\)"):
+        outputs.publish(str(tmp / "t3"), res, "explain", overwrite=True)
+    assert (tmp / "res" / "records" / "notes.txt").read_text() == "mine"
+    # a marked output inside a listed folder (a study's runs/<run>/) is judged by its own marker
+    outer = tmp / "outer"
+    (outer / "runs").mkdir(parents=True)
+    outputs.mark(str(outer), "study", ["runs"])
+    os.rename(run, outer / "runs" / "r0")
+    assert outputs.foreign_entries(str(outer)) == [f"runs/r0/{ckpt}/notes.txt"]
+    os.remove(outer / "runs" / "r0" / ckpt / "notes.txt")
+    assert outputs.foreign_entries(str(outer)) == []
+    (outer / "runs" / "stray.txt").write_text("x")
+    assert outputs.foreign_entries(str(outer)) == ["runs/stray.txt"]
+
+
+def test_a_strangers_nested_paths_never_leave_the_folder(tmp):
+    """Nested entries of a marker ('paths') are data too: '..' in any part is ignored."""
+    import json
+
+    from flowclip_cache import outputs
+
+    out = tmp / "run"
+    (out / "a").mkdir(parents=True)
+    (out / "a" / "x").write_text("1")
+    (out / outputs.MARKER).write_text(
+        json.dumps({"kind": "head-run", "files": ["a"], "paths": ["a/../../precious.txt", "a/x", "/a/y"]})
+    )
+    (tmp / "precious.txt").write_text("keep")
+    assert outputs.foreign_entries(str(out)) == []
+    outputs.remove_own(str(out))
+    assert (tmp / "precious.txt").read_text() == "keep" and not (out / "a").exists()
+
+
+def test_the_marker_forgets_a_replaced_checkpoint(scored_world, tmp):
+    """After --max-steps and --resume, the marker lists the checkpoint folder that exists,
+    not the ones replaced (issue 38: ckpt-00000000 stayed listed); a look-alike folder of
+    the user's named like a checkpoint is never removed."""
+    from flowclip_cache import outputs
+
+    fs, s, _, _ = scored_world
+    run = str(tmp / "run")
+    train_head(
+        fs, s["training"], run, TrainConfig(head="flow", epochs=3, batch_size=8, max_steps=2), progress=False, **quiet
+    )
+    assert sorted(n for n in outputs.listed(run) if n.startswith("ckpt-")) == ["ckpt-00000000"]
+    train_head(
+        fs,
+        s["training"],
+        run,
+        TrainConfig(head="flow", epochs=3, batch_size=8, max_steps=6),
+        resume=True,
+        progress=False,
+        **quiet,
+    )
+    ckpts = sorted(n for n in os.listdir(run) if n.startswith("ckpt-"))
+    assert len(ckpts) == 1 and ckpts != ["ckpt-00000000"]
+    assert sorted(n for n in outputs.listed(run) if n.startswith("ckpt-")) == ckpts
+    assert outputs.foreign_entries(run) == []
+    # a folder of the user's named like a checkpoint is not the run's to remove
+    os.makedirs(os.path.join(run, "ckpt-00000042"))
+    (tmp / "run" / "ckpt-00000042" / "mine.txt").write_text("keep")
+    train_head(
+        fs,
+        s["training"],
+        run,
+        TrainConfig(head="flow", epochs=3, batch_size=8, max_steps=9),
+        resume=True,
+        progress=False,
+        **quiet,
+    )
+    assert (tmp / "run" / "ckpt-00000042" / "mine.txt").read_text() == "keep"

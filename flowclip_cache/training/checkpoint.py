@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import torch
@@ -95,7 +96,8 @@ def save(run: str, weights: dict[str, torch.Tensor], opt_tensors: dict[str, torc
     os.makedirs(folder)
     from .. import outputs
 
-    outputs.own(run, os.path.basename(folder), POINTER)
+    name = os.path.basename(folder)
+    outputs.own(run, name, POINTER, f"{name}/weights.safetensors", f"{name}/state.json")
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in weights.items()} | opt_tensors
     save_file(tensors, os.path.join(folder, "weights.safetensors"))
     with open(os.path.join(folder, "state.json"), "w") as f:
@@ -112,9 +114,16 @@ def save(run: str, weights: dict[str, torch.Tensor], opt_tensors: dict[str, torc
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(run, POINTER))
     fsync_dir(run)
-    for name in os.listdir(run):  # older checkpoints, now unreferenced
-        if name.startswith("ckpt-") and name != pointer["dir"]:
-            shutil.rmtree(os.path.join(run, name), ignore_errors=True)
+    # in a marked run, only the checkpoint folders its marker lists: never a look-alike of the user's
+    mine = outputs.listed(run) if outputs.kind_of(run) else None
+    old = [
+        n
+        for n in os.listdir(run)
+        if re.fullmatch(r"ckpt-\d{8}", n) and n != pointer["dir"] and (mine is None or n in mine)
+    ]
+    for name in old:  # older checkpoints, now unreferenced
+        shutil.rmtree(os.path.join(run, name), ignore_errors=True)
+    outputs.disown(run, *old)
 
 
 def exists(run: str) -> bool:

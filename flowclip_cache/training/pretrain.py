@@ -95,8 +95,9 @@ def probe_set(cfg: PretrainConfig):
 
 @torch.no_grad()
 def grounding_probe(clip: OpenAIClip, probe, mean, std) -> dict:
-    """The synthetic world's grounding measure (synthetic/grounding.py) on the probe scenes, straight from the model (the
-    same features extract stores, before FP16 rounding; token mask 'nonpad')."""
+    """The synthetic world's grounding measure (synthetic/grounding.py) on the probe
+    scenes, straight from the model (the same features extract stores, before FP16
+    rounding; token mask 'nonpad')."""
     from ..synthetic.grounding import grounding_hits
 
     images, captions, objects = probe
