@@ -165,3 +165,20 @@ def test_a_cell_read_back_for_the_csv_is_the_number_it_shows():
     assert parse_cell("ViT-B/32") is None and parse_cell("") is None
     rows = table_csv("t", ["caption", "", "| a | b | x |", "|---|---|---|", f"| 0.10 | lab | {cell} |"], 2)
     assert rows == [["t", "0.10 | lab", "x", "36.50", "0.71", "+8.50", "38.3", "+8.1", "-1.80"]]
+
+
+def test_smaller_margin_share_weighs_subsets_as_the_benchmark_does():
+    """§4.3's share of records Global-M ranks right on which Flow-CLIP's margin is smaller,
+    'using the benchmarks' subset weights' (issue 38: it was pooled over records), by hand:
+    subset one qualifies a, b in each of two seeds (c is ranked wrong) and only a in seed 1
+    is smaller (seed 2's b ties: not smaller) -> 1/4; subset two qualifies d twice, smaller
+    both times -> 2/2. Subset-weighted (1/4 + 1) / 2 = 0.625; pooled it would be 3/6.
+    Mutations checked: pooled (0.5) and <= for < (0.75) each fail."""
+    from flowclip_cache.paper.section43 import smaller_margin_share
+
+    group = {"a": "one", "b": "one", "c": "one", "d": "two"}
+    seed1 = ({"a": 0.4, "b": 0.3, "c": -0.5, "d": 0.1}, {"a": 0.5, "b": 0.2, "c": -0.1, "d": 0.3})
+    seed2 = ({"a": 0.6, "b": 0.2, "d": 0.2}, {"a": 0.5, "b": 0.2, "d": 0.3})
+    assert smaller_margin_share([seed1, seed2], group) == 0.625
+    assert smaller_margin_share([seed1, seed2], None) == 0.5  # a benchmark scored pooled
+    assert smaller_margin_share([({"a": 1.0}, {"a": -1.0})], group) is None  # nothing ranked right
