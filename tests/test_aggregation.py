@@ -190,8 +190,32 @@ def test_crepe_recall_by_complexity_and_foil_by_hand():
     assert res["recall"] == {"R@1": 0.5, "R@3": 0.75, "R@5": 1.0, "R@10": 1.0}
     assert res["recall_by_complexity"] == {"4": pytest.approx(2 / 3), "5": 0.0}
     assert res["recall_by_foil_complexity"] == {"atom/04": 0.5, "swap/04": 1.0, "swap/05": 0.0}
+    # per file (foil type and complexity) at every k the official get_one2many_metrics
+    # reports: ranks 0, 2 | 0 | 3 -> R@3 atom/04 1/2, swap/05 0; R@5 and R@10 all 1
+    assert res["recall_at3_by_foil_complexity"] == {"atom/04": 1.0, "swap/04": 1.0, "swap/05": 0.0}
+    assert res["recall_at5_by_foil_complexity"] == {"atom/04": 1.0, "swap/04": 1.0, "swap/05": 1.0}
+    assert res["recall_at10_by_foil_complexity"] == res["recall_at5_by_foil_complexity"]
+    assert ("Recall@3 per foil_complexity", "recall_at3_by_foil_complexity") in sc.breakdowns()
     assert res["by_foil_type"] == {"atom": 0.5, "swap": 0.5} and res["ties"] == 1
     assert res["ties_by_foil_complexity"] == {"atom/04": 0, "swap/04": 1, "swap/05": 0}
+
+
+def test_crepes_argsort_keeps_a_tied_gold_first_up_to_16_candidates_only():
+    """What docs/method.md says of CREPE's tie rule, measured: the official
+    torch.argsort(logits, descending=True) ranks a gold tied with one foil first in every
+    trial up to 16 candidates, and not in every trial above (CPU); flowclip's "first" keeps
+    it first at any count."""
+    gen = torch.Generator().manual_seed(0)
+    lost = {}
+    for n in (4, 10, 16, 17, 24):
+        lost[n] = 0
+        for _ in range(100):
+            x = torch.rand(n, generator=gen)
+            x[0] = 2.0
+            x[int(torch.randint(1, n, (1,), generator=gen))] = 2.0
+            lost[n] += int((torch.argsort(x, descending=True) == 0).nonzero()) != 0
+            assert metrics.gold_rank(x.numpy()[None], np.array([0]), "first")[0] == 0
+    assert lost[4] == lost[10] == lost[16] == 0 and lost[17] > 0 and lost[24] > 0, lost
 
 
 def test_tie_rules_by_hand():

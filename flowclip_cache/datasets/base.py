@@ -112,6 +112,7 @@ class Scoring:
         out += [(f"per {c}", f"by_{c}") for c in self.report_by]
         if self.task == "candidates":
             out += [(f"Recall@1 per {c}", f"recall_by_{c}") for c in self.report_by]
+            out += [(f"Recall@{k} per {c}", f"recall_at{k}_by_{c}") for c in self.report_by for k in self.recall_at[1:]]
             out += [(f"ties per {c} (records whose gold ties a foil; counts)", f"ties_by_{c}") for c in self.report_by]
         if self.extra is not None:
             out.append((self.extra_title, "extra"))

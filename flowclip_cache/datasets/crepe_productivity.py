@@ -5,7 +5,8 @@ parsed with ast.literal_eval, never eval). Images: Visual Genome <image_id>.jpg 
 flat folder; link VG_100K and VG_100K_2 into it), cropped to (x, y, width, height).
 Score: Recall@1 (and @3/5/10) of the gold among [caption] + hard_negs, per foil type
 and complexity. Ties: the official code ranks with torch.argsort(logits, descending=True),
-which keeps the gold (index 0) ahead of foils it ties (tie rule "first"). The official
+which keeps the gold (index 0) ahead of foils it ties up to 16 candidates (tie rule
+"first"; flowclip keeps it first above 16 too, where argsort does not always). The official
 code reports per-file numbers only; the pooled headline and per-foil-type figures are
 flowclip's pooling of the same records."""
 

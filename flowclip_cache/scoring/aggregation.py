@@ -56,9 +56,9 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
         res["recall"] = {f"R@{k}": metrics.recall_at(ranks, k) for k in sc.recall_at}
         for col in sc.report_by:
             vals = np.asarray(cols[col])[keep].astype(str)
-            res.setdefault("recall_by_" + col, {})
-            for v in np.unique(vals):
-                res["recall_by_" + col][v] = metrics.recall_at(ranks[vals == v], 1)
+            for k in sc.recall_at:  # R@1 under recall_by_<col> (its old name), R@k under recall_at<k>_by_<col>
+                name = "recall_by_" + col if k == 1 else f"recall_at{k}_by_{col}"
+                res[name] = {v: metrics.recall_at(ranks[vals == v], k) for v in np.unique(vals)}
             res["ties_by_" + col] = {v: int(t[vals == v].sum()) for v in np.unique(vals)}
     return res
 
