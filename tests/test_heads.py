@@ -315,3 +315,30 @@ def test_the_kernel_keeps_every_retrieval_decision_on_the_sample(lab):
     np.testing.assert_allclose(new, old, rtol=1e-5, atol=1e-6)
     assert (np.argsort(-old, 1, kind="stable") == np.argsort(-new, 1, kind="stable")).all()
     assert (np.argsort(-old, 0, kind="stable") == np.argsort(-new, 0, kind="stable")).all()
+
+
+def test_fsc_local_refuses_a_content_mask_store(sample, tmp_path):
+    """A --token-mask content store holds neither the start nor the end token (FSC keeps
+    the end token), so FSC-CLIP's released mask cannot be formed: train-head refuses it in
+    one line (before, it dropped the first content word and scored a one-word caption
+    -inf); a nonpad store trains, and other token heads take either store."""
+    from click.testing import CliRunner
+
+    from flowclip_cache.cli import main
+
+    def run(*args):
+        return CliRunner().invoke(main, [str(a) for a in args])
+
+    for mask in ("content", "nonpad"):
+        r = run("extract", "--store", tmp_path / mask, "--model", "flowclip-tiny-clip", "--token-mask", mask,
+                "--manifest", sample["training"], "--image-root", sample["image_root"], "--quiet")  # fmt: skip
+        assert r.exit_code == 0, r.output
+    train = ["train-head", "--train", sample["training"], "--epochs", "1", "--batch-size", "4", "--quiet"]
+    r = run(*train, "--store", tmp_path / "content", "--head", "fsc-local", "--out", tmp_path / "r1")
+    last = r.output.strip().splitlines()[-1]  # (after the resolved settings) the refusal, one line
+    assert r.exit_code == 2 and "defined on stores extracted with --token-mask nonpad" in last, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "r1").exists()
+    r = run(*train, "--store", tmp_path / "nonpad", "--head", "fsc-local", "--out", tmp_path / "r2")
+    assert r.exit_code == 0, r.output
+    r = run(*train, "--store", tmp_path / "content", "--head", "filip", "--out", tmp_path / "r3")
+    assert r.exit_code == 0, r.output

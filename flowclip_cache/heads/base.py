@@ -36,6 +36,8 @@ class Head(nn.Module):
     kind: str = ""  # the registry name (train-head --head KIND)
     title: str = ""  # one line for --help and docs
     uses_tokens: bool = False  # needs patches and token states
+    # the stores' token masks (extract --token-mask) the method is defined on; None: any
+    store_token_masks: tuple[str, ...] | None = None
     default_cimr: float = 0.0  # lambda_CIMR when a config does not set one (the paper's row)
     hparam_names: tuple[str, ...] = ()  # TrainConfig keys the head is built with (kept in the run config)
     train_defaults: dict = {}  # TrainConfig defaults of its published recipe (config keys override)
@@ -180,3 +182,15 @@ class LearnedMapsHead(TokenMapHead):
         super().__init__(dim)
         self.A = nn.Parameter(torch.eye(dim))
         self.B = nn.Parameter(torch.eye(dim))
+
+
+def check_token_mask(cls: type[Head], policy: str, where: str) -> None:
+    """Refuse a store whose token mask the head's method is not defined on, in one line."""
+    from ..errors import FlowclipError
+
+    if cls.store_token_masks is not None and policy not in cls.store_token_masks:
+        raise FlowclipError(
+            f"{where}: the {cls.kind} head is defined on stores extracted with --token-mask "
+            f"{' or '.join(cls.store_token_masks)}, and this store holds --token-mask {policy} tokens; "
+            f"extract a store with --token-mask {cls.store_token_masks[0]} for it"
+        )

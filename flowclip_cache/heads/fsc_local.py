@@ -21,7 +21,9 @@ Where flowclip differs, and why (docs/method.md, "The head zoo"):
     0 by 0 and returns NaN; here the token's weights are uniform (a NaN score would read
     as a missing candidate);
   - the start token is the first valid position of the mask: stores extracted with the
-    default token mask (nonpad) give exactly FSC's mask.
+    default token mask (nonpad) give exactly FSC's mask. A `--token-mask content` store
+    holds neither the start nor the end token's state (FSC keeps the end token), so the
+    released mask cannot be formed from it: such a store is refused (store_token_masks).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def local_score(P, H, mask, A, B, paired: bool = False, detach: bool = False) ->
 
 class FscLocalHead(LearnedMapsHead):
     kind = "fsc-local"
+    store_token_masks = ("nonpad",)  # the released mask: every non-pad token but the start
     title = "FSC-CLIP's local score: minmax token-patch alignment, logsumexp over tokens (as released)"
 
     def pair_scores(self, P, H, mask, paired=False):

@@ -33,6 +33,7 @@ class Scorer:
 
 def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Scorer]:
     """'clip', a run folder, or 'name=run folder' (runs sharing a name are seeds of one method)."""
+    from ..heads.base import check_token_mask
     from ..training.run_folder import load_head
 
     out, seen = [], set()
@@ -65,6 +66,7 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
             sha = hashlib.sha256(open(os.path.join(path, "head.safetensors"), "rb").read()).hexdigest()
             label = name if hub else os.path.basename(os.path.normpath(path))
             scorer = Scorer(name or label, label, head, sha, cfg["train"])
+        check_token_mask(type(scorer.head), store.encoder_config["token_mask"], f"--scorer {spec}")
         if scorer.run in seen:
             raise FlowclipError(f"--scorer {spec}: two scorers named {scorer.run!r}")
         seen.add(scorer.run)

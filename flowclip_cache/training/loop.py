@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 from ..errors import FlowclipError
+from ..heads import head_class
+from ..heads.base import check_token_mask
 from ..manifest import Manifest
 from ..progress import bar as progress_bar
 from ..store import FeatureStore
@@ -135,6 +137,8 @@ def _train(
     torch.manual_seed(ref.seed)
     if device == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
+    for out, c in runs:  # a head refuses a store its method is not defined on, before any loading
+        check_token_mask(head_class(c.head), store.encoder_config["token_mask"], out)
     # 1. data, once, on the device
     if data is None:
         data = load_training_data(store, manifest, any(c.uses_tokens for c in cfgs), device, image_root, placement, log)
