@@ -159,7 +159,7 @@ def test_malformed_head_runs_are_refused_not_scored(tmp_path):
         ({"head": {"kind": "flow", "dim": 4}, **run_keys}, flow_w, "alpha = None must be a finite"),
         ({"head": good_cfg["head"], "train": {}}, {"M": M}, "KeyError: 'store_fingerprint'"),
         ({"head": good_cfg["head"], "store_fingerprint": "f", "train": [1]}, {"M": M}, "train a mapping"),
-        (good_cfg, {"M": torch.eye(5)}, "M is torch.float32[5, 5], expected torch.float32[4, 4]"),
+        (good_cfg, {"M": torch.eye(5)}, "M is [5, 5] in head.safetensors, but config.json describes [4, 4]"),
         (good_cfg, {"M": M.double()}, "expected torch.float32"),
         (good_cfg, {"M": M * float("inf")}, "holds NaN or inf"),
         (good_cfg, {"W": M}, "holds ['W'], a global head needs ['M']"),
@@ -177,6 +177,34 @@ def test_malformed_head_runs_are_refused_not_scored(tmp_path):
     (tmp_path / "r0" / "config.json").write_text(json.dumps(good_cfg))
     with pytest.raises(FlowclipError, match="head.safetensors is unreadable"):
         load_head(str(tmp_path / "r0"))
+
+
+def test_a_config_claiming_a_huge_head_allocates_nothing(tmp_path, monkeypatch):
+    """config.json says head.dim 300000 beside real 4-wide weights (issue 38: the loader
+    built the 300000-wide head, 360 GB, and died): the weights file's header is checked
+    against the described shapes on torch's meta device first, so no head of that size is
+    ever built in memory. Mutation checked: building the head before the header check
+    makes the recorded build devices include 'cpu'."""
+    import torch
+    from safetensors.torch import save_file
+
+    from flowclip_cache.training import run_folder
+
+    built = []
+    real = run_folder.build_head
+    monkeypatch.setattr(
+        run_folder, "build_head", lambda *a, **k: (built.append(torch.empty(0).device.type), real(*a, **k))[1]
+    )
+    (tmp_path / "config.json").write_text(
+        json.dumps({"head": {"kind": "flow", "dim": 300000, "alpha": 1.0, "tau_p": 0.05},
+                    "store_fingerprint": "f" * 64, "train": {"seed": 0}})
+    )  # fmt: skip
+    save_file({"M": torch.eye(4), "M_tok": torch.eye(4), "W": torch.zeros(4, 4)}, str(tmp_path / "head.safetensors"))
+    with pytest.raises(
+        FlowclipError, match=r"M is \[4, 4\] in head.safetensors, but config.json describes \[300000, 300000\]"
+    ):
+        run_folder.load_head(str(tmp_path))
+    assert built == ["meta"]
 
 
 def test_float_tiff_in_unit_range_is_scaled_not_black(tmp_path):

@@ -80,14 +80,16 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, di
         check_origin(head_class(kind), origin, where, warn)
     if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
         raise FlowclipError(f"{where}: head dim {dim!r} is not a positive integer")
-    head = build_head(kind, dim, **head_class(kind).check_hparams(hp, where))
+    hparams = head_class(kind).check_hparams(hp, where)
+    path = os.path.join(run_dir, "head.safetensors")
+    with torch.device("meta"):  # shapes only: a config naming a huge head allocates nothing
+        want = build_head(kind, dim, **hparams).state_dict()
+    _check_header(path, where, kind, {k: tuple(v.shape) for k, v in want.items()})
+    head = build_head(kind, dim, **hparams)
     try:
-        weights = load_file(os.path.join(run_dir, "head.safetensors"), device=device)
+        weights = load_file(path, device=device)
     except (OSError, SafetensorError) as e:
         raise FlowclipError(f"{where}: head.safetensors is unreadable ({e})") from None
-    want = head.state_dict()
-    if set(weights) != set(want):
-        raise FlowclipError(f"{where}: head.safetensors holds {sorted(weights)}, a {kind} head needs {sorted(want)}")
     for k, v in weights.items():
         if v.shape != want[k].shape or v.dtype != want[k].dtype:
             raise FlowclipError(
@@ -97,3 +99,23 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, di
             raise FlowclipError(f"{where}: {k} holds NaN or inf")
     head.load_state_dict(weights)
     return head.to(device).eval(), cfg
+
+
+def _check_header(path: str, where: str, kind: str, want: dict[str, tuple]) -> None:
+    """The weights file's names and shapes, read from its header alone, against the head the
+    config describes: a run folder whose config.json claims another size (a stranger's, say)
+    is refused before a head of that size is built."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, "pt") as f:
+            have = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (OSError, SafetensorError) as e:
+        raise FlowclipError(f"{where}: head.safetensors is unreadable ({e})") from None
+    if set(have) != set(want):
+        raise FlowclipError(f"{where}: head.safetensors holds {sorted(have)}, a {kind} head needs {sorted(want)}")
+    for k, shape in have.items():
+        if shape != want[k]:
+            raise FlowclipError(
+                f"{where}: {k} is {list(shape)} in head.safetensors, but config.json describes {list(want[k])}; refused"
+            )
