@@ -111,6 +111,12 @@ BROKEN = {
                 "score_matched(row i) must equal forward's [i, i]"),
     "term": ("loss_terms = {'reg': 0.1}\n\n    def forward(self, v, P, t, H, mask):\n        return v @ t.T * self.w",
              "its loss term 'reg' must be among forward_terms' parts as a finite scalar"),
+    "coarse": ("def forward(self, v, P, t, H, mask):\n        return v @ t.T * self.w\n\n"
+               "    def coarse(self, v, t):\n        return v @ t[:1].T",
+               "coarse must return None or [I, T] = [3, 4]"),
+    "embedding": ("def forward(self, v, P, t, H, mask):\n        return v @ t.T * self.w\n\n"
+                  "    def caption_embedding(self, t):\n        return t @ self.missing",
+                  "caption_embedding(t [T, d]) failed on random features (AttributeError"),
 }  # fmt: skip
 
 
@@ -133,6 +139,21 @@ def test_each_broken_contract_rule_is_one_line_before_anything_is_written(lab, t
             "compare=[]", "--dry-run")  # fmt: skip
     assert r.exit_code == 2 and f"head broken: {message}" in r.output + r.stderr
     assert not (tmp_path / "study").exists()
+
+
+def test_a_broken_token_map_stops_train_head_not_explain(lab, tmp_path):
+    """token_maps is what explain calls: a plug-in whose token_maps breaks (here H taken as
+    [L, d], where it is [T, L, d] for T captions) stops train-head with one line naming the
+    method and its shapes (issue 38: explain met it later as a raw traceback)."""
+    buggy = (
+        HEAD + "\n\nclass Buggy(Bilinear):\n    kind = 'buggy'\n\n"
+        "    def token_maps(self, P, H, mask):\n        m = H @ P.T\n        return {'m': m[0]}, mask.float()\n"
+    )
+    (tmp_path / "buggy.py").write_text(buggy)
+    r = cli(*train_args(lab, tmp_path / "run", f"{tmp_path / 'buggy.py'}:Buggy"))
+    line = r.stderr.strip()
+    assert r.exit_code == 2 and "\n" not in line and line.startswith("error: head buggy: token_maps must return"), line
+    assert not (tmp_path / "run").exists()
 
 
 def test_bad_references_are_one_line(lab, tmp_path):

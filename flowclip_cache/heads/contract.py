@@ -86,6 +86,7 @@ def _check(make, where: str, trainable: bool) -> None:
         if not isinstance(term, torch.Tensor) or term.numel() != 1 or not torch.isfinite(term).all():
             raise fail(f"its loss term {name!r} must be among forward_terms' parts as a finite scalar")
     _check_matched(head, fail)
+    _check_other_methods(head, fail)
     if trainable:
         total = S.sum() + sum((parts[n].sum() for n in head.loss_terms), S.new_zeros(()))
         if not total.requires_grad:
@@ -112,3 +113,45 @@ def _check_matched(head: Head, fail) -> None:
     gap = (matched.float() - full.diagonal().float()).abs().max().item()
     if not gap <= 1e-4 * (1 + full.abs().max().item()):
         raise fail(f"score_matched(row i) must equal forward's [i, i]; they differ by {gap:.3g}")
+
+
+def _call(fail, what: str, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:
+        raise fail(f"{what} failed on random features ({type(e).__name__}: {e})") from None
+
+
+def _check_other_methods(head: Head, fail) -> None:
+    """Every other method a command may call, run once on random features with the shapes
+    docs/plugins.md states, so a bug there stops training in one line rather than
+    surfacing as a traceback in score (retrieval, zero-shot) or explain."""
+    v, P, t, H, mask = _inputs(head.dim, IMAGES, CAPTIONS)
+    with torch.no_grad():
+        z = _call(fail, "caption_embedding(t [T, d])", head.caption_embedding, t)
+        if z is not None and (not isinstance(z, torch.Tensor) or tuple(z.shape) != (CAPTIONS, head.dim)):
+            raise fail(f"caption_embedding must return None or [T, d] = [{CAPTIONS}, {head.dim}]")
+        c = _call(fail, "coarse(v [I, d], t [T, d])", head.coarse, v, t)
+        if c is not None and (not isinstance(c, torch.Tensor) or tuple(c.shape) != (IMAGES, CAPTIONS)):
+            raise fail(f"coarse must return None or [I, T] = [{IMAGES}, {CAPTIONS}]")
+        b = _call(fail, "pair_bytes(L, N, d)", head.pair_bytes, TOKENS, PATCHES, head.dim)
+        if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
+            raise fail("pair_bytes(L, N, d) must return a positive int (bytes of intermediates per pair)")
+        if not hasattr(head, "token_evidence") or not head.uses_tokens:
+            return
+        ev = _call(fail, "token_maps(P [N, d], H [T, L, d], mask [T, L]) (flowclip explain)",
+                   head.token_evidence, v[0], P[0], t, H, mask)  # fmt: skip
+    maps, contrib = ev.get("maps"), ev.get("contrib")
+    if (
+        not isinstance(maps, dict)
+        or not maps
+        or not all(isinstance(m, torch.Tensor) and tuple(m.shape) == (CAPTIONS, TOKENS, PATCHES) for m in maps.values())
+    ):
+        raise fail(f"token_maps must return ({{name: [T, L, N] = [{CAPTIONS}, {TOKENS}, {PATCHES}]}}, [T, L])")
+    if not isinstance(contrib, torch.Tensor) or tuple(contrib.shape) != (CAPTIONS, TOKENS):
+        raise fail(f"token_maps' second value must be each token's share [T, L] = [{CAPTIONS}, {TOKENS}]")
+    Pg = P[0].detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        delta = _call(fail, "token_margin(P [N, d], H, mask, gold, foil)", head.token_margin, Pg, H, mask, 0, 1)
+        if not isinstance(delta, torch.Tensor) or delta.numel() != 1 or not delta.requires_grad:
+            raise fail("token_margin must return one score difference, differentiable in P (explain's sensitivity)")
