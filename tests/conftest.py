@@ -25,6 +25,7 @@ def registry():
     REGISTRY.update(before)
     plugins._files.clear()
     plugins._files.update(files)
+    plugins.allow_changed(False)
 
 
 @pytest.fixture(scope="session")

@@ -55,15 +55,19 @@ def test_a_head_file_trains_scores_and_a_run_folder_imports_nothing(lab, tmp_pat
              "--bootstrap", "0", "--quiet"]  # fmt: skip
     r = cli(*score, "--out", tmp_path / "refused")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert f"pass --plugin {head_file} if you trust that code" in r.stderr
+    sha = file_sha256(str(head_file))
+    assert f"class Bilinear of the file {head_file} (sha256 {sha})" in r.stderr and "pass --plugin FILE" in r.stderr
     assert not mark.exists() and not (tmp_path / "refused").exists()  # the recorded path was never imported
     r = cli(*score, "--plugin", head_file, "--out", tmp_path / "scored")
     assert r.exit_code == 0 and "| real | bil |" in r.stdout and "warning" not in r.stderr, r.output
     assert mark.read_text() == "x"  # imported once, because --plugin named it
     head_file.write_text(MARKED + "# edited after training\n")
     forget_plugins()
-    r = cli(*score, "--plugin", head_file, "--out", tmp_path / "again")
-    assert r.exit_code == 0 and "changed since training" in r.stderr and "its scores may differ" in r.stderr
+    r = cli(*score, "--plugin", head_file, "--out", tmp_path / "again")  # another sha256: refused, one line
+    assert r.exit_code == 2 and "is not the one it was trained with" in r.stderr and "--allow-changed-plugin" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "again").exists()
+    r = cli(*score, "--plugin", head_file, "--allow-changed-plugin", "--out", tmp_path / "again")  # the user's word
+    assert r.exit_code == 0 and "is not the one it was trained with" in r.stderr and "its scores may differ" in r.stderr
 
 
 def test_the_module_and_entry_point_forms(lab, tmp_path, monkeypatch):

@@ -94,5 +94,7 @@ def test_a_published_plug_in_head_imports_nothing_from_the_folder(lab, tmp_path,
     lay_out_cache(cache, "someone/bil", tmp_path / "pub")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
-    with pytest.raises(fc.FlowclipError, match="pass --plugin bilinear.py if you trust that code"):
+    sha = json.loads((tmp_path / "pub" / "config.json").read_text())["head"]["plugin"]["sha256"]
+    # the hint names the class, the recorded file name and the sha256 the run expects of it
+    with pytest.raises(fc.FlowclipError, match=rf"class Bilinear of the file bilinear.py \(sha256 {sha}\)"):
         fc.load_run("hf:someone/bil")

@@ -41,6 +41,13 @@ def plugin_option(f):
     a run folder never imports code by itself (docs/plugins.md)."""
     import click
 
+    f = click.option(
+        "--allow-changed-plugin",
+        is_flag=True,
+        expose_value=False,
+        callback=_allow_changed,
+        help="Score a run whose plug-in head's source file changed since training (refused otherwise).",
+    )(f)
     return click.option(
         "--plugin",
         "plugins",
@@ -50,3 +57,10 @@ def plugin_option(f):
         help="A file (heads.py) or module whose Head classes runs may use; repeatable. "
         "Installed plug-ins (entry points flowclip.heads) are always available.",
     )(f)
+
+
+def _allow_changed(ctx, param, value):
+    from ..heads.plugins import allow_changed
+
+    allow_changed(bool(value))
+    return value

@@ -25,6 +25,14 @@ GROUP = "flowclip.heads"
 KIND = re.compile(r"^[a-z][a-z0-9_.-]*$")
 _files: dict[str, object] = {}  # absolute path -> the module imported from it (each file once)
 _entry_points_loaded = False
+_allow_changed = False  # --allow-changed-plugin: score a run with a plug-in file changed since training
+
+
+def allow_changed(yes: bool = True) -> None:
+    """The user's word that a run may be scored with its plug-in's source changed since
+    training (the command line's --allow-changed-plugin)."""
+    global _allow_changed
+    _allow_changed = yes
 
 
 def is_head_spec(value: object) -> bool:
@@ -160,21 +168,27 @@ def load_entry_points() -> None:
 
 
 def plugin_hint(kind: str, origin: dict | None, kinds: tuple[str, ...]) -> str:
-    """What to pass so that a run's plug-in head is available (never imported from the run)."""
+    """What to pass so that a run's plug-in head is available (never imported from the run):
+    the recorded module, class and source, and the sha256 the run expects of that file, so
+    that a file of the same name placed elsewhere by someone else is not taken for it."""
     if not origin:
         return f"head kind {kind!r} is not one of the available kinds ({', '.join(kinds)}; a plug-in's needs --plugin)"
-    module, source = str(origin.get("module")), origin.get("source")
+    module, source, sha = str(origin.get("module")), origin.get("source"), origin.get("sha256")
     by_path = module.startswith("flowclip_plugin_")  # imported from a file, not as a module
-    options = f"--plugin {source}" if by_path or not source else f"--plugin {module} (or --plugin {source})"
+    what = f"class {origin.get('class')} of " + (f"the file {source}" if by_path or not source else f"module {module}")
+    expect = f" (sha256 {sha})" if sha else " (no sha256 recorded: check the file yourself)"
+    how = "--plugin FILE" if by_path or not source else f"--plugin {module}, or --plugin FILE"
     return (
-        f"its head {kind!r} is the plug-in class {origin.get('class')} from {source or module}; pass {options} "
-        f"if you trust that code (a run folder never imports code by itself)"
+        f"its head {kind!r} is the plug-in {what}{expect}; pass {how} naming that code once you have "
+        f"checked it is the one expected and trust it (a run folder never imports code by itself; a "
+        f"--plugin whose source has another sha256 is refused unless --allow-changed-plugin)"
     )
 
 
 def check_origin(cls: type[Head], recorded: dict, where: str, warn) -> None:
     """A run's recorded plug-in origin against the class available now: another class is
-    refused; a changed source file is said plainly (the scores may differ from training's)."""
+    refused; so is a changed source file, unless the user said so (allow_changed), then it
+    is said plainly (the scores may differ from training's)."""
     now = cls.__dict__.get("plugin_origin") or origin_of(cls)
     if recorded.get("class") != now["class"]:
         raise FlowclipError(
@@ -182,10 +196,13 @@ def check_origin(cls: type[Head], recorded: dict, where: str, warn) -> None:
             f"available now is {now['module']}.{now['class']}; refused"
         )
     if recorded.get("sha256") and now.get("sha256") and recorded["sha256"] != now["sha256"]:
-        warn(
-            f"warning: {where}: the source of its head {cls.kind!r} ({now['source']}) changed since training "
-            f"(sha256 {recorded['sha256'][:12]} then, {now['sha256'][:12]} now); its scores may differ"
+        said = (
+            f"the source of its head {cls.kind!r} ({now['source']}) is not the one it was trained with "
+            f"(sha256 {recorded['sha256'][:12]} then, {now['sha256'][:12]} now)"
         )
+        if not _allow_changed:
+            raise FlowclipError(f"{where}: {said}; refused (pass --allow-changed-plugin to score it with this code)")
+        warn(f"warning: {where}: {said}; its scores may differ")
 
 
 def study_heads(data: dict, source: str) -> dict:
