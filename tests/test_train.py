@@ -369,6 +369,7 @@ def test_max_steps_is_a_finished_run_that_a_larger_cap_continues(world, tmp_path
          "--head", "flow", "--epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--max-steps", "3", "--quiet"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
+    assert r.output.count("start (before training") == 1 and "step 3 (max_steps" in r.output, r.output
     state = checkpoint.read_state(capped)
     assert os.path.exists(os.path.join(capped, "DONE")) and state["global_step"] == 3
     assert state["metrics"][-1]["step"] == 3 and "train_sample" in state["metrics"][-1]
@@ -379,6 +380,9 @@ def test_max_steps_is_a_finished_run_that_a_larger_cap_continues(world, tmp_path
                                   "--out", capped, "--head", "flow", "--epochs", "2", "--batch-size", "8",
                                   "--lr", "1e-3", "--max-steps", "5", "--resume", "--quiet"])  # fmt: skip
     assert r.exit_code == 0 and "continuing to 5" in r.output, r.output
+    # its evaluations say where they were made: the start once, then the step it stopped at
+    # (issue 38: both the cap's and the resume's read "start (before training...)")
+    assert r.output.count("start (before training") == 0 and "step 5 (max_steps" in r.output, r.output
     five = str(tmp_path / "five")
     base = dict(head="flow", epochs=2, batch_size=8, lr=1e-3)
     train_head(world["store"], world["manifest"], five, TrainConfig(**base, max_steps=5), **quiet)

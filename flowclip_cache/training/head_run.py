@@ -140,11 +140,13 @@ class HeadRun:
         self.head.train()
         self.logf.write(json.dumps({"eval": m}) + "\n")
         self.logf.flush()
-        what = (
-            "start (before training; CLIP, Global-M and Flow-CLIP then score as the frozen encoder)"
-            if epoch == 0
-            else f"epoch {epoch}"
-        )
+        step = self.state["global_step"]
+        if step == 0:
+            what = "start (before training; CLIP, Global-M and Flow-CLIP then score as the frozen encoder)"
+        elif self.state["step_in_epoch"]:  # mid-epoch: a run stopped at its max_steps
+            what = f"step {step} (max_steps, {self.state['step_in_epoch']} steps into epoch {epoch + 1})"
+        else:
+            what = f"epoch {epoch}"
         self.log(
             f"{what}: pairwise accuracy train-sample {m['train_sample']['all']:.4f}"
             + (f", val {m['val']['all']:.4f}" if "val" in m else "")
