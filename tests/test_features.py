@@ -237,3 +237,33 @@ def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend, model, r
     ca, cb = a.load_captions(ck), b.load_captions(ck)
     assert np.array_equal(ia.global_, ib.global_) and np.array_equal(ia.patches, ib.patches)
     assert np.array_equal(ca.global_, cb.global_) and np.array_equal(ca.tokens, cb.tokens)
+
+
+def test_every_forward_runs_at_a_fixed_shape_whatever_the_batch(tiny_model, monkeypatch):
+    """The mechanism behind "same input, same bits" (issue 38: removing the text padding
+    left every invariance test green, since on this CPU it changed no bits): every image
+    forward takes exactly IMAGE_ROWS images, and every text forward TEXT_ROWS captions at a
+    width from LENGTH_BUCKETS (the tiny CLIP's tower is causal), whether 1, 5 or 70
+    captions of mixed lengths are encoded. Mutation checked: dropping the text padding (a
+    last chunk of len(idx) rows) fails here."""
+    from flowclip_cache.extraction import features
+
+    shapes = {"image": [], "text": []}
+    image_forward, text_forward = tiny_model.image_forward, tiny_model.text_forward
+    monkeypatch.setattr(
+        tiny_model, "image_forward", lambda x: (shapes["image"].append(tuple(x.shape)), image_forward(x))[1]
+    )
+    monkeypatch.setattr(
+        tiny_model,
+        "text_forward",
+        lambda tok, truncate=True: (shapes["text"].append(tuple(tok.ids.shape)), text_forward(tok, truncate))[1],
+    )
+    words = "a red circle left of a blue square under a green triangle beside a small yellow star".split()
+    for n in (1, 5, 70):
+        texts = [" ".join(words[: 2 + (i * 7) % len(words)]) for i in range(n)]
+        encode_texts(tiny_model, tiny_model.tokenize(texts))
+        encode_images(tiny_model, torch.rand(n % 20 + 1, 3, *tiny_model.model.visual.image_size))
+    assert shapes["text"] and shapes["image"]
+    assert all(rows == features.TEXT_ROWS and width in features.LENGTH_BUCKETS for rows, width in shapes["text"])
+    assert all(s[0] == features.IMAGE_ROWS for s in shapes["image"])
+    assert len({w for _, w in shapes["text"]}) > 1  # captions of several buckets were met
