@@ -305,7 +305,7 @@ def test_results_md_for_a_hand_built_case(tmp_path):
     assert "| t1 | flow - clip | 12.50 | [2.00, 23.00] * | 0 |" in md
     assert "| t1 | flow vs clip | 3 | 1 |" in md
     csv = (tmp_path / "results.csv").read_text()
-    assert csv.startswith("control,scorer,column,percent\n") and "real,flow,m,68.7500" in csv
+    assert csv.startswith("control,scorer,column,percent,partial\n") and "real,flow,m,68.7500,\n" in csv
     assert "real,flow,t1/by_subset/a,50.0000" in csv
 
 

@@ -471,22 +471,50 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     man = tmp_path / "eval.parquet"
     write_manifest(man, pa.Table.from_pylist(rows), "candidates", {"benchmark": "sugarcrepe"})
     fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
-    s = run_extract(fs, tiny_encoder, [str(man)], sample["image_root"], workers=0, progress=False, log=lambda *_: None)
+    s = run_extract(fs, tiny_encoder, [str(man), sample["training"]], sample["image_root"], workers=0, progress=False,
+                    log=lambda *_: None)  # fmt: skip
     assert len(s.failures) == 2
     fs.refresh()
-    out = run_score(fs, [str(man)], ["clip"], str(tmp_path / "res"), bootstrap_draws=0, log=lambda *_: None)
+    from flowclip_cache.training.loop import TrainConfig, train_head
+
+    run = str(tmp_path / "g")
+    train_head(fs, sample["training"], run, TrainConfig(head="global", epochs=1, batch_size=4), progress=False,
+               log=lambda *_: None)  # fmt: skip
+    out = run_score(fs, [str(man)], ["clip", run], str(tmp_path / "res"), bootstrap_draws=20, log=lambda *_: None)
     res = out["results"]["real|clip"]["sugarcrepe"]
     assert [d["record"] for d in res["excluded_failed"]] == [rows[2]["record_id"], rows[5]["record_id"]]
     assert "gone.png" in res["excluded_failed"][0]["reason"] and "2 records left out" in res["partial"]
     short = out["cross_task_means"]["real|clip"]["all11"]["members_with_excluded_records"]
     assert short and all(n.startswith("sugarcrepe") for n in short)
-    recs = pq.read_table(tmp_path / "res" / "records.parquet").to_pylist()
+    recs = [r for r in pq.read_table(tmp_path / "res" / "records.parquet").to_pylist() if r["scorer"] == "clip"]
     assert len(recs) == 6 and rows[2]["record_id"] not in {r["record_id"] for r in recs}
     md = (tmp_path / "res" / "results.md").read_text()
     assert (
         "Partial: sugarcrepe: " in md and "2 records left out (extract recorded their image or caption as failed" in md
     )
     assert "left out records whose image or caption failed" in md
+    # every figure resting on those records is marked, in every file a reader may open alone
+    # (issue 38): the task's cells, the groups that lost records, the CSV's last field, the
+    # bootstrap interval and the decision changes
+    assert "| real | clip | " in md and all(
+        cell.endswith(" *")
+        for cell in next(line for line in md.splitlines() if line.startswith("| real | clip |")).split(" | ")[2:3]
+    )
+    lost = res["partial_groups"]["subset"]
+    assert lost == ["swap_att"] and any(line.startswith("### sugarcrepe") for line in md.splitlines())
+    breakdown = md.split("### sugarcrepe: per subset")[1].split("###")[0]
+    assert "| real | clip | " in breakdown and " *" in breakdown
+    csv = (tmp_path / "res" / "results.csv").read_text().splitlines()
+    assert csv[0] == "control,scorer,column,percent,partial"
+    flags = {line.rsplit(",", 2)[0]: line.rsplit(",", 1)[1] for line in csv[1:]}
+    for col in ("sugarcrepe", "all11", "sugarcrepe/by_subset/swap_att", "sugarcrepe/named_groups/Swap-A"):
+        assert flags[f"real,clip,{col}"] == "partial", col
+    assert flags["real,clip,sugarcrepe/named_groups/Add"] == ""  # no record of it was left out
+    boot = out["bootstrap"]["sugarcrepe"]
+    assert boot and all("records left out" in v["partial"] for v in boot.values())
+    assert all(v["partial"] for v in out["decision_changes"]["sugarcrepe"].values())
+    for section in ("## Paired image-cluster bootstrap", "## Paired decision changes"):
+        assert "| sugarcrepe * |" in md.split(section)[1].split("##")[0], section
     rows[0]["image"] = "never-extracted.png"  # not a recorded failure: refused as before
     write_manifest(man, pa.Table.from_pylist(rows), "candidates", {"benchmark": "sugarcrepe"})
     with pytest.raises(FlowclipError, match="features missing from the store"):

@@ -40,6 +40,16 @@ def table(header: list[str], rows: list[list]) -> list[str]:
     ]
 
 
+def partial_tasks(summary: dict) -> dict[str, str]:
+    """task or cross-task mean -> why a figure of it rests on part of its input."""
+    out = {t: r["partial"] for per in summary["results"].values() for t, r in per.items() if r.get("partial")}
+    for per in summary.get("cross_task_means", {}).values():
+        for k, e in per.items():
+            if e.get("partial"):
+                out.setdefault(k, "a member is missing or left out records")
+    return out
+
+
 def scorer_labels(scorers) -> dict[str, str]:
     """run -> the name tables use: the method's name, or method [run] when a method has
     several runs (seeds). The bootstrap's method names are the same names."""
@@ -62,7 +72,7 @@ def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[st
         "Figures are percent (results.json: fractions).",
         "",
     ]
-    csv = ["control,scorer,column,percent"]
+    csv = ["control,scorer,column,percent,partial"]
     if comp:
         m, c = _compositional(summary, scorers, controls, benches, comp, name)
         md, csv = md + m, csv + c
@@ -70,6 +80,21 @@ def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[st
         m, c = section(summary, scorers, benches, name)
         md, csv = md + m, csv + c
     return md, csv
+
+
+PARTIAL_NOTE = (
+    "\\* rests on part of its records: extract recorded some of their images or captions as failed "
+    "(results.json: `excluded_failed` per task, `partial_groups` per breakdown)."
+)
+
+
+def _csv(control: str, scorer: str, column: str, value, partial: bool) -> str:
+    """One results.csv line; its last field says 'partial' where the figure rests on part of its records."""
+    return f"{control},{scorer},{column},{fmt(value, 4)},{'partial' if partial else ''}"
+
+
+def _star(cell: str, partial: bool) -> str:
+    return cell + " *" if partial else cell
 
 
 def _compositional(summary, scorers, controls, benches, comp, name):
@@ -86,13 +111,12 @@ def _compositional(summary, scorers, controls, benches, comp, name):
                 + [per[t]["pooled"] * 100 if t in per else None for t in pooled]
                 + [cm[k]["mean"] * 100 if k in cm else None for k in means]
             )
-            cells = [fmt(v) for v in vals]
-            for i, k in enumerate(means):
-                if cm.get(k, {}).get("partial"):
-                    cells[len(comp) + len(pooled) + i] += " *"
-                    partial[k] = cm[k]
+            flags = [bool(per.get(t, {}).get("partial")) for t in comp + pooled]
+            flags += [bool(cm.get(k, {}).get("partial")) for k in means]
+            cells = [_star(fmt(v), f) for v, f in zip(vals, flags)]
+            partial.update({k: cm[k] for k in means if cm.get(k, {}).get("partial")})
             rows.append([control, name[s.run]] + cells)
-            csv += [f"{control},{name[s.run]},{col},{fmt(v, 4)}" for col, v in zip(cols, vals)]
+            csv += [_csv(control, name[s.run], col, v, f) for col, v, f in zip(cols, vals, flags)]
     md = [
         "## Compositional matching (Tab. 1/2; Tab. 4 for the Shuffle and Fixed rows)",
         "",
@@ -115,6 +139,7 @@ def _compositional(summary, scorers, controls, benches, comp, name):
     first = summary["results"].get(f"real|{scorers[0].run}", {})
     notes = [f"{t}: {first[t]['partial']}" for t in first if "partial" in first[t]]
     md += ([""] if partial else []) + [f"Partial: {n}" for n in notes] + ([""] if notes else [])
+    md += [PARTIAL_NOTE, ""] if notes or partial else []
     md += [
         CONTROLS_NOTE,
         "",
@@ -151,15 +176,19 @@ def _breakdown(summary, scorers, controls, sc, task, name):
         if not cols:
             continue
         rows = []
+        lost = _lost_cells(summary, task, key, sc, cols)
         for control in controls:
             for s in scorers:
                 vals = summary["results"].get(f"{control}|{s.run}", {}).get(task, {}).get(key, {})
                 if key.startswith("ties_by_"):  # counts, not fractions
-                    rows.append([control, name[s.run]] + [vals.get(g, "") for g in cols])
+                    rows.append([control, name[s.run]] + [_star(str(vals.get(g, "")), g in lost) for g in cols])
                     continue
-                rows.append([control, name[s.run]] + [fmt(vals.get(g, float("nan")) * 100) for g in cols])
+                rows.append(
+                    [control, name[s.run]] + [_star(fmt(vals.get(g, float("nan")) * 100), g in lost) for g in cols]
+                )
                 csv += [
-                    f"{control},{name[s.run]},{task}/{key}/{g},{fmt(vals.get(g, float('nan')) * 100, 4)}" for g in cols
+                    _csv(control, name[s.run], f"{task}/{key}/{g}", vals.get(g, float("nan")) * 100, g in lost)
+                    for g in cols
                 ]
         out = (
             {
@@ -178,7 +207,21 @@ def _breakdown(summary, scorers, controls, sc, task, name):
                 f"({len(out)} of {len(cols)} groups).",
                 "",
             ]
+        if lost:
+            md += [PARTIAL_NOTE, ""]
     return md, csv
+
+
+def _lost_cells(summary: dict, task: str, key: str, sc, cols: list[str]) -> set[str]:
+    """The groups of a breakdown (by_X, recall_by_X, recall_at<k>_by_X, ties_by_X, or the
+    named groups) whose figures rest on part of their records."""
+    per = next((r[task] for r in summary["results"].values() if task in r), {})
+    lost = per.get("partial_groups", {})
+    if key == "named_groups":  # a named group lost records when one of its members did
+        gone = set(lost.get(sc.group_by, []))
+        return {n for n, members in sc.groups if gone & set(members)}
+    col = key.split("by_", 1)[1] if "by_" in key else None
+    return set(lost.get(col, [])) & set(cols) if col else set()
 
 
 def _retrieval(summary, scorers, benches, name):
@@ -191,11 +234,13 @@ def _retrieval(summary, scorers, benches, name):
         for t in retr:
             r = summary["results"].get(f"real|{s.run}", {}).get(t, {})
             rows.append(
-                [name[s.run], t + (" (approximate)" if r.get("approximate") else "")]
+                [name[s.run], _star(t, bool(r.get("partial"))) + (" (approximate)" if r.get("approximate") else "")]
                 + [fmt(r.get(k, float("nan")) * 100) for k in ks]
                 + [r.get("i2t_ties", ""), r.get("t2i_ties", "")]
             )
-            csv += [f"real,{name[s.run]},{t}/{k},{fmt(r.get(k, float('nan')) * 100, 4)}" for k in ks]
+            csv += [
+                _csv("real", name[s.run], f"{t}/{k}", r.get(k, float("nan")) * 100, bool(r.get("partial"))) for k in ks
+            ]
     md = [
         "## Retrieval (Tab. 7)",
         "",
@@ -220,14 +265,19 @@ def _zero_shot(summary, scorers, benches, name):
         per = summary["results"].get(f"real|{s.run}", {})
         rows.append(
             [name[s.run]]
-            + [fmt(per.get(t, {}).get(f"top{k}", float("nan")) * 100) for t in zero for k in (1, 5)]
+            + [
+                _star(fmt(per.get(t, {}).get(f"top{k}", float("nan")) * 100), bool(per.get(t, {}).get("partial")))
+                for t in zero
+                for k in (1, 5)
+            ]
             + [per.get(zero[0], {}).get("prompt_ensemble", ""), sum(per.get(t, {}).get("ties", 0) for t in zero)]
         )
         csv += [
-            f"real,{name[s.run]},{t}/top{k},{fmt(per.get(t, {}).get(f'top{k}', float('nan')) * 100, 4)}"
+            _csv("real", name[s.run], f"{t}/top{k}", per.get(t, {}).get(f"top{k}", float("nan")) * 100,
+                 bool(per.get(t, {}).get("partial")))
             for t in zero
             for k in (1, 5)
-        ]
+        ]  # fmt: skip
     return [
         "## Zero-shot classification (Tab. 7)",
         "",
@@ -247,7 +297,14 @@ def _bootstrap(summary, scorers, benches, name):
     rows = []
     for task, d in summary["bootstrap"].items():
         for key, v in d.items():
-            rows.append([task, key, fmt(v["mean_pts"]), interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]])
+            mark = bool(v.get("partial"))
+            rows.append(
+                [_star(task, mark), key, _star(fmt(v["mean_pts"]), mark), _star(interval_cell(*v["ci95_pts"]), mark)]
+                + [v["draws_missing_a_group"]]
+            )
+    notes = (
+        [PARTIAL_NOTE, ""] if any(v.get("partial") for d in summary["bootstrap"].values() for v in d.values()) else []
+    )
     return [
         "## Paired image-cluster bootstrap (95% interval, points)",
         "",
@@ -255,6 +312,7 @@ def _bootstrap(summary, scorers, benches, name):
         "",
         *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows),
         "",
+        *notes,
     ], []
 
 
@@ -266,7 +324,16 @@ def _changes(summary, scorers, benches, name):
     for task, d in summary["decision_changes"].items():
         for key, v in d.items():
             b, a = key.split(" vs ")
-            rows.append([task, f"{by_run.get(b, b)} vs {by_run.get(a, a)}", v["repairs"], v["regressions"]])
+            mark = bool(v.get("partial"))
+            rows.append(
+                [_star(task, mark), f"{by_run.get(b, b)} vs {by_run.get(a, a)}"]
+                + [_star(str(v["repairs"]), mark), _star(str(v["regressions"]), mark)]
+            )
+    notes = (
+        [PARTIAL_NOTE, ""]
+        if any(v.get("partial") for d in summary["decision_changes"].values() for v in d.values())
+        else []
+    )
     return [
         "## Paired decision changes (Real)",
         "",
@@ -274,4 +341,5 @@ def _changes(summary, scorers, benches, name):
         "",
         *table(["task", "comparison", "repairs", "regressions"], rows),
         "",
+        *notes,
     ], []

@@ -29,7 +29,7 @@ from . import metrics
 # the names callers import from here (the engine's parts live in scorers, engines, aggregation)
 from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
-from .report import results_markdown
+from .report import partial_tasks, results_markdown
 from .scorers import CONTROLS, Scorer, control_images, evaluation_manifests, find_manifests, load_scorers, scoring_of  # noqa: F401
 from .stats import paired_bootstrap
 
@@ -117,12 +117,15 @@ def _score_all(
     all_images: dict[str, int] = {}
     benches: dict[str, Scoring] = {}
     excluded: dict[str, list[dict]] = {}
+    lost: dict[str, dict[str, list[str]]] = {}  # task -> breakdown column -> the groups that lost records
     for m, name, sc in checked:
         benches[name] = sc
         records_bar.update(len(m))
+        whole = m
         m, dropped = drop_failed_rows(store, m, image_root)
         if dropped:
             excluded[name] = dropped
+            lost[name] = lost_groups(whole, dropped, sc)
             log(
                 f"{name}: {len(dropped)} records left out: extract recorded their image or caption as failed "
                 f"(first: {dropped[0]['record']}, {dropped[0]['reason']})"
@@ -145,7 +148,7 @@ def _score_all(
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)
 
-    mark_partial(results, excluded)
+    mark_partial(results, excluded, lost)
     methods, pairs = _comparisons(scorers, compare)
     bootstrap = (
         paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed)
@@ -169,6 +172,7 @@ def _score_all(
         "bootstrap": bootstrap,
         "seconds": time.perf_counter() - t0,
     }
+    mark_partial_comparisons(summary)
     write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
     return summary
 
@@ -211,24 +215,38 @@ def _score_candidate_task(
     return record_rows, changes, [bootstrap_task(name, sc, cols, ikeys, correct_real, all_images)]
 
 
-def mark_partial(results: dict, excluded: dict[str, list[dict]]) -> None:
-    """A figure resting on a part of its records says so."""
+def lost_groups(whole, dropped: list[dict], sc: Scoring) -> dict[str, list[str]]:
+    """The groups of each breakdown column (group_by, report_by) that lost records: the
+    cells that rest on part of their records."""
+    cols = [c for c in ([sc.group_by] if sc.group_by else []) + list(sc.report_by) if c in whole.table.column_names]
+    rows = [d["row"] for d in dropped]
+    return {c: sorted({str(v) for v in whole.table.column(c).take(rows).to_pylist()}) for c in cols}
+
+
+def mark_partial(results: dict, excluded: dict[str, list[dict]], lost: dict[str, dict]) -> None:
+    """A figure resting on a part of its records says so (the task, and each group that
+    lost records: partial_groups)."""
+    note = (
+        "records left out (extract recorded their image or caption as failed; listed in results.json "
+        "under excluded_failed)"
+    )
     for per_task in results.values():
         for name, dropped in excluded.items():
             if name in per_task:
                 per_task[name]["excluded_failed"] = dropped
-                per_task[name]["partial"] = "; ".join(
-                    filter(
-                        None,
-                        [
-                            per_task[name].get("partial"),
-                            (
-                                f"{len(dropped)} records left out (extract recorded their image or caption as "
-                                f"failed; listed in results.json under excluded_failed)"
-                            ),
-                        ],
-                    )
-                )
+                per_task[name]["partial_groups"] = lost.get(name, {})
+                said = per_task[name].get("partial")
+                per_task[name]["partial"] = "; ".join(filter(None, [said, f"{len(dropped)} {note}"]))
+
+
+def mark_partial_comparisons(summary: dict) -> None:
+    """The bootstrap's and the decision changes' entries of a partial task say so too."""
+    partial = partial_tasks(summary)
+    for section in ("bootstrap", "decision_changes"):
+        for task, per_pair in summary.get(section, {}).items():
+            if task.split("/")[0] in partial or task in partial:
+                for v in per_pair.values():
+                    v["partial"] = partial.get(task, partial.get(task.split("/")[0], ""))
 
 
 def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
@@ -280,6 +298,7 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
     # a scorer is shown by the NAME= it was given, with its run folder's name when they differ
     method = {s["run"]: s["method"] for s in summary.get("scorers", [])}
     label = lambda run: run if method.get(run, run) == run else f"{method[run]} ({run})"
+    partial = partial_tasks(summary)
     # gold-foil margins of pairwise tasks, Real control, one panel per benchmark
     by_task: dict = {}
     for r in record_rows:
@@ -294,7 +313,7 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
         ax.axvline(0, color="k", lw=0.8)
         ax.set_xlabel("gold - foil score")
         ax.set_ylabel("records")
-        ax.set_title(f"{task}: margins (Real)")
+        ax.set_title(f"{task}: margins (Real)" + (" - partial: records left out" if task in partial else ""))
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(folder, f"margins_{task}.png"), dpi=100)
@@ -309,7 +328,7 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
                 ax.plot([int(x) for x in xs], [r["recall_by_complexity"][x] for x in xs], marker="o", label=label(run))
                 ax.set_xlabel("complexity")
                 ax.set_ylabel("Recall@1")
-                ax.set_title(task)
+                ax.set_title(task + (" - partial: records left out" if task in partial else ""))
                 ax.legend()
                 fig.tight_layout()
                 fig.savefig(os.path.join(folder, f"recall_vs_complexity_{task}_{run}.png"), dpi=100)
