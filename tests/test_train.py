@@ -425,3 +425,37 @@ def test_a_folder_without_flowclips_marker_is_never_reopened(world, tmp_path):
     assert not HeadRun.reopen_past_max_steps(copy, more, lambda *_: None)
     assert os.path.exists(os.path.join(copy, "DONE")) and os.path.exists(os.path.join(copy, "head.safetensors"))
     assert HeadRun.reopen_past_max_steps(run, more, lambda *_: None) and not os.path.exists(os.path.join(run, "DONE"))
+
+
+def test_a_training_manifest_with_failed_rows_trains_on_the_rest(tmp_path, tiny_encoder, sample):
+    """A training record whose image extract could not read, and one whose negative was
+    empty, are left out by name: train-head trains on the rest, says so, and records them
+    in the run's config.json (issue 38: it refused the whole manifest and proposed the
+    extract that fails them again). A record never extracted is still refused."""
+    import pyarrow as pa
+
+    from flowclip_cache.extraction.extract import run_extract
+    from flowclip_cache.manifest import Manifest, write_manifest
+    from flowclip_cache.store import FeatureStore
+
+    rows = Manifest.read(sample["training"]).table.to_pylist()
+    rows[1]["image"] = "gone.png"
+    rows[4]["negatives"] = ["  "]
+    man = tmp_path / "train.parquet"
+    write_manifest(man, pa.Table.from_pylist(rows), "training")
+    fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
+    s = run_extract(fs, tiny_encoder, [str(man)], sample["image_root"], workers=0, progress=False, log=lambda *_: None)
+    assert len(s.failures) == 2
+    fs.refresh()
+    said = []
+    run = str(tmp_path / "run")
+    train_head(fs, str(man), run, TrainConfig(head="flow", epochs=1, batch_size=4), progress=False, log=said.append)
+    assert any("2 records left out of training" in line and rows[1]["record_id"] in line for line in said), said
+    conf = json.load(open(os.path.join(run, "config.json")))
+    assert [d["record"] for d in conf["excluded_failed"]] == [rows[1]["record_id"], rows[4]["record_id"]]
+    assert os.path.exists(os.path.join(run, "DONE"))
+    rows[0]["image"] = "never-extracted.png"  # not a recorded failure: refused as before
+    write_manifest(man, pa.Table.from_pylist(rows), "training")
+    with pytest.raises(FlowclipError, match="features missing from the store"):
+        train_head(fs, str(man), str(tmp_path / "r2"), TrainConfig(head="flow", epochs=1, batch_size=4),
+                   progress=False, log=lambda *_: None)  # fmt: skip

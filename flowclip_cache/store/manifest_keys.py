@@ -128,7 +128,7 @@ def drop_failed_rows(
                 cap_fail.setdefault(item, reason)
     if not img_fail and not cap_fail:
         return manifest, []
-    keys = image_keys(store, manifest, image_root) if manifest.kind != "training" else []
+    keys = image_keys(store, manifest, image_root)
     known = [k for k in keys if k is not None]
     have = dict(zip(known, store.has(IMAGE, known))) if known else {}
     why: dict[int, str] = {}

@@ -97,6 +97,12 @@ class HeadRun:
         if cfg.uses_tokens and not data.bank.has_patches:
             raise FlowclipError("the training data hold no patches, which a flow head needs")
         self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
+        if data.skipped:  # the records left out (failed at extract) are part of the run's record
+            path = os.path.join(out, "config.json")
+            conf = json.load(open(path))
+            if conf.get("excluded_failed") != data.skipped:
+                conf["excluded_failed"] = data.skipped
+                outputs.atomic_write(path, lambda p: json.dump(conf, open(p, "w"), indent=1))
         self.head = cfg.build_head(store.meta["dim"])
         if initial_weights is not None and not started:
             try:

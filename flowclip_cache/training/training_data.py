@@ -3,7 +3,7 @@ and the pairwise accuracy every run reports: what train-head, studies and adapt 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ from ..heads import Head
 from ..manifest import Manifest
 from ..store import FeatureStore
 from ..store.banks import choose_placement, make_bank, memory_need
-from ..store.manifest_keys import manifest_keys
+from ..store.manifest_keys import drop_failed_rows, manifest_keys
 
 
 @dataclass
@@ -26,6 +26,7 @@ class TrainingData:
     rec_neg_kind: list  # [R][K] negative kind names ("" when unknown)
     split: np.ndarray  # [R] str
     placement: str = "device"
+    skipped: list = field(default_factory=list)  # [{record, row, reason}] left out: failed at extract
 
     def features(self, imgs, caps, need_tokens: bool):
         return self.bank.features(imgs, caps, need_tokens)
@@ -66,6 +67,13 @@ def load_training_data(
     """The manifest's records as indices into a bank of their features; placement
     auto|device|host|store says where the features live (store/banks.py), chosen from a memory
     estimate made before anything is loaded."""
+    manifest, skipped = drop_failed_rows(store, manifest, image_root)
+    if skipped:
+        log(
+            f"{manifest.path}: {len(skipped)} records left out of training: extract recorded their image or "
+            f"caption as failed (first: {skipped[0]['record']}, {skipped[0]['reason']}); the run's config.json "
+            f"lists them under excluded_failed"
+        )
     t, texts, rec_pos, rec_neg = caption_records(manifest, "train-head")
     ikeys = manifest_keys(store, manifest, texts, image_root)
     uimg = sorted(set(ikeys))
@@ -82,6 +90,7 @@ def load_training_data(
         rec_neg_kind=kinds,
         split=np.array(t["split"]),
         placement=placement,
+        skipped=skipped,
     )
 
 
