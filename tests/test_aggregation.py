@@ -346,3 +346,33 @@ def test_groups_left_out_of_a_macro_mean_are_marked(tmp_path):
     md = (tmp_path / "results.md").read_text()
     assert "| control | scorer | a | b | c † |" in md
     assert "† fewer than 2 records: shown, but left out of the macro mean (1 of 3 groups)." in md
+
+
+def test_a_study_summary_marks_figures_resting_on_part_of_their_records():
+    """Two seeds of one method on task t, one seed's score partial (rows failed at extract):
+    the method's mean over seeds is marked (*) in summary.md and 'partial' in summary.csv;
+    CLIP's complete cell and a complete task u are not; a partial bootstrap entry is marked."""
+    from flowclip_cache.studies.study import RunSpec, summarise
+    from flowclip_cache.studies.summary import summary_csv, summary_markdown
+
+    runs = [RunSpec("flow", seed, {"head": "flow"}) for seed in (0, 1)]
+    f0, f1 = (r.folder for r in runs)
+    res = {
+        "real|clip": {"t": {"score": 0.5}, "u": {"score": 0.4}},
+        f"real|{f0}": {"t": {"score": 0.6, "partial": "2 records left out"}, "u": {"score": 0.5}},
+        f"real|{f1}": {"t": {"score": 0.7}, "u": {"score": 0.55}},
+    }
+    boot = {"t": {"flow - clip": {"mean_pts": 15.0, "ci95_pts": [5.0, 25.0], "draws_missing_a_group": 0,
+                                  "partial": "2 records left out"}}}  # fmt: skip
+    score = {"results": res, "cross_task_means": {}, "controls": ["real"], "bootstrap": boot,
+             "decision_changes": {}, "store_fingerprint": "f" * 64, "git_revision": "g" * 40}  # fmt: skip
+    summary = summarise(score, runs)
+    assert (
+        summary["controls"]["real"]["flow"]["t"]["partial"] and not summary["controls"]["real"]["flow"]["u"]["partial"]
+    )
+    md = "\n".join(summary_markdown(summary))
+    assert "| flow | 65.00 ± 7.07 (+15.00) * | 52.50 ± 3.54 (+12.50) |" in md
+    assert "| clip | 50.00 (+0.00) | 40.00 (+0.00) |" in md
+    assert "| t * | flow - clip | 15.00 * | [5.00, 25.00] * * | 0 |" in md
+    csv = summary_csv(summary)
+    assert "real,flow,t,65.0000,7.0711,2,15.0000,partial" in csv and "real,flow,u,52.5000,3.5355,2,12.5000," in csv

@@ -217,16 +217,31 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         m = ctm.get(f"{control}|{run}", {}).get(col)
         return None if m is None else m["mean"] * 100
 
+    def partial(control: str, run: str, col: str) -> bool:
+        """Does the figure rest on part of its records (a row failed at extract, a mean missing a member)?"""
+        r = (res if col in tasks else ctm).get(f"{control}|{run}", {}).get(col)
+        return bool(r and r.get("partial"))
+
     tables = {}
     for control in controls:
         clip = {c: value(control, "clip", c) for c in tasks + means}
-        table = {"clip": {c: {"mean": v, "std": 0.0, "n": 1, "delta": 0.0} for c, v in clip.items() if v is not None}}
+        table = {
+            "clip": {
+                c: {"mean": v, "std": 0.0, "n": 1, "delta": 0.0, "partial": partial(control, "clip", c)}
+                for c, v in clip.items()
+                if v is not None
+            }
+        }
         for method, folders in by_method.items():
             row = {}
             for col in tasks + means:
                 vals = [v for v in (value(control, f, col) for f in folders) if v is not None]
                 if vals:
-                    row[col] = {**mean_std(vals), "delta": float(np.mean(vals)) - (clip.get(col) or float("nan"))}
+                    row[col] = {
+                        **mean_std(vals),
+                        "delta": float(np.mean(vals)) - (clip.get(col) or float("nan")),
+                        "partial": any(partial(control, f, col) for f in folders),
+                    }
             table[method] = row
         tables[control] = table
     own = {}

@@ -20,8 +20,14 @@ def mean_cell(v: dict) -> str:
 
 
 def _cell(v: dict) -> str:
-    """mean ± sample std (change from CLIP)."""
-    return f"{mean_cell(v)} ({v['delta']:+.2f})"
+    """mean ± sample std (change from CLIP); * where it rests on part of its records."""
+    return f"{mean_cell(v)} ({v['delta']:+.2f})" + (" *" if v.get("partial") else "")
+
+
+PARTIAL_NOTE = (
+    "\\* rests on part of its records (rows extract recorded as failed were left out, or a cross-task "
+    "mean lacks a member): the score's results.md says which."
+)
 
 
 QUESTIONS = (  # the overall conclusion's groups: a task joins the first whose words it holds
@@ -221,6 +227,8 @@ def _control_tables(summary: dict) -> list[str]:
             *table(["method"] + cols, rows),
             "",
         ]
+        if any(v.get("partial") for row in tbl.values() for v in row.values()):
+            md += [PARTIAL_NOTE, ""]
     return md
 
 
@@ -255,8 +263,10 @@ def _bootstrap_table(summary: dict) -> list[str]:
 
     if not summary["bootstrap"]:
         return []
+    star = lambda text, v: text + (" *" if v.get("partial") else "")  # noqa: E731
     rows = [
-        [t, k, f"{v['mean_pts']:.2f}", interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]]
+        [star(t, v), k, star(f"{v['mean_pts']:.2f}", v), star(interval_cell(*v["ci95_pts"]), v)]
+        + [v["draws_missing_a_group"]]
         for t, d in summary["bootstrap"].items()
         for k, v in d.items()
     ]
@@ -267,15 +277,21 @@ def _bootstrap_table(summary: dict) -> list[str]:
         "",
         *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows),
         "",
+        *(
+            [PARTIAL_NOTE, ""]
+            if any(v.get("partial") for d in summary["bootstrap"].values() for v in d.values())
+            else []
+        ),
     ]
 
 
 def summary_csv(summary: dict) -> list[str]:
-    csv = ["control,method,column,mean_percent,std_percent,n,delta_points"]
+    csv = ["control,method,column,mean_percent,std_percent,n,delta_points,partial"]
     for control, tbl in summary["controls"].items():
         for method, row in tbl.items():
             for c, v in row.items():
-                csv.append(f"{control},{method},{c},{v['mean']:.4f},{v['std']:.4f},{v['n']},{v['delta']:.4f}")
+                flag = "partial" if v.get("partial") else ""
+                csv.append(f"{control},{method},{c},{v['mean']:.4f},{v['std']:.4f},{v['n']},{v['delta']:.4f},{flag}")
     return csv
 
 
