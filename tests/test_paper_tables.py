@@ -182,3 +182,18 @@ def test_smaller_margin_share_weighs_subsets_as_the_benchmark_does():
     assert smaller_margin_share([seed1, seed2], group) == 0.625
     assert smaller_margin_share([seed1, seed2], None) == 0.5  # a benchmark scored pooled
     assert smaller_margin_share([({"a": 1.0}, {"a": -1.0})], group) is None  # nothing ranked right
+
+
+def test_fig3_names_one_configuration_in_its_header_and_its_quoted_lines():
+    """The curves are the complete Flow-CLIP (HNB + CIMR): the header and every quoted line
+    say so (issue 38: the lines named the paper's 'Flow-CLIP (HNB)' under a header naming
+    HNB + CIMR), each line keeping the paper's own label in parentheses."""
+    from flowclip_cache.paper.figures import FIG3_FLOW, fig3
+
+    run = {"crepe-productivity": {"recall_by_foil_complexity": {"atom/12": 0.5, "swap/12": 0.4}}}
+    md, _ = fig3({"COCO": {"Flow-CLIP": [run], "LABCLIP": [run]}})
+    quoted = [line for line in md if line.startswith("- ")]
+    assert quoted and FIG3_FLOW in md[0]
+    for line in quoted:
+        ours, _, theirs = line.partition(" (the paper's ")
+        assert ours.startswith(f"- {FIG3_FLOW} minus LABCLIP") and theirs.startswith("Flow-CLIP (HNB) minus"), line

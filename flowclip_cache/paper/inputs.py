@@ -155,7 +155,9 @@ def write_paper_file(cfg, name: str, head: list[str], lines: list[str]) -> str:
     outputs.write_text(path, "\n".join(head + lines) + "\n")
     if name in LEADING:
         buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerows([CSV_HEADER, *table_csv(name, lines, LEADING[name])])
+        data = "stand-ins (the reduced run)" if cfg.standins is not None else ""
+        cells = [[*row, data] for row in table_csv(name, lines, LEADING[name])]
+        csv.writer(buf, lineterminator="\n").writerows([CSV_HEADER, *cells])
         outputs.write_text(path.removesuffix(".md") + ".csv", buf.getvalue())
     return path
 

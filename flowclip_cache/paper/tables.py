@@ -97,6 +97,7 @@ CSV_HEADER = [
     "paper",
     "paper_change",
     "ours_minus_paper",
+    "data",  # "stand-ins (the reduced run)" where the Markdown says so, else "" (a CSV is read alone)
 ]
 
 
