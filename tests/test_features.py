@@ -171,8 +171,11 @@ def test_bidirectional_tiny_tower_is_open_clips_encode_text_at_full_context():
 def test_features_depend_on_their_input_alone(model):
     """Before fixed shapes, a ViT-B/16 caption changed by 1-2 FP16 ulp with its batch (27-36
     of 36 captions across text batch sizes). Mutation checked: the old encode_texts (one
-    forward cut to the batch's longest caption) fails here."""
-    _invariance(load_model(resolve(EncoderSpec(model))))
+    forward cut to the batch's longest caption) fails here. (ViT-B/16's images: one padded
+    forward of 16 and two trials, the costly part; the tiny towers also cover a second,
+    zero-padded image forward.)"""
+    big = model == "ViT-B-16"
+    _invariance(load_model(resolve(EncoderSpec(model))), n_img=16 if big else 20, trials=2 if big else 3)
 
 
 def test_siglip_features_depend_on_their_input_alone(siglip_tokenizer):
@@ -204,7 +207,7 @@ def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend, model, r
 
     tokenizer = request.getfixturevalue("siglip_tokenizer") if "SigLIP" in model else None
     enc = resolve(EncoderSpec(model, tokenizer=tokenizer))
-    s = make_sample(str(tmp_path / "s"), n_images=24 if model == "flowclip-tiny-clip" else 12)
+    s = make_sample(str(tmp_path / "s"), n_images=24 if model == "flowclip-tiny-clip" else 8)
     rows = Manifest.read(s["candidates"]).table.to_pylist()
     sub = tmp_path / "sub.parquet"
     write_manifest(sub, pa.Table.from_pylist(rows[::-2]), "candidates")
