@@ -98,6 +98,25 @@ def test_study_figure_draws_chance_and_marks_the_means():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["synthetic-order", "m (mean)"]
 
 
+def test_below_chance_is_said_only_with_a_test_and_learnt_only_below_the_frozen_encoder():
+    """Issue 38: the demo called global 45.50 on 222 records 'below chance ... a learnt bias'
+    (about 1.3 standard errors from 50, CLIP itself at 44.59). Exactly: 101 of 222 against
+    0.5 is P = 0.101 (exact fractions), not below chance; 80 of 222 is, and with CLIP at 44.59 the head is below
+    it too; with CLIP at 35 the preference is the encoder's. binomial_tail by hand: P(X <= 1)
+    for Bin(3, 0.5) = 4/8."""
+    from flowclip_cache.studies.summary import _below_chance, binomial_tail
+
+    assert binomial_tail(1, 3, 0.5) == pytest.approx(0.5) and binomial_tail(3, 3, 0.5) == pytest.approx(1.0)
+    chance = lambda t: 50.0  # noqa: E731
+    row = lambda v: {"t": {"mean": v}}  # noqa: E731
+    say = lambda head, clip: _below_chance(  # noqa: E731
+        {"records": {"t": 222}, "table": {"clip": row(clip), "global": row(head)}}, chance
+    )
+    assert binomial_tail(101, 222, 0.5) == pytest.approx(0.101067, abs=1e-6) and say(45.50, 44.59) == []
+    assert "the head learnt to prefer the foils" in say(36.04, 44.59)[0]
+    assert "the preference is the encoder's" in say(30.0, 35.0)[0]
+
+
 def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     """Issue 29: the overall reading first (how many intervals exclude 0 against chance,
     by question), what Fixed-control accuracy above chance and a head below chance mean."""
@@ -107,9 +126,10 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     runs = [RunSpec("flow", 0, {})]
     run = f"real|{runs[0].folder}"
     res = {"synthetic-order": {"score": 0.1}, "synthetic-swap-att": {"score": 0.6}, "synthetic-add": {"score": 0.9}}
+    n = {"synthetic-order": 100, "synthetic-swap-att": 100, "synthetic-add": 100}
     ci = lambda lo, hi: {"mean_pts": (lo + hi) / 2, "ci95_pts": [lo, hi], "draws_missing_a_group": 0}  # noqa: E731
     score = {
-        "results": {"real|clip": {t: {"score": 0.5} for t in res}, run: res,
+        "results": {"real|clip": {t: {"score": 0.5, "n": n[t]} for t in res}, run: res,
                     "fixed|clip": {"synthetic-add": {"score": 0.85}},
                     f"fixed|{runs[0].folder}": {"synthetic-add": {"score": 0.55}}},
         "cross_task_means": {}, "controls": ["real", "fixed"], "decision_changes": {}, "store_fingerprint": "x",
@@ -130,7 +150,11 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     assert "- Binding (1 comparison): no interval excludes 0" in body
     assert "- Word order (1 comparison): flow - clip on synthetic-order -5.50 [-9.00, -2.00]." in body
     assert "CLIP scores synthetic-add 85.00 (chance 50)" in body and "on its text alone" in body
-    assert "- Below chance: flow 10.00 on synthetic-order (chance 20)" in body
+    # 10 of 100 against chance 20%: exact binomial P(X <= 10) = 0.005696 (exact fractions); CLIP is at 50
+    assert (
+        "- Below chance: flow 10.00 on synthetic-order (100 records, chance 20; exact binomial one-sided p = "
+        "0.0057); below the frozen encoder's 50.00 as well: the head learnt to prefer the foils." in body
+    )
     # the trained head's own Fixed accuracy beside CLIP's: its +40 with real images is not the text's
     assert (
         "- synthetic-add, the trained heads against CLIP's 85.00 under Fixed: flow +40.00 with real images, 55.00 "

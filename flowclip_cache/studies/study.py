@@ -258,6 +258,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "units": "percent (mean, std); points (delta, bootstrap)",
         "columns": tasks + means,
         "tasks": tasks,
+        "records": {t: r["n"] for t, r in res.get("real|clip", {}).items() if isinstance(r.get("n"), int)},
         # each cross-task column's members, as the score's results name them (issue 29: the
         # report's syn-binding and synthetic columns never said what they average)
         "mean_members": {m: ctm["real|clip"][m]["members"] for m in means if m in ctm.get("real|clip", {})},

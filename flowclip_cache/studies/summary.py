@@ -84,14 +84,49 @@ def _against_chance(summary: dict) -> list[str]:
             + ": there the gold caption wins on its text alone, so gains on these tasks need not come from the image."
         )
         out += _text_preference_of_heads(summary, [t for t, v in fixed.items() if v["mean"] > chance(t) + 10])
-    below = [f"{m} {row[t]['mean']:.2f} on {t} (chance {chance(t):.0f})"
-             for m, row in summary["table"].items() if m != "clip" for t in row
-             if row[t]["mean"] < chance(t) - 2]  # fmt: skip
-    if below:
-        out.append(
-            "- Below chance: " + "; ".join(below) + ". A head below chance systematically prefers the "
-            "foils: a learnt bias, not noise (chance is what a scorer blind to the difference gets)."
-        )
+    return out + _below_chance(summary, chance)
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), exactly (log space): the one-sided p-value of k
+    successes in n against a success rate p."""
+    from math import exp, lgamma, log
+
+    if not 0 < p < 1:
+        return float("nan")
+    logs = [lgamma(n + 1) - lgamma(i + 1) - lgamma(n - i + 1) + i * log(p) + (n - i) * log(1 - p) for i in range(k + 1)]
+    top = max(logs)
+    return min(1.0, exp(top) * sum(exp(x - top) for x in logs))
+
+
+def _below_chance(summary: dict, chance) -> list[str]:
+    """A head is said to be below chance on a task only when an exact binomial test says so
+    (its mean accuracy's records against chance, one-sided p < 0.025), and its preference
+    for the foils is called learnt only when the frozen encoder is not itself below chance
+    and the head is clearly below it too (the same test against CLIP's accuracy)."""
+    records = summary.get("records", {})
+    table = summary["table"]
+    out = []
+    for m, row in table.items():
+        for t, v in row.items():
+            n, c = records.get(t), chance(t)
+            if m == "clip" or not n or not c == c or v["mean"] >= c:
+                continue
+            k = int(round(v["mean"] * n / 100))
+            p = binomial_tail(k, n, c / 100)
+            if not p < 0.025:
+                continue
+            clip = table.get("clip", {}).get(t, {}).get("mean")
+            if clip is None:
+                why = "the frozen encoder's accuracy there is not in the study"
+            elif clip < c and binomial_tail(int(round(clip * n / 100)), n, c / 100) < 0.025:
+                why = f"the frozen encoder is below chance there too ({clip:.2f}): the preference is the encoder's"
+            elif binomial_tail(k, n, clip / 100) < 0.025:
+                why = f"below the frozen encoder's {clip:.2f} as well: the head learnt to prefer the foils"
+            else:
+                why = f"the frozen encoder is at {clip:.2f}: not clearly below it, so not shown to be learnt"
+            out.append(f"- Below chance: {m} {v['mean']:.2f} on {t} ({n} records, chance {c:.0f}; exact binomial "
+                       f"one-sided p = {p:.3g}); {why}.")  # fmt: skip
     return out
 
 
