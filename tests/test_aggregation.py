@@ -400,3 +400,21 @@ def test_a_study_summary_marks_figures_resting_on_part_of_their_records():
     assert "| t * | flow - clip | 15.00 * | [5.00, 25.00] * * | 0 |" in md
     csv = summary_csv(summary)
     assert "real,flow,t,65.0000,7.0711,2,15.0000,partial" in csv and "real,flow,u,52.5000,3.5355,2,12.5000," in csv
+
+
+def test_the_binding_labs_summary_counts_intervals_that_exclude_zero():
+    """Issue 38: the grid summary prints, itself, how many intervals exclude 0 and how many
+    would by chance (docs/results-synthetic.md computed them by hand). By hand: 3 of 48
+    exclude 0 (two above, one below); 48 / 20 = 2.4 by chance."""
+    from flowclip_cache.studies.grid import exclusion_count
+
+    rows = (
+        [("s", "t", "d", 0.0, -1.0, 1.0)] * 45
+        + [("s", "t", "d", 2.0, 1.0, 3.0)] * 2
+        + [("s", "t", "d", -2.0, -3.0, -0.5)]
+    )
+    assert exclusion_count(rows) == (
+        "**3 of 48 intervals exclude 0** (2 above, 1 below); about 2.4 would by chance alone if no setting made a "
+        "difference."
+    )
+    assert exclusion_count([("s", "t", "d", 0.0, 0.0, 1.0)]).startswith("**0 of 1")  # an edge at 0 includes it

@@ -116,6 +116,17 @@ def interval_rows(entries: dict) -> list[tuple[str, str, str, float, float, floa
     return rows
 
 
+def exclusion_count(rows) -> str:
+    """How many of the intervals exclude 0, beside how many would by chance alone (a 95%
+    interval misses a true zero difference 1 time in 20), and which direction they lean."""
+    excl = [r for r in rows if r[4] > 0 or r[5] < 0]
+    up = sum(1 for r in excl if r[4] > 0)
+    return (
+        f"**{len(excl)} of {len(rows)} intervals exclude 0** ({up} above, {len(excl) - up} below); "
+        f"about {len(rows) / 20:.1f} would by chance alone if no setting made a difference."
+    )
+
+
 def interval_section(out: str, entries: dict) -> list[str]:
     """summary.md's lines of each setting's intervals (under the side-by-side tables), and
     the same drawn in OUT/intervals.png (no intervals: no lines, no figure)."""
@@ -131,6 +142,8 @@ def interval_section(out: str, entries: dict) -> list[str]:
         "",
         "Each setting's own study resamples its images (summary.md in its folder); an interval "
         "that excludes 0 is marked *. Figure: intervals.png.",
+        "",
+        exclusion_count(rows),
         "",
         *table(["setting", "task", "difference", "mean", "95% CI"], [
             [s, t, d, f"{m:.2f}", interval_cell(lo, hi)] for s, t, d, m, lo, hi in rows
