@@ -435,3 +435,31 @@ def test_tokens_are_shown_by_role_content_words_first(explained):
         ranks = [("content", "function", "special").index(c["roles"][i]) for i in c["order"]]
         assert ranks == sorted(ranks)
     assert any(c["roles"][c["order"][0]] == "content" and "special" in c["roles"] for c in caps)
+
+
+def test_the_figures_read_alone(explained):
+    """Issue 38: grid.png names its margin axis, says in a legend which colour is a right and
+    which a wrong decision, and gives each sensitivity map a colour bar; a record's figure
+    has a colour bar too, the note on how maps read, and as many map columns per token as
+    the head has maps (a one-map head's figure was laid out for three)."""
+    from flowclip_cache.scoring.explain_figures import MAP_NOTE, TOKENS_SHOWN, grid_plot, record_plot
+
+    recs = explained["data"]["records"]
+    grid = explained["data"]["grid"][0]
+    fig = grid_plot(recs, grid, most=2)
+    bars = [ax for ax in fig.axes if ax.get_xlabel().startswith("margin: gold score - best foil")]
+    assert len(bars) == min(2, len(recs))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "decided right (margin > 0)", "decided wrong (margin <= 0)"
+    ]  # fmt: skip
+    assert sum(ax.get_ylabel() == "sensitivity, relative" for ax in fig.axes) == len(bars)  # one colour bar each
+    assert any(t.get_text() == MAP_NOTE for t in fig.texts)
+    rec = next(r for r in recs if r["maps"])
+    n_maps = len(rec["maps"][list(rec["maps"])[-1]]["captions"][rec["gold"]]["maps"])
+    fig = record_plot(rec, None, grid)
+    assert sum(ax.get_ylabel() == "relative" for ax in fig.axes) == 2  # gold's and foil's sensitivity
+    assert len(fig.axes) == 2 * (1 + n_maps * TOKENS_SHOWN) + 2
+    one = json.loads(json.dumps(rec))  # a one-map head: keep its first map only
+    for cap in one["maps"][list(one["maps"])[-1]]["captions"]:
+        cap["maps"] = dict(list(cap["maps"].items())[:1])
+    assert len(record_plot(one, None, grid).axes) == 2 * (1 + TOKENS_SHOWN) + 2

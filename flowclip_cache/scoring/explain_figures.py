@@ -48,7 +48,14 @@ def relative(values, grid: int) -> np.ndarray:
     return a - a.mean()
 
 
-def draw_map(ax, im, values, grid: int, title: str, top=None) -> None:
+MAP_NOTE = (
+    "Each map: relative to its within-image mean (red above, blue below), scaled to its own largest "
+    "|value|; green boxes: the patches the gold-foil margin is most sensitive to."
+)
+
+
+def draw_map(ax, im, values, grid: int, title: str, top=None):
+    """The map over the image (grey); returns the drawn map, for a colour bar."""
     a = relative(values, grid)
     lim = max(float(np.abs(a).max()), 1e-12)
     size = im.size[0] if im is not None else grid
@@ -70,6 +77,7 @@ def draw_map(ax, im, values, grid: int, title: str, top=None) -> None:
     ax.set_title(title, fontsize=7)
     ax.set_xticks([])
     ax.set_yticks([])
+    return ax.images[-1]
 
 
 def _rect(x, y, s):
@@ -92,14 +100,25 @@ def record_figure(rec: dict, im, grid: int, path: str) -> None:
         fig.savefig(path, dpi=90)
         plt.close(fig)
         return
-    run = runs[-1]
+    fig = record_plot(rec, im, grid)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def record_plot(rec: dict, im, grid: int):
+    """The record figure itself: as many map columns per token as the head has maps (one
+    for a one-map head, Flow-CLIP's three), a colour bar for the sensitivity map, and the
+    note that says how the maps read."""
+    plt = _plt()
+    run = list(rec["maps"])[-1]
     mp = rec["maps"][run]
     rows = [rec["gold"], mp["foil"]]
-    cols = 1 + 3 * TOKENS_SHOWN
-    fig, axes = plt.subplots(2, cols, figsize=(1.9 * cols, 4.4), squeeze=False)  # readable at the page's width
+    n_maps = max(1, min(3, max(len(mp["captions"][c]["maps"]) for c in rows)))
+    cols = 1 + n_maps * TOKENS_SHOWN
+    fig, axes = plt.subplots(2, cols, figsize=(1.9 * cols, 4.8), squeeze=False)  # readable at the page's width
     for r, c in enumerate(rows):
         cap = mp["captions"][c]
-        draw_map(
+        shown = draw_map(
             axes[r, 0],
             im,
             mp["sensitivity"],
@@ -107,27 +126,23 @@ def record_figure(rec: dict, im, grid: int, path: str) -> None:
             f"{'gold' if c == rec['gold'] else 'foil'}: s={cap['s']:.4f}\nsensitivity",
             mp["top_patches"],
         )
+        fig.colorbar(shown, ax=axes[r, 0], fraction=0.046, pad=0.02).set_label("relative", fontsize=6)
         order = tokens_by_role(cap["tokens"], cap["contrib"])[:TOKENS_SHOWN]
-        names = list(cap["maps"])[:3]
-        for k, l in enumerate(order):
-            token = cap["tokens"][l] if l < len(cap["tokens"]) else f"#{l}"
-            for m, what in enumerate(names):
-                draw_map(
-                    axes[r, 1 + 3 * k + m],
-                    im,
-                    cap["maps"][what][l],
-                    grid,
-                    f"'{token}' {what}" + (f"\n{cap['contrib'][l]:+.4f}" if m == 0 else ""),
-                )
-            for m in range(len(names), 3):
-                axes[r, 1 + 3 * k + m].axis("off")
-        for k in range(len(order), TOKENS_SHOWN):
-            for m in range(3):
-                axes[r, 1 + 3 * k + m].axis("off")
+        names = list(cap["maps"])[:n_maps]
+        for k in range(TOKENS_SHOWN):
+            for m in range(n_maps):
+                ax = axes[r, 1 + n_maps * k + m]
+                if k >= len(order) or m >= len(names):
+                    ax.axis("off")
+                    continue
+                l = order[k]
+                token = cap["tokens"][l] if l < len(cap["tokens"]) else f"#{l}"
+                draw_map(ax, im, cap["maps"][names[m]][l], grid,
+                         f"'{token}' {names[m]}" + (f"\n{cap['contrib'][l]:+.4f}" if m == 0 else ""))  # fmt: skip
     fig.suptitle(f"{rec['benchmark']} {rec['record_id']} ({rec['status']}; {run})  " + _margins_text(rec), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    fig.text(0.5, 0.005, MAP_NOTE + " Under a token: its share of s_token.", ha="center", fontsize=6)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
 
 
 def _margins_text(rec: dict) -> str:
@@ -137,6 +152,17 @@ def _margins_text(rec: dict) -> str:
 def grid_figure(records: list[dict], grid: int, path: str, most: int = 8) -> None:
     """Paper-style grid (Figs. 7-8): per record the image with the last token scorer's
     sensitivity (top patches boxed) and every scorer's gold-foil margin."""
+    plt = _plt()
+    fig = grid_plot(records, grid, most)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def grid_plot(records: list[dict], grid: int, most: int = 8):
+    """The grid itself, labelled to be read alone: the margin axis named, right and wrong
+    decisions in a legend, a colour bar beside each sensitivity map, the maps' note."""
+    from matplotlib.patches import Patch
+
     plt = _plt()
     shown = records[:most]
     n_scorers = max((len(r["margins"]) for r in shown), default=1)
@@ -152,21 +178,26 @@ def grid_figure(records: list[dict], grid: int, path: str, most: int = 8) -> Non
         runs = list(rec["maps"])
         if runs:
             mp = rec["maps"][runs[-1]]
-            draw_map(
+            shown = draw_map(
                 axes[r, 0], im, mp["sensitivity"], grid, f"{rec['record_id']} ({rec['status']})", mp["top_patches"]
             )
+            fig.colorbar(shown, ax=axes[r, 0], fraction=0.046, pad=0.02).set_label("sensitivity, relative", fontsize=6)
         else:
             axes[r, 0].axis("off")
         names = [n if len(n) <= 32 else n[:31] + "…" for n in rec["margins"]]
         vals = list(rec["margins"].values())
         axes[r, 1].barh(names, vals, color=["tab:green" if v > 0 else "tab:red" for v in vals])
         axes[r, 1].axvline(0, color="k", lw=0.8)
+        axes[r, 1].set_xlabel("margin: gold score - best foil's score", fontsize=7)
         gold = rec["captions"][rec["gold"]]
         axes[r, 1].set_title(f"gold: {gold[:60]}", fontsize=7)
         axes[r, 1].tick_params(labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    right_wrong = [Patch(color="tab:green", label="decided right (margin > 0)"),
+                   Patch(color="tab:red", label="decided wrong (margin <= 0)")]  # fmt: skip
+    fig.legend(handles=right_wrong, loc="upper center", ncol=2, fontsize=7)
+    fig.text(0.5, 0.005, MAP_NOTE, ha="center", fontsize=6)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.95))
+    return fig
 
 
 def _decode(url, Image):
