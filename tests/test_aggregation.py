@@ -329,7 +329,8 @@ def test_results_md_for_a_hand_built_case(tmp_path):
     assert "| t1 | flow - clip | 12.50 | [2.00, 23.00] * | 0 |" in md
     assert "| t1 | flow vs clip | 3 | 1 |" in md
     csv = (tmp_path / "results.csv").read_text()
-    assert csv.startswith("control,scorer,column,percent,partial\n") and "real,flow,m,68.7500,\n" in csv
+    assert csv.startswith("control,scorer,column,percent,partial\n") and "real,flow,m,68.7500,partial\n" in csv
+    assert "real,clip,t1,50.0000,\n" in csv  # (m lacks t3: partial; t1 rests on all its records)
     assert "real,flow,t1/by_subset/a,50.0000" in csv
 
 
