@@ -334,13 +334,16 @@ def choose_placement(requested: str, need: dict[str, int] | int, device: str, lo
     where = {
         "device": f"{device} memory ({gib(dev_free)} free)",
         "host": f"host memory ({gib(host_free)} free)",
-        "store": "the store's files, read batch by batch",
+        "store": f"the store's files, read batch by batch ({gib(host_free)} host memory free at the decision"
+        + (f", {gib(dev_free)} on {device}" if cuda else "")
+        + ")",
     }[requested]
     said = " + ".join(f"{gib(v)} {k}" for k, v in parts.items())
     free = dev_free if requested == "device" else host_free
     log(
         f"data: {said} -> placement '{requested}': {where}; at least {gib(margin_bytes(free))} is kept free "
-        f"(this process holds {gib(process_bytes())} already, counted as used)"
+        f"(this process holds {gib(process_bytes())} already, counted as used; what other processes take "
+        f"later is not foreseen: --data-placement store caps this run's share)"
     )
     return requested
 
