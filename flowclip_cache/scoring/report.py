@@ -215,7 +215,7 @@ def _breakdown(summary, scorers, controls, sc, task, name):
 def _lost_cells(summary: dict, task: str, key: str, sc, cols: list[str]) -> set[str]:
     """The groups of a breakdown (by_X, recall_by_X, recall_at<k>_by_X, ties_by_X, or the
     named groups) whose figures rest on part of their records."""
-    per = next((r[task] for r in summary["results"].values() if task in r), {})
+    per: dict = next((r[task] for r in summary["results"].values() if task in r), {})
     lost = per.get("partial_groups", {})
     if key == "named_groups":  # a named group lost records when one of its members did
         gone = set(lost.get(sc.group_by, []))
