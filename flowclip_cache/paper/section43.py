@@ -120,7 +120,7 @@ def _groups_of(cfg, task: str) -> dict | None:
 
     sc = get(task).scoring
     path = manifest_path(cfg, task)
-    if sc.aggregate not in ("macro", "subset_mean") or not sc.group_by or not os.path.exists(path):
+    if sc is None or sc.aggregate not in ("macro", "subset_mean") or not sc.group_by or not os.path.exists(path):
         return None
     t = pq.read_table(path, columns=["record_id", sc.group_by]).to_pydict()
     return dict(zip(t["record_id"], t[sc.group_by]))
