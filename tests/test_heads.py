@@ -342,3 +342,33 @@ def test_fsc_local_refuses_a_content_mask_store(sample, tmp_path):
     assert r.exit_code == 0, r.output
     r = run(*train, "--store", tmp_path / "content", "--head", "filip", "--out", tmp_path / "r3")
     assert r.exit_code == 0, r.output
+
+
+def test_the_kernels_chunks_run_one_thread_each_spread_over_torchs_threads():
+    """run_chunks (issue 38): each chunk of the scoring kernel runs single-threaded and the
+    chunks spread over torch's threads, so no op waits at a barrier for a core another
+    process keeps busy (measured: 6.3k pairs/s at two threads against 18.5k at one with a
+    core loaded, before; docs/performance.md); torch's thread count is restored after; the
+    scores are the same bits at one thread and at two. Mutation checked: without
+    set_num_threads(1) the chunks see two threads."""
+    import threading
+
+    from flowclip_cache.heads.flow import _token_scores_inference, run_chunks
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        seen = []
+        run_chunks(lambda i0: seen.append((i0, torch.get_num_threads(), threading.get_ident())), range(0, 40, 4), True)
+        assert sorted(i for i, _, _ in seen) == list(range(0, 40, 4)) and {n for _, n, _ in seen} == {1}
+        assert torch.get_num_threads() == 2
+        torch.manual_seed(0)
+        P, H = F.normalize(torch.randn(20, 9, 32), dim=-1), F.normalize(torch.randn(30, 6, 32), dim=-1)
+        mask = torch.rand(30, 6) > 0.2
+        mask[:, 0] = True
+        Mt, W = torch.eye(32) + 0.05 * torch.randn(32, 32), 0.05 * torch.randn(32, 32)
+        two = _token_scores_inference(P, H, mask, Mt, W, 0.05)
+        torch.set_num_threads(1)
+        assert torch.equal(_token_scores_inference(P, H, mask, Mt, W, 0.05), two)
+    finally:
+        torch.set_num_threads(before)

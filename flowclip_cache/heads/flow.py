@@ -111,6 +111,33 @@ def _token_scores_autograd(P, H, mask, M_tok, W, tau_p, paired: bool = False):
 CHUNK_BYTES = 12 << 20  # one chunk's pair products: a few MiB, so its passes stay in cache
 
 
+def run_chunks(chunk, starts, cpu: bool) -> None:
+    """chunk(i0) for every start. On the CPU each chunk runs on one thread, the chunks
+    spread over torch's threads (a pool), never one op split across threads: an op split
+    across two threads waits at its end for the slower one, and the kernel's many small
+    passes each waited on a second core that another process kept busy (docs/performance.md,
+    "Pair scoring": 6.3k pairs/s at two threads against 18.5k at one, with one core loaded).
+    One thread per chunk also makes a chunk's bits independent of the thread count."""
+    starts = list(starts)
+    threads = torch.get_num_threads()
+    if not cpu:
+        for i0 in starts:
+            chunk(i0)
+        return
+    torch.set_num_threads(1)
+    try:
+        if threads == 1 or len(starts) == 1:
+            for i0 in starts:
+                chunk(i0)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(threads, len(starts))) as pool:
+                list(pool.map(chunk, starts))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
     """All pairs without autograd, in place, a few images at a time (docs/performance.md,
     "Pair scoring"). One GEMM per chunk gives the four pair products laid out
@@ -130,7 +157,8 @@ def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
     qq, qw, ww = (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1)
     e = torch.empty(I, TL, dtype=P.dtype, device=P.device)
     step = max(1, CHUNK_BYTES // (16 * N * TL))
-    for i0 in range(0, I, step):
+
+    def chunk(i0: int) -> None:
         n = min(step, I - i0)
         S = (R[i0 : i0 + n].reshape(n * 2 * N, d) @ lhs_t).reshape(n, 2 * N, 2 * TL)
         s_qp, s_wp, s_qy, s_wy = S[:, :N, :TL], S[:, :N, TL:], S[:, N:, :TL], S[:, N:, TL:]
@@ -147,6 +175,8 @@ def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
         res = g_a[:, :N].add_(s_qp).addcmul_(s_wp, qc[:, None], value=-1)  # qres . p_j, unnormalised
         res.mul_((norm_sq.clamp_min(1e-12).rsqrt() / tau_p)[:, None])
         e[i0 : i0 + n] = torch.logsumexp(res, 1).sub_(m[:, 0] / tau_p + z[:, 0].log()).mul_(tau_p)
+
+    run_chunks(chunk, range(0, I, step), P.device.type == "cpu")
     return masked_token_mean(e.reshape(I, T, L), mask[None])
 
 
