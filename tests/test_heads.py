@@ -347,8 +347,8 @@ def test_fsc_local_refuses_a_content_mask_store(sample, tmp_path):
 def test_the_kernels_chunks_run_one_thread_each_spread_over_torchs_threads():
     """run_chunks (issue 38): each chunk of the scoring kernel runs single-threaded and the
     chunks spread over torch's threads, so no op waits at a barrier for a core another
-    process keeps busy (measured: 6.3k pairs/s at two threads against 18.5k at one with a
-    core loaded, before; docs/performance.md); torch's thread count is restored after; the
+    process keeps busy (bench_score.py with one core loaded: 6.7k pairs/s before, 16.4k
+    after; docs/performance.md); torch's thread count is restored after; the
     scores are the same bits at one thread and at two. Mutation checked: without
     set_num_threads(1) the chunks see two threads."""
     import threading

@@ -116,8 +116,9 @@ def run_chunks(chunk, starts, cpu: bool) -> None:
     spread over torch's threads (a pool), never one op split across threads: an op split
     across two threads waits at its end for the slower one, and the kernel's many small
     passes each waited on a second core that another process kept busy (docs/performance.md,
-    "Pair scoring": 6.3k pairs/s at two threads against 18.5k at one, with one core loaded).
-    One thread per chunk also makes a chunk's bits independent of the thread count."""
+    "Pair scoring, under load": 6.7k pairs/s at two threads with one core loaded, below the
+    autograd layout's 9.1k; 16.4k this way). One thread per chunk also makes a chunk's bits
+    independent of the thread count."""
     starts = list(starts)
     threads = torch.get_num_threads()
     if not cpu:
