@@ -514,7 +514,7 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     assert boot and all("records left out" in v["partial"] for v in boot.values())
     assert all(v["partial"] for v in out["decision_changes"]["sugarcrepe"].values())
     for section in ("## Paired image-cluster bootstrap", "## Paired decision changes"):
-        assert "| sugarcrepe * |" in md.split(section)[1].split("##")[0], section
+        assert "| sugarcrepe (partial) |" in md.split(section)[1].split("##")[0], section
     rows[0]["image"] = "never-extracted.png"  # not a recorded failure: refused as before
     write_manifest(man, pa.Table.from_pylist(rows), "candidates", {"benchmark": "sugarcrepe"})
     with pytest.raises(FlowclipError, match="features missing from the store"):

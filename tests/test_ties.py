@@ -104,9 +104,11 @@ def test_a_pairwise_heads_duplicate_class_ties_exactly(world):
 
 def test_a_recurring_caption_or_image_scores_the_same_in_retrieval(world):
     fs, m = world
+    gallery = Manifest.read(m["gallery"])
+    caps = [c for cs in gallery.table.column("captions").to_pylist() for c in cs]
     for s in scorers(fs.meta["dim"]):
         for budget in (2**30, 3000):  # the whole matrix in one block, and many small blocks
-            blocks = retrieval_scores(fs, Manifest.read(m["gallery"]), s, "cpu", budget)
+            blocks = retrieval_scores(fs, image_keys(fs, gallery), caps, s, "cpu", budget)
             sim = np.concatenate([b for _, b in blocks()])
             assert sim.shape == (12, 12)
             assert np.array_equal(sim[:, 11], sim[:, 0]), s.method  # the same caption text

@@ -454,6 +454,13 @@ def test_a_training_manifest_with_failed_rows_trains_on_the_rest(tmp_path, tiny_
     conf = json.load(open(os.path.join(run, "config.json")))
     assert [d["record"] for d in conf["excluded_failed"]] == [rows[1]["record_id"], rows[4]["record_id"]]
     assert os.path.exists(os.path.join(run, "DONE"))
+    # a study's dry run agrees: no problem, and the two records said left out
+    from flowclip_cache.studies.checks import check_study
+
+    checked = check_study(store_path=fs.root, train_manifest=str(man), eval_manifests=[], runs=[], run_dirs={},
+                          base_train={}, device="cpu", log=lambda *_: None)  # fmt: skip
+    assert not any("train" in p for p in checked.problems), checked.problems
+    assert any("2 records left out (failed at extract" in line for line in checked.lines), checked.lines
     rows[0]["image"] = "never-extracted.png"  # not a recorded failure: refused as before
     write_manifest(man, pa.Table.from_pylist(rows), "training")
     with pytest.raises(FlowclipError, match="features missing from the store"):

@@ -186,8 +186,6 @@ class LearnedMapsHead(TokenMapHead):
 
 def check_token_mask(cls: type[Head], policy: str, where: str) -> None:
     """Refuse a store whose token mask the head's method is not defined on, in one line."""
-    from ..errors import FlowclipError
-
     if cls.store_token_masks is not None and policy not in cls.store_token_masks:
         raise FlowclipError(
             f"{where}: the {cls.kind} head is defined on stores extracted with --token-mask "

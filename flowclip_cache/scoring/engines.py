@@ -114,12 +114,12 @@ def score_retrieval(
     by the head, and the result is labelled approximate."""
     t = m.table.to_pydict()
     caps = [c for cs in t["captions"] for c in cs]
-    ikeys = manifest_keys(store, m, sorted(set(caps)), image_root)
+    texts = sorted(set(caps))
+    ikeys = manifest_keys(store, m, texts, image_root)
     cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
     if shortlist and scorer.head.uses_tokens:  # (token heads give coarse global scores)
-        texts = sorted(set(caps))
         cap_index = {c: i for i, c in enumerate(texts)}
         bank = FeatureBank.load(store, list(ikeys), texts, True, device)
         cid = torch.tensor([cap_index[c] for c in caps], device=device)
@@ -129,21 +129,19 @@ def score_retrieval(
         res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
         res.update(approximate=True, shortlist=shortlist)
         return res
-    row_blocks = retrieval_scores(store, m, scorer, device, budget, image_root, spill_dir)
+    row_blocks = retrieval_scores(store, ikeys, caps, scorer, device, budget, spill_dir)
     res = metrics.retrieval_recall_blocks(row_blocks, cap_image, n_i)
     res["approximate"] = False
     return res
 
 
-def retrieval_scores(store, m: Manifest, scorer: Scorer, device, budget: int, image_root=None, spill_dir=None):
-    """The gallery's [images, captions] scores as row_blocks() for
-    metrics.retrieval_recall_blocks. Each distinct image and caption text is scored once
-    and the matrix indexed out of that, so the same image or caption text gives the same
-    bits wherever it recurs (a duplicate never wins or loses a tie by rounding)."""
-    t = m.table.to_pydict()
-    caps = [c for cs in t["captions"] for c in cs]
+def retrieval_scores(store, ikeys: list, caps: list[str], scorer: Scorer, device, budget: int, spill_dir=None):
+    """The gallery's [images, captions] scores (ikeys: each record's image key, caps: every
+    caption in record order) as row_blocks() for metrics.retrieval_recall_blocks. Each
+    distinct image and caption text is scored once and the matrix indexed out of that, so
+    the same image or caption text gives the same bits wherever it recurs (a duplicate
+    never wins or loses a tie by rounding)."""
     texts = sorted(set(caps))
-    ikeys = manifest_keys(store, m, texts, image_root)
     uimg = sorted(set(ikeys))
     where = {k: i for i, k in enumerate(uimg)}
     img_of = np.array([where[k] for k in ikeys], np.int64)

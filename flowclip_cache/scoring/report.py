@@ -83,8 +83,9 @@ def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[st
 
 
 PARTIAL_NOTE = (
-    "\\* rests on part of its records: extract recorded some of their images or captions as failed "
-    "(results.json: `excluded_failed` per task, `partial_groups` per breakdown)."
+    "\\* rests on part of its records (in the comparisons' tables: '(partial)'): extract recorded some "
+    "of their images or captions as failed (results.json: `excluded_failed` per task, `partial_groups` per "
+    "breakdown)."
 )
 
 
@@ -95,6 +96,12 @@ def _csv(control: str, scorer: str, column: str, value, partial: bool) -> str:
 
 def _star(cell: str, partial: bool) -> str:
     return cell + " *" if partial else cell
+
+
+def partial_label(task: str, entry: dict) -> str:
+    """A comparison's task named '(partial)' where it rests on part of its records (a * there
+    already says that an interval excludes 0)."""
+    return f"{task} (partial)" if entry.get("partial") else task
 
 
 def _compositional(summary, scorers, controls, benches, comp, name):
@@ -297,10 +304,14 @@ def _bootstrap(summary, scorers, benches, name):
     rows = []
     for task, d in summary["bootstrap"].items():
         for key, v in d.items():
-            mark = bool(v.get("partial"))
             rows.append(
-                [_star(task, mark), key, _star(fmt(v["mean_pts"]), mark), _star(interval_cell(*v["ci95_pts"]), mark)]
-                + [v["draws_missing_a_group"]]
+                [
+                    partial_label(task, v),
+                    key,
+                    fmt(v["mean_pts"]),
+                    interval_cell(*v["ci95_pts"]),
+                    v["draws_missing_a_group"],
+                ]
             )
     notes = (
         [PARTIAL_NOTE, ""] if any(v.get("partial") for d in summary["bootstrap"].values() for v in d.values()) else []
@@ -324,10 +335,8 @@ def _changes(summary, scorers, benches, name):
     for task, d in summary["decision_changes"].items():
         for key, v in d.items():
             b, a = key.split(" vs ")
-            mark = bool(v.get("partial"))
             rows.append(
-                [_star(task, mark), f"{by_run.get(b, b)} vs {by_run.get(a, a)}"]
-                + [_star(str(v["repairs"]), mark), _star(str(v["regressions"]), mark)]
+                [partial_label(task, v), f"{by_run.get(b, b)} vs {by_run.get(a, a)}", v["repairs"], v["regressions"]]
             )
     notes = (
         [PARTIAL_NOTE, ""]

@@ -131,13 +131,24 @@ def _check_training(out: Checked, path) -> None:
     if m.kind != "training":
         out.problems.append(f"{path}: train=... needs a 'training' manifest, this one is {m.kind!r}")
         return
+    m, left = _without_failed(out, m)
     t = m.table.to_pydict()
     texts = sorted(set(t["positive"]) | {n for ns in t["negatives"] for n in ns})
     out.train_path, out.train_records = path, sum(s == "train" for s in t["split"])
     if _ok(out, manifest_keys, out.store, m, texts):
         out.lines.append(
-            f"train: {path} ({len(m)} records, {out.train_records} with split == 'train'), every feature stored"
+            f"train: {path} ({len(m)} records, {out.train_records} with split == 'train'), every feature stored" + left
         )
+
+
+def _without_failed(out: Checked, m):
+    """The manifest less the rows extract recorded as failed, as train-head and score leave
+    them out, and the words that say so (the dry run agrees with the commands it checks)."""
+    from ..store.manifest_keys import drop_failed_rows
+
+    kept, dropped = drop_failed_rows(out.store, m)
+    return kept, (f"; {len(dropped)} records left out (failed at extract; first: {dropped[0]['record']})"
+                  if dropped else "")  # fmt: skip
 
 
 def _check_evaluation(out: Checked, paths, log) -> None:
@@ -153,9 +164,10 @@ def _check_evaluation(out: Checked, paths, log) -> None:
         if got is None:
             continue
         name, sc = got
+        m, left = _without_failed(out, m)
         texts = sorted({c.text for c in m.caption_refs()})
         if _ok(out, manifest_keys, out.store, m, texts):
-            out.lines.append(f"eval: {m.path} ({name}, {len(m)} records, {sc.task}), every feature stored")
+            out.lines.append(f"eval: {m.path} ({name}, {len(m)} records, {sc.task}), every feature stored{left}")
 
 
 def run_status(path: str) -> str:

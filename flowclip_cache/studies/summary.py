@@ -25,8 +25,8 @@ def _cell(v: dict) -> str:
 
 
 PARTIAL_NOTE = (
-    "\\* rests on part of its records (rows extract recorded as failed were left out, or a cross-task "
-    "mean lacks a member): the score's results.md says which."
+    "\\* rests on part of its records (in the bootstrap table: '(partial)'; rows extract recorded as failed "
+    "were left out, or a cross-task mean lacks a member): the score's results.md says which."
 )
 
 
@@ -294,14 +294,12 @@ def _own_accuracy(summary: dict) -> list[str]:
 
 
 def _bootstrap_table(summary: dict) -> list[str]:
-    from ..scoring.report import BOOTSTRAP_NOTE, interval_cell, table
+    from ..scoring.report import BOOTSTRAP_NOTE, interval_cell, partial_label, table
 
     if not summary["bootstrap"]:
         return []
-    star = lambda text, v: text + (" *" if v.get("partial") else "")  # noqa: E731
     rows = [
-        [star(t, v), k, star(f"{v['mean_pts']:.2f}", v), star(interval_cell(*v["ci95_pts"]), v)]
-        + [v["draws_missing_a_group"]]
+        [partial_label(t, v), k, f"{v['mean_pts']:.2f}", interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]]
         for t, d in summary["bootstrap"].items()
         for k, v in d.items()
     ]
