@@ -1,5 +1,10 @@
 """Whole studies as one command (flowclip run). One readable file per pipeline kind;
-YAML configs in the repository's pipelines/ folder, with the command in their header."""
+YAML configs in the repository's pipelines/ folder, with the command in their header.
+
+Reads a study's YAML, the store and its manifests (or builds the synthetic world and its
+store); writes a study folder: each run's folder (training), one score of all runs
+(scoring), summary.md/csv/json/png. Entry point: `pipeline_module(kind)` below, whose
+`run` each kind's module defines (`study.py` holds what they share)."""
 
 from __future__ import annotations
 
