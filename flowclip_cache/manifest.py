@@ -32,6 +32,7 @@ class KindSpec:
     required: tuple[str, ...]  # columns that must exist
     text_columns: tuple[str, ...]  # string or list<string> columns holding captions
     optional: tuple[str, ...] = ()
+    image_column: str = "image"  # "image": one path per row; "images": a list of paths per row
 
 
 KINDS: dict[str, KindSpec] = {
@@ -45,6 +46,12 @@ KINDS: dict[str, KindSpec] = {
     "retrieval": KindSpec("retrieval", ("image", "captions"), ("captions",)),
     # image + label; the class prompts live in the file metadata ("prompts": [..])
     "classification": KindSpec("classification", ("image", "label"), ()),
+    # one caption chooses among candidate images (ImageCoDe, SPEC text-to-image): gold indexes images
+    "image_candidates": KindSpec(
+        "image_candidates", ("record_id", "images", "caption", "gold"), ("caption",), image_column="images"
+    ),
+    # Winoground-style 2x2 groups: images[i]'s own caption is captions[i]
+    "groups": KindSpec("groups", ("record_id", "images", "captions"), ("captions",), image_column="images"),
 }
 
 
@@ -145,6 +152,23 @@ class Manifest:
                     f"{self.path}: {len(dup)} record_id values appear more than once "
                     f"(first: {', '.join(map(repr, dup[:5]))}); each record needs its own id"
                 )
+        if self.kind == "image_candidates":
+            for row, (g, imgs) in enumerate(
+                zip(self.table.column("gold").to_pylist(), self.table.column("images").to_pylist())
+            ):
+                if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g < len(imgs or []):
+                    raise ManifestError(
+                        f"{self.path}: row {row}: gold {g!r} is not the index of one of its {len(imgs or [])} images"
+                    )
+        if self.kind == "groups":
+            for row, (imgs, caps) in enumerate(
+                zip(self.table.column("images").to_pylist(), self.table.column("captions").to_pylist())
+            ):
+                if len(imgs or []) != 2 or len(caps or []) != 2:
+                    raise ManifestError(
+                        f"{self.path}: row {row}: a group holds 2 images and 2 captions, "
+                        f"found {len(imgs or [])} and {len(caps or [])}"
+                    )
         if "gold" in cols and "captions" in cols:
             for row, (g, caps) in enumerate(
                 zip(self.table.column("gold").to_pylist(), self.table.column("captions").to_pylist())
@@ -162,6 +186,7 @@ class Manifest:
         text = lambda t: pt.is_string(t) or pt.is_large_string(t) or pt.is_binary(t) or pt.is_large_binary(t)
         checks = (
             [("image", text, "text (a path)")]
+            + [("images", lambda t: (pt.is_list(t) or pt.is_large_list(t)) and text(t.value_type), "a list of text")]
             + [
                 (
                     c,
@@ -177,25 +202,38 @@ class Manifest:
                 raise ManifestError(f"{self.path}: column {col!r} is {schema.field(col).type}, expected {what}")
 
     # -- what extract needs ----------------------------------------------------------
+    def row_images(self) -> list[list[str]]:
+        """Each row's image paths, in order (one for most kinds, several for image
+        candidates and groups): image_refs() flattened row by row."""
+        col = self.table.column(self.spec.image_column).to_pylist()
+        return [list(v) if isinstance(v, list) else [v] for v in col]
+
     def image_refs(self) -> Iterator[ImageRef]:
-        images = self.table.column("image").to_pylist()
+        """Every image a row names, row by row (several per row for the list kinds)."""
+        name = self.spec.image_column
         crops = self.table.column("crop").to_pylist() if "crop" in self.table.column_names else None
-        for row, p in enumerate(images):
-            if p is None or (isinstance(p, str) and not p.strip()):
-                raise ManifestError(f"{self.path}: row {row}: empty image path in column 'image'")
-            if isinstance(p, bytes):
-                p = _decode(self.path, row, "image", p)
-            if "\x00" in p:
-                raise ManifestError(f"{self.path}: row {row}: image path {p!r} holds a NUL byte")
-            crop = None
-            if crops is not None and crops[row] is not None:
-                crop = tuple(float(c) for c in crops[row])
-                if len(crop) != 4 or crop[2] <= 0 or crop[3] <= 0:
-                    raise ManifestError(
-                        f"{self.path}: row {row}: crop must be [x, y, width, height] "
-                        f"with positive size, got {crops[row]}"
-                    )
-            yield ImageRef(row, p, crop)  # type: ignore[arg-type]  # four values, checked above
+        for row, paths in enumerate(self.table.column(name).to_pylist()):
+            if paths is None or (name == "images" and not paths):
+                raise ManifestError(f"{self.path}: row {row}: no image in column {name!r}")
+            for p in paths if name == "images" else [paths]:
+                yield self._image_ref(row, p, crops[row] if crops is not None else None)
+
+    def _image_ref(self, row: int, p, crop_value) -> ImageRef:
+        if p is None or (isinstance(p, str) and not p.strip()):
+            raise ManifestError(f"{self.path}: row {row}: empty image path in column {self.spec.image_column!r}")
+        if isinstance(p, bytes):
+            p = _decode(self.path, row, "image", p)
+        if "\x00" in p:
+            raise ManifestError(f"{self.path}: row {row}: image path {p!r} holds a NUL byte")
+        crop = None
+        if crop_value is not None:
+            crop = tuple(float(c) for c in crop_value)
+            if len(crop) != 4 or crop[2] <= 0 or crop[3] <= 0:
+                raise ManifestError(
+                    f"{self.path}: row {row}: crop must be [x, y, width, height] "
+                    f"with positive size, got {crop_value}"
+                )
+        return ImageRef(row, p, crop)  # type: ignore[arg-type]  # four values, checked above
 
     def caption_refs(self) -> Iterator[CaptionRef]:
         for col in self.spec.text_columns:
@@ -227,6 +265,8 @@ def _infer_kind(path: str, table: pa.Table) -> str:
     cols = set(table.column_names)
     if {"positive", "negatives"} & cols:
         return "training"
+    if "images" in cols:
+        return "image_candidates" if "caption" in cols else "groups"
     if "gold" in cols:
         return "candidates"
     if "label" in cols:

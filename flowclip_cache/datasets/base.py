@@ -23,9 +23,10 @@ from ..manifest import write_manifest
 
 @dataclass(frozen=True)
 class Scoring:
-    task: str  # pairwise | candidates | retrieval | classification
+    task: str  # pairwise | candidates | image_candidates | groups | retrieval | classification
     tie_rule: str = "wrong"  # what the official script does when gold ties a foil:
-    # wrong | first (argmax: the earliest tied wins) | correct
+    # wrong | first (argmax: the earliest tied wins) | correct; groups: wrong (every comparison
+    # strict) | second_image (a caption whose two images tie chooses the second: MMVP)
     aggregate: str = "mean"  # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
     # | group_means (mean of the named groups in headline_groups)
     group_by: str | None = None  # the manifest column the aggregation groups by
@@ -45,6 +46,12 @@ class Scoring:
     # extra(correct [n] bool over the scored records, their manifest columns) -> {name: fraction}
     extra: Callable[[object, dict], dict] | None = None
     extra_title: str = ""
+    # groups: which of text | image | group is the official score, and the benchmark's own
+    # names for the figures (BiVLC: text -> I2T, image -> T2I, text_0 -> Ipos_2T, ...); sub_scores
+    # reports the four halves (text_0, text_1, image_0, image_1) too
+    headline_metric: str = "group"
+    metric_names: tuple[tuple[str, str], ...] = ()
+    sub_scores: bool = False
 
     @classmethod
     def declared(cls, d: dict, source: str) -> "Scoring":
@@ -55,8 +62,9 @@ class Scoring:
         from ..errors import FlowclipError
 
         allowed = {
-            "task": ("pairwise", "candidates"),
-            "tie_rule": ("wrong", "first", "correct"),
+            "task": ("pairwise", "candidates", "image_candidates", "groups"),
+            "tie_rule": ("wrong", "first", "correct", "second_image"),
+            "headline_metric": ("text", "image", "group"),
             "aggregate": ("mean", "macro", "subset_mean", "group_means"),
             "group_weighting": ("groups", "records"),
         }
@@ -74,6 +82,7 @@ class Scoring:
             "group_weighting",
             "headline_groups",
             "recall_at",
+            "headline_metric",
         }
         unknown = sorted(set(d) - known)
         if unknown:
@@ -82,7 +91,10 @@ class Scoring:
             if k in d and d[k] not in choices:
                 raise FlowclipError(f"{source}: scoring {k!r} must be one of {list(choices)}, got {d[k]!r}")
         if "task" not in d:
-            raise FlowclipError(f"{source}: scoring needs 'task' (pairwise or candidates)")
+            raise FlowclipError(f"{source}: scoring needs 'task' (pairwise, candidates, image_candidates or groups)")
+        groups, rule = d["task"] == "groups", d.get("tie_rule", "wrong")
+        if (rule in ("first", "correct")) if groups else rule == "second_image":
+            raise FlowclipError(f"{source}: tie_rule 'second_image' is for groups only; groups take wrong or second_image")
         if d.get("aggregate", "mean") != "mean" and not d.get("group_by"):
             raise FlowclipError(f"{source}: aggregate {d['aggregate']!r} needs 'group_by' (a column)")
         try:
@@ -110,7 +122,7 @@ class Scoring:
                 )
             )
         out += [(f"per {c}", f"by_{c}") for c in self.report_by]
-        if self.task == "candidates":
+        if self.task in ("candidates", "image_candidates"):
             out += [(f"Recall@1 per {c}", f"recall_by_{c}") for c in self.report_by]
             out += [(f"Recall@{k} per {c}", f"recall_at{k}_by_{c}") for c in self.report_by for k in self.recall_at[1:]]
             out += [(f"ties per {c} (records whose gold ties a foil; counts)", f"ties_by_{c}") for c in self.report_by]

@@ -33,7 +33,7 @@ def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
             for v in m.table.column(col).to_pylist():
                 texts.update(v if isinstance(v, list) else [v])
         train = sum(1 for s in m.table.column("split").to_pylist() if s == "train") if m.kind == "training" else 0
-        return len(set(m.table.column("image").to_pylist())), len(texts), train, "counted"
+        return len({p for ps in m.row_images() for p in ps}), len(texts), train, "counted"
     if cfg.standins is not None:
         return None  # a stand-in's size is the world's: known once built
     if name in TRAINING_SOURCES:

@@ -14,17 +14,71 @@ from . import metrics
 
 
 def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> dict:
-    """The official score of a candidate task, with ties, groups and breakdowns."""
-    keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(len(gold), bool)
+    """The official score of a candidate task (captions or images to choose from), with
+    ties, groups and breakdowns."""
+    keep = _kept(sc, cols, len(gold))
     correct, tie = metrics.decisions(scores, gold, sc.tie_rule)
     c, t = correct[keep], tie[keep]
+    res: dict[str, Any] = {"n": int(keep.sum()), "excluded": int((~keep).sum()), "ties": int(t.sum())}
+    res.update(tie_rule=sc.tie_rule, **_official(sc, c, cols, keep))
+    for col in sc.report_by:
+        res["by_" + col] = _by_column(c, _objects(cols[col])[keep])
+    if sc.extra is not None:
+        res["extra"] = sc.extra(c, {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in cols.items()})
+    if sc.task in ("candidates", "image_candidates"):
+        ranks = metrics.gold_rank(scores[keep], gold[keep], sc.tie_rule)
+        res["recall"] = {f"R@{k}": metrics.recall_at(ranks, k) for k in sc.recall_at}
+        for col in sc.report_by:
+            vals = np.asarray(cols[col])[keep].astype(str)
+            for k in sc.recall_at:  # R@1 under recall_by_<col> (its old name), R@k under recall_at<k>_by_<col>
+                name = "recall_by_" + col if k == 1 else f"recall_at{k}_by_{col}"
+                res[name] = {v: metrics.recall_at(ranks[vals == v], k) for v in np.unique(vals)}
+            res["ties_by_" + col] = {v: int(t[vals == v].sum()) for v in np.unique(vals)}
+    return res
+
+
+GROUP_METRICS = ("text", "image", "group")
+SUB_SCORES = ("text_0", "text_1", "image_0", "image_1")
+
+
+def aggregate_groups(sc: Scoring, scores: np.ndarray, cols: dict) -> dict:
+    """The official scores of a 2x2 group task (scores [n, 2, 2], image x caption): text,
+    image and group, each aggregated as the benchmark aggregates (pooled, macro over a
+    column, or a mean of named groups), the headline metric as "score"; breakdowns per
+    column as "<value> <metric>"; the four halves where the benchmark reports them."""
+    keep = _kept(sc, cols, len(scores))
+    d = {k: v[keep] for k, v in metrics.group_decisions(scores, sc.tie_rule).items()}
+    shown = GROUP_METRICS + (SUB_SCORES if sc.sub_scores else ())
+    names = dict(sc.metric_names)
     res: dict[str, Any] = {
         "n": int(keep.sum()),
         "excluded": int((~keep).sum()),
-        "ties": int(t.sum()),
+        "ties": int((d["text_tie"] | d["image_tie"]).sum()),
+        "ties_text": int(d["text_tie"].sum()),
+        "ties_image": int(d["image_tie"].sum()),
         "tie_rule": sc.tie_rule,
-        "pooled": metrics.mean_accuracy(c),
+        "headline_metric": names.get(sc.headline_metric, sc.headline_metric),
+        "metrics": {names.get(m, m): _official(sc, d[m], cols, keep) for m in shown},
     }
+    head = res["metrics"][res["headline_metric"]]
+    res.update(head)  # score, pooled, by_<group_by>, named_groups: the headline metric's
+    for col in ([sc.group_by] if sc.group_by else []) + list(sc.report_by):
+        values = _objects(cols[col])[keep]
+        res["by_" + col] = {
+            f"{g} {names.get(m, m)}": acc for m in shown for g, acc in _by_column(d[m], values).items()
+        }
+    return res
+
+
+def _kept(sc: Scoring, cols: dict, n: int) -> np.ndarray:
+    """The records the official score counts (exclude_column: those it leaves out)."""
+    return ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(n, bool)
+
+
+def _official(sc: Scoring, c: np.ndarray, cols: dict, keep: np.ndarray) -> dict:
+    """The benchmark's aggregation of one decision vector (the kept records'): pooled,
+    per group_by value, named group means, and the official score."""
+    res: dict[str, Any] = {"pooled": metrics.mean_accuracy(c)}
     if sc.group_by:
         g = np.asarray(cols[sc.group_by])[keep]
         res["by_" + sc.group_by] = metrics.group_accuracies(c, g)
@@ -41,26 +95,28 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
             absent = ", ".join(n for n in sc.headline_groups if n not in there)
             res["partial"] = f"mean of {', '.join(there)} only: no record of {absent}"
     else:  # macro / subset_mean: unweighted over groups
-        g = np.asarray(cols[sc.group_by])[keep]
         res["score"] = metrics.macro_accuracy(c, g, sc.min_group)
         res["groups_used"] = len(metrics.group_accuracies(c, g, sc.min_group))
-    for col in sc.report_by:
-        res["by_" + col] = metrics.group_accuracies(c, np.asarray(cols[col])[keep].astype(str))
-    if sc.extra is not None:
-        res["extra"] = sc.extra(c, {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in cols.items()})
     if sc.min_group:
-        g = np.asarray(cols[sc.group_by])[keep]
         res["left_out_groups"] = sorted(str(x) for x, n in zip(*np.unique(g, return_counts=True)) if n < sc.min_group)
-    if sc.task == "candidates":
-        ranks = metrics.gold_rank(scores[keep], gold[keep], sc.tie_rule)
-        res["recall"] = {f"R@{k}": metrics.recall_at(ranks, k) for k in sc.recall_at}
-        for col in sc.report_by:
-            vals = np.asarray(cols[col])[keep].astype(str)
-            for k in sc.recall_at:  # R@1 under recall_by_<col> (its old name), R@k under recall_at<k>_by_<col>
-                name = "recall_by_" + col if k == 1 else f"recall_at{k}_by_{col}"
-                res[name] = {v: metrics.recall_at(ranks[vals == v], k) for v in np.unique(vals)}
-            res["ties_by_" + col] = {v: int(t[vals == v].sum()) for v in np.unique(vals)}
     return res
+
+
+def _objects(values) -> np.ndarray:
+    """A 1-D object array of a column's values (lists stay lists, whatever their lengths)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _by_column(correct: np.ndarray, values: np.ndarray) -> dict:
+    """Accuracy per value of a breakdown column; a record whose value is a list (Winoground's
+    secondary tags) counts under each of its values, an empty list under "(none)"."""
+    if not any(isinstance(v, (list, tuple, np.ndarray)) for v in values):
+        return metrics.group_accuracies(correct, values.astype(str))
+    rows = [(i, str(t)) for i, v in enumerate(values) for t in (list(v) if len(v) else ["(none)"])]
+    idx = np.array([i for i, _ in rows], np.int64)
+    return metrics.group_accuracies(correct[idx], np.array([t for _, t in rows]))
 
 
 def _named_group(correct, groups, members, per_group: dict, weighting: str) -> float:

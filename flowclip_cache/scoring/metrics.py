@@ -197,3 +197,32 @@ def decision_changes(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
         "both_right": int((correct_a & correct_b).sum()),
         "both_wrong": int((~correct_a & ~correct_b).sum()),
     }
+
+
+GROUP_RULES = ("wrong", "second_image")
+
+
+def group_decisions(s: np.ndarray, rule: str = "wrong") -> dict[str, np.ndarray]:
+    """Winoground's decisions on 2x2 groups. s [n, 2, 2]: s[:, i, c] scores image i with
+    caption c; image i's own caption is caption i. Each comparison is strict (`>`: a tie
+    is wrong), as Winoground's text_correct/image_correct and EqBen's cal_wino_score
+    write it; under rule "second_image" a caption whose two images tie chooses the
+    second (MMVP's `"img1" if p > 0.5 else "img2"`), so caption 1's tie is right.
+    -> bool [n] each: text_0 / text_1 (image 0 / 1 prefers its own caption), image_0 /
+    image_1 (caption 0 / 1 prefers its own image), text, image, group (both), and the
+    ties: text_tie / image_tie (a comparison of that direction was exactly equal)."""
+    if rule not in GROUP_RULES:
+        raise ValueError(f"group rule must be one of {GROUP_RULES}, got {rule!r}")
+    c0i0, c1i0, c0i1, c1i1 = s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], s[:, 1, 1]
+    out = {
+        "text_0": c0i0 > c1i0,
+        "text_1": c1i1 > c0i1,
+        "image_0": c0i0 > c0i1,
+        "image_1": c1i1 >= c1i0 if rule == "second_image" else c1i1 > c1i0,
+    }
+    out["text"] = out["text_0"] & out["text_1"]
+    out["image"] = out["image_0"] & out["image_1"]
+    out["group"] = out["text"] & out["image"]
+    out["text_tie"] = (c0i0 == c1i0) | (c1i1 == c0i1)
+    out["image_tie"] = (c0i0 == c0i1) | (c1i1 == c1i0)
+    return out

@@ -62,7 +62,7 @@ def scorer_labels(scorers) -> dict[str, str]:
 def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[str], list[str]]:
     """(results.md lines, results.csv lines) of a score summary."""
     name = scorer_labels(scorers)
-    comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates")]
+    comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates", "image_candidates", "groups")]
     md = [
         "# flowclip score",
         "",
@@ -76,7 +76,7 @@ def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[st
     if comp:
         m, c = _compositional(summary, scorers, controls, benches, comp, name)
         md, csv = md + m, csv + c
-    for section in (_retrieval, _zero_shot, _bootstrap, _changes):
+    for section in (_groups, _retrieval, _zero_shot, _bootstrap, _changes):
         m, c = section(summary, scorers, benches, name)
         md, csv = md + m, csv + c
     return md, csv
@@ -229,6 +229,44 @@ def _lost_cells(summary: dict, task: str, key: str, sc, cols: list[str]) -> set[
         return {n for n, members in sc.groups if gone & set(members)}
     col = key.split("by_", 1)[1] if "by_" in key else None
     return set(lost.get(col, [])) & set(cols) if col else set()
+
+
+GROUPS_NOTE = (
+    "Each group: two images, two captions, each image's own caption known. **text**: each image scores "
+    "its own caption above the other; **image**: each caption scores its own image above the other; "
+    "**group**: both. Every comparison strict (a tie is wrong) unless the benchmark's rule says otherwise "
+    "(MMVP: a caption whose two images tie chooses the second). Each figure aggregated as the benchmark "
+    "aggregates its official score (pooled, per category, or a mean of named groups); the headline, "
+    "marked †, is the benchmark's official score. Real images only: the image controls are not defined "
+    "where the images are the candidates."
+)
+
+
+def _groups(summary, scorers, benches, name):
+    tasks = [t for t, sc in benches.items() if sc.task == "groups"]
+    if not tasks:
+        return [], []
+    rows, csv = [], []
+    for t in tasks:
+        for s in scorers:
+            r = summary["results"].get(f"real|{s.run}", {}).get(t)
+            if r is None:
+                continue
+            part = bool(r.get("partial"))
+            cells = [
+                f"{m} {fmt(v['score'] * 100)}" + (" †" if m == r["headline_metric"] else "")
+                for m, v in r["metrics"].items()
+            ]
+            rows.append([_star(t, part), name[s.run], " · ".join(cells), r["ties_text"], r["ties_image"]])
+            csv += [_csv("real", name[s.run], f"{t}/{m}", v["score"] * 100, part) for m, v in r["metrics"].items()]
+    return [
+        "## Group tasks (text, image and group scores)",
+        "",
+        GROUPS_NOTE,
+        "",
+        *table(["task", "scorer", "scores (%)", "text ties", "image ties"], rows),
+        "",
+    ], csv
 
 
 def _retrieval(summary, scorers, benches, name):

@@ -29,6 +29,7 @@ from . import metrics
 # the names callers import from here (the engine's parts live in scorers, engines, aggregation)
 from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
+from .matrix_tasks import MATRIX_TASKS, score_matrix_task
 from .report import partial_tasks, results_markdown
 from .scorers import CONTROLS, Scorer, control_images, evaluation_manifests, find_manifests, load_scorers, scoring_of  # noqa: F401
 from .stats import paired_bootstrap
@@ -139,6 +140,18 @@ def _score_all(
             )
             record_rows += rows
             boot_tasks += boot
+        elif sc.task in MATRIX_TASKS:
+            if set(controls) - {"real"}:
+                log(
+                    f"note: {name}: the image controls ({', '.join(c for c in controls if c != 'real')}) are not "
+                    f"defined for {sc.task} tasks, whose images are the candidates; Real only"
+                )
+            if "real" in controls:
+                rows, changes[name], boot = score_matrix_task(
+                    store, m, name, sc, scorers, device, image_root, max_memory_mb, results, all_images
+                )
+                record_rows += rows
+                boot_tasks += boot
         elif sc.task == "retrieval":
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_retrieval(

@@ -139,7 +139,10 @@ def evaluation_manifests(paths: list[str], log=print) -> list[Manifest]:
 GENERIC = {
     "pairwise": Scoring(task="pairwise", tie_rule="wrong"),
     "candidates": Scoring(task="candidates", tie_rule="wrong"),
+    "image_candidates": Scoring(task="image_candidates", tie_rule="wrong"),
+    "groups": Scoring(task="groups", tie_rule="wrong"),
 }
+CHOICE_KINDS = ("candidates", "image_candidates", "groups")  # kinds one's own manifest may declare
 
 
 def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
@@ -157,7 +160,7 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
         sc = bench.scoring
     elif m.kind == "training":
         raise FlowclipError(f"{m.path}: a training manifest; score takes evaluation manifests")
-    elif m.kind != "candidates":
+    elif m.kind not in CHOICE_KINDS:
         raise FlowclipError(
             f"{m.path}: {'unknown benchmark ' + repr(name) if name else 'no benchmark'} in its "
             f"flowclip.meta; a {m.kind} manifest needs a registered one "
@@ -168,6 +171,9 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
         if "scoring" in m.meta:
             sc = Scoring.declared(m.meta["scoring"], f"{m.path}: flowclip.meta")
             how = "the scoring its metadata declares"
+        elif m.kind != "candidates":
+            sc = GENERIC[m.kind]
+            how = f"generic {m.kind.replace('_', '-')} scoring, a tie counted wrong"
         else:
             two = all(len(c) == 2 for c in m.table.column("captions").to_pylist())
             sc = GENERIC["pairwise" if two else "candidates"]
@@ -177,9 +183,14 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
     needed = {
         "candidates": ("captions", "gold"),
         "pairwise": ("captions", "gold"),
+        "image_candidates": ("images", "caption", "gold"),
+        "groups": ("images", "captions"),
         "retrieval": ("captions",),
         "classification": ("label",),
     }[sc.task]
+    kind = "candidates" if sc.task == "pairwise" else sc.task
+    if m.kind != kind:
+        raise FlowclipError(f"{m.path}: the {name} benchmark scores {kind} manifests; this one is {m.kind}")
     for col in needed + tuple(c for c in (sc.group_by, sc.exclude_column, *sc.report_by) if c):
         if col not in m.table.column_names:
             raise FlowclipError(f"{m.path}: the {name} benchmark needs column {col!r}, which is missing")

@@ -15,7 +15,9 @@ from .core import CAPTION, IMAGE, FeatureStore
 
 
 def image_keys(store: FeatureStore, manifest: Manifest, image_root: str | None = None) -> list[str | None]:
-    """Image key of every row (None where extract never saw the image)."""
+    """Image key of every image a row names, in image_refs() order: one per row for most
+    kinds, a row's images in turn for image candidates and groups (None where extract
+    never saw the image)."""
     if "image_key" in manifest.table.column_names:
         return manifest.table.column("image_key").to_pylist()
     index = store.path_index()
@@ -38,7 +40,7 @@ def image_keys(store: FeatureStore, manifest: Manifest, image_root: str | None =
 def manifest_keys(
     store: FeatureStore, manifest: Manifest, caption_texts: list[str], image_root: str | None = None
 ) -> list[str]:
-    """The image key of every row, once every image and caption the manifest needs is
+    """The image key of every image reference (image_keys' order), once every image and caption the manifest needs is
     known to be stored (else the error naming what is missing and the extract command):
     the prelude of every reader of a manifest's features."""
     ikeys = image_keys(store, manifest, image_root)
