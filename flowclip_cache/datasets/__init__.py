@@ -39,6 +39,15 @@ REGISTRY = [
     "synthetic_swap_obj",
     "synthetic_swap_att",
     "paper_standin",
+    "winoground",
+    "eqben",
+    "colorswap",
+    "mmvp_vlm",
+    "bivlc",
+    "imagecode",
+    "spec_i2t",
+    "spec_t2i",
+    "cola_multiobj",
 ]
 
 

@@ -51,8 +51,27 @@ def to_rgb(im: Image.Image) -> Image.Image:
     return im.convert("RGB")
 
 
+def load_npy_frame(path: str) -> Image.Image:
+    """A video frame stored as a NumPy array: [H, W, 3] uint8 in BGR order, as OpenCV
+    writes frames (EqBen's YouCook2 images; its process_img_npy reverses the channels
+    the same way). Read without pickle."""
+    import numpy as np
+
+    try:
+        a = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise BadImage("missing file")
+    except (OSError, ValueError) as e:
+        raise BadImage(f"not a NumPy array file np.load reads without pickle ({e})")
+    if a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
+        raise BadImage(f"a .npy image must be [H, W, 3] uint8 (BGR), found {a.dtype} {list(a.shape)}")
+    return Image.fromarray(np.ascontiguousarray(a[:, :, ::-1]), "RGB")
+
+
 def load_image(path: str, crop=None) -> Image.Image:
     """Decode fully (so a truncated file fails here, not later) and return 8-bit RGB."""
+    if path.lower().endswith(".npy"):
+        return _crop(load_npy_frame(path), crop)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -68,6 +87,10 @@ def load_image(path: str, crop=None) -> Image.Image:
         raise BadImage("zero-byte file" if size == 0 else "not an image PIL can read")
     except (OSError, ValueError, SyntaxError) as e:
         raise BadImage(f"unreadable image ({e})")
+    return _crop(im, crop)
+
+
+def _crop(im: Image.Image, crop) -> Image.Image:
     if crop is not None:
         x, y, w, h = crop
         if x >= im.width or y >= im.height or x + w <= 0 or y + h <= 0:
