@@ -1,0 +1,244 @@
+"""The image-choice and group benchmarks (issue 39) from their official layouts to
+scores: each converter on a small file written in the layout its official loader reads
+(the real file where ../shared/benchmarks holds it, with its counts), then every
+manifest extracted with the tiny CLIP and scored under every built-in head and a
+plug-in head; identical (image, caption) pairs score identical bits in every record."""
+
+import csv
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import doc_file, needs_shared
+from PIL import Image
+
+import flowclip_cache as fc
+from flowclip_cache.cli import main as cli
+from flowclip_cache.datasets import get
+from flowclip_cache.datasets.base import RowErrors
+from flowclip_cache.errors import ManifestError
+from flowclip_cache.heads import available_kinds, build_head
+from flowclip_cache.manifest import Manifest
+from flowclip_cache.scoring.matrix_tasks import score_matrices
+from flowclip_cache.scoring.scorers import Scorer, scoring_of
+from flowclip_cache.store import FeatureStore
+
+SHARED = os.environ.get("FLOWCLIP_BENCHMARK_FILES", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "benchmarks"))
+
+
+# -- the real files we hold ---------------------------------------------------------------------
+@needs_shared("cola", "COLA_multiobjects_matching_benchmark.json")
+def test_cola_real_file_converts_with_its_210_records(tmp_path):
+    r = get("cola_multiobj").build(os.path.join(SHARED, "cola"), str(tmp_path / "c.parquet"), RowErrors())
+    m = Manifest.read(tmp_path / "c.parquet")
+    assert r.records == len(m) == 210 and m.kind == "groups"
+    assert all(p.startswith("vg_gqa_images/") for ps in m.row_images() for p in ps)
+
+
+@needs_shared("imagecode", "valid_data.json")
+def test_imagecode_validation_file_counts_and_the_unlabelled_test_file(tmp_path):
+    r = get("imagecode").build(os.path.join(SHARED, "imagecode"), str(tmp_path / "i.parquet"), RowErrors())
+    m = Manifest.read(tmp_path / "i.parquet")
+    assert (r.records, r.counts) == (2302, {"video": 1872, "static": 430})  # the issue's counts
+    assert len({s for s in m.table.column("set").to_pylist()}) == 1039 and r.images == 10390
+    with pytest.raises(ManifestError, match="test labels are not public"):
+        get("imagecode").build(
+            os.path.join(SHARED, "imagecode"), str(tmp_path / "t.parquet"), RowErrors(), file="test_data_unlabeled.json"
+        )
+
+
+# -- small files in each official layout ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def field(tmp_path_factory):
+    from flowclip_cache.synthetic.sample import make_sample
+
+    base = tmp_path_factory.mktemp("field")
+    s = make_sample(str(base / "sample"), n_images=24)
+    pngs = sorted(os.path.join(s["image_root"], p) for p in os.listdir(s["image_root"]) if p.endswith(".png"))
+    caps = [c for r in Manifest.read(s["candidates"]).table.to_pylist() for c in r["captions"][:1]]
+    root, src, out = base / "images", base / "src", base / "manifests"
+    for d in (root, src, out):
+        d.mkdir()
+
+    def put(rel, k, fmt="PNG"):  # image k of the sample world saved under the image root
+        os.makedirs(os.path.dirname(root / rel) or ".", exist_ok=True)
+        Image.open(pngs[k % len(pngs)]).convert("RGB").save(root / rel, fmt)
+        return rel
+
+    # Winoground's examples.jsonl (images unzipped: ex_<id>_img_<k>.png)
+    (src / "wino" / "data").mkdir(parents=True)
+    with open(src / "wino" / "data" / "examples.jsonl", "w") as f:
+        for i in range(4):
+            put(f"ex_{i}_img_0.png", 2 * i), put(f"ex_{i}_img_1.png", 2 * i + 1)
+            tag = ["Object", "Relation", "Both", "Relation"][i]
+            f.write(json.dumps({"id": i, "caption_0": caps[2 * i], "caption_1": caps[2 * i + 1], "image_0":
+                                f"ex_{i}_img_0", "image_1": f"ex_{i}_img_1", "tag": "t", "secondary_tag":
+                                "Symbolic" if i == 1 else "", "num_main_preds": 1, "collapsed_tag": tag}) + "\n")  # fmt: skip
+    # EqBen: one file per subset, in its loader class's layout (YouCook2: BGR .npy frames)
+    (src / "eqben").mkdir()
+    frame = lambda a, b, c0, c1: {"image0": a, "image1": b, "caption0": c0, "caption1": c1}  # noqa: E731
+    json.dump({"v1": {"subj": [frame(put("ag/0.png", 0), put("ag/1.png", 1), [caps[0], "x"], [caps[1], "y"])]}},
+              open(src / "eqben" / "eqbenag.json", "w"))  # fmt: skip
+    os.makedirs(root / "yc", exist_ok=True)
+    for k in range(2):
+        np.save(root / "yc" / f"{k}.npy", np.asarray(Image.open(pngs[k + 4]).convert("RGB"))[:, :, ::-1].copy())
+    json.dump({"v2": [frame("yc/0.npy", "yc/1.npy", caps[4], caps[5])]}, open(src / "eqben" / "eqbenyoucook2.json", "w"))
+    json.dump([frame(put("kb/0.png", 6), put("kb/1.png", 7), caps[6], caps[7])], open(src / "eqben" / "eqbenkubric_loc.json", "w"))
+    # MMVP-VLM: Questions.csv, images under "MLLM_VLM Images/<type>/<qid>.jpg"
+    (src / "mmvp").mkdir()
+    with open(src / "mmvp" / "Questions.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Question ID", "Type", "Statement"])
+        for q in range(1, 7):
+            put(f"MLLM_VLM Images/Orientation/{q}.jpg", q, "JPEG")
+            w.writerow([q, "Orientation", caps[q]])
+    # SPEC: <subset>/image2text.json and text2image.json
+    for sub in ("count", "existence"):
+        (src / "spec" / sub).mkdir(parents=True)
+        ims = [put(f"{sub}/{k}.png", k) for k in range(3)]
+        json.dump([{"query": ims[0].split("/", 1)[1], "keys": caps[:3], "label": 0}],
+                  open(src / "spec" / sub / "image2text.json", "w"))  # fmt: skip
+        json.dump([{"query": caps[1], "keys": [p.split("/", 1)[1] for p in ims], "label": 1}],
+                  open(src / "spec" / sub / "text2image.json", "w"))  # fmt: skip
+    # ImageCoDe: {set: {index: description}}, images <set>/img<k>.jpg
+    (src / "imagecode").mkdir()
+    for k in range(10):
+        put(f"open-images-1_a/img{k}.jpg", k, "JPEG"), put(f"video-2/img{k}.jpg", k + 10, "JPEG")
+    json.dump({"open-images-1_a": {"3": caps[3] + "  "}, "video-2": {"0": caps[10], "9": caps[19]}},
+              open(src / "imagecode" / "valid_data.json", "w"))  # fmt: skip
+    # Cola: [image_1 URL, caption_1, image_2 URL, caption_2]
+    (src / "cola").mkdir()
+    json.dump([[f"https://x/vg_gqa_images/{put('vg_gqa_images/%d.jpg' % k, k, 'JPEG').split('/')[1]}", caps[k],
+                f"https://x/vg_gqa_images/{put('vg_gqa_images/%d.jpg' % (k + 1), k + 1, 'JPEG').split('/')[1]}",
+                caps[k + 1]] for k in (0, 2, 4)], open(src / "cola" / "c.json", "w"))  # fmt: skip
+    built = {}
+    for name, source in [("winoground", src / "wino"), ("eqben", src / "eqben"), ("mmvp_vlm", src / "mmvp"),
+                         ("spec_i2t", src / "spec"), ("spec_t2i", src / "spec"), ("imagecode", src / "imagecode"),
+                         ("cola_multiobj", src / "cola" / "c.json")]:  # fmt: skip
+        built[name] = get(name).build(str(source), str(out / f"{name}.parquet"), RowErrors())
+    # Hugging Face copies: save_to_disk (ColorSwap, Winoground) and the hub's Parquet (BiVLC)
+    datasets = pytest.importorskip("datasets")
+    img = datasets.Image()
+    b = lambda ps: [{"bytes": open(p, "rb").read(), "path": os.path.basename(p)} for p in ps]  # noqa: E731
+    # (the hub's files embed each image's bytes, as push_to_hub writes them)
+    cs = datasets.Dataset.from_dict(
+        {"id": [0, 1], "image_1": b([pngs[0], pngs[2]]), "image_2": b([pngs[1], pngs[3]]), "caption_1": caps[0:2],
+         "caption_2": caps[2:4]}
+    ).cast_column("image_1", img).cast_column("image_2", img)  # fmt: skip
+    datasets.DatasetDict({"test": cs}).save_to_disk(str(src / "colorswap"))
+    bv = datasets.Dataset.from_dict(
+        {"image": b(pngs[4:7]), "caption": caps[4:7], "negative_caption": caps[7:10], "negative_image": b(pngs[7:10]),
+         "type": ["replace", "swap", "add"], "subtype": ["obj", "att", "rel"]}
+    ).cast_column("image", img).cast_column("negative_image", img)  # fmt: skip
+    (src / "bivlc" / "data").mkdir(parents=True)
+    bv.to_parquet(str(src / "bivlc" / "data" / "test-00000-of-00001.parquet"))
+    exported = {}
+    for name, source in [("colorswap", src / "colorswap"), ("bivlc", src / "bivlc")]:
+        exported[name] = str(base / f"{name}_images")
+        built[name] = get(name).build(str(source), str(out / f"{name}.parquet"), RowErrors(), images_out=exported[name])
+    store = base / "store"
+    for image_root, names in [(root, [n for n in built if n not in exported])] + [(p, [n]) for n, p in exported.items()]:
+        r = CliRunner().invoke(cli, ["extract", "--store", str(store), "--model", "flowclip-tiny-clip",
+                                     "--manifest", *[str(out / f"{n}.parquet") for n in names][:1],
+                                     *sum([["--manifest", str(out / f"{n}.parquet")] for n in names[1:]], []),
+                                     "--image-root", str(image_root), "--workers", "0", "--quiet", "--on-error", "fail"])  # fmt: skip
+        assert r.exit_code == 0, r.output
+    return {"base": base, "out": out, "built": built, "store": str(store), "exported": exported}
+
+
+def test_every_converter_reads_its_official_layout(field):
+    b = field["built"]
+    counts = {n: r.records for n, r in b.items()}
+    assert counts == {"winoground": 4, "eqben": 3, "mmvp_vlm": 3, "spec_i2t": 2, "spec_t2i": 2, "imagecode": 3,
+                      "cola_multiobj": 3, "colorswap": 2, "bivlc": 3}  # fmt: skip
+    assert b["eqben"].counts == {"eqbenag": 1, "eqbenyoucook2": 1, "eqbenkubric_loc": 1}
+    assert "left out" in b["eqben"].notes[0]
+    m = Manifest.read(field["out"] / "mmvp_vlm.parquet").table.to_pylist()
+    assert m[0]["captions"][0].startswith("a photo of ") and m[0]["images"] == [
+        "MLLM_VLM Images/Orientation/1.jpg", "MLLM_VLM Images/Orientation/2.jpg"]  # fmt: skip
+    ic = Manifest.read(field["out"] / "imagecode.parquet").table.to_pylist()
+    assert ic[0]["caption"] == ic[0]["caption"].strip() and [r["split"] for r in ic] == ["static", "video", "video"]
+    wino = Manifest.read(field["out"] / "winoground.parquet").table.to_pylist()
+    assert wino[1]["secondary_tag"] == ["Symbolic"] and wino[0]["secondary_tag"] == []
+    for name in ("colorswap", "bivlc"):  # the embedded images written whole, bytes unchanged
+        files = sorted(os.listdir(field["exported"][name]))
+        assert len(files) == 2 * counts[name] and not any(".tmp-" in f for f in os.listdir(field["base"]))
+
+
+def test_images_out_must_be_new_and_is_required_for_embedded_images(field, tmp_path):
+    src = str(field["base"] / "src" / "colorswap")
+    with pytest.raises(ManifestError, match="images_out"):
+        get("colorswap").build(src, str(tmp_path / "c.parquet"), RowErrors())
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "keep.txt").write_text("x")
+    with pytest.raises(ManifestError, match="new folder"):
+        get("colorswap").build(src, str(tmp_path / "c.parquet"), RowErrors(), images_out=str(tmp_path / "mine"))
+    assert os.listdir(tmp_path / "mine") == ["keep.txt"] and not (tmp_path / "c.parquet").exists()
+
+
+def scorers(dim: int, tmp_path) -> list[Scorer]:
+    (tmp_path / "bilinear.py").write_text(doc_file("plugins.md", "bilinear", "bilinear.py"))
+    fc.load_plugin(str(tmp_path / "bilinear.py"))
+    torch.manual_seed(0)
+    out = []
+    for kind in available_kinds():
+        head = build_head(kind, dim)
+        for p in head.parameters():  # away from zero initialisations, so every term counts
+            p.data.add_(0.05 * torch.randn_like(p))
+        out.append(Scorer(kind, kind, head.eval(), "test"))
+    assert "bilinear" in [s.method for s in out]
+    return out
+
+
+def test_every_benchmark_scores_under_every_head_and_a_plugin(field, tmp_path):
+    fs = FeatureStore(field["store"])
+    heads = scorers(fs.meta["dim"], tmp_path)
+    for name in field["built"]:
+        m = Manifest.read(field["out"] / f"{name}.parquet")
+        task, sc = scoring_of(m)
+        if sc.task == "candidates":
+            continue  # SPEC image-to-text: the candidates engine, tested with the paper's benchmarks
+        mats, _, ikeys = score_matrices(fs, m, heads, "cpu")
+        for s in heads:
+            assert np.isfinite(mats[s.run][~np.isnan(mats[s.run])]).all(), (name, s.run)
+    # ImageCoDe's sets share their ten images: the same pair gives the same bits in two records
+    ic = Manifest.read(field["out"] / "imagecode.parquet")
+    mats, _, ikeys = score_matrices(fs, ic, heads, "cpu")
+    assert ikeys[1] == ikeys[2]
+    cap = ic.table.column("caption").to_pylist()
+    assert cap[1] != cap[2]  # (different captions; the image column below is the same image's own scores)
+
+
+def test_a_group_listing_one_image_twice_ties_exactly(field, tmp_path):
+    import pyarrow as pa
+
+    from flowclip_cache.manifest import write_manifest
+
+    fs = FeatureStore(field["store"])
+    rows = Manifest.read(field["out"] / "winoground.parquet").table.to_pylist()
+    for r in rows:  # the same image twice, the same caption twice: every comparison an exact tie
+        r["images"], r["captions"] = [r["images"][0]] * 2, [r["captions"][0]] * 2
+    write_manifest(tmp_path / "dup.parquet", pa.Table.from_pylist(rows), "groups", {"benchmark": "winoground"})
+    mats, _, _ = score_matrices(fs, Manifest.read(tmp_path / "dup.parquet"), scorers(fs.meta["dim"], tmp_path), "cpu",
+                                str(field["base"] / "images"))  # fmt: skip
+    for run, mat in mats.items():
+        assert (mat == mat[:, :1, :1]).all(), run  # all four cells one value, bit for bit
+
+
+def test_score_writes_group_and_image_choice_tables(field, tmp_path):
+    out = tmp_path / "scored"
+    names = [n for n in field["built"] if n not in ("colorswap", "bivlc")]
+    r = CliRunner().invoke(cli, ["score", "--store", field["store"], "--scorer", "clip", "--out", str(out),
+                                 "--image-root", str(field["base"] / "images"), "--bootstrap", "0",
+                                 *sum([["--manifests", str(field["out"] / f"{n}.parquet")] for n in names], [])])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    md = (out / "results.md").read_text()
+    assert "## Group tasks" in md and "mmvp_vlm" in md and "image " in md
+    res = json.loads((out / "results.json").read_text())["results"]["real|clip"]
+    assert res["mmvp_vlm"]["headline_metric"] == "image" and set(res["winoground"]["metrics"]) == {"text", "image", "group"}
+    assert "recall" in res["imagecode"] and set(res["imagecode"]["by_split"]) == {"static", "video"}
+    shutil.rmtree(out)
