@@ -230,8 +230,7 @@ class Manifest:
             crop = tuple(float(c) for c in crop_value)
             if len(crop) != 4 or crop[2] <= 0 or crop[3] <= 0:
                 raise ManifestError(
-                    f"{self.path}: row {row}: crop must be [x, y, width, height] "
-                    f"with positive size, got {crop_value}"
+                    f"{self.path}: row {row}: crop must be [x, y, width, height] with positive size, got {crop_value}"
                 )
         return ImageRef(row, p, crop)  # type: ignore[arg-type]  # four values, checked above
 

@@ -27,13 +27,15 @@ from flowclip_cache.scoring.matrix_tasks import score_matrices
 from flowclip_cache.scoring.scorers import Scorer, scoring_of
 from flowclip_cache.store import FeatureStore
 
-SHARED = os.environ.get("FLOWCLIP_BENCHMARK_FILES", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "benchmarks"))
+SHARED = os.environ.get(
+    "FLOWCLIP_BENCHMARK_FILES", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "benchmarks")
+)
 
 
 # -- the real files we hold ---------------------------------------------------------------------
 @needs_shared("cola", "COLA_multiobjects_matching_benchmark.json")
 def test_cola_real_file_converts_with_its_210_records(tmp_path):
-    r = get("cola_multiobj").build(os.path.join(SHARED, "cola"), str(tmp_path / "c.parquet"), RowErrors())
+    r = get("cola-multiobj").build(os.path.join(SHARED, "cola"), str(tmp_path / "c.parquet"), RowErrors())
     m = Manifest.read(tmp_path / "c.parquet")
     assert r.records == len(m) == 210 and m.kind == "groups"
     assert all(p.startswith("vg_gqa_images/") for ps in m.row_images() for p in ps)
@@ -75,9 +77,10 @@ def field(tmp_path_factory):
         for i in range(4):
             put(f"ex_{i}_img_0.png", 2 * i), put(f"ex_{i}_img_1.png", 2 * i + 1)
             tag = ["Object", "Relation", "Both", "Relation"][i]
-            f.write(json.dumps({"id": i, "caption_0": caps[2 * i], "caption_1": caps[2 * i + 1], "image_0":
-                                f"ex_{i}_img_0", "image_1": f"ex_{i}_img_1", "tag": "t", "secondary_tag":
-                                "Symbolic" if i == 1 else "", "num_main_preds": 1, "collapsed_tag": tag}) + "\n")  # fmt: skip
+            rec = {"id": i, "caption_0": caps[2 * i], "caption_1": caps[2 * i + 1], "image_0": f"ex_{i}_img_0",
+                   "image_1": f"ex_{i}_img_1", "tag": "t", "secondary_tag": "Symbolic" if i == 1 else "",
+                   "num_main_preds": 1, "collapsed_tag": tag}  # fmt: skip
+            f.write(json.dumps(rec) + "\n")
     # EqBen: one file per subset, in its loader class's layout (YouCook2: BGR .npy frames)
     (src / "eqben").mkdir()
     frame = lambda a, b, c0, c1: {"image0": a, "image1": b, "caption0": c0, "caption1": c1}  # noqa: E731
@@ -86,8 +89,13 @@ def field(tmp_path_factory):
     os.makedirs(root / "yc", exist_ok=True)
     for k in range(2):
         np.save(root / "yc" / f"{k}.npy", np.asarray(Image.open(pngs[k + 4]).convert("RGB"))[:, :, ::-1].copy())
-    json.dump({"v2": [frame("yc/0.npy", "yc/1.npy", caps[4], caps[5])]}, open(src / "eqben" / "eqbenyoucook2.json", "w"))
-    json.dump([frame(put("kb/0.png", 6), put("kb/1.png", 7), caps[6], caps[7])], open(src / "eqben" / "eqbenkubric_loc.json", "w"))
+    json.dump(
+        {"v2": [frame("yc/0.npy", "yc/1.npy", caps[4], caps[5])]}, open(src / "eqben" / "eqbenyoucook2.json", "w")
+    )
+    json.dump(
+        [frame(put("kb/0.png", 6), put("kb/1.png", 7), caps[6], caps[7])],
+        open(src / "eqben" / "eqbenkubric_loc.json", "w"),
+    )
     # MMVP-VLM: Questions.csv, images under "MLLM_VLM Images/<type>/<qid>.jpg"
     (src / "mmvp").mkdir()
     with open(src / "mmvp" / "Questions.csv", "w", newline="") as f:
@@ -116,9 +124,9 @@ def field(tmp_path_factory):
                 f"https://x/vg_gqa_images/{put('vg_gqa_images/%d.jpg' % (k + 1), k + 1, 'JPEG').split('/')[1]}",
                 caps[k + 1]] for k in (0, 2, 4)], open(src / "cola" / "c.json", "w"))  # fmt: skip
     built = {}
-    for name, source in [("winoground", src / "wino"), ("eqben", src / "eqben"), ("mmvp_vlm", src / "mmvp"),
-                         ("spec_i2t", src / "spec"), ("spec_t2i", src / "spec"), ("imagecode", src / "imagecode"),
-                         ("cola_multiobj", src / "cola" / "c.json")]:  # fmt: skip
+    for name, source in [("winoground", src / "wino"), ("eqben", src / "eqben"), ("mmvp-vlm", src / "mmvp"),
+                         ("spec-i2t", src / "spec"), ("spec-t2i", src / "spec"), ("imagecode", src / "imagecode"),
+                         ("cola-multiobj", src / "cola" / "c.json")]:  # fmt: skip
         built[name] = get(name).build(str(source), str(out / f"{name}.parquet"), RowErrors())
     # Hugging Face copies: save_to_disk (ColorSwap, Winoground) and the hub's Parquet (BiVLC)
     datasets = pytest.importorskip("datasets")
@@ -141,11 +149,13 @@ def field(tmp_path_factory):
         exported[name] = str(base / f"{name}_images")
         built[name] = get(name).build(str(source), str(out / f"{name}.parquet"), RowErrors(), images_out=exported[name])
     store = base / "store"
-    for image_root, names in [(root, [n for n in built if n not in exported])] + [(p, [n]) for n, p in exported.items()]:
-        r = CliRunner().invoke(cli, ["extract", "--store", str(store), "--model", "flowclip-tiny-clip",
-                                     "--manifest", *[str(out / f"{n}.parquet") for n in names][:1],
-                                     *sum([["--manifest", str(out / f"{n}.parquet")] for n in names[1:]], []),
-                                     "--image-root", str(image_root), "--workers", "0", "--quiet", "--on-error", "fail"])  # fmt: skip
+    for image_root, names in [(root, [n for n in built if n not in exported])] + [
+        (p, [n]) for n, p in exported.items()
+    ]:
+        args = ["extract", "--store", str(store), "--model", "flowclip-tiny-clip", "--image-root", str(image_root)]
+        args += ["--workers", "0", "--quiet", "--on-error", "fail"]
+        args += sum([["--manifest", str(out / f"{n}.parquet")] for n in names], [])
+        r = CliRunner().invoke(cli, args)
         assert r.exit_code == 0, r.output
     return {"base": base, "out": out, "built": built, "store": str(store), "exported": exported}
 
@@ -153,11 +163,11 @@ def field(tmp_path_factory):
 def test_every_converter_reads_its_official_layout(field):
     b = field["built"]
     counts = {n: r.records for n, r in b.items()}
-    assert counts == {"winoground": 4, "eqben": 3, "mmvp_vlm": 3, "spec_i2t": 2, "spec_t2i": 2, "imagecode": 3,
-                      "cola_multiobj": 3, "colorswap": 2, "bivlc": 3}  # fmt: skip
+    assert counts == {"winoground": 4, "eqben": 3, "mmvp-vlm": 3, "spec-i2t": 2, "spec-t2i": 2, "imagecode": 3,
+                      "cola-multiobj": 3, "colorswap": 2, "bivlc": 3}  # fmt: skip
     assert b["eqben"].counts == {"eqbenag": 1, "eqbenyoucook2": 1, "eqbenkubric_loc": 1}
     assert "left out" in b["eqben"].notes[0]
-    m = Manifest.read(field["out"] / "mmvp_vlm.parquet").table.to_pylist()
+    m = Manifest.read(field["out"] / "mmvp-vlm.parquet").table.to_pylist()
     assert m[0]["captions"][0].startswith("a photo of ") and m[0]["images"] == [
         "MLLM_VLM Images/Orientation/1.jpg", "MLLM_VLM Images/Orientation/2.jpg"]  # fmt: skip
     ic = Manifest.read(field["out"] / "imagecode.parquet").table.to_pylist()
@@ -232,13 +242,44 @@ def test_a_group_listing_one_image_twice_ties_exactly(field, tmp_path):
 def test_score_writes_group_and_image_choice_tables(field, tmp_path):
     out = tmp_path / "scored"
     names = [n for n in field["built"] if n not in ("colorswap", "bivlc")]
-    r = CliRunner().invoke(cli, ["score", "--store", field["store"], "--scorer", "clip", "--out", str(out),
-                                 "--image-root", str(field["base"] / "images"), "--bootstrap", "0",
-                                 *sum([["--manifests", str(field["out"] / f"{n}.parquet")] for n in names], [])])  # fmt: skip
+    args = ["score", "--store", field["store"], "--scorer", "clip", "--out", str(out), "--bootstrap", "0"]
+    args += ["--image-root", str(field["base"] / "images")]
+    args += sum([["--manifests", str(field["out"] / f"{n}.parquet")] for n in names], [])
+    r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     md = (out / "results.md").read_text()
-    assert "## Group tasks" in md and "mmvp_vlm" in md and "image " in md
+    assert "## Group tasks" in md and "mmvp-vlm" in md and "image " in md
     res = json.loads((out / "results.json").read_text())["results"]["real|clip"]
-    assert res["mmvp_vlm"]["headline_metric"] == "image" and set(res["winoground"]["metrics"]) == {"text", "image", "group"}
+    assert res["mmvp-vlm"]["headline_metric"] == "image" and set(res["winoground"]["metrics"]) == {
+        "text",
+        "image",
+        "group",
+    }
     assert "recall" in res["imagecode"] and set(res["imagecode"]["by_split"]) == {"static", "video"}
     shutil.rmtree(out)
+
+
+def test_a_suite_scores_its_members_and_names_the_absent_ones(field, tmp_path):
+    out = tmp_path / "suite"
+    r = CliRunner().invoke(cli, ["score", "--store", field["store"], "--scorer", "clip", "--out", str(out),
+                                 "--image-root", str(field["base"] / "images"), "--bootstrap", "0", "--no-figures",
+                                 "--suite", "vl-compo", "--manifests", str(field["out"])])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "results.json").read_text())
+    su = summary["suite"]
+    assert su["absent"]["svo-probes"] == "not yet in flowclip (no converter)"
+    assert su["absent"]["aro-vg-relation"] == "no manifest among those given"
+    # colorswap and bivlc were extracted from their own image folders: under this image root, no features
+    assert su["absent"]["colorswap"].startswith("no features in the store")
+    assert "spec-i2t" not in summary["results"]["real|clip"]  # not a vl-compo member: not scored
+    row = su["table"]["real|clip"]
+    res = summary["results"]["real|clip"]
+    assert row["winoground"]["value"] == res["winoground"]["metrics"]["group"]["score"]
+    assert row["mmvp_vlm"]["value"] == res["mmvp-vlm"]["metrics"]["group"]["score"]  # vl_compo's, not the official
+    assert row["aro"]["value"] is None and row["aro"]["missing"] == ["aro-vg-relation", "aro-vg-attribution",
+                                                                     "aro-coco-order", "aro-flickr-order"]  # fmt: skip
+    present = ["eqben", "imagecode", "mmvp_vlm", "winoground"]
+    assert row["mean"]["members"] == present
+    assert row["mean"]["value"] == pytest.approx(np.mean([row[c]["value"] for c in present]), abs=1e-15)
+    md = (out / "results.md").read_text()
+    assert "## Suite vl-compo" in md and "- svo-probes: not yet in flowclip" in md

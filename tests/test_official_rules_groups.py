@@ -119,7 +119,7 @@ def test_eqben_equals_cal_wino_score_per_subset_and_vl_compos_mean():
 
 def test_cola_equals_cola_multiobj_acc():
     s = planted_groups(210, 3)
-    res = aggregate_groups(get("cola_multiobj").scoring, s, {})
+    res = aggregate_groups(get("cola-multiobj").scoring, s, {})
     ref = np.array([cola(m) for m in s.astype(np.float64)])
     assert res["score"] == ref.mean() and res["headline_metric"] == "image"
 
@@ -137,12 +137,12 @@ def test_bivlc_equals_evaluate_bivlc_overall_and_per_type():
 
 
 def test_mmvp_equals_benchmark_model_pair_accuracy_per_category():
-    cats = get("mmvp_vlm").build.__globals__["CATEGORIES"]
+    cats = get("mmvp-vlm").build.__globals__["CATEGORIES"]
     n = 135
     s = planted_groups(n, 5)
     s[8:20, 1, 1] = s[8:20, 0, 1]  # caption 1's two images tie exactly: "img2" is chosen, and right
     category = [cats[p // 15] for p in range(n)]
-    res = aggregate_groups(get("mmvp_vlm").scoring, s, {"category": category})
+    res = aggregate_groups(get("mmvp-vlm").scoring, s, {"category": category})
     ok = np.array([mmvp_pair(m, 2 * p + 1) for p, m in enumerate(s)])  # qids 1, 2; 3, 4; ...
     official = {c: 100 * ok[np.array(category) == c].sum() / (n // len(cats)) for c in cats}
     for c in cats:
@@ -177,7 +177,7 @@ def test_spec_equals_argmax_accuracy_and_the_mean_over_subsets(direction):
     scores = (rng.integers(0, 3, size=(n, 4)) / 2).astype(np.float32)
     gold = rng.integers(0, 4, n)
     sub = np.array(subsets)[np.arange(n) % 6]
-    res = aggregate(get(f"spec_{direction}").scoring, scores, gold, {"subset": sub.tolist()})
+    res = aggregate(get(f"spec-{direction}").scoring, scores, gold, {"subset": sub.tolist()})
     acc = {}
     for k in subsets:  # the wrapper: 100 * (label == scores.argmax(-1)).sum() / total, per subset
         t = torch.from_numpy(scores[sub == k].astype(np.float64))

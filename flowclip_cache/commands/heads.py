@@ -116,6 +116,10 @@ def train_head_cmd(
     help="A manifest or a folder of them; repeatable.",
 )
 @click.option(
+    "--suite",
+    help="Score only a named suite's benchmarks among the manifests (field, vl-compo), naming the absent ones.",
+)
+@click.option(
     "--scorer",
     "scorers",
     multiple=True,
@@ -158,6 +162,7 @@ def score(
     explain_n,
     quiet,
     no_figures,
+    suite,
 ):
     """Score every benchmark manifest with every scorer, from one store."""
     from ..scoring.score import CONTROLS, run_score
@@ -182,6 +187,7 @@ def score(
         image_root=image_root,
         progress=not quiet,
         figures=not no_figures,
+        suite=suite,
         log=click.echo,
     )
     click.echo(open(os.path.join(out, "results.md")).read())

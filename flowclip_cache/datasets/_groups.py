@@ -34,7 +34,9 @@ def build_groups(
     data = table.to_pylist()
     embedded = any(isinstance(v, dict) for v in data[0].values()) if data else False
     export = ImageExport(images_out, what) if embedded else None
-    rows, counts, images = [], {}, set()
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
+    images: set[str] = set()
     try:
         for i, rec in enumerate(data):
             where = f"{source}: {split} row {i}"

@@ -18,15 +18,20 @@ SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spati
 def build_direction(source: str, out: str, errors: RowErrors, direction: str) -> BuildReport:
     i2t = direction == "i2t"
     fname = "image2text.json" if i2t else "text2image.json"
-    rows, counts, missing = [], {}, []
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
+    missing: list[str] = []
     for subset in SUBSETS:
         path = os.path.join(source, subset, fname)
         if not os.path.exists(path):
             missing.append(subset)
             continue
-        data = load_json(path)
+        loaded = load_json(path)
+        data: list = loaded if isinstance(loaded, list) else []
+        if not isinstance(loaded, list):
+            errors(path, "top level", "expected a list of {query, keys, label}")
         n = 0
-        for k, rec in enumerate(data if isinstance(data, list) else []):
+        for k, rec in enumerate(data):
             try:
                 query, keys, label = rec["query"], list(rec["keys"]), int(rec["label"])
             except (KeyError, TypeError, ValueError) as e:
@@ -48,14 +53,14 @@ def build_direction(source: str, out: str, errors: RowErrors, direction: str) ->
     report = BuildReport(len(rows), len(images), counts, errors.skipped)
     if missing:
         report.notes.append(f"no {fname} for {', '.join(missing)}: left out")
-    name = f"spec_{direction}"
+    name = f"spec-{direction}"
     return write_records(out, rows, "candidates" if i2t else "image_candidates", name, report)
 
 
 def benchmark(direction: str) -> Benchmark:
     i2t = direction == "i2t"
     return Benchmark(
-        name=f"spec_{direction}",
+        name=f"spec-{direction}",
         title=f"SPEC {'image-to-text' if i2t else 'text-to-image'} (6 subsets)",
         kind="candidates" if i2t else "image_candidates",
         build=lambda source, out, errors: build_direction(source, out, errors, direction),

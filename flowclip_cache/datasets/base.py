@@ -94,7 +94,9 @@ class Scoring:
             raise FlowclipError(f"{source}: scoring needs 'task' (pairwise, candidates, image_candidates or groups)")
         groups, rule = d["task"] == "groups", d.get("tie_rule", "wrong")
         if (rule in ("first", "correct")) if groups else rule == "second_image":
-            raise FlowclipError(f"{source}: tie_rule 'second_image' is for groups only; groups take wrong or second_image")
+            raise FlowclipError(
+                f"{source}: tie_rule 'second_image' is for groups only; groups take wrong or second_image"
+            )
         if d.get("aggregate", "mean") != "mean" and not d.get("group_by"):
             raise FlowclipError(f"{source}: aggregate {d['aggregate']!r} needs 'group_by' (a column)")
         try:

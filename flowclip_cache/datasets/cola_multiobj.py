@@ -29,11 +29,11 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         rows.append({"record_id": str(i), "images": [image_path(im1), image_path(im2)], "captions": [c1, c2]})
     report = BuildReport(len(rows), len({p for r in rows for p in r["images"]}), {}, errors.skipped)
     report.notes.append("images: Visual Genome / GQA, as vg_gqa_images/<id>.jpg under the image root")
-    return write_records(out, rows, "groups", "cola_multiobj", report)
+    return write_records(out, rows, "groups", "cola-multiobj", report)
 
 
 BENCHMARK = Benchmark(
-    name="cola_multiobj",
+    name="cola-multiobj",
     title="Cola multi-object (210 records; image-direction accuracy)",
     kind="groups",
     build=build,

@@ -19,15 +19,7 @@ import os
 
 from .base import Benchmark, BuildReport, RowErrors, Scoring, load_json, write_records
 
-SUBSETS = (
-    "eqbenag",
-    "eqbenyoucook2",
-    "eqbengebc",
-    "eqbenkubric_loc",
-    "eqbenkubric_attr",
-    "eqbenkubric_cnt",
-    "eqbensd",
-)
+SUBSETS = ("eqbenag", "eqbenyoucook2", "eqbengebc", "eqbenkubric_loc", "eqbenkubric_attr", "eqbenkubric_cnt", "eqbensd")
 
 
 def _frames(subset: str, data, path: str, errors: RowErrors) -> list[tuple[str, dict]]:

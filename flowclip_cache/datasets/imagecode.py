@@ -53,8 +53,8 @@ def raise_unlabelled(path: str, data) -> None:
 
     if isinstance(data, dict):
         raise ManifestError(
-            f"{path}: sets holding lists of descriptions with no image index (the test file): ImageCoDe's test labels are not public, "
-            f"so it cannot be scored; use data/valid_data.json"
+            f"{path}: sets holding lists of descriptions with no image index (the test file): ImageCoDe's test "
+            f"labels are not public, so it cannot be scored; use data/valid_data.json"
         )
     raise ManifestError(f"{path}: expected {{set folder: {{image index: description}}}}")
 

@@ -32,7 +32,8 @@ CATEGORIES = (
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
     path = os.path.join(source, "Questions.csv")
     lines = read_csv(path, header=False)[1:]  # the official reader skips the header and reads fields by position
-    rows, counts = [], {}
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
     for pair, k in enumerate(range(0, len(lines) - 1, 2)):  # an odd last row has no partner: dropped, as there
         (l1, r1), (l2, r2) = lines[k], lines[k + 1]
         try:
@@ -63,11 +64,11 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         counts[cat] = counts.get(cat, 0) + 1
     report = BuildReport(len(rows), len({p for r in rows for p in r["images"]}), counts, errors.skipped)
     report.notes.append("image root: the dataset folder holding 'MLLM_VLM Images'")
-    return write_records(out, rows, "groups", "mmvp_vlm", report)
+    return write_records(out, rows, "groups", "mmvp-vlm", report)
 
 
 BENCHMARK = Benchmark(
-    name="mmvp_vlm",
+    name="mmvp-vlm",
     title="MMVP-VLM (135 pairs, 9 categories; pair accuracy, with text/image/group)",
     kind="groups",
     build=build,

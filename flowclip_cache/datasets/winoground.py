@@ -42,7 +42,8 @@ def build(source: str, out: str, errors: RowErrors, images_out: str | None = Non
             row=lambda i, r: (str(r["id"]), [r["image_0"], r["image_1"]], [r["caption_0"], r["caption_1"]],
                               [f"ex_{r['id']}_img_0", f"ex_{r['id']}_img_1"], _extra(r)),
         )  # fmt: skip
-    rows, counts = [], {}
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
     for line_no, line in enumerate(read_text(jsonl).splitlines(), 1):
         if not line.strip():
             continue

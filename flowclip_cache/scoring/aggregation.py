@@ -64,9 +64,7 @@ def aggregate_groups(sc: Scoring, scores: np.ndarray, cols: dict) -> dict:
     res.update(head)  # score, pooled, by_<group_by>, named_groups: the headline metric's
     for col in ([sc.group_by] if sc.group_by else []) + list(sc.report_by):
         values = _objects(cols[col])[keep]
-        res["by_" + col] = {
-            f"{g} {names.get(m, m)}": acc for m in shown for g, acc in _by_column(d[m], values).items()
-        }
+        res["by_" + col] = {f"{g} {names.get(m, m)}": acc for m in shown for g, acc in _by_column(d[m], values).items()}
     return res
 
 

@@ -26,9 +26,11 @@ MATRIX_TASKS = ("image_candidates", "groups")
 def record_captions(m: Manifest) -> list[list[str]]:
     """Each record's captions: the one caption of an image-candidates record, a group's two."""
     t = m.table
-    return [[c] for c in t.column("caption").to_pylist()] if m.kind == "image_candidates" else t.column(
-        "captions"
-    ).to_pylist()
+    return (
+        [[c] for c in t.column("caption").to_pylist()]
+        if m.kind == "image_candidates"
+        else t.column("captions").to_pylist()
+    )
 
 
 def split_rows(flat: list, m: Manifest) -> list[list]:
@@ -92,16 +94,16 @@ def score_matrix_task(store, m, name, sc, scorers, device, image_root, max_memor
     correct, rows = {}, []
     for s in scorers:
         mat = mats[s.run]
+        golds: list = [None] * len(ids)
         if sc.task == "groups":
             results.setdefault(("real", s.run), {})[name] = aggregate_groups(sc, mat, cols)
             correct[s.run] = metrics.group_decisions(mat, sc.tie_rule)[sc.headline_metric]
-            gold = [None] * len(ids)
             flat = [row.ravel() for row in mat]  # image 0 with captions 0, 1; image 1 with captions 0, 1
         else:
             scores, gold = mat[:, :, 0], np.asarray(cols["gold"])
             results.setdefault(("real", s.run), {})[name] = aggregate(sc, scores, gold, cols)
             correct[s.run] = metrics.decisions(scores, gold, sc.tie_rule)[0]
-            flat, gold = list(scores), gold.tolist()
+            flat, golds = list(scores), gold.tolist()
         rows += [
             {
                 "benchmark": name,
@@ -112,11 +114,13 @@ def score_matrix_task(store, m, name, sc, scorers, device, image_root, max_memor
                 "gold": g,
                 "correct": bool(c),
             }
-            for rid, v, g, c in zip(ids, flat, gold, correct[s.run])
+            for rid, v, g, c in zip(ids, flat, golds, correct[s.run])
         ]
     runs = [s.run for s in scorers]
     changes = {
-        f"{b} vs {a}": metrics.decision_changes(correct[a], correct[b]) for i, a in enumerate(runs) for b in runs[i + 1 :]
+        f"{b} vs {a}": metrics.decision_changes(correct[a], correct[b])
+        for i, a in enumerate(runs)
+        for b in runs[i + 1 :]
     }
     cluster = np.array([ks[0] for ks in ikeys])
     return rows, changes, [bootstrap_task(name, sc, cols, cluster, correct, all_images)]

@@ -76,7 +76,7 @@ def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[st
     if comp:
         m, c = _compositional(summary, scorers, controls, benches, comp, name)
         md, csv = md + m, csv + c
-    for section in (_groups, _retrieval, _zero_shot, _bootstrap, _changes):
+    for section in (_suite, _groups, _retrieval, _zero_shot, _bootstrap, _changes):
         m, c = section(summary, scorers, benches, name)
         md, csv = md + m, csv + c
     return md, csv
@@ -240,6 +240,37 @@ GROUPS_NOTE = (
     "marked †, is the benchmark's official score. Real images only: the image controls are not defined "
     "where the images are the candidates."
 )
+
+
+def _suite(summary, scorers, benches, name):
+    if "suite" not in summary:
+        return [], []
+    su = summary["suite"]
+    cols = list(next(iter(su["table"].values()), {}))
+    rows = []
+    for key, row in su["table"].items():
+        control, run = key.split("|")
+        label = name.get(run, run) + ("" if control == "real" else f" ({control})")
+        rows.append([label] + [fmt(row[c]["value"] * 100 if row[c]["value"] is not None else None)
+                                            for c in cols])  # fmt: skip
+    first = next(iter(su["table"].values()), {})
+    notes = [f"- {c}: {', '.join(first[c]['members'])}" for c in cols if c != "mean" and len(first[c]["members"]) > 1]
+    md = [
+        f"## Suite {su['name']}",
+        "",
+        "Each column a member's figure (%; a column several benchmarks make is their mean); 'mean' is the "
+        "mean over the columns present, named below; '–' is a member absent or incomplete.",
+        "",
+        *table(["scorer"] + cols, rows),
+        "",
+        f"mean over: {', '.join(first.get('mean', {}).get('members', []))}",
+        "",
+    ]
+    if su["absent"]:
+        md += ["Absent members:", ""] + [f"- {b}: {why}" for b, why in su["absent"].items()] + [""]
+    if notes:
+        md += ["Columns made of several benchmarks:", ""] + notes + [""]
+    return md, []
 
 
 def _groups(summary, scorers, benches, name):

@@ -52,13 +52,26 @@ def run_score(
     compare: list[tuple[str, str]] | None = None,
     progress: bool = True,
     figures: bool = True,
+    suite: str | None = None,
     log=print,
 ) -> dict:
     """compare: (baseline, other) method pairs for the bootstrap; default every pair.
-    figures: the PNGs (margins, CREPE curves) beside the results."""
+    figures: the PNGs (margins, CREPE curves) beside the results. suite: score only that
+    suite's members among the manifests (scoring/suites.py), naming the absent ones."""
     outputs.check_replaceable(out, "score-results", overwrite)
     scorers = load_scorers(scorer_specs, store, device)
-    checked = [(m, *scoring_of(m, log)) for m in evaluation_manifests(manifest_paths, log)]  # fail before any work
+    found = evaluation_manifests(manifest_paths, log)
+    absent: dict[str, str] = {}
+    if suite:
+        from ..datasets import all_benchmarks
+        from .suites import select
+
+        found, absent = select(suite, found, set(all_benchmarks()), store, image_root)
+        for b, why in absent.items():
+            log(f"suite {suite}: {b} absent: {why}")
+        if not found:
+            raise FlowclipError(f"--suite {suite}: none of its benchmarks among {', '.join(manifest_paths)}")
+    checked = [(m, *scoring_of(m, log)) for m in found]  # fail before any work
     names = [n for _, n, _ in checked]
     if len(set(names)) < len(names):
         raise FlowclipError(
@@ -84,6 +97,7 @@ def run_score(
             progress,
             figures,
             log,
+            (suite, absent),
         )
         outputs.publish(tmp, out, "score-results", overwrite)
     finally:
@@ -108,6 +122,7 @@ def _score_all(
     progress,
     figures,
     log,
+    suite_absent=(None, {}),
 ) -> dict:
     from ..progress import bar
 
@@ -122,15 +137,7 @@ def _score_all(
     for m, name, sc in checked:
         benches[name] = sc
         records_bar.update(len(m))
-        whole = m
-        m, dropped = drop_failed_rows(store, m, image_root)
-        if dropped:
-            excluded[name] = dropped
-            lost[name] = lost_groups(whole, dropped, sc)
-            log(
-                f"{name}: {len(dropped)} records left out: extract recorded their image or caption as failed "
-                f"(first: {dropped[0]['record']}, {dropped[0]['reason']})"
-            )
+        m = _without_failed(store, m, name, sc, image_root, excluded, lost, log)
         if not len(m):
             raise FlowclipError(f"{m.path}: every record's image or caption failed at extract; nothing to score")
         log(f"scoring {name} ({len(m)} records, {sc.task})")
@@ -141,17 +148,11 @@ def _score_all(
             record_rows += rows
             boot_tasks += boot
         elif sc.task in MATRIX_TASKS:
-            if set(controls) - {"real"}:
-                log(
-                    f"note: {name}: the image controls ({', '.join(c for c in controls if c != 'real')}) are not "
-                    f"defined for {sc.task} tasks, whose images are the candidates; Real only"
-                )
-            if "real" in controls:
-                rows, changes[name], boot = score_matrix_task(
-                    store, m, name, sc, scorers, device, image_root, max_memory_mb, results, all_images
-                )
-                record_rows += rows
-                boot_tasks += boot
+            rows, changes[name], boot = _matrix_task(
+                store, m, name, sc, scorers, controls, device, image_root, max_memory_mb, results, all_images, log
+            )
+            record_rows += rows
+            boot_tasks += boot
         elif sc.task == "retrieval":
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_retrieval(
@@ -185,9 +186,43 @@ def _score_all(
         "bootstrap": bootstrap,
         "seconds": time.perf_counter() - t0,
     }
+    if suite_absent[0]:
+        summary["suite"] = _suite_summary(suite_absent[0], suite_absent[1], summary["results"])
     mark_partial_comparisons(summary)
     write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
     return summary
+
+
+def _without_failed(store, m, name, sc, image_root, excluded: dict, lost: dict, log):
+    """The manifest without the records extract recorded as failed, noted in excluded/lost."""
+    whole = m
+    m, dropped = drop_failed_rows(store, m, image_root)
+    if dropped:
+        excluded[name] = dropped
+        lost[name] = lost_groups(whole, dropped, sc)
+        log(
+            f"{name}: {len(dropped)} records left out: extract recorded their image or caption as failed "
+            f"(first: {dropped[0]['record']}, {dropped[0]['reason']})"
+        )
+    return m
+
+
+def _suite_summary(suite: str, absent: dict, results: dict) -> dict:
+    from .suites import suite_table
+
+    return {"name": suite, "absent": absent, "table": suite_table(suite, results, absent)}
+
+
+def _matrix_task(store, m, name, sc, scorers, controls, device, image_root, max_memory_mb, results, images, log):
+    """An image-choice or group task: Real only (the controls would replace the candidates)."""
+    if set(controls) - {"real"}:
+        log(
+            f"note: {name}: the image controls ({', '.join(c for c in controls if c != 'real')}) are not "
+            f"defined for {sc.task} tasks, whose images are the candidates; Real only"
+        )
+    if "real" not in controls:
+        return [], {}, []
+    return score_matrix_task(store, m, name, sc, scorers, device, image_root, max_memory_mb, results, images)
 
 
 def _score_candidate_task(

@@ -1,0 +1,118 @@
+"""Named lists of benchmarks scored as one (`flowclip score --suite NAME`): which
+manifests of the folders given belong to the suite, which members are absent (no
+manifest, or no features in the store) and why, and the suite's table: each member's
+figure and the mean over the members present, the members named.
+
+    field     the paper's benchmarks and the field's image-choice and group tasks
+    vl-compo  vl_compo's 12 compositionality columns (ytaek-oh/vl_compo results.csv), each
+              read as that file derives it from its individual_results.csv (docs/method.md)
+
+A member is (column, benchmark, figure): figure "score" is the benchmark's official
+score; "metrics/<m>/score" a group task's text, image or group figure under the benchmark's
+aggregation. A column several benchmarks make (vl_compo's ARO: its four subsets) is
+the mean of their figures, named so."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FlowclipError
+
+FIELD = [
+    (b, b, "score")
+    for b in (
+        "sugarcrepe", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order", "aro-flickr-order",
+        "whatsup-controlled-a", "whatsup-controlled-b", "whatsup-coco-spatial", "whatsup-gqa-spatial",
+        "crepe-productivity", "abc6k", "pug-spar", "clevr-binding", "winoground", "eqben", "colorswap", "mmvp-vlm",
+        "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj",
+    )
+]  # fmt: skip
+VL_COMPO = [
+    ("aro", "aro-vg-relation", "score"),
+    ("aro", "aro-vg-attribution", "score"),
+    ("aro", "aro-coco-order", "score"),
+    ("aro", "aro-flickr-order", "score"),
+    ("colorswap", "colorswap", "metrics/group/score"),
+    ("crepe", "crepe-productivity", "score"),
+    ("eqben", "eqben", "score"),
+    ("imagecode", "imagecode", "score"),
+    ("mmvp_vlm", "mmvp-vlm", "metrics/group/score"),
+    ("sugarcrepe", "sugarcrepe", "score"),
+    ("svo_probes", "svo-probes", "score"),
+    ("valse", "valse", "score"),
+    ("vl_checklist", "vl-checklist", "score"),
+    ("whatsup", "whatsup-controlled-a", "score"),
+    ("whatsup", "whatsup-controlled-b", "score"),
+    ("whatsup", "whatsup-coco-spatial", "score"),
+    ("whatsup", "whatsup-gqa-spatial", "score"),
+    ("winoground", "winoground", "metrics/group/score"),
+]
+SUITES = {"field": FIELD, "vl-compo": VL_COMPO}
+
+
+def members(name: str) -> list[tuple[str, str, str]]:
+    if name not in SUITES:
+        raise FlowclipError(f"--suite {name!r}: no such suite; known: {', '.join(SUITES)}")
+    return SUITES[name]
+
+
+def select(
+    name: str, manifests: list, registered: set[str], store=None, image_root=None
+) -> tuple[list, dict[str, str]]:
+    """The manifests (Manifest objects) that are members of the suite and whose features
+    the store holds, and each absent member with its reason."""
+    from ..store.layout import IMAGE
+    from ..store.manifest_keys import image_keys
+
+    wanted = {b for _, b, _ in members(name)}
+    chosen, absent = [], {}
+    for m in manifests:
+        if m.meta.get("benchmark") not in wanted:
+            continue
+        keys = image_keys(store, m, image_root) if store is not None else []
+        if store is not None and (None in keys or not all(store.has(IMAGE, [k for k in keys if k]))):
+            absent[m.meta["benchmark"]] = f"no features in the store for {m.path} (run extract)"
+        else:
+            chosen.append(m)
+    have = {m.meta["benchmark"] for m in chosen} | set(absent)
+    for b in sorted(wanted - have):
+        absent[b] = "no manifest among those given" if b in registered else "not yet in flowclip (no converter)"
+    return chosen, absent
+
+
+def figure(result: dict, path: str) -> float | None:
+    v: object = result
+    for part in path.split("/"):
+        v = v.get(part) if isinstance(v, dict) else None
+    return v if isinstance(v, float) else None
+
+
+def suite_table(name: str, results: dict, absent: dict[str, str]) -> dict:
+    """{control|run: {column: {value, members, missing}}, "mean": ...} for each scorer."""
+    out = {}
+    for key, per_task in results.items():
+        cols: dict[str, dict] = {}
+        for col, bench, path in members(name):
+            c = cols.setdefault(col, {"values": [], "members": [], "missing": []})
+            v = figure(per_task.get(bench, {}), path) if bench not in absent else None
+            if v is None:
+                c["missing"].append(bench)
+            else:
+                c["values"].append(v)
+                c["members"].append(bench)
+        row = {
+            col: {
+                "value": float(np.mean(c["values"])) if c["values"] and not c["missing"] else None,
+                "members": c["members"],
+                "missing": c["missing"],
+            }
+            for col, c in cols.items()
+        }
+        present = [r["value"] for r in row.values() if r["value"] is not None]
+        row["mean"] = {
+            "value": float(np.mean(present)) if present else None,
+            "members": [c for c, r in row.items() if r["value"] is not None],
+            "missing": [c for c, r in row.items() if r["value"] is None],
+        }
+        out[key] = row
+    return out
