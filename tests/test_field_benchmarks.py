@@ -283,3 +283,57 @@ def test_a_suite_scores_its_members_and_names_the_absent_ones(field, tmp_path):
     assert row["mean"]["value"] == pytest.approx(np.mean([row[c]["value"] for c in present]), abs=1e-15)
     md = (out / "results.md").read_text()
     assert "## Suite vl-compo" in md and "- svo-probes: not yet in flowclip" in md
+
+
+def test_explain_shows_group_images_and_image_choice_views(field, tmp_path):
+    """Token maps for the new kinds: each image of a group with both captions, and an
+    image-choice caption on its gold image and on the image chosen (a one-caption view: no
+    sensitivity). The tiny CLIP's frozen scorer has no token maps: the views and their
+    scores are what is checked here, and the figures and page are written."""
+    from flowclip_cache.scoring.explain import run_explain
+
+    fs = FeatureStore(field["store"])
+    manifests = [str(field["out"] / "winoground.parquet"), str(field["out"] / "imagecode.parquet")]
+    data = run_explain(fs, manifests, ["clip"], str(tmp_path / "ex"), records="all", limit=0,
+                       image_root=str(field["base"] / "images"), log=lambda *a: None)  # fmt: skip
+    ids = [r["record_id"] for r in data["records"]]
+    assert sum(i.endswith("#image0") for i in ids) == 4 and sum(i.endswith("#image1") for i in ids) == 4
+    views = [r for r in data["records"] if r["benchmark"] == "imagecode"]
+    assert {r["record_id"].split("#")[1] for r in views} <= {"gold", "chosen"} and len(views) >= 3
+    mats, cols, _ = score_matrices(fs, Manifest.read(manifests[1]), [heads_by_kind(fs, tmp_path)["clip"]], "cpu")
+    for r in views:
+        assert len(r["captions"]) == 1 and r["gold"] == 0
+        row = list(cols["record_id"]).index(r["record_id"].split("#")[0])
+        col, g = mats["clip"][row, :, 0], cols["gold"][row]
+        assert r["margins"]["clip"] == pytest.approx(col[g] - max(np.delete(col, g)), abs=1e-6)
+    assert (tmp_path / "ex" / "explorer.html").exists() and (tmp_path / "ex" / "grid.png").exists()
+
+
+def heads_by_kind(fs, tmp_path) -> dict:
+    return {s.method: s for s in scorers(fs.meta["dim"], tmp_path)}
+
+
+def test_token_maps_of_group_and_image_choice_views_under_every_token_head(field, tmp_path):
+    from flowclip_cache.scoring.explain import explain_record, matrix_views, token_labels
+    from flowclip_cache.scoring.explain_figures import record_figure
+
+    fs = FeatureStore(field["store"])
+    heads = list(heads_by_kind(fs, tmp_path).values())
+    token_heads = [s for s in heads if hasattr(s.head, "token_evidence")]
+    assert len(token_heads) >= 3
+    for name in ("winoground", "imagecode"):
+        m = Manifest.read(field["out"] / f"{name}.parquet")
+        _, sc = scoring_of(m)
+        views = matrix_views(fs, m, name, sc, heads, "all", None, str(field["base"] / "images"), "cpu")
+        for rec in views[:2]:
+            labels = token_labels(fs, rec["captions"])
+            maps = explain_record(fs, rec, token_heads, labels, "cpu")
+            for run, mp in maps.items():
+                assert len(mp["captions"]) == len(rec["captions"])
+                if name == "imagecode":  # one caption: no foil, no sensitivity
+                    assert mp["foil"] is None and mp["sensitivity"] is None and mp["top_patches"] == []
+                else:
+                    assert mp["foil"] == 1 - rec["gold"] and len(mp["sensitivity"]) == fs.meta["num_patches"]
+            rec["maps"], rec["margins"] = maps, {s.run: 0.0 for s in heads}
+            record_figure(rec, None, int(round(fs.meta["num_patches"] ** 0.5)), str(tmp_path / f"{name}.png"))
+            assert (tmp_path / f"{name}.png").stat().st_size > 0

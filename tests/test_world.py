@@ -177,3 +177,38 @@ def test_the_binding_labs_knobs(tmp_path):
     ):
         with pytest.raises(FlowclipError, match=why):
             check_world(bad, "world")
+
+
+def test_contrast_sets_are_colour_swapped_twins_beside_an_untouched_world(tmp_path):
+    """The image-choice and group stand-ins (synthetic/contrasts.py): the twins differ in
+    the two colours alone (same shapes, cells, background: pixels differ only where the
+    objects are), the captions hold the same words bound differently, the gold image's
+    place varies, and the world's own files are left as they were."""
+    import pytest
+    from PIL import Image
+
+    from flowclip_cache.errors import FlowclipError
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.synthetic.contrasts import build_contrasts
+
+    root = str(tmp_path / "w")
+    build_world(root, seed=3, train_scenes=20, eval_scenes=10, heldout_scenes=5)
+    before = {p: hashlib.sha256(open(os.path.join(root, p), "rb").read()).hexdigest()
+              for p in os.listdir(root) if p.endswith(".parquet") or p == "WORLD_DONE"}  # fmt: skip
+    paths = build_contrasts(root, seed=3, n=12)
+    after = {p: hashlib.sha256(open(os.path.join(root, p), "rb").read()).hexdigest() for p in before}
+    assert before == after
+    groups = Manifest.read(paths["eval-groups"]).table.to_pylist()
+    choice = Manifest.read(paths["eval-image-choice"]).table.to_pylist()
+    assert len(groups) == len(choice) == 12
+    for g in groups:
+        a, b = g["captions"]
+        assert a != b and sorted(a.split()) == sorted(b.split())
+        ia, ib = (np.asarray(Image.open(os.path.join(paths["image_root"], p)).convert("RGB")) for p in g["images"])
+        changed = (ia != ib).any(-1).mean()
+        assert 0 < changed < 0.5  # the objects only
+    assert len({c["gold"] for c in choice}) > 1
+    assert all(c["images"][c["gold"]] == g["images"][0] for c, g in zip(choice, groups))
+    assert build_contrasts(root, seed=3, n=12) == paths  # idempotent
+    with pytest.raises(FlowclipError, match="other settings"):
+        build_contrasts(root, seed=3, n=13)

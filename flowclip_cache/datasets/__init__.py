@@ -48,6 +48,8 @@ REGISTRY = [
     "spec_i2t",
     "spec_t2i",
     "cola_multiobj",
+    "synthetic_groups",
+    "synthetic_image_choice",
 ]
 
 

@@ -48,6 +48,9 @@ def select_records(
     chosen = []
     for m in evaluation_manifests(manifests, log=lambda *_: None):
         name, sc = scoring_of(m)
+        if sc.task in ("image_candidates", "groups"):
+            chosen += matrix_views(store, m, name, sc, scorers, selection, ids, image_root, device)
+            continue
         if sc.task not in ("pairwise", "candidates"):
             continue  # retrieval / classification have no gold-foil margin
         mats, gold, cols, ikeys = score_candidates(store, m, scorers, ["real"], 0, device, image_root, name)
@@ -55,23 +58,8 @@ def select_records(
         correct = {s.run: metrics.decisions(mats[("real", s.run)], gold, sc.tie_rule)[0] for s in scorers}
         a, b = scorers[0].run, scorers[-1].run
         for i, rid in enumerate(rec_ids):
-            status = (
-                "repair"
-                if correct[b][i] and not correct[a][i]
-                else "regression"
-                if correct[a][i] and not correct[b][i]
-                else "unchanged"
-            )
-            keep = (
-                (rid in ids)
-                if ids is not None
-                else (
-                    selection == "all"
-                    or (selection == "changed" and status != "unchanged")
-                    or selection == status + "s"
-                )
-            )
-            if keep:
+            status = _status(correct[a][i], correct[b][i])
+            if _kept(rid, status, selection, ids):
                 scores = {s.run: [float(x) for x in mats[("real", s.run)][i] if not np.isnan(x)] for s in scorers}
                 chosen.append(
                     {
@@ -89,9 +77,9 @@ def select_records(
                     }
                 )
     for r in chosen:
-        margins = {run: metrics.margin(s, r["gold"]) for run, s in r["scores"].items()}
-        r["margins"] = margins
-        r["margin_change"] = margins[scorers[-1].run] - margins[scorers[0].run]
+        if "margins" not in r:  # (an image-choice view carries its record's image margins)
+            r["margins"] = {run: metrics.margin(s, r["gold"]) for run, s in r["scores"].items()}
+        r["margin_change"] = r["margins"][scorers[-1].run] - r["margins"][scorers[0].run]
     chosen.sort(key=lambda r: -abs(r["margin_change"]))
     if ids is not None and len(chosen) < len(ids):
         missing = sorted(ids - {r["record_id"] for r in chosen})
@@ -100,6 +88,63 @@ def select_records(
         kept = {st: [r for r in chosen if r["status"] == st][:limit] for st in ("repair", "regression", "unchanged")}
         return sorted((r for rs in kept.values() for r in rs), key=lambda r: -abs(r["margin_change"]))
     return chosen[:limit] if limit else chosen
+
+
+def _status(right_first: bool, right_last: bool) -> str:
+    return (
+        "repair" if right_last and not right_first else "regression" if right_first and not right_last else "unchanged"
+    )
+
+
+def _kept(rid: str, status: str, selection: str, ids) -> bool:
+    if ids is not None:
+        return rid in ids
+    return selection == "all" or (selection == "changed" and status != "unchanged") or selection == status + "s"
+
+
+def matrix_views(store, m, name, sc, scorers, selection, ids, image_root, device) -> list[dict]:
+    """Image-choice and group records as views of one image each, in the candidates'
+    layout. A group: each of its two images with both captions, its own the gold (the
+    text direction), record ids <id>#image0 / #image1. An image-choice record: its caption
+    on the gold image and on the image the last scorer chose (#gold, #chosen), each view
+    carrying the record's image margins (gold image's score - the best other image's)."""
+    from .matrix_tasks import score_matrices
+
+    mats, cols, ikeys = score_matrices(store, m, scorers, device, image_root)
+    groups = sc.task == "groups"
+    if groups:
+        correct = {s.run: metrics.group_decisions(mats[s.run], sc.tie_rule)[sc.headline_metric] for s in scorers}
+    else:
+        gold = np.asarray(cols["gold"])
+        correct = {s.run: metrics.decisions(mats[s.run][:, :, 0], gold, sc.tie_rule)[0] for s in scorers}
+    a, b = scorers[0].run, scorers[-1].run
+    out = []
+    for r, rid in enumerate(str(x) for x in cols["record_id"]):
+        status = _status(correct[a][r], correct[b][r])
+        if not _kept(rid, status, selection, ids):
+            continue
+        base = {
+            "benchmark": name,
+            "status": status,
+            "crop": None,
+            "correct": {k: bool(c[r]) for k, c in correct.items()},
+        }
+        base["task"] = str(cols["subset"][r]) if "subset" in cols else name
+        if groups:
+            for i in (0, 1):
+                scores = {s.run: [float(x) for x in mats[s.run][r, i]] for s in scorers}
+                view = {"record_id": f"{rid}#image{i}", "gold": i, "image": cols["images"][r][i], "scores": scores}
+                out.append({**base, **view, "image_key": ikeys[r][i], "captions": list(cols["captions"][r])})
+            continue
+        col = {s.run: mats[s.run][r, : len(ikeys[r]), 0] for s in scorers}
+        g = int(gold[r])
+        margins = {run: metrics.margin(list(v), g) for run, v in col.items()}
+        pick = int(np.argmax(col[b]))  # the image the last scorer chose (np.argmax: the first of equals)
+        for tag, i in [("gold", g)] + ([("chosen", pick)] if pick != g else []):
+            out.append({**base, "record_id": f"{rid}#{tag}", "gold": 0, "image": cols["images"][r][i],
+                        "image_key": ikeys[r][i], "captions": [cols["caption"][r]], "margins": dict(margins),
+                        "scores": {run: [float(v[i])] for run, v in col.items()}})  # fmt: skip
+    return out
 
 
 def best_foil(scores: list[float], gold: int) -> int:
@@ -124,8 +169,9 @@ def explain_record(store, rec: dict, scorers, labels, device) -> dict:
             continue  # global-only (or other) scorers: margins only
         with torch.no_grad():
             ev = s.head.token_evidence(v[0], P[0], t, H, mask)
-        foil = best_foil(rec["scores"][s.run], rec["gold"])
-        sens = sensitivity(s.head, P[0], H, mask, rec["gold"], foil)
+        # one caption (an image-choice view): no foil, so no margin to take the sensitivity of
+        foil = best_foil(rec["scores"][s.run], rec["gold"]) if n > 1 else None
+        sens = sensitivity(s.head, P[0], H, mask, rec["gold"], foil) if foil is not None else None
         caps = []
         for c in range(n):
             valid = mask[c]
@@ -144,8 +190,10 @@ def explain_record(store, rec: dict, scorers, labels, device) -> dict:
         maps[s.run] = {
             "foil": foil,
             "captions": caps,
-            "sensitivity": _r(sens),
-            "top_patches": [int(j) for j in np.argsort(-np.abs(sens.numpy()))[:TOP_PATCHES]],
+            "sensitivity": _r(sens) if sens is not None else None,
+            "top_patches": [int(j) for j in np.argsort(-np.abs(sens.numpy()))[:TOP_PATCHES]]
+            if sens is not None
+            else [],
         }
     return maps
 

@@ -112,21 +112,18 @@ def record_plot(rec: dict, im, grid: int):
     plt = _plt()
     run = list(rec["maps"])[-1]
     mp = rec["maps"][run]
-    rows = [rec["gold"], mp["foil"]]
+    rows = [rec["gold"]] + ([mp["foil"]] if mp["foil"] is not None else [])  # (an image-choice view: one caption)
     n_maps = max(1, min(3, max(len(mp["captions"][c]["maps"]) for c in rows)))
     cols = 1 + n_maps * TOKENS_SHOWN
-    fig, axes = plt.subplots(2, cols, figsize=(1.9 * cols, 4.8), squeeze=False)  # readable at the page's width
+    fig, axes = plt.subplots(len(rows), cols, figsize=(1.9 * cols, 2.4 * len(rows) + 0.5), squeeze=False)
     for r, c in enumerate(rows):
         cap = mp["captions"][c]
-        shown = draw_map(
-            axes[r, 0],
-            im,
-            mp["sensitivity"],
-            grid,
-            f"{'gold' if c == rec['gold'] else 'foil'}: s={cap['s']:.4f}\nsensitivity",
-            mp["top_patches"],
-        )
-        fig.colorbar(shown, ax=axes[r, 0], fraction=0.046, pad=0.02).set_label("relative", fontsize=6)
+        title = f"{'gold' if c == rec['gold'] else 'foil'}: s={cap['s']:.4f}"
+        if mp["sensitivity"] is None:
+            _picture(axes[r, 0], im, title + "\n(one caption: no sensitivity)")
+        else:
+            shown = draw_map(axes[r, 0], im, mp["sensitivity"], grid, title + "\nsensitivity", mp["top_patches"])
+            fig.colorbar(shown, ax=axes[r, 0], fraction=0.046, pad=0.02).set_label("relative", fontsize=6)
         order = tokens_by_role(cap["tokens"], cap["contrib"])[:TOKENS_SHOWN]
         names = list(cap["maps"])[:n_maps]
         for k in range(TOKENS_SHOWN):
@@ -143,6 +140,13 @@ def record_plot(rec: dict, im, grid: int):
     fig.text(0.5, 0.005, MAP_NOTE + " Under a token: its share of s_token.", ha="center", fontsize=6)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
+
+
+def _picture(ax, im, title: str) -> None:
+    if im is not None:
+        ax.imshow(im)
+    ax.set_title(title, fontsize=7)
+    ax.axis("off")
 
 
 def _margins_text(rec: dict) -> str:
@@ -176,7 +180,9 @@ def grid_plot(records: list[dict], grid: int, most: int = 8):
     for r, rec in enumerate(shown):
         im = _decode(rec.get("picture"), Image)
         runs = list(rec["maps"])
-        if runs:
+        if runs and rec["maps"][runs[-1]]["sensitivity"] is None:
+            _picture(axes[r, 0], im, f"{rec['record_id']} ({rec['status']})")
+        elif runs:
             mp = rec["maps"][runs[-1]]
             shown = draw_map(
                 axes[r, 0], im, mp["sensitivity"], grid, f"{rec['record_id']} ({rec['status']})", mp["top_patches"]

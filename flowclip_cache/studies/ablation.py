@@ -75,14 +75,21 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     from ..extraction.encoders import resolve
     from ..extraction.extract import run_extract
     from ..store import FeatureStore
+    from ..synthetic.contrasts import build_contrasts
     from ..synthetic.world import FAMILIES, build_world
     from .study import claim_folder
 
     claim_folder(cfg.out)
-    paths = build_world(cfg.world_folder or os.path.join(cfg.out, "world"), **(cfg.world or {}))
+    world = cfg.world_folder or os.path.join(cfg.out, "world")
+    paths = build_world(world, **(cfg.world or {}))
+    # the image-choice and group stand-ins (synthetic/contrasts.py): 200 groups, fewer in a smaller world
+    w = cfg.world or {}
+    n = min(200, w.get("eval_scenes", 300))
+    paths.update(build_contrasts(world, seed=w.get("seed", 0), n=n, size=w.get("size", 64)))
     enc = resolve(encoder_spec(cfg.encoder))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config, owner=cfg.out)
     evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
+    evals += [paths["eval-groups"], paths["eval-image-choice"]]
     s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0, progress=progress)
     log(f"  world: {s.images_new} new images, {s.images_stored} already stored")
     store.refresh()

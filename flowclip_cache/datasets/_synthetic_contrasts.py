@@ -1,0 +1,36 @@
+"""The synthetic world's image-choice and group stand-ins as benchmarks
+(flowclip_cache/synthetic/contrasts.py). `--source` is the world folder: the world and
+its contrast sets are generated there first if absent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from .base import Benchmark, BuildReport, RowErrors, Scoring
+
+
+def contrast_benchmark(which: str, title: str, kind: str, scoring: Scoring) -> Benchmark:
+    def build(source: str, out: str, errors: RowErrors, seed: str = "0") -> BuildReport:
+        import pyarrow.parquet as pq
+
+        from ..synthetic.contrasts import build_contrasts
+        from ..synthetic.world import build_world
+
+        build_world(source, seed=int(seed))
+        paths = build_contrasts(source, seed=int(seed))
+        src = paths[f"eval-{which}"]
+        if os.path.abspath(out) != os.path.abspath(src):
+            shutil.copyfile(src, out)
+        t = pq.read_table(src)
+        images = {p for ps in t.column("images").to_pylist() for p in ps}
+        return BuildReport(t.num_rows, len(images), notes=[f"images under {paths['image_root']}"])
+
+    return Benchmark(
+        name=f"synthetic-{which}",
+        title=title,
+        kind=kind,
+        build=build,
+        scoring=scoring,
+        options={"seed": "world seed (default 0)"},
+    )

@@ -1,0 +1,96 @@
+"""The synthetic world's stand-ins for the field's image-choice and group tasks, rendered
+beside a world (in <world>/images/contrast/, manifests <world>/eval_groups.parquet and
+<world>/eval_image-choice.parquet), from their own seed stream: the world itself and its
+other manifests are untouched.
+
+    synthetic-groups        Winoground in miniature: scene A holds two objects; scene B
+                            is A with the two colours exchanged (same shapes, places,
+                            sizes, background and clutter). Captions "a red square and a
+                            blue circle" / "a blue square and a red circle": the same words,
+                            bound differently. Text, image and group scores.
+    synthetic-image-choice  one caption chooses among four images: its scene, the
+                            colour-swapped twin, the shape-swapped twin and the two objects
+                            moved (another layout): only binding tells the first two apart.
+
+Seen colour-shape combinations only (the held-out ones stay for the held-out family)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import replace
+
+import pyarrow as pa
+
+from ..errors import FlowclipError
+from ..manifest import write_manifest
+from .scenes import COLOURS, GRID, SHAPES, SIZES, Obj, render
+from .world import _pair_caption, held_out_combos
+
+VERSION = 1
+
+
+def contrast_paths(root: str) -> dict[str, str]:
+    return {
+        "image_root": os.path.join(root, "images"),
+        "eval-groups": os.path.join(root, "eval_groups.parquet"),
+        "eval-image-choice": os.path.join(root, "eval_image-choice.parquet"),
+    }
+
+
+def build_contrasts(root: str, seed: int = 0, n: int = 200, size: int = 64) -> dict[str, str]:
+    """Render the twins and write both manifests under a built world's root; idempotent
+    (a marker records the settings; other settings are refused)."""
+    if not os.path.exists(os.path.join(root, "WORLD_DONE")):
+        raise FlowclipError(f"{root} holds no synthetic world (WORLD_DONE): build the world first")
+    paths = contrast_paths(root)
+    marker = os.path.join(root, "CONTRASTS_DONE")
+    settings = {"seed": seed, "n": n, "size": size, "version": VERSION}
+    if os.path.exists(marker):
+        if json.load(open(marker)) != settings:
+            raise FlowclipError(f"{root} holds contrast sets built with other settings; use another world folder")
+        return paths
+    held = held_out_combos(seed)
+    combos = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in held]
+    groups, choices = [], []
+    os.makedirs(os.path.join(paths["image_root"], "contrast"), exist_ok=True)
+    for i in range(n):
+        rng = random.Random(f"{seed}:contrast:{i}")
+        a, b = _distinct_pair(rng, combos)
+        colour_swap = [replace(a, colour=b.colour), replace(b, colour=a.colour)]
+        shape_swap = [replace(a, shape=b.shape), replace(b, shape=a.shape)]
+        cells = rng.sample(
+            [c for c in ((x, y) for x in range(GRID) for y in range(GRID)) if c not in (a.cell, b.cell)], 2
+        )
+        moved = [replace(a, cell=cells[0]), replace(b, cell=cells[1])]
+        names = []
+        for k, objs in enumerate(([a, b], colour_swap, shape_swap, moved)):
+            name = f"contrast/{i:05d}_{k}.png"
+            render(objs, random.Random(f"{seed}:contrast:{i}:render"), size).save(
+                os.path.join(paths["image_root"], name)
+            )
+            names.append(name)
+        caption, twin = _pair_caption(a, b), _pair_caption(*colour_swap)
+        groups.append({"record_id": f"groups/{i}", "images": names[:2], "captions": [caption, twin]})
+        order = rng.sample(range(4), 4)  # the gold's place varies, so no position wins by itself
+        choices.append(
+            {"record_id": f"image-choice/{i}", "images": [names[k] for k in order], "caption": caption,
+             "gold": order.index(0)}
+        )  # fmt: skip
+    write_manifest(paths["eval-groups"], pa.Table.from_pylist(groups), "groups", {"benchmark": "synthetic-groups"})
+    meta = {"benchmark": "synthetic-image-choice"}
+    write_manifest(paths["eval-image-choice"], pa.Table.from_pylist(choices), "image_candidates", meta)
+    with open(marker, "w") as f:
+        json.dump(settings, f)
+    return paths
+
+
+def _distinct_pair(rng: random.Random, combos: list[tuple[str, str]]) -> tuple[Obj, Obj]:
+    """Two objects of different colours and shapes whose swapped combinations are seen too."""
+    seen = set(combos)
+    while True:
+        (ca, sa), (cb, sb) = rng.sample(combos, 2)
+        if ca != cb and sa != sb and {(cb, sa), (ca, sb)} <= seen:
+            cells = rng.sample([(x, y) for x in range(GRID) for y in range(GRID)], 2)
+            return Obj(sa, ca, rng.choice(SIZES), cells[0]), Obj(sb, cb, rng.choice(SIZES), cells[1])
