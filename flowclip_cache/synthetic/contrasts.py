@@ -71,7 +71,7 @@ def build_contrasts(root: str, seed: int = 0, n: int = 200, size: int = 64) -> d
                 os.path.join(paths["image_root"], name)
             )
             names.append(name)
-        caption, twin = _pair_caption(a, b), _pair_caption(*colour_swap)
+        caption, twin = _pair_caption(a, b), _pair_caption(colour_swap[0], colour_swap[1])
         groups.append({"record_id": f"groups/{i}", "images": names[:2], "captions": [caption, twin]})
         order = rng.sample(range(4), 4)  # the gold's place varies, so no position wins by itself
         choices.append(
