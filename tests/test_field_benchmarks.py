@@ -337,3 +337,16 @@ def test_token_maps_of_group_and_image_choice_views_under_every_token_head(field
             rec["maps"], rec["margins"] = maps, {s.run: 0.0 for s in heads}
             record_figure(rec, None, int(round(fs.meta["num_patches"] ** 0.5)), str(tmp_path / f"{name}.png"))
             assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_a_study_takes_a_suite_and_refuses_an_unknown_one_before_training(field, tmp_path):
+    from flowclip_cache.config import build
+    from flowclip_cache.errors import FlowclipError
+    from flowclip_cache.studies.ablation import AblationConfig, run
+
+    data = {"kind": "ablation", "out": str(tmp_path / "study"), "store": field["store"], "train": "none.parquet",
+            "eval": [str(field["out"])], "seeds": [0], "heads": {"g": {"head": "global"}}, "suite": "vl-compo"}  # fmt: skip
+    assert build(AblationConfig, data, "test").suite == "vl-compo"
+    with pytest.raises(FlowclipError, match="no such suite"):
+        run(build(AblationConfig, {**data, "suite": "vl_compo"}, "test"), False, 1, log=lambda *a: None)
+    assert not (tmp_path / "study" / "runs").exists()

@@ -43,6 +43,7 @@ class AblationConfig:
     data_placement: str = "auto"  # where training features live: auto | device | host | store
     side_by_side: bool = True  # heads sharing a data order train on the same batches
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
+    suite: str | None = None  # score only a named suite's members among eval (flowclip score --suite)
 
 
 def plan(cfg: AblationConfig) -> list[RunSpec]:
@@ -171,6 +172,7 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
         feature_dims=_dims(spec) if cfg.world is not None and not cfg.store else None,
         progress=progress,
         figures=cfg.figures,
+        suite=cfg.suite,
         log=log,
     )
 

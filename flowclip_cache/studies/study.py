@@ -67,9 +67,15 @@ def execute(
     progress: bool = True,
     placement: str = "auto",
     figures: bool = True,
+    suite: str | None = None,
     log=print,
 ) -> dict | None:
+    """suite: score only that suite's members among eval_manifests (flowclip score --suite)."""
     from .. import outputs
+    from ..scoring.suites import members
+
+    if suite:
+        members(suite)  # an unknown suite name fails here, before any training
     from .checks import check_study, plan_lines
 
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
@@ -93,6 +99,8 @@ def execute(
         log(f"  {line}")
     plan_lines(runs, run_dirs, checked, log, measure=dry_run)
     what = done_key(runs, eval_manifests, controls, bootstrap, compare)
+    if suite:
+        what["suite"] = suite  # (absent otherwise: summaries written before suites stay current)
     finished = summary_is_current(out, what, log)
     if checked.problems:
         raise FlowclipError(
@@ -124,7 +132,7 @@ def execute(
         rank=(rank, ranks),
         **shared,
     )
-    scoring = {**shared, "figures": figures}
+    scoring = {**shared, "figures": figures, "suite": suite}
     summarise = lambda: _summarise(  # noqa: E731
         store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, scoring
     )
@@ -357,8 +365,10 @@ def score_and_summarise(
     t0: float,
     log,
     figures: bool = True,
+    suite: str | None = None,
 ) -> dict:
-    """Score CLIP and every run on every manifest; the summary across seeds with timings."""
+    """Score CLIP and every run on every manifest (or a suite's members among them); the
+    summary across seeds with timings."""
     from ..scoring.score import run_score
 
     specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
@@ -375,6 +385,7 @@ def score_and_summarise(
         compare=pairs,
         progress=progress,
         figures=figures,
+        suite=suite,
         log=lambda m: log(f"  {m}"),
     )
     summary = summarise(score, runs, run_dirs)
