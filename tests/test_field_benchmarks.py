@@ -344,8 +344,8 @@ def test_a_study_takes_a_suite_and_refuses_an_unknown_one_before_training(field,
     from flowclip_cache.errors import FlowclipError
     from flowclip_cache.studies.ablation import AblationConfig, run
 
-    data = {"kind": "ablation", "out": str(tmp_path / "study"), "store": field["store"], "train": "none.parquet",
-            "eval": [str(field["out"])], "seeds": [0], "heads": {"g": {"head": "global"}}, "suite": "vl-compo"}  # fmt: skip
+    data = {"kind": "ablation", "out": str(tmp_path / "study"), "store": field["store"], "train": "none.parquet"}
+    data.update(eval=[str(field["out"])], seeds=[0], heads={"g": {"head": "global"}}, suite="vl-compo")
     assert build(AblationConfig, data, "test").suite == "vl-compo"
     with pytest.raises(FlowclipError, match="no such suite"):
         run(build(AblationConfig, {**data, "suite": "vl_compo"}, "test"), False, 1, log=lambda *a: None)
