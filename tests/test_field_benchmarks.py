@@ -256,6 +256,8 @@ def test_score_writes_group_and_image_choice_tables(field, tmp_path):
         "group",
     }
     assert "recall" in res["imagecode"] and set(res["imagecode"]["by_split"]) == {"static", "video"}
+    for png in ("groups_winoground.png", "groups_mmvp-vlm.png", "margins_imagecode.png", "margins_spec-t2i.png"):
+        assert (out / png).stat().st_size > 0, png
     shutil.rmtree(out)
 
 

@@ -334,10 +334,10 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
     open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
     open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
     if figures:
-        write_figures(folder, summary, record_rows)
+        write_figures(folder, summary, record_rows, benches)
 
 
-def write_figures(folder: str, summary: dict, record_rows: list) -> None:
+def write_figures(folder: str, summary: dict, record_rows: list, benches: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -347,10 +347,12 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
     method = {s["run"]: s["method"] for s in summary.get("scorers", [])}
     label = lambda run: run if method.get(run, run) == run else f"{method[run]} ({run})"
     partial = partial_tasks(summary)
-    # gold-foil margins of pairwise tasks, Real control, one panel per benchmark
+    _group_figures(folder, summary, benches or {}, label, partial, plt)
+    choice = {t for t, sc in (benches or {}).items() if sc.task == "image_candidates"}
+    # gold-foil margins of pairwise tasks (image choice: gold image - best other), Real, one panel per benchmark
     by_task: dict = {}
     for r in record_rows:
-        if r["control"] == "real" and len(r["scores"]) == 2:
+        if r["control"] == "real" and (len(r["scores"]) == 2 and r["gold"] is not None or r["benchmark"] in choice):
             by_task.setdefault(r["benchmark"], {}).setdefault(r["scorer"], []).append(
                 metrics.margin(r["scores"], r["gold"])
             )
@@ -359,7 +361,7 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
         for run, margins in per.items():
             ax.hist(margins, bins=40, alpha=0.5, label=label(run))
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_xlabel("gold - foil score")
+        ax.set_xlabel("gold image - best other image's score" if task in choice else "gold - foil score")
         ax.set_ylabel("records")
         ax.set_title(f"{task}: margins (Real)" + (" - partial: records left out" if task in partial else ""))
         ax.legend(fontsize=8)
@@ -381,3 +383,28 @@ def write_figures(folder: str, summary: dict, record_rows: list) -> None:
                 fig.tight_layout()
                 fig.savefig(os.path.join(folder, f"recall_vs_complexity_{task}_{run}.png"), dpi=100)
                 plt.close(fig)
+
+
+def _group_figures(folder: str, summary: dict, benches: dict, label, partial: dict, plt) -> None:
+    """Per group task: text, image and group (the benchmark's names) per scorer, Real."""
+    for task in [t for t, sc in benches.items() if sc.task == "groups"]:
+        runs = [
+            (k.split("|")[1], per[task])
+            for k, per in summary["results"].items()
+            if k.startswith("real|") and task in per
+        ]
+        if not runs:
+            continue
+        names = list(runs[0][1]["metrics"])
+        width = 0.8 / len(runs)
+        fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(names) + 2), 3.5))
+        for j, (run, r) in enumerate(runs):
+            values = [100 * r["metrics"][m]["score"] for m in names]
+            ax.bar(np.arange(len(names)) + j * width, values, width, label=label(run))
+        ax.set_xticks(np.arange(len(names)) + width * (len(runs) - 1) / 2, names)
+        ax.set_ylabel("% (the benchmark's aggregation)")
+        ax.set_title(f"{task}: group scores (Real)" + (" - partial: records left out" if task in partial else ""))
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(folder, f"groups_{task}.png"), dpi=100)
+        plt.close(fig)
