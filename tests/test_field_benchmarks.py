@@ -352,3 +352,33 @@ def test_a_study_takes_a_suite_and_refuses_an_unknown_one_before_training(field,
     with pytest.raises(FlowclipError, match="no such suite"):
         run(build(AblationConfig, {**data, "suite": "vl_compo"}, "test"), False, 1, log=lambda *a: None)
     assert not (tmp_path / "study" / "runs").exists()
+
+
+def test_paired_comparisons_of_the_new_kinds(field, tmp_path):
+    """Decision changes and the bootstrap's input: records of one ImageCoDe set (and of one
+    group) resample together, clustered by their first image; changes count the headline."""
+    from flowclip_cache.scoring.matrix_tasks import score_matrix_task
+    from flowclip_cache.scoring.stats import paired_bootstrap
+
+    fs = FeatureStore(field["store"])
+    heads = heads_by_kind(fs, tmp_path)
+    two = [heads["clip"], heads["flow"]]
+    images: dict = {}
+    boot = []
+    for name in ("imagecode", "winoground"):
+        m = Manifest.read(field["out"] / f"{name}.parquet")
+        _, sc = scoring_of(m)
+        results: dict = {}
+        rows, changes, tasks = score_matrix_task(fs, m, name, sc, two, "cpu", None, 2048, results, images)
+        boot += tasks
+        right = {s.run: np.array([r["correct"] for r in rows if r["scorer"] == s.run]) for s in two}
+        ch = changes["flow vs clip"]
+        assert ch["repairs"] == int((right["flow"] & ~right["clip"]).sum())
+        assert ch["regressions"] == int((right["clip"] & ~right["flow"]).sum())
+        if name == "imagecode":
+            idx = tasks[0]["image_index"]
+            assert idx[1] == idx[2] != idx[0]  # the two descriptions of one set: one cluster
+        else:
+            assert results[("real", "flow")][name]["score"] == right["flow"].mean()  # group, the headline
+    out = paired_bootstrap(boot, {"clip": ["clip"], "flow": ["flow"]}, [("clip", "flow")], len(images), 200, 0)
+    assert set(out) == {"imagecode", "winoground"}
