@@ -49,6 +49,13 @@ def test_demo_report_reads_itself(tmp_path):
     # the conclusion points at the binding lab's finding, and names the factors it varied
     assert "text tower's attention, causal or bidirectional" in md and "none made it clear" in md
     assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output
+    # the image-choice and group stand-ins are scored (Real only: their controls read n/d, explained)
+    import json
+
+    res = json.load(open(os.path.join(out, "score", "results.json")))["results"]
+    assert set(res["real|clip"]["synthetic-groups"]["metrics"]) == {"text", "image", "group"}
+    assert res["real|clip"]["synthetic-image-choice"]["n"] > 0 and "synthetic-groups" not in res["shuffle|clip"]
+    assert "| synthetic-groups |" in md and "n/d: not defined" in md
 
 
 def test_demo_with_the_head_zoo(tmp_path):

@@ -253,7 +253,8 @@ def _control_tables(summary: dict) -> list[str]:
     spread = "mean ± sample std across seeds" if seeds_of(summary) > 1 else "one seed, so no spread across seeds"
     md: list[str] = []
     for control, tbl in summary["controls"].items():
-        rows = [[m] + [_cell(row[c]) if c in row else "" for c in cols] for m, row in tbl.items()]
+        blank = "n/d" if control != "real" else ""  # a task Real alone scores (image choice, groups)
+        rows = [[m] + [_cell(row[c]) if c in row else blank for c in cols] for m, row in tbl.items()]
         md += [
             f"## {control.capitalize()} images",
             "",
@@ -262,6 +263,9 @@ def _control_tables(summary: dict) -> list[str]:
             *table(["method"] + cols, rows),
             "",
         ]
+        if control != "real" and any(c not in row for row in tbl.values() for c in cols):
+            md += ["n/d: not defined: in image-choice and group tasks the images are the candidates, so no "
+                   "image control is scored there (docs/method.md).", ""]  # fmt: skip
         if any(v.get("partial") for row in tbl.values() for v in row.values()):
             md += [PARTIAL_NOTE, ""]
     return md
