@@ -382,3 +382,16 @@ def test_paired_comparisons_of_the_new_kinds(field, tmp_path):
             assert results[("real", "flow")][name]["score"] == right["flow"].mean()  # group, the headline
     out = paired_bootstrap(boot, {"clip": ["clip"], "flow": ["flow"]}, [("clip", "flow")], len(images), 200, 0)
     assert set(out) == {"imagecode", "winoground"}
+
+
+def test_ones_own_group_and_image_choice_sets_declare_their_scoring():
+    from flowclip_cache.datasets.base import Scoring
+    from flowclip_cache.errors import FlowclipError
+
+    sc = Scoring.declared({"task": "groups", "tie_rule": "second_image", "headline_metric": "image"}, "mine")
+    assert (sc.task, sc.tie_rule, sc.headline_metric) == ("groups", "second_image", "image")
+    assert Scoring.declared({"task": "image_candidates", "tie_rule": "first"}, "mine").tie_rule == "first"
+    for bad in ({"task": "candidates", "tie_rule": "second_image"}, {"task": "groups", "tie_rule": "first"},
+                {"task": "groups", "headline_metric": "both"}):  # fmt: skip
+        with pytest.raises(FlowclipError):
+            Scoring.declared(bad, "mine")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..hashing import caption_key
 from ..manifest import Manifest
 from ..store.banks import FeatureBank
 from ..store.manifest_keys import manifest_keys
@@ -68,7 +69,9 @@ def pair_scores(store, pairs: list[tuple[str, str]], scorers, device, max_memory
     pairs (sorted by image) whose features fit about max_memory_mb."""
     need_tokens = any(s.head.uses_tokens for s in scorers)
     d, P = store.meta["dim"], store.meta["num_patches"]
-    per_pair = 2 * d * (2 + (P + 77 if need_tokens else 0)) * 2  # FP16 rows of one image and one caption, twice
+    texts = sorted({c for _, c in pairs})
+    L = store.count_tokens([caption_key(c) for c in texts]) / max(1, len(texts)) if need_tokens else 0
+    per_pair = 2 * d * (2 + (P + L if need_tokens else 0)) * 2  # FP16 rows of one image and one caption, twice
     size = max(1, int(max_memory_mb * 2**20 / per_pair))
     out = {s.run: np.empty(len(pairs), np.float32) for s in scorers}
     for a in range(0, len(pairs), size):
