@@ -285,6 +285,10 @@ def test_a_suite_scores_its_members_and_names_the_absent_ones(field, tmp_path):
     assert row["mean"]["value"] == pytest.approx(np.mean([row[c]["value"] for c in present]), abs=1e-15)
     md = (out / "results.md").read_text()
     assert "## Suite vl-compo" in md and "- svo-probes: not yet in flowclip" in md
+    # each member's breakdown beside the headline: EqBen per subset and metric, MMVP per category
+    eq = res["eqben"]["by_subset"]["eqbenag group"] * 100
+    assert f"| eqben | subset=eqbenag group | {eq:.2f} |" in md
+    assert "| mmvp-vlm | category=Orientation and Direction image |" in md and "| winoground | text |" in md
 
 
 def test_explain_shows_group_images_and_image_choice_views(field, tmp_path):

@@ -268,9 +268,23 @@ def _suite(summary, scorers, benches, name):
     ]
     if su["absent"]:
         md += ["Absent members:", ""] + [f"- {b}: {why}" for b, why in su["absent"].items()] + [""]
+    md += _suite_breakdown(summary, name)
     if notes:
         md += ["Columns made of several benchmarks:", ""] + notes + [""]
     return md, []
+
+
+def _suite_breakdown(summary, name) -> list[str]:
+    """Each member's figures besides its headline (text/image/group, every breakdown), Real."""
+    from .suites import breakdown_rows
+
+    keys, rows = breakdown_rows(summary["suite"]["name"], summary["results"], summary["suite"]["absent"])
+    if not rows:
+        return []
+    heads = [name.get(k.split("|")[1], k.split("|")[1]) for k in keys]
+    cells = [r[:2] + [fmt(v * 100 if v is not None else None) for v in r[2:]] for r in rows]
+    return [f"### Suite {summary['suite']['name']}: each member's breakdown (%, Real)", "",
+            *table(["benchmark", "figure"] + heads, cells), ""]  # fmt: skip
 
 
 def _groups(summary, scorers, benches, name):

@@ -116,3 +116,33 @@ def suite_table(name: str, results: dict, absent: dict[str, str]) -> dict:
         }
         out[key] = row
     return out
+
+
+def breakdown_rows(name: str, results: dict, absent: dict[str, str]) -> tuple[list[str], list[list]]:
+    """(scorer keys, rows) of the suite's breakdown table, Real images: per member present,
+    each figure its results hold besides the headline (text/image/group, and every
+    by_<column> value), as fractions; one column per scorer."""
+    keys = [k for k in results if k.startswith("real|")]
+    rows = []
+    for bench in dict.fromkeys(b for _, b, _ in members(name)):
+        if bench in absent:
+            continue
+        first = next((results[k][bench] for k in keys if bench in results[k]), None)
+        if first is None:
+            continue
+        paths = [(f"{m}", f"metrics/{m}/score") for m in first.get("metrics", {})]
+        paths += [(f"{col[3:]}={g}", f"{col}/{g}") for col, v in first.items() if col.startswith("by_") for g in v]
+        for label, path in paths:
+            rows.append([bench, label] + [_at(results[k].get(bench, {}), path) for k in keys])
+    return keys, rows
+
+
+def _at(result: dict, path: str):
+    head, _, rest = path.partition("/")
+    v = result.get(head)
+    if "/" in rest and head == "metrics":
+        m, _, leaf = rest.partition("/")
+        v = v.get(m, {}).get(leaf) if isinstance(v, dict) else None
+    elif rest:
+        v = v.get(rest) if isinstance(v, dict) else None
+    return v if isinstance(v, float) else None
