@@ -59,8 +59,9 @@ def scorer_labels(scorers) -> dict[str, str]:
     return {s.run: s.method if counts[s.method] == 1 else f"{s.method} [{s.run}]" for s in scorers}
 
 
-def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[str], list[str]]:
-    """(results.md lines, results.csv lines) of a score summary."""
+def results_markdown(summary: dict, scorers, controls, benches, sections=()) -> tuple[list[str], list[str]]:
+    """(results.md lines, results.csv lines) of a score summary; sections: further
+    section writers placed after the compositional tables (report_field's)."""
     name = scorer_labels(scorers)
     comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates", "image_candidates", "groups")]
     md = [
@@ -76,7 +77,7 @@ def results_markdown(summary: dict, scorers, controls, benches) -> tuple[list[st
     if comp:
         m, c = _compositional(summary, scorers, controls, benches, comp, name)
         md, csv = md + m, csv + c
-    for section in (_suite, _groups, _retrieval, _zero_shot, _bootstrap, _changes):
+    for section in (*sections, _retrieval, _zero_shot, _bootstrap, _changes):
         m, c = section(summary, scorers, benches, name)
         md, csv = md + m, csv + c
     return md, csv
@@ -229,89 +230,6 @@ def _lost_cells(summary: dict, task: str, key: str, sc, cols: list[str]) -> set[
         return {n for n, members in sc.groups if gone & set(members)}
     col = key.split("by_", 1)[1] if "by_" in key else None
     return set(lost.get(col, [])) & set(cols) if col else set()
-
-
-GROUPS_NOTE = (
-    "Each group: two images, two captions, each image's own caption known. **text**: each image scores "
-    "its own caption above the other; **image**: each caption scores its own image above the other; "
-    "**group**: both. Every comparison strict (a tie is wrong) unless the benchmark's rule says otherwise "
-    "(MMVP: a caption whose two images tie chooses the second). Each figure aggregated as the benchmark "
-    "aggregates its official score (pooled, per category, or a mean of named groups); the headline, "
-    "marked †, is the benchmark's official score. Real images only: the image controls are not defined "
-    "where the images are the candidates."
-)
-
-
-def _suite(summary, scorers, benches, name):
-    if "suite" not in summary:
-        return [], []
-    su = summary["suite"]
-    cols = list(next(iter(su["table"].values()), {}))
-    rows = []
-    for key, row in su["table"].items():
-        control, run = key.split("|")
-        label = name.get(run, run) + ("" if control == "real" else f" ({control})")
-        rows.append([label] + [fmt(row[c]["value"] * 100 if row[c]["value"] is not None else None)
-                                            for c in cols])  # fmt: skip
-    first = next(iter(su["table"].values()), {})
-    notes = [f"- {c}: {', '.join(first[c]['members'])}" for c in cols if c != "mean" and len(first[c]["members"]) > 1]
-    md = [
-        f"## Suite {su['name']}",
-        "",
-        "Each column a member's figure (%; a column several benchmarks make is their mean); 'mean' is the "
-        "mean over the columns present, named below; '–' is a member absent or incomplete.",
-        "",
-        *table(["scorer"] + cols, rows),
-        "",
-        f"mean over: {', '.join(first.get('mean', {}).get('members', []))}",
-        "",
-    ]
-    if su["absent"]:
-        md += ["Absent members:", ""] + [f"- {b}: {why}" for b, why in su["absent"].items()] + [""]
-    md += _suite_breakdown(summary, name)
-    if notes:
-        md += ["Columns made of several benchmarks:", ""] + notes + [""]
-    return md, []
-
-
-def _suite_breakdown(summary, name) -> list[str]:
-    """Each member's figures besides its headline (text/image/group, every breakdown), Real."""
-    from .suites import breakdown_rows
-
-    keys, rows = breakdown_rows(summary["suite"]["name"], summary["results"], summary["suite"]["absent"])
-    if not rows:
-        return []
-    heads = [name.get(k.split("|")[1], k.split("|")[1]) for k in keys]
-    cells = [r[:2] + [fmt(v * 100 if v is not None else None) for v in r[2:]] for r in rows]
-    return [f"### Suite {summary['suite']['name']}: each member's breakdown (%, Real)", "",
-            *table(["benchmark", "figure"] + heads, cells), ""]  # fmt: skip
-
-
-def _groups(summary, scorers, benches, name):
-    tasks = [t for t, sc in benches.items() if sc.task == "groups"]
-    if not tasks:
-        return [], []
-    rows, csv = [], []
-    for t in tasks:
-        for s in scorers:
-            r = summary["results"].get(f"real|{s.run}", {}).get(t)
-            if r is None:
-                continue
-            part = bool(r.get("partial"))
-            cells = [
-                f"{m} {fmt(v['score'] * 100)}" + (" †" if m == r["headline_metric"] else "")
-                for m, v in r["metrics"].items()
-            ]
-            rows.append([_star(t, part), name[s.run], " · ".join(cells), r["ties_text"], r["ties_image"]])
-            csv += [_csv("real", name[s.run], f"{t}/{m}", v["score"] * 100, part) for m, v in r["metrics"].items()]
-    return [
-        "## Group tasks (text, image and group scores)",
-        "",
-        GROUPS_NOTE,
-        "",
-        *table(["task", "scorer", "scores (%)", "text ties", "image ties"], rows),
-        "",
-    ], csv
 
 
 def _retrieval(summary, scorers, benches, name):

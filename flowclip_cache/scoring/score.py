@@ -31,6 +31,7 @@ from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_m
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
 from .matrix_tasks import MATRIX_TASKS, score_matrix_task
 from .report import partial_tasks, results_markdown
+from .report_field import group_section, suite_section
 from .scorers import CONTROLS, Scorer, control_images, evaluation_manifests, find_manifests, load_scorers, scoring_of  # noqa: F401
 from .stats import paired_bootstrap
 
@@ -330,7 +331,7 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
         json.dump(summary, f, indent=1)
     if record_rows:
         pq.write_table(pa.Table.from_pylist(record_rows), os.path.join(folder, "records.parquet"))
-    md, csv_rows = results_markdown(summary, scorers, controls, benches)
+    md, csv_rows = results_markdown(summary, scorers, controls, benches, (suite_section, group_section))
     open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
     open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
     if figures:
