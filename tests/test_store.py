@@ -178,3 +178,30 @@ def test_every_segment_file_is_fsynced_before_its_rename(store, monkeypatch):
     for f in files:  # the same files under their temporary name
         assert tmp + f[len(final) :] in synced_before, f
     assert ("fsync", os.path.realpath(store.segment_dir)) in events[renames[0] :]
+
+
+def test_a_peer_creating_the_same_store_meanwhile_is_not_foreign_files(tmp_path, monkeypatch):
+    """Two ranks create one store: the second looks (no store.json yet), the first links
+    its store.json, then the second checks the folder. store.json is the peer's store, not
+    a stranger's file: the second opens it (the race extract under torchrun met under load)."""
+    import flowclip_cache.store.core as core
+
+    root = str(tmp_path / "s")
+    FeatureStore.open_or_create(root, config())  # the peer, first
+    real = core.os.path.exists
+    seen = []
+
+    def not_yet(p):  # the second rank's first look at store.json came before the peer's link
+        if p.endswith("store.json") and not seen:
+            seen.append(p)
+            return False
+        return real(p)
+
+    monkeypatch.setattr(core.os.path, "exists", not_yet)
+    fs = FeatureStore.open_or_create(root, config())
+    assert seen and fs.fingerprint
+    monkeypatch.setattr(core.os.path, "exists", real)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="holds other files"):
+        FeatureStore.open_or_create(str(tmp_path / "t"), config())

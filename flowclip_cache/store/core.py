@@ -373,7 +373,9 @@ def _check_new_store_place(root: str, owner: str | None) -> None:
             f"inside a command's output (an --overwrite there would delete it). Choose another --store"
         )
     if os.path.isdir(root):
-        own = {"segments", COMMITS, *RECORD_FOLDERS}
+        # store.json here is a peer's (another rank creating the same store since our look):
+        # our link then finds it, and the store is opened and its fingerprint checked
+        own = {"segments", COMMITS, "store.json", *RECORD_FOLDERS}
         other = sorted(n for n in os.listdir(root) if n not in own and not n.startswith(".store.json."))
         if other:
             raise StoreError(
