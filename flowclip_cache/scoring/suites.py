@@ -33,7 +33,9 @@ VL_COMPO = [
     ("aro", "aro-coco-order", "score"),
     ("aro", "aro-flickr-order", "score"),
     ("colorswap", "colorswap", "metrics/group/score"),
-    ("crepe", "crepe-productivity", "score"),
+    ("crepe", "crepe-productivity", "by_foil_type/atom"),  # R@1 per foil type, their mean
+    ("crepe", "crepe-productivity", "by_foil_type/swap"),
+    ("crepe", "crepe-productivity", "by_foil_type/negate"),
     ("eqben", "eqben", "score"),
     ("imagecode", "imagecode", "score"),
     ("mmvp_vlm", "mmvp-vlm", "metrics/group/score"),
@@ -41,10 +43,12 @@ VL_COMPO = [
     ("svo_probes", "svo-probes", "score"),
     ("valse", "valse", "score"),
     ("vl_checklist", "vl-checklist", "score"),
-    ("whatsup", "whatsup-controlled-a", "score"),
+    ("whatsup", "whatsup-controlled-a", "score"),  # the mean of six: A, B and each one/two-object subset
     ("whatsup", "whatsup-controlled-b", "score"),
-    ("whatsup", "whatsup-coco-spatial", "score"),
-    ("whatsup", "whatsup-gqa-spatial", "score"),
+    ("whatsup", "whatsup-coco-spatial", "by_subset/one"),
+    ("whatsup", "whatsup-coco-spatial", "by_subset/two"),
+    ("whatsup", "whatsup-gqa-spatial", "by_subset/one"),
+    ("whatsup", "whatsup-gqa-spatial", "by_subset/two"),
     ("winoground", "winoground", "metrics/group/score"),
 ]
 SUITES = {"field": FIELD, "vl-compo": VL_COMPO}
@@ -95,11 +99,12 @@ def suite_table(name: str, results: dict, absent: dict[str, str]) -> dict:
         for col, bench, path in members(name):
             c = cols.setdefault(col, {"values": [], "members": [], "missing": []})
             v = figure(per_task.get(bench, {}), path) if bench not in absent else None
+            label = bench if path == "score" else f"{bench}:{path}"
             if v is None:
-                c["missing"].append(bench)
+                c["missing"].append(label)
             else:
                 c["values"].append(v)
-                c["members"].append(bench)
+                c["members"].append(label)
         row = {
             col: {
                 "value": float(np.mean(c["values"])) if c["values"] and not c["missing"] else None,
