@@ -399,3 +399,24 @@ def test_ones_own_group_and_image_choice_sets_declare_their_scoring():
                 {"task": "groups", "headline_metric": "both"}):  # fmt: skip
         with pytest.raises(FlowclipError):
             Scoring.declared(bad, "mine")
+
+
+def test_vl_compo_columns_are_read_as_its_table_derives_them():
+    """What's Up = the mean of six parts (not of four benchmark scores), CREPE = the mean
+    over foil types (not the pooled R@1), Winoground = group; by hand."""
+    from flowclip_cache.scoring.suites import suite_table
+
+    per = {
+        "whatsup-controlled-a": {"score": 0.5},
+        "whatsup-controlled-b": {"score": 0.7},
+        "whatsup-coco-spatial": {"score": 0.4, "by_subset": {"one": 0.6, "two": 0.2}},
+        "whatsup-gqa-spatial": {"score": 0.6, "by_subset": {"one": 0.4, "two": 0.8}},
+        "crepe-productivity": {"score": 0.9, "by_foil_type": {"atom": 0.3, "swap": 0.6, "negate": 0.9}},
+        "winoground": {"score": 0.1, "metrics": {"text": {"score": 0.3}, "image": {"score": 0.2}, "group": {"score": 0.1}}},
+    }  # fmt: skip
+    row = suite_table("vl-compo", {"real|clip": per}, {})["real|clip"]
+    assert row["whatsup"]["value"] == pytest.approx((0.5 + 0.7 + 0.6 + 0.2 + 0.4 + 0.8) / 6, abs=1e-15)
+    assert row["crepe"]["value"] == pytest.approx(0.6, abs=1e-15)
+    assert row["winoground"]["value"] == 0.1 and row["aro"]["value"] is None
+    assert row["mean"]["members"] == ["crepe", "whatsup", "winoground"]
+    assert row["mean"]["value"] == pytest.approx((0.6 + 3.2 / 6 + 0.1) / 3, abs=1e-15)
