@@ -401,6 +401,9 @@ def test_ones_own_group_and_image_choice_sets_declare_their_scoring():
             Scoring.declared(bad, "mine")
 
 
+WINO = {m: {"score": v} for m, v in zip(("text", "image", "group"), (0.3, 0.2, 0.1))}
+
+
 def test_vl_compo_columns_are_read_as_its_table_derives_them():
     """What's Up = the mean of six parts (not of four benchmark scores), CREPE = the mean
     over foil types (not the pooled R@1), Winoground = group; by hand."""
@@ -412,7 +415,7 @@ def test_vl_compo_columns_are_read_as_its_table_derives_them():
         "whatsup-coco-spatial": {"score": 0.4, "by_subset": {"one": 0.6, "two": 0.2}},
         "whatsup-gqa-spatial": {"score": 0.6, "by_subset": {"one": 0.4, "two": 0.8}},
         "crepe-productivity": {"score": 0.9, "by_foil_type": {"atom": 0.3, "swap": 0.6, "negate": 0.9}},
-        "winoground": {"score": 0.1, "metrics": {m: {"score": v} for m, v in (("text", 0.3), ("image", 0.2), ("group", 0.1))}},
+        "winoground": {"score": 0.1, "metrics": WINO},
     }  # fmt: skip
     row = suite_table("vl-compo", {"real|clip": per}, {})["real|clip"]
     assert row["whatsup"]["value"] == pytest.approx((0.5 + 0.7 + 0.6 + 0.2 + 0.4 + 0.8) / 6, abs=1e-15)
