@@ -210,5 +210,11 @@ def test_contrast_sets_are_colour_swapped_twins_beside_an_untouched_world(tmp_pa
     assert len({c["gold"] for c in choice}) > 1
     assert all(c["images"][c["gold"]] == g["images"][0] for c, g in zip(choice, groups))
     assert build_contrasts(root, seed=3, n=12) == paths  # idempotent
+    # the benchmark's converter uses an existing world as it is (its settings are not the defaults)
+    from flowclip_cache.datasets import get
+    from flowclip_cache.datasets.base import RowErrors
+
+    report = get("synthetic-groups").build(root, str(tmp_path / "g.parquet"), RowErrors(), seed="3")
+    assert report.records == 12  # (the contrast sets already there, n=12)
     with pytest.raises(FlowclipError, match="other settings"):
         build_contrasts(root, seed=3, n=13)

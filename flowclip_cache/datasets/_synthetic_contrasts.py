@@ -1,6 +1,7 @@
 """The synthetic world's image-choice and group stand-ins as benchmarks
-(flowclip_cache/synthetic/contrasts.py). `--source` is the world folder: the world and
-its contrast sets are generated there first if absent."""
+(flowclip_cache/synthetic/contrasts.py). `--source` is the world folder: a default world is
+generated there first if absent (an existing world, of any settings, is used as it is),
+then its contrast sets."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def contrast_benchmark(which: str, title: str, kind: str, scoring: Scoring) -> B
         from ..synthetic.contrasts import build_contrasts
         from ..synthetic.world import build_world
 
-        build_world(source, seed=int(seed))
+        if not os.path.exists(os.path.join(source, "WORLD_DONE")):  # (a world of any settings is used as it is)
+            build_world(source, seed=int(seed))
         paths = build_contrasts(source, seed=int(seed))
         src = paths[f"eval-{which}"]
         if os.path.abspath(out) != os.path.abspath(src):

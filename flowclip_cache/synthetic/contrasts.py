@@ -39,13 +39,17 @@ def contrast_paths(root: str) -> dict[str, str]:
     }
 
 
-def build_contrasts(root: str, seed: int = 0, n: int = 200, size: int = 64) -> dict[str, str]:
+def build_contrasts(root: str, seed: int = 0, n: int | None = None, size: int = 64) -> dict[str, str]:
     """Render the twins and write both manifests under a built world's root; idempotent
-    (a marker records the settings; other settings are refused)."""
+    (a marker records the settings; other settings are refused). n None: the sets already
+    there, of any size, else 200."""
     if not os.path.exists(os.path.join(root, "WORLD_DONE")):
         raise FlowclipError(f"{root} holds no synthetic world (WORLD_DONE): build the world first")
     paths = contrast_paths(root)
     marker = os.path.join(root, "CONTRASTS_DONE")
+    if os.path.exists(marker) and n is None:
+        n = json.load(open(marker)).get("n")
+    n = 200 if n is None else n
     settings = {"seed": seed, "n": n, "size": size, "version": VERSION}
     if os.path.exists(marker):
         if json.load(open(marker)) != settings:
