@@ -82,3 +82,14 @@ def test_sweep_example(tmp_path):
     trials = [line for line in r.stdout.splitlines() if line.startswith("trial ") and " -> " in line]
     assert len(trials) == 2 and "wrote sweeps/flow/best.yaml" in r.stdout
     assert "| best |" in r.stdout and (tmp_path / "sweeps" / "flow" / "best-study" / "STUDY_DONE").exists()
+
+
+def test_field_kinds_example(tmp_path):
+    """manifests.md's offline path through the image-choice and group kinds."""
+    for lang, code in examples("manifests.md")["field-kinds"]:
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path,
+                           env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True)  # fmt: skip
+        assert r.returncode == 0, f"{code}\n{r.stdout}\n{r.stderr}"
+    assert "| synthetic-groups | clip | text " in r.stdout
+    res = json.load(open(tmp_path / "results" / "results.json"))["results"]["real|clip"]
+    assert res["synthetic-image-choice"]["n"] == 200 and res["synthetic-groups"]["n"] == 200

@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-
-from .base import Benchmark, BuildReport, RowErrors, Scoring
+from .base import Benchmark, BuildReport, RowErrors, Scoring, copy_manifest
 
 
 def synthetic_benchmark(family: str, title: str, binding: bool) -> Benchmark:
@@ -19,8 +16,7 @@ def synthetic_benchmark(family: str, title: str, binding: bool) -> Benchmark:
 
         paths = build_world(source, seed=int(seed))
         src = paths[f"eval-{family}"]
-        if os.path.abspath(out) != os.path.abspath(src):
-            shutil.copyfile(src, out)
+        copy_manifest(src, out)
         t = pq.read_table(src)
         return BuildReport(
             t.num_rows, len(set(t.column("image").to_pylist())), notes=[f"images under {paths['image_root']}"]

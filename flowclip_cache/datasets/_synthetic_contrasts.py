@@ -6,9 +6,8 @@ then its contrast sets."""
 from __future__ import annotations
 
 import os
-import shutil
 
-from .base import Benchmark, BuildReport, RowErrors, Scoring
+from .base import Benchmark, BuildReport, RowErrors, Scoring, copy_manifest
 
 
 def contrast_benchmark(which: str, title: str, kind: str, scoring: Scoring) -> Benchmark:
@@ -22,8 +21,7 @@ def contrast_benchmark(which: str, title: str, kind: str, scoring: Scoring) -> B
             build_world(source, seed=int(seed))
         paths = build_contrasts(source, seed=int(seed))
         src = paths[f"eval-{which}"]
-        if os.path.abspath(out) != os.path.abspath(src):
-            shutil.copyfile(src, out)
+        copy_manifest(src, out)
         t = pq.read_table(src)
         images = {p for ps in t.column("images").to_pylist() for p in ps}
         return BuildReport(t.num_rows, len(images), notes=[f"images under {paths['image_root']}"])

@@ -220,6 +220,18 @@ def write_records(
     return report
 
 
+def copy_manifest(src: str, out: str) -> None:
+    """A generated manifest copied to --out (its folder made; written whole or not at all)."""
+    import shutil
+
+    if os.path.abspath(out) == os.path.abspath(src):
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.tmp-{os.getpid()}"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, out)
+
+
 def pairwise_rows(prefix: str, items: list[tuple], **common) -> list[dict]:
     """(id, image, gold caption, foil caption, extra columns) -> candidate rows with gold 0."""
     rows = []

@@ -83,9 +83,10 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     claim_folder(cfg.out)
     world = cfg.world_folder or os.path.join(cfg.out, "world")
     paths = build_world(world, **(cfg.world or {}))
-    # the image-choice and group stand-ins (synthetic/contrasts.py): 200 groups, fewer in a smaller world
+    # the image-choice and group stand-ins (synthetic/contrasts.py): a third as many groups as
+    # evaluation scenes (100 in the default world), 20 at least
     w = cfg.world or {}
-    n = min(200, w.get("eval_scenes", 300))
+    n = max(20, w.get("eval_scenes", 300) // 3)
     paths.update(build_contrasts(world, seed=w.get("seed", 0), n=n, size=w.get("size", 64)))
     enc = resolve(encoder_spec(cfg.encoder))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config, owner=cfg.out)
