@@ -129,6 +129,11 @@ def manifest_steps(cfg: PaperConfig) -> list[Step]:
 def _standin_step(cfg: PaperConfig, name: str, world: str) -> Step:
     """The reduced run's manifest: the synthetic world's records under the paper name
     (flowclip_cache/datasets/paper_standin.py), the world generated in `world` first."""
+    if name.startswith("synthetic-"):  # the world's own image-choice and group sets, under their own names
+        opts = "".join(f" --option {k}={v}" for k, v in sorted((cfg.standins or {}).items()))
+        cmd = f"flowclip manifest build {name} --source {q(world)} --out {q(manifest_path(cfg, name))}{opts}"
+        return Step("manifest", name, "manifest (synthetic, the field's kinds)", manifest_path(cfg, name), [cmd],
+                    mkdir=world, note="the synthetic world's stand-in for image-choice and group tasks")  # fmt: skip
     opts = "".join(f" --option {k}={v}" for k, v in sorted({"as": name, **(cfg.standins or {})}.items()))
     cmd = f"flowclip manifest build paper-standin --source {q(world)} --out {q(manifest_path(cfg, name))}{opts}"
     return Step("manifest", name, "manifest (synthetic stand-in)", manifest_path(cfg, name), [cmd], mkdir=world,

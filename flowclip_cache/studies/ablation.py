@@ -76,17 +76,16 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     from ..extraction.encoders import resolve
     from ..extraction.extract import run_extract
     from ..store import FeatureStore
-    from ..synthetic.contrasts import build_contrasts
+    from ..synthetic.contrasts import build_contrasts, contrast_count
     from ..synthetic.world import FAMILIES, build_world
     from .study import claim_folder
 
     claim_folder(cfg.out)
     world = cfg.world_folder or os.path.join(cfg.out, "world")
     paths = build_world(world, **(cfg.world or {}))
-    # the image-choice and group stand-ins (synthetic/contrasts.py): a third as many groups as
-    # evaluation scenes (100 in the default world), 20 at least
+    # the image-choice and group stand-ins (synthetic/contrasts.py), sized by the world
     w = cfg.world or {}
-    n = max(20, w.get("eval_scenes", 300) // 3)
+    n = contrast_count(w.get("eval_scenes", 300))
     paths.update(build_contrasts(world, seed=w.get("seed", 0), n=n, size=w.get("size", 64)))
     enc = resolve(encoder_spec(cfg.encoder))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config, owner=cfg.out)

@@ -31,6 +31,12 @@ from .world import _pair_caption, held_out_combos
 VERSION = 1
 
 
+def contrast_count(eval_scenes: int) -> int:
+    """How many groups a world of this many evaluation scenes gets: a third as many, 20 at
+    least (100 in the default world of 300)."""
+    return max(20, eval_scenes // 3)
+
+
 def contrast_paths(root: str) -> dict[str, str]:
     return {
         "image_root": os.path.join(root, "images"),
@@ -42,14 +48,14 @@ def contrast_paths(root: str) -> dict[str, str]:
 def build_contrasts(root: str, seed: int = 0, n: int | None = None, size: int = 64) -> dict[str, str]:
     """Render the twins and write both manifests under a built world's root; idempotent
     (a marker records the settings; other settings are refused). n None: the sets already
-    there, of any size, else 200."""
+    there, of any size, else the default world's count."""
     if not os.path.exists(os.path.join(root, "WORLD_DONE")):
         raise FlowclipError(f"{root} holds no synthetic world (WORLD_DONE): build the world first")
     paths = contrast_paths(root)
     marker = os.path.join(root, "CONTRASTS_DONE")
     if os.path.exists(marker) and n is None:
         n = json.load(open(marker)).get("n")
-    n = 200 if n is None else n
+    n = contrast_count(300) if n is None else n
     settings = {"seed": seed, "n": n, "size": size, "version": VERSION}
     if os.path.exists(marker):
         if json.load(open(marker)) != settings:
