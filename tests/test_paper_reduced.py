@@ -141,11 +141,11 @@ def test_a_rerun_does_nothing_and_a_lost_output_is_redone_alone(reduced):
     root, _ = reduced
     before = {n: (root / "studies" / "paper" / f"{n}.md").read_text() for n in TABLES}
     out = _run(root)
-    assert ": running" not in out and out.count(": done") == 39  # every step done; only the tables rewritten
+    assert ": running" not in out and out.count(": done") == 41  # every step done; only the tables rewritten
     shutil.rmtree(root / "studies" / "adapted" / "negclip-coco-s0-scores")  # a lost output: its step reruns
     out = _run(root)
     running = [line for line in out.splitlines() if line.endswith(": running")]
-    assert running == ["[35/39] adapt negclip-coco-s0: running"]
+    assert running == ["[37/41] adapt negclip-coco-s0: running"]
     assert "(done: " in out  # its adapt run had finished: only the extract and the scoring ran again
     assert {n: (root / "studies" / "paper" / f"{n}.md").read_text() for n in TABLES} == before  # the same bits
 
@@ -189,3 +189,20 @@ def test_two_ranks_under_torchrun_write_the_one_process_numbers(reduced, tmp_pat
                 assert row == one[key], (name, key)
                 compared += 1
     assert compared > 100
+
+
+def test_the_reduced_run_scores_the_image_choice_and_group_kinds(reduced):
+    """Not in the paper's tables: the synthetic image-choice and group sets (the field's
+    kinds) go through the reduced run's manifests, stores and studies all the same."""
+    root, _ = reduced
+    found = {}
+    for dirpath, _, files in os.walk(root / "studies"):
+        if "results.json" in files:
+            res = json.load(open(os.path.join(dirpath, "results.json"))).get("results", {})
+            for per in res.values():
+                for task in ("synthetic-groups", "synthetic-image-choice"):
+                    if task in per:
+                        found.setdefault(task, per[task])
+    assert set(found) == {"synthetic-groups", "synthetic-image-choice"}
+    assert set(found["synthetic-groups"]["metrics"]) == {"text", "image", "group"}
+    assert found["synthetic-image-choice"]["n"] == 20  # a third of 50 evaluation scenes, 20 at least

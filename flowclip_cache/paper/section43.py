@@ -78,7 +78,12 @@ def decisions(cfg, absent, ours: dict) -> None:
     if not os.path.exists(records) or not pairs:
         return
     t = pq.read_table(records, filters=[("control", "=", "real")]).to_pylist()
-    m = {(r["scorer"], r["benchmark"], r["record_id"]): margin(r["scores"], r["gold"]) for r in t}
+    spatial = {TASKS[label] for label in ("COCO-Spatial", "GQA-Spatial")}  # (a group record has no gold caption)
+    m = {
+        (r["scorer"], r["benchmark"], r["record_id"]): margin(r["scores"], r["gold"])
+        for r in t
+        if r["benchmark"] in spatial
+    }
     for label in ("COCO-Spatial", "GQA-Spatial"):
         task = TASKS[label]
         per_seed = [
