@@ -189,6 +189,7 @@ def bootstrap(cfg, evals, root) -> dict:
 
     from ..manifest import Manifest
     from ..scoring.aggregation import bootstrap_task
+    from ..scoring.matrix_tasks import split_rows
     from ..scoring.scorers import scoring_of
     from ..scoring.stats import paired_bootstrap
     from ..store import FeatureStore
@@ -214,7 +215,8 @@ def bootstrap(cfg, evals, root) -> dict:
         cols = m.table.to_pydict()
         ids = [str(x) for x in cols["record_id"]]
         correct = {r: np.array([decided[(name, r)][i] for i in ids]) for rs in methods.values() for r in rs}
-        tasks.append(bootstrap_task(name, sc, cols, np.array(image_keys(store, m, root)), correct, all_images))
+        first = [ks[0] for ks in split_rows(image_keys(store, m, root), m)]  # a record's cluster: its first image
+        tasks.append(bootstrap_task(name, sc, cols, np.array(first), correct, all_images))
     return paired_bootstrap(tasks, methods, [("frozen", "adapted")], len(all_images), cfg.bootstrap, 0)
 
 
