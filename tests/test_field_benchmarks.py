@@ -423,3 +423,8 @@ def test_vl_compo_columns_are_read_as_its_table_derives_them():
     assert row["winoground"]["value"] == 0.1 and row["aro"]["value"] is None
     assert row["mean"]["members"] == ["crepe", "whatsup", "winoground"]
     assert row["mean"]["value"] == pytest.approx((0.6 + 3.2 / 6 + 0.1) / 3, abs=1e-15)
+    # a member resting on part of its records marks its column and the mean
+    per["winoground"]["partial"] = "2 records left out"
+    row = suite_table("vl-compo", {"real|clip": per}, {})["real|clip"]
+    assert row["winoground"]["partial"] == ["winoground"] and row["mean"]["partial"] == ["winoground"]
+    assert row["crepe"]["partial"] == []

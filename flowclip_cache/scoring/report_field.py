@@ -3,7 +3,7 @@ scores, and a suite's table (headlines, means, absent members, each member's bre
 
 from __future__ import annotations
 
-from .report import _csv, _star, fmt, table
+from .report import PARTIAL_NOTE, _csv, _star, fmt, table
 
 GROUPS_NOTE = (
     "Each group: two images, two captions, each image's own caption known. **text**: each image scores "
@@ -25,8 +25,9 @@ def suite_section(summary, scorers, benches, name):
     for key, row in su["table"].items():
         control, run = key.split("|")
         label = name.get(run, run) + ("" if control == "real" else f" ({control})")
-        rows.append([label] + [fmt(row[c]["value"] * 100 if row[c]["value"] is not None else None)
-                                            for c in cols])  # fmt: skip
+        cells = [_star(fmt(row[c]["value"] * 100 if row[c]["value"] is not None else None), bool(row[c]["partial"]))
+                 for c in cols]  # fmt: skip
+        rows.append([label] + cells)
     first = next(iter(su["table"].values()), {})
     notes = [f"- {c}: {', '.join(first[c]['members'])}" for c in cols if c != "mean" and len(first[c]["members"]) > 1]
     md = [
@@ -42,6 +43,8 @@ def suite_section(summary, scorers, benches, name):
     ]
     if su["absent"]:
         md += ["Absent members:", ""] + [f"- {b}: {why}" for b, why in su["absent"].items()] + [""]
+    if any(r[c]["partial"] for r in su["table"].values() for c in cols):
+        md += [PARTIAL_NOTE, ""]
     md += _suite_breakdown(summary, name)
     if notes:
         md += ["Columns made of several benchmarks:", ""] + notes + [""]

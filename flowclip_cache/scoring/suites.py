@@ -105,11 +105,14 @@ def suite_table(name: str, results: dict, absent: dict[str, str]) -> dict:
             else:
                 c["values"].append(v)
                 c["members"].append(label)
+                if per_task[bench].get("partial"):  # a member resting on part of its records
+                    c.setdefault("partial", []).append(bench)
         row = {
             col: {
                 "value": float(np.mean(c["values"])) if c["values"] and not c["missing"] else None,
                 "members": c["members"],
                 "missing": c["missing"],
+                "partial": sorted(set(c.get("partial", []))),
             }
             for col, c in cols.items()
         }
@@ -118,6 +121,7 @@ def suite_table(name: str, results: dict, absent: dict[str, str]) -> dict:
             "value": float(np.mean(present)) if present else None,
             "members": [c for c, r in row.items() if r["value"] is not None],
             "missing": [c for c, r in row.items() if r["value"] is None],
+            "partial": sorted({b for r in row.values() if r["value"] is not None for b in r["partial"]}),
         }
         out[key] = row
     return out
