@@ -92,4 +92,4 @@ def test_field_kinds_example(tmp_path):
         assert r.returncode == 0, f"{code}\n{r.stdout}\n{r.stderr}"
     assert "| synthetic-groups | clip | text " in r.stdout
     res = json.load(open(tmp_path / "results" / "results.json"))["results"]["real|clip"]
-    assert res["synthetic-image-choice"]["n"] == 200 and res["synthetic-groups"]["n"] == 200
+    assert res["synthetic-image-choice"]["n"] == 100 and res["synthetic-groups"]["n"] == 100  # a third of 300 scenes
