@@ -428,3 +428,29 @@ def test_vl_compo_columns_are_read_as_its_table_derives_them():
     row = suite_table("vl-compo", {"real|clip": per}, {})["real|clip"]
     assert row["winoground"]["partial"] == ["winoground"] and row["mean"]["partial"] == ["winoground"]
     assert row["crepe"]["partial"] == []
+
+
+def test_a_group_whose_image_failed_is_left_out_and_its_cells_are_marked(field, tmp_path):
+    import pyarrow as pa
+
+    from flowclip_cache.manifest import write_manifest
+
+    rows = Manifest.read(field["out"] / "winoground.parquet").table.to_pylist()
+    rows[1]["images"] = [rows[1]["images"][0], "missing.png"]  # a Relation record with a Symbolic tag
+    write_manifest(tmp_path / "w.parquet", pa.Table.from_pylist(rows), "groups", {"benchmark": "winoground"})
+    root = str(field["base"] / "images")
+    args = ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-clip", "--image-root", root]
+    r = CliRunner().invoke(cli, [*args, "--manifest", str(tmp_path / "w.parquet"), "--workers", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "res"
+    r = CliRunner().invoke(cli, ["score", "--store", str(tmp_path / "st"), "--manifests", str(tmp_path / "w.parquet"),
+                                 "--scorer", "clip", "--out", str(out), "--bootstrap", "0", "--no-figures"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.loads((out / "results.json").read_text())["results"]["real|clip"]["winoground"]
+    assert res["n"] == 3 and res["partial_groups"] == {"collapsed_tag": ["Relation"], "secondary_tag": ["Symbolic"]}
+    lines = (out / "results.md").read_text().splitlines()
+    at = lines.index("### winoground: per collapsed_tag")
+    head = [c.strip() for c in lines[at + 2].strip("|").split("|")]
+    cells = dict(zip(head, (c.strip() for c in lines[at + 4].strip("|").split("|"))))
+    assert all(cells[f"Relation {m}"].endswith(" *") for m in ("text", "image", "group"))
+    assert not any(cells[f"{t} {m}"].endswith("*") for t in ("Object", "Both") for m in ("text", "image", "group"))

@@ -229,7 +229,11 @@ def _lost_cells(summary: dict, task: str, key: str, sc, cols: list[str]) -> set[
         gone = set(lost.get(sc.group_by, []))
         return {n for n, members in sc.groups if gone & set(members)}
     col = key.split("by_", 1)[1] if "by_" in key else None
-    return set(lost.get(col, [])) & set(cols) if col else set()
+    if not col:
+        return set()
+    if sc.task == "groups":  # a group task's cells are "<value> <metric>"
+        return {c for c in cols if c.rsplit(" ", 1)[0] in set(lost.get(col, []))}
+    return set(lost.get(col, [])) & set(cols)
 
 
 def _retrieval(summary, scorers, benches, name):

@@ -269,7 +269,9 @@ def lost_groups(whole, dropped: list[dict], sc: Scoring) -> dict[str, list[str]]
     cells that rest on part of their records."""
     cols = [c for c in ([sc.group_by] if sc.group_by else []) + list(sc.report_by) if c in whole.table.column_names]
     rows = [d["row"] for d in dropped]
-    return {c: sorted({str(v) for v in whole.table.column(c).take(rows).to_pylist()}) for c in cols}
+    values = lambda v: [str(x) for x in v] or ["(none)"] if isinstance(v, list) else [str(v)]  # noqa: E731
+    # (a list value, Winoground's secondary tags: the record counts under each, as aggregation counts it)
+    return {c: sorted({x for v in whole.table.column(c).take(rows).to_pylist() for x in values(v)}) for c in cols}
 
 
 def mark_partial(results: dict, excluded: dict[str, list[dict]], lost: dict[str, dict]) -> None:
