@@ -443,8 +443,8 @@ def test_a_group_whose_image_failed_is_left_out_and_its_cells_are_marked(field, 
     r = CliRunner().invoke(cli, [*args, "--manifest", str(tmp_path / "w.parquet"), "--workers", "0", "--quiet"])
     assert r.exit_code == 0, r.output
     out = tmp_path / "res"
-    r = CliRunner().invoke(cli, ["score", "--store", str(tmp_path / "st"), "--manifests", str(tmp_path / "w.parquet"),
-                                 "--scorer", "clip", "--out", str(out), "--bootstrap", "0", "--no-figures"])  # fmt: skip
+    score = ["score", "--store", str(tmp_path / "st"), "--manifests", str(tmp_path / "w.parquet"), "--scorer", "clip"]
+    r = CliRunner().invoke(cli, [*score, "--out", str(out), "--bootstrap", "0", "--no-figures"])
     assert r.exit_code == 0, r.output
     res = json.loads((out / "results.json").read_text())["results"]["real|clip"]["winoground"]
     assert res["n"] == 3 and res["partial_groups"] == {"collapsed_tag": ["Relation"], "secondary_tag": ["Symbolic"]}
