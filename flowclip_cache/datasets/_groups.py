@@ -56,9 +56,14 @@ def build_groups(
         report = BuildReport(len(rows), len(images), counts, errors.skipped)
         if export is not None:
             report.notes.append(f"images written to {images_out} (use it as extract's --image-root)")
-        write_records(out, rows, "groups", name, report, meta)
         if export is not None:
-            export.finish()
+            export.finish()  # the images first: a manifest never names images that are not there
+        try:
+            write_records(out, rows, "groups", name, report, meta)
+        except BaseException:
+            if export is not None:
+                export.withdraw()  # the folder this build just published, and nothing else
+            raise
     finally:
         if export is not None:
             export.abandon()  # (after finish() the temporary folder no longer exists)

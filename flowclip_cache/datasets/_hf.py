@@ -34,7 +34,9 @@ def read_split(source: str, split: str, what: str) -> pa.Table:
     if os.path.isfile(os.path.join(source, "state.json")):
         state = json.load(open(os.path.join(source, "state.json")))
         files = [os.path.join(source, f["filename"]) for f in state.get("_data_files", [])]
-        return pa.concat_tables([_arrow(f) for f in files]) if files else _empty(source)
+        if not files:
+            raise ManifestError(f"{source}: state.json lists no data files")
+        return pa.concat_tables([_arrow(f) for f in files])
     files = sorted(
         f
         for pattern in (f"**/{split}-*.parquet", f"**/{split}/*.parquet", f"**/{split}.parquet")
@@ -65,10 +67,6 @@ def _arrow(path: str) -> pa.Table:
             return pa.ipc.open_stream(f).read_all()
     except (OSError, pa.ArrowInvalid) as e:
         raise ManifestError(f"{path}: not a readable Arrow file ({e})") from None
-
-
-def _empty(source: str):
-    raise ManifestError(f"{source}: state.json lists no data files")
 
 
 def image_bytes(value, where: str) -> tuple[bytes, str]:
@@ -112,6 +110,12 @@ class ImageExport:
 
     def finish(self) -> None:
         os.rename(self.tmp, self.folder)
+        self.published = True
+
+    def withdraw(self) -> None:
+        """Remove the folder finish() published (when its manifest could not be written)."""
+        if getattr(self, "published", False):
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def abandon(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
