@@ -52,6 +52,8 @@ KINDS: dict[str, KindSpec] = {
     ),
     # Winoground-style 2x2 groups: images[i]'s own caption is captions[i]
     "groups": KindSpec("groups", ("record_id", "images", "captions"), ("captions",), image_column="images"),
+    # SugarCrepe++-style: an image, two captions that describe it (paraphrases) and a negative
+    "paraphrases": KindSpec("paraphrases", ("record_id", "image", "positives", "negative"), ("positives", "negative")),
 }
 
 
@@ -169,6 +171,10 @@ class Manifest:
                         f"{self.path}: row {row}: a group holds 2 images and 2 captions, "
                         f"found {len(imgs or [])} and {len(caps or [])}"
                     )
+        if self.kind == "paraphrases":
+            for row, pos in enumerate(self.table.column("positives").to_pylist()):
+                if len(pos or []) != 2:
+                    raise ManifestError(f"{self.path}: row {row}: positives holds 2 captions, found {len(pos or [])}")
         if "gold" in cols and "captions" in cols:
             for row, (g, caps) in enumerate(
                 zip(self.table.column("gold").to_pylist(), self.table.column("captions").to_pylist())
@@ -264,6 +270,8 @@ def _infer_kind(path: str, table: pa.Table) -> str:
     cols = set(table.column_names)
     if {"positive", "negatives"} & cols:
         return "training"
+    if {"positives", "negative"} <= cols:
+        return "paraphrases"
     if "images" in cols:
         return "image_candidates" if "caption" in cols else "groups"
     if "gold" in cols:

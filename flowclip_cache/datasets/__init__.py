@@ -48,8 +48,11 @@ REGISTRY = [
     "spec_i2t",
     "spec_t2i",
     "cola_multiobj",
+    "valse",
+    "sugarcrepe_pp",
     "synthetic_groups",
     "synthetic_image_choice",
+    "synthetic_paraphrases",
 ]
 
 

@@ -31,7 +31,8 @@ def contrast_benchmark(which: str, title: str, kind: str, scoring: Scoring) -> B
         src = paths[f"eval-{which}"]
         copy_manifest(src, out)
         t = pq.read_table(src)
-        images = {p for ps in t.column("images").to_pylist() for p in ps}
+        column = "images" if "images" in t.column_names else "image"
+        images = {p for ps in t.column(column).to_pylist() for p in (ps if isinstance(ps, list) else [ps])}
         return BuildReport(t.num_rows, len(images), notes=[f"images under {paths['image_root']}"])
 
     return Benchmark(

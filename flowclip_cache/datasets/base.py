@@ -23,7 +23,7 @@ from ..manifest import write_manifest
 
 @dataclass(frozen=True)
 class Scoring:
-    task: str  # pairwise | candidates | image_candidates | groups | retrieval | classification
+    task: str  # pairwise | candidates | image_candidates | groups | paraphrases | retrieval | classification
     tie_rule: str = "wrong"  # what the official script does when gold ties a foil:
     # wrong | first (argmax: the earliest tied wins) | correct; groups: wrong (every comparison
     # strict) | second_image (a caption whose two images tie chooses the second: MMVP)
@@ -46,6 +46,11 @@ class Scoring:
     # extra(correct [n] bool over the scored records, their manifest columns) -> {name: fraction}
     extra: Callable[[object, dict], dict] | None = None
     extra_title: str = ""
+    # figures that need a calibrated match/no-match decision (VALSE's p_c, p_f, acc), computed
+    # only for a scorer whose head declares a threshold (Head.decision_threshold):
+    # threshold_figures(gold scores [n], foil scores [n], threshold, kept columns) -> dict
+    threshold_figures: Callable[..., dict] | None = None
+    threshold_title: str = ""
     # groups: which of text | image | group is the official score, and the benchmark's own
     # names for the figures (BiVLC: text -> I2T, image -> T2I, text_0 -> Ipos_2T, ...); sub_scores
     # reports the four halves (text_0, text_1, image_0, image_1) too
@@ -62,7 +67,7 @@ class Scoring:
         from ..errors import FlowclipError
 
         allowed = {
-            "task": ("pairwise", "candidates", "image_candidates", "groups"),
+            "task": ("pairwise", "candidates", "image_candidates", "groups", "paraphrases"),
             "tie_rule": ("wrong", "first", "correct", "second_image"),
             "headline_metric": ("text", "image", "group"),
             "aggregate": ("mean", "macro", "subset_mean", "group_means"),
@@ -97,6 +102,8 @@ class Scoring:
             raise FlowclipError(
                 f"{source}: tie_rule 'second_image' is for groups only; groups take wrong or second_image"
             )
+        if d["task"] == "paraphrases" and rule != "wrong":
+            raise FlowclipError(f"{source}: a paraphrases task compares strictly (tie_rule 'wrong'), got {rule!r}")
         if d.get("aggregate", "mean") != "mean" and not d.get("group_by"):
             raise FlowclipError(f"{source}: aggregate {d['aggregate']!r} needs 'group_by' (a column)")
         try:

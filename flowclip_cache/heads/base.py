@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..errors import FlowclipError
@@ -77,6 +78,23 @@ class Head(nn.Module):
         """For a head whose score is v . e(t) (an embedding scorer): e(t) [T, d]. Zero-shot
         classification then ensembles prompts as CLIP does (mean of the normalised prompt
         embeddings, renormalised); None for pairwise heads, whose per-prompt scores are averaged."""
+        return None
+
+    def caption_similarity(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+        """A caption-caption similarity, row i of a [n, d] with row i of b [n, d] (caption
+        globals): [n], for text-only tasks (SugarCrepe++'s TOT). By default the cosine of the
+        head's caption embeddings where its score is v . e(t) (caption_embedding; CLIP's e(t)
+        = t, as SugarCrepe++ computes it); None for a pairwise head, whose score has no caption
+        embedding (TOT then reads "not defined for this scorer", never a number)."""
+        ea, eb = self.caption_embedding(a), self.caption_embedding(b)
+        if ea is None or eb is None:
+            return None
+        return (F.normalize(ea, dim=-1) * F.normalize(eb, dim=-1)).sum(-1)
+
+    def decision_threshold(self) -> tuple[float, str] | None:
+        """A calibrated match decision: (t, where t comes from), a pair matching when its
+        score is > t (VALSE's p_c / p_f / acc). None for a similarity score with no
+        calibrated match point; those figures then read "not defined"."""
         return None
 
     def coarse(self, v, t) -> torch.Tensor | None:

@@ -122,6 +122,22 @@ def _call(fail, what: str, fn, *args):
         raise fail(f"{what} failed on random features ({type(e).__name__}: {e})") from None
 
 
+def _check_threshold(th, fail) -> None:
+    import math
+
+    ok = th is None or (
+        isinstance(th, tuple)
+        and len(th) == 2
+        and isinstance(th[0], (int, float))
+        and not isinstance(th[0], bool)
+        and math.isfinite(th[0])
+        and isinstance(th[1], str)
+        and th[1].strip()
+    )
+    if not ok:
+        raise fail(f"decision_threshold must return None or (a finite number, where it comes from), got {th!r}")
+
+
 def _check_other_methods(head: Head, fail) -> None:
     """Every other method a command may call, run once on random features with the shapes
     docs/plugins.md states, so a bug there stops training in one line rather than
@@ -134,6 +150,10 @@ def _check_other_methods(head: Head, fail) -> None:
         c = _call(fail, "coarse(v [I, d], t [T, d])", head.coarse, v, t)
         if c is not None and (not isinstance(c, torch.Tensor) or tuple(c.shape) != (IMAGES, CAPTIONS)):
             raise fail(f"coarse must return None or [I, T] = [{IMAGES}, {CAPTIONS}]")
+        cs = _call(fail, "caption_similarity(a [n, d], b [n, d])", head.caption_similarity, t, t.flip(0))
+        if cs is not None and (not isinstance(cs, torch.Tensor) or tuple(cs.shape) != (CAPTIONS,)):
+            raise fail(f"caption_similarity must return None or [n] = [{CAPTIONS}]")
+        _check_threshold(_call(fail, "decision_threshold()", head.decision_threshold), fail)
         b = _call(fail, "pair_bytes(L, N, d)", head.pair_bytes, TOKENS, PATCHES, head.dim)
         if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
             raise fail("pair_bytes(L, N, d) must return a positive int (bytes of intermediates per pair)")

@@ -13,9 +13,12 @@ from ..datasets.base import Scoring
 from . import metrics
 
 
-def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> dict:
+def aggregate(
+    sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict, threshold: tuple[float, str] | None = None
+) -> dict:
     """The official score of a candidate task (captions or images to choose from), with
-    ties, groups and breakdowns."""
+    ties, groups and breakdowns; threshold: the scorer's match threshold and its source
+    (Head.decision_threshold) for the figures that need one."""
     keep = _kept(sc, cols, len(gold))
     correct, tie = metrics.decisions(scores, gold, sc.tie_rule)
     c, t = correct[keep], tie[keep]
@@ -23,8 +26,11 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
     res.update(tie_rule=sc.tie_rule, **_official(sc, c, cols, keep))
     for col in sc.report_by:
         res["by_" + col] = _by_column(c, _objects(cols[col])[keep])
+    kept_cols = {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in cols.items()}
     if sc.extra is not None:
-        res["extra"] = sc.extra(c, {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in cols.items()})
+        res["extra"] = sc.extra(c, kept_cols)
+    if sc.threshold_figures is not None:
+        res["threshold_figures"] = _threshold_figures(sc, scores[keep], gold[keep], kept_cols, threshold)
     if sc.task in ("candidates", "image_candidates"):
         ranks = metrics.gold_rank(scores[keep], gold[keep], sc.tie_rule)
         res["recall"] = {f"R@{k}": metrics.recall_at(ranks, k) for k in sc.recall_at}
@@ -35,6 +41,23 @@ def aggregate(sc: Scoring, scores: np.ndarray, gold: np.ndarray, cols: dict) -> 
                 res[name] = {v: metrics.recall_at(ranks[vals == v], k) for v in np.unique(vals)}
             res["ties_by_" + col] = {v: int(t[vals == v].sum()) for v in np.unique(vals)}
     return res
+
+
+NO_THRESHOLD = (
+    "not defined for this scorer: its score is a similarity with no calibrated match/no-match point "
+    "(a head declares one with decision_threshold; docs/plugins.md)"
+)
+
+
+def _threshold_figures(sc: Scoring, scores, gold, cols: dict, threshold) -> dict:
+    """The figures that need a match decision (pairs: gold and its one foil), or why not."""
+    if threshold is None:
+        return {"defined": False, "reason": NO_THRESHOLD}
+    n = len(gold)
+    s_gold, s_foil = scores[np.arange(n), gold], scores[np.arange(n), 1 - gold]
+    t, source = threshold
+    assert sc.threshold_figures is not None
+    return {"defined": True, "threshold": float(t), "source": source, **sc.threshold_figures(s_gold, s_foil, t, cols)}
 
 
 GROUP_METRICS = ("text", "image", "group")

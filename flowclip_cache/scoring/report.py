@@ -59,11 +59,14 @@ def scorer_labels(scorers) -> dict[str, str]:
     return {s.run: s.method if counts[s.method] == 1 else f"{s.method} [{s.run}]" for s in scorers}
 
 
+COMPOSITIONAL = ("pairwise", "candidates", "image_candidates", "groups", "paraphrases")  # tasks in the main table
+
+
 def results_markdown(summary: dict, scorers, controls, benches, sections=()) -> tuple[list[str], list[str]]:
     """(results.md lines, results.csv lines) of a score summary; sections: further
     section writers placed after the compositional tables (report_field's)."""
     name = scorer_labels(scorers)
-    comp = [t for t, sc in benches.items() if sc.task in ("pairwise", "candidates", "image_candidates", "groups")]
+    comp = [t for t, sc in benches.items() if sc.task in COMPOSITIONAL]
     md = [
         "# flowclip score",
         "",
@@ -231,7 +234,7 @@ def _lost_cells(summary: dict, task: str, key: str, sc, cols: list[str]) -> set[
     col = key.split("by_", 1)[1] if "by_" in key else None
     if not col:
         return set()
-    if sc.task == "groups":  # a group task's cells are "<value> <metric>"
+    if sc.task in ("groups", "paraphrases"):  # their cells are "<value> <metric>"
         return {c for c in cols if c.rsplit(" ", 1)[0] in set(lost.get(col, []))}
     return set(lost.get(col, [])) & set(cols)
 

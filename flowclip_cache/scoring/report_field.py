@@ -89,3 +89,63 @@ def group_section(summary, scorers, benches, name):
         *table(["task", "scorer", "scores (%)", "text ties", "image ties"], rows),
         "",
     ], csv
+
+
+def threshold_section(summary, scorers, benches, name):
+    """The figures that need a match decision (VALSE's p_c, p_f, acc): per scorer that
+    declares a threshold, or the reason they are not defined for it."""
+    tasks = [t for t, sc in benches.items() if sc.threshold_figures is not None]
+    md, csv = [], []
+    for t in tasks:
+        rows, undefined = [], []
+        for s in scorers:
+            f = summary["results"].get(f"real|{s.run}", {}).get(t, {}).get("threshold_figures")
+            if f is None:
+                continue
+            if not f["defined"]:
+                undefined.append(f"- {name[s.run]}: {f['reason']}")
+                continue
+            p = f["pooled"]
+            rows.append([name[s.run], f"{f['threshold']:g} ({f['source']})", p["count"], p["skipped_foil_at_threshold"]]
+                        + [fmt(p[k] * 100) for k in ("acc", "p_c", "p_f", "acc_r")])  # fmt: skip
+            csv += [_csv("real", name[s.run], f"{t}/threshold/{k}", p[k] * 100, False) for k in ("acc", "p_c", "p_f")]
+        md += [f"### {t}: {benches[t].threshold_title}", ""]
+        if rows:
+            heads = ["scorer", "threshold (source)", "counted", "foil at threshold", "acc", "p_c", "p_f", "acc_r"]
+            md += [*table(heads, rows), ""]
+        md += undefined + ([""] if undefined else [])
+    return md, csv
+
+
+PARAPHRASE_NOTE = (
+    "Each record: an image, two captions that describe it (P1, P2) and a negative N. **ITT**: the image "
+    "scores P1 and P2 both above N; **Image-P1-Neg** / **Image-P2-Neg**: that positive above N; **TOT** "
+    "(text only): sim(P1, P2) above sim(P1, N) and sim(P2, N), with the scorer's caption-caption "
+    "similarity. Every comparison strict (a tie is wrong). Each figure aggregated as the benchmark's "
+    "score (SugarCrepe++: the mean over its five files; per file below). Real images."
+)
+
+
+def paraphrase_section(summary, scorers, benches, name):
+    tasks = [t for t, sc in benches.items() if sc.task == "paraphrases"]
+    rows, csv, undefined = [], [], []
+    for t in tasks:
+        for s in scorers:
+            r = summary["results"].get(f"real|{s.run}", {}).get(t)
+            if r is None:
+                continue
+            part = bool(r.get("partial"))
+            shown = {m: v for m, v in r["metrics"].items() if "score" in v}
+            cells = [f"{m} {fmt(v['score'] * 100)}" for m, v in shown.items()]
+            missing = {m: v["reason"] for m, v in r["metrics"].items() if "score" not in v}
+            cells += [f"{m} n/d" for m in missing]
+            undefined += [f"- {t}, {name[s.run]}: {m} {why}" for m, why in missing.items()]
+            tot_ties = "–" if r["ties_text"] is None else r["ties_text"]
+            rows.append([_star(t, part), name[s.run], " · ".join(cells), r["ties"], tot_ties])
+            csv += [_csv("real", name[s.run], f"{t}/{m}", v["score"] * 100, part) for m, v in shown.items()]
+    if not rows:
+        return [], []
+    heads = ["task", "scorer", "scores (%)", "ITT ties", "TOT ties"]
+    return ["## Paraphrase tasks (ITT and TOT)", "", PARAPHRASE_NOTE, "", *table(heads, rows), ""] + undefined + (
+        [""] if undefined else []
+    ), csv

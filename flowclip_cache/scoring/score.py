@@ -30,8 +30,9 @@ from . import metrics
 from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
 from .matrix_tasks import MATRIX_TASKS, score_matrix_task
+from .paraphrase_task import score_paraphrase_task
 from .report import partial_tasks, results_markdown
-from .report_field import group_section, suite_section
+from .report_field import group_section, paraphrase_section, suite_section, threshold_section
 from .scorers import CONTROLS, Scorer, control_images, evaluation_manifests, find_manifests, load_scorers, scoring_of  # noqa: F401
 from .stats import paired_bootstrap
 
@@ -148,6 +149,12 @@ def _score_all(
             )
             record_rows += rows
             boot_tasks += boot
+        elif sc.task == "paraphrases":
+            rows, changes[name], boot = score_paraphrase_task(
+                store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results, all_images
+            )
+            record_rows += rows
+            boot_tasks += boot
         elif sc.task in MATRIX_TASKS:
             rows, changes[name], boot = _matrix_task(
                 store, m, name, sc, scorers, controls, device, image_root, max_memory_mb, results, all_images, log
@@ -236,8 +243,9 @@ def _score_candidate_task(
     )
     correct_real, record_rows = {}, []
     ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
+    thresholds = {s.run: s.head.decision_threshold() for s in scorers}
     for (control, run), mat in mats.items():
-        results.setdefault((control, run), {})[name] = aggregate(sc, mat, gold, cols)
+        results.setdefault((control, run), {})[name] = aggregate(sc, mat, gold, cols, thresholds[run])
         correct = metrics.decisions(mat, gold, sc.tie_rule)[0]
         if control == "real":
             correct_real[run] = correct
@@ -333,7 +341,8 @@ def write_outputs(folder: str, summary: dict, record_rows: list, scorers, contro
         json.dump(summary, f, indent=1)
     if record_rows:
         pq.write_table(pa.Table.from_pylist(record_rows), os.path.join(folder, "records.parquet"))
-    md, csv_rows = results_markdown(summary, scorers, controls, benches, (suite_section, group_section))
+    sections = (suite_section, group_section, paraphrase_section, threshold_section)
+    md, csv_rows = results_markdown(summary, scorers, controls, benches, sections)
     open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
     open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
     if figures:

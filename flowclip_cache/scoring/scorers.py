@@ -141,8 +141,9 @@ GENERIC = {
     "candidates": Scoring(task="candidates", tie_rule="wrong"),
     "image_candidates": Scoring(task="image_candidates", tie_rule="wrong"),
     "groups": Scoring(task="groups", tie_rule="wrong"),
+    "paraphrases": Scoring(task="paraphrases", tie_rule="wrong"),
 }
-CHOICE_KINDS = ("candidates", "image_candidates", "groups")  # kinds one's own manifest may declare
+CHOICE_KINDS = ("candidates", "image_candidates", "groups", "paraphrases")  # kinds one's own manifest may declare
 
 
 def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
@@ -185,6 +186,7 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
         "pairwise": ("captions", "gold"),
         "image_candidates": ("images", "caption", "gold"),
         "groups": ("images", "captions"),
+        "paraphrases": ("positives", "negative"),
         "retrieval": ("captions",),
         "classification": ("label",),
     }[sc.task]

@@ -90,7 +90,7 @@ def world_store(cfg: AblationConfig, log, progress: bool = True):
     enc = resolve(encoder_spec(cfg.encoder))
     store = FeatureStore.open_or_create(os.path.join(cfg.out, "store"), enc.config, owner=cfg.out)
     evals = [paths[f"eval-{f}"] for f in FAMILIES] + [paths["eval-heldout-swap-att"]]
-    evals += [paths["eval-groups"], paths["eval-image-choice"]]
+    evals += [paths["eval-groups"], paths["eval-image-choice"], paths["eval-paraphrases"]]
     s = run_extract(store, enc, [paths["training"], *evals], paths["image_root"], workers=0, progress=progress)
     log(f"  world: {s.images_new} new images, {s.images_stored} already stored")
     store.refresh()

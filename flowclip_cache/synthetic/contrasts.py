@@ -42,6 +42,7 @@ def contrast_paths(root: str) -> dict[str, str]:
         "image_root": os.path.join(root, "images"),
         "eval-groups": os.path.join(root, "eval_groups.parquet"),
         "eval-image-choice": os.path.join(root, "eval_image-choice.parquet"),
+        "eval-paraphrases": os.path.join(root, "eval_paraphrases.parquet"),
     }
 
 
@@ -60,6 +61,7 @@ def build_contrasts(root: str, seed: int = 0, n: int | None = None, size: int = 
     if os.path.exists(marker):
         if json.load(open(marker)) != settings:
             raise FlowclipError(f"{root} holds contrast sets built with other settings; use another world folder")
+        _paraphrases(paths)  # (derived from the groups: added to contrast sets built before it existed)
         return paths
     held = held_out_combos(seed)
     combos = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in held]
@@ -91,9 +93,29 @@ def build_contrasts(root: str, seed: int = 0, n: int | None = None, size: int = 
     write_manifest(paths["eval-groups"], pa.Table.from_pylist(groups), "groups", {"benchmark": "synthetic-groups"})
     meta = {"benchmark": "synthetic-image-choice"}
     write_manifest(paths["eval-image-choice"], pa.Table.from_pylist(choices), "image_candidates", meta)
+    _paraphrases(paths)
     with open(marker, "w") as f:
         json.dump(settings, f)
     return paths
+
+
+def _paraphrases(paths: dict[str, str]) -> None:
+    """SugarCrepe++ in miniature, from the groups: a group's first scene with its caption
+    (P1), the same two objects named in the other order (P2: "a blue circle and a red
+    square"), and the colour-swapped twin's caption (N). All three hold the same words: only
+    how they bind tells P2 from N, for the image (ITT) and for the text alone (TOT)."""
+    if os.path.exists(paths["eval-paraphrases"]):
+        return
+    import pyarrow.parquet as pq
+
+    rows = []
+    for g in pq.read_table(paths["eval-groups"]).to_pylist():
+        first, second = g["captions"][0].split(" and ")
+        rid = g["record_id"].replace("groups/", "paraphrases/")
+        pos = [g["captions"][0], f"{second} and {first}"]
+        rows.append({"record_id": rid, "image": g["images"][0], "positives": pos, "negative": g["captions"][1]})
+    meta = {"benchmark": "synthetic-paraphrases"}
+    write_manifest(paths["eval-paraphrases"], pa.Table.from_pylist(rows), "paraphrases", meta)
 
 
 def _distinct_pair(rng: random.Random, combos: list[tuple[str, str]]) -> tuple[Obj, Obj]:

@@ -1,0 +1,137 @@
+"""The engine of paraphrase manifests (SugarCrepe++ and its kin): an image, two captions
+that describe it (P1, P2) and a negative N. Image-to-text (ITT): the image scores both
+positives above the negative; text-only (TOT): sim(P1, P2) above sim(P1, N) and sim(P2,
+N), with the scorer's own caption-caption similarity (Head.caption_similarity; a scorer
+without one gets "not defined", never a number). Every comparison strict (a tie is
+wrong), as Sri-Harsha/scpp's VLMs/test_Variants_CLIP.py writes them.
+
+ITT is scored under every image control (the candidates engine, captions [P1, P2, N]);
+TOT reads no image, so it is one figure per scorer, reported under each control."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
+
+from ..datasets.base import Scoring
+from ..hashing import caption_key
+from ..manifest import Manifest
+from . import metrics
+from .aggregation import _by_column, _kept, _objects, _official, bootstrap_task
+from .engines import score_candidates
+
+NO_TEXT_SIMILARITY = (
+    "not defined for this scorer: its head defines no caption-caption similarity (a pairwise score has "
+    "no caption embedding; a head declares one with caption_similarity; docs/plugins.md)"
+)
+# figure names as test_Variants_CLIP.py prints them: ITT, Image-P1-Neg, Image-P2-Neg, TOT
+ITT, P1, P2, TOT = "ITT", "Image-P1-Neg", "Image-P2-Neg", "TOT"
+
+
+def paraphrase_decisions(s: np.ndarray, text: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """s [n, 3]: the image's scores of P1, P2, N; text [n, 3]: sim(P1, P2), sim(P1, N),
+    sim(P2, N), or None. -> bool [n] each: ITT, Image-P1-Neg, Image-P2-Neg, TOT (when
+    text is given), and the ties: itt_tie (a positive scores exactly as N), tot_tie."""
+    out = {P1: s[:, 0] > s[:, 2], P2: s[:, 1] > s[:, 2], "itt_tie": (s[:, 0] == s[:, 2]) | (s[:, 1] == s[:, 2])}
+    out[ITT] = out[P1] & out[P2]
+    if text is not None:
+        out[TOT] = (text[:, 0] > text[:, 1]) & (text[:, 0] > text[:, 2])
+        out["tot_tie"] = (text[:, 0] == text[:, 1]) | (text[:, 0] == text[:, 2])
+    return out
+
+
+def aggregate_paraphrases(sc: Scoring, s: np.ndarray, text: np.ndarray | None, cols: dict) -> dict:
+    """ITT (the headline), Image-P1-Neg, Image-P2-Neg and TOT, each aggregated as the
+    benchmark aggregates (per file, and the score over them), breakdowns per column as
+    '<value> <metric>'; TOT "not defined" with its reason for a scorer without a
+    caption-caption similarity."""
+    keep = _kept(sc, cols, len(s))
+    d = {k: v[keep] for k, v in paraphrase_decisions(s, text).items()}
+    shown = [m for m in (ITT, P1, P2, TOT) if m in d]
+    res: dict[str, Any] = {
+        "n": int(keep.sum()),
+        "excluded": int((~keep).sum()),
+        "ties": int(d["itt_tie"].sum()),
+        "ties_text": int(d["tot_tie"].sum()) if "tot_tie" in d else None,
+        "tie_rule": sc.tie_rule,
+        "headline_metric": ITT,
+        "metrics": {m: _official(sc, d[m], cols, keep) for m in shown},
+    }
+    if TOT not in d:
+        res["metrics"][TOT] = {"defined": False, "reason": NO_TEXT_SIMILARITY}
+    res.update(res["metrics"][ITT])
+    for col in ([sc.group_by] if sc.group_by else []) + list(sc.report_by):
+        values = _objects(cols[col])[keep]
+        res["by_" + col] = {f"{g} {m}": acc for m in shown for g, acc in _by_column(d[m], values).items()}
+    return res
+
+
+def as_candidates(m: Manifest) -> Manifest:
+    """The manifest seen as candidate sets [P1, P2, N] (gold 0), for the candidates engine."""
+    t = m.table
+    caps = [list(p) + [n] for p, n in zip(t.column("positives").to_pylist(), t.column("negative").to_pylist())]
+    t = t.append_column("captions", pa.array(caps)).append_column("gold", pa.array([0] * len(caps), pa.int64()))
+    return Manifest(m.path, "candidates", t, m.meta)
+
+
+def text_similarities(store, m: Manifest, scorers, device) -> dict[str, np.ndarray | None]:
+    """{run: [n, 3] sim(P1, P2), sim(P1, N), sim(P2, N)} from the captions' globals (FP16
+    in the store, re-normalised in FP32 as every bank delivers them), or None for a
+    scorer whose head has no caption_similarity."""
+    t = m.table
+    pos, neg = t.column("positives").to_pylist(), t.column("negative").to_pylist()
+    texts = sorted({c for p in pos for c in p} | set(neg))
+    where = {c: i for i, c in enumerate(texts)}
+    g = F.normalize(torch.from_numpy(store.load_captions([caption_key(c) for c in texts]).global_).float(), dim=-1)
+    g = g.to(device)
+    idx = lambda cs: torch.tensor([where[c] for c in cs], device=device)  # noqa: E731
+    p1, p2, n = idx([p[0] for p in pos]), idx([p[1] for p in pos]), idx(neg)
+    out: dict[str, np.ndarray | None] = {}
+    with torch.no_grad():
+        for s in scorers:
+            first = s.head.caption_similarity(g[:1], g[:1])
+            if first is None:
+                out[s.run] = None
+                continue
+            sims = [s.head.caption_similarity(g[a], g[b]) for a, b in ((p1, p2), (p1, n), (p2, n))]
+            out[s.run] = torch.stack(sims, 1).cpu().numpy()
+    return out
+
+
+def score_paraphrase_task(
+    store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results: dict, all_images: dict
+):
+    """A paraphrase manifest under every control: its aggregation into results, its
+    per-record rows (scores [P1, P2, N]; correct: ITT), the decision changes between
+    scorers and its bootstrap input (on ITT, the headline)."""
+    mats, _, cols, ikeys = score_candidates(
+        store, as_candidates(m), scorers, controls, seed, device, image_root, name, max_memory_mb
+    )
+    cols = m.table.to_pydict()
+    text = text_similarities(store, m, scorers, device)
+    ids = [str(x) for x in cols["record_id"]]
+    correct_real, rows = {}, []
+    for (control, run), mat in mats.items():
+        res = aggregate_paraphrases(sc, mat, text[run], cols)
+        results.setdefault((control, run), {})[name] = res
+        correct = paraphrase_decisions(mat)[ITT]
+        if control == "real":
+            correct_real[run] = correct
+        rows += [
+            {"benchmark": name, "record_id": rid, "control": control, "scorer": run, "scores": v.tolist(),
+             "gold": None, "correct": bool(c)}
+            for rid, v, c in zip(ids, mat, correct)
+        ]  # fmt: skip
+    if "real" not in controls:
+        return rows, {}, []
+    runs = [s.run for s in scorers]
+    changes = {
+        f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
+        for i, a in enumerate(runs)
+        for b in runs[i + 1 :]
+    }
+    return rows, changes, [bootstrap_task(name, sc, cols, ikeys, correct_real, all_images)]
