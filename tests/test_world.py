@@ -209,7 +209,16 @@ def test_contrast_sets_are_colour_swapped_twins_beside_an_untouched_world(tmp_pa
         assert 0 < changed < 0.5  # the objects only
     assert len({c["gold"] for c in choice}) > 1
     assert all(c["images"][c["gold"]] == g["images"][0] for c, g in zip(choice, groups))
+    # the paraphrase stand-in: the group's first scene, its caption, the objects named the other
+    # way round (same words, same binding) and the twin's caption (same words, other binding)
+    para = Manifest.read(paths["eval-paraphrases"]).table.to_pylist()
+    for p, g in zip(para, groups):
+        first, second = g["captions"][0].split(" and ")
+        assert p["image"] == g["images"][0] and p["negative"] == g["captions"][1]
+        assert p["positives"] == [g["captions"][0], f"{second} and {first}"]
+    os.remove(paths["eval-paraphrases"])  # contrast sets built before the stand-in existed get it
     assert build_contrasts(root, seed=3, n=12) == paths  # idempotent
+    assert Manifest.read(paths["eval-paraphrases"]).table.to_pylist() == para
     # the benchmark's converter uses an existing world as it is (its settings are not the defaults)
     from flowclip_cache.datasets import get
     from flowclip_cache.datasets.base import RowErrors

@@ -83,7 +83,8 @@ def _valid(rec, path, where, errors: RowErrors) -> bool | None:
 
 
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
-    items, counts, images, dropped = [], {}, set(), {}
+    items, counts, images = [], {}, set()
+    dropped: dict[str, int] = {}
     for piece in PIECES:
         path = os.path.join(source, f"{piece}.json")
         kept = 0

@@ -131,7 +131,9 @@ def _score_all(
     t0 = time.perf_counter()
     records_bar = bar(sum(len(m) for m, _, _ in checked), "score", "record", progress)
     results: dict = {}  # (control, run) -> benchmark -> result
-    record_rows, boot_tasks, changes = [], [], {}
+    record_rows: list[dict] = []
+    boot_tasks: list[dict] = []
+    changes: dict = {}
     all_images: dict[str, int] = {}
     benches: dict[str, Scoring] = {}
     excluded: dict[str, list[dict]] = {}
@@ -143,14 +145,9 @@ def _score_all(
         if not len(m):
             raise FlowclipError(f"{m.path}: every record's image or caption failed at extract; nothing to score")
         log(f"scoring {name} ({len(m)} records, {sc.task})")
-        if sc.task in ("pairwise", "candidates"):
-            rows, changes[name], boot = _score_candidate_task(
-                store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results, all_images
-            )
-            record_rows += rows
-            boot_tasks += boot
-        elif sc.task == "paraphrases":
-            rows, changes[name], boot = score_paraphrase_task(
+        if sc.task in ("pairwise", "candidates", "paraphrases"):  # scored under every image control
+            engine = score_paraphrase_task if sc.task == "paraphrases" else _score_candidate_task
+            rows, changes[name], boot = engine(
                 store, m, name, sc, scorers, controls, seed, device, image_root, max_memory_mb, results, all_images
             )
             record_rows += rows

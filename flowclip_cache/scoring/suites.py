@@ -24,7 +24,7 @@ FIELD = [
         "sugarcrepe", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order", "aro-flickr-order",
         "whatsup-controlled-a", "whatsup-controlled-b", "whatsup-coco-spatial", "whatsup-gqa-spatial",
         "crepe-productivity", "abc6k", "pug-spar", "clevr-binding", "winoground", "eqben", "colorswap", "mmvp-vlm",
-        "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj",
+        "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj", "valse", "sugarcrepe-pp",
     )
 ]  # fmt: skip
 VL_COMPO = [

@@ -1,0 +1,288 @@
+"""The caption-side benchmarks of the field's suite (issue 40): VALSE and SugarCrepe++
+from their real files (counts), their official rules against float64 transcriptions of
+the released scripts on planted ties, and from small files in each official layout
+through extract and score under every head; the figures that need a calibrated match
+decision or a caption-caption similarity are defined where the scorer declares one and
+read "not defined", with the reason, where it does not."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import needs_shared
+from PIL import Image
+
+from flowclip_cache.cli import main as cli
+from flowclip_cache.datasets import get
+from flowclip_cache.datasets.base import RowErrors
+from flowclip_cache.heads import build_head
+from flowclip_cache.heads.clip import ClipHead
+from flowclip_cache.manifest import Manifest
+from flowclip_cache.scoring.aggregation import aggregate
+from flowclip_cache.scoring.paraphrase_task import aggregate_paraphrases, score_paraphrase_task, text_similarities
+from flowclip_cache.scoring.scorers import scoring_of
+from flowclip_cache.store import FeatureStore
+
+SHARED = os.environ.get(
+    "FLOWCLIP_BENCHMARK_FILES", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "benchmarks")
+)
+VALSE_KEPT = {
+    "existence": 505, "plurals": 851, "counting-hard": 868, "counting-small-quant": 900,
+    "counting-adversarial": 691, "relations": 535, "action-replacement": 648, "actant-swap": 949,
+    "coreference-standard": 708, "coreference-hard": 104, "foil-it": 943,
+}  # fmt: skip
+
+
+# -- the real files ----------------------------------------------------------------------------
+@needs_shared("valse", "existence.json")
+def test_valse_keeps_the_records_its_readme_calls_valid(tmp_path):
+    r = get("valse").build(os.path.join(SHARED, "valse"), str(tmp_path / "v.parquet"), RowErrors())
+    m = Manifest.read(tmp_path / "v.parquet")
+    assert r.counts == VALSE_KEPT and r.records == len(m) == 7702  # of 8,782: mturk.caption >= 2
+    assert "1080 in all" in r.notes[0] and r.images == 6129
+    folders = {p.split("/")[0] for p in m.table.column("image").to_pylist()}
+    assert folders == {"visual7w", "coco2017", "swig", "visdial", "coco-val2014"}
+    rec = m.table.slice(0, 1).to_pylist()[0]
+    raw = json.load(open(os.path.join(SHARED, "valse", "existence.json")))[rec["record_id"].split("/", 1)[1]]
+    assert rec["captions"] == [raw["caption"], raw["foil"]] and rec["gold"] == 0
+
+
+@needs_shared("sugarcrepe_pp", "swap_obj.json")
+def test_sugarcrepe_pp_files_convert_with_their_4757_records(tmp_path):
+    r = get("sugarcrepe-pp").build(os.path.join(SHARED, "sugarcrepe_pp"), str(tmp_path / "s.parquet"), RowErrors())
+    m = Manifest.read(tmp_path / "s.parquet")
+    assert r.records == len(m) == 4757 and m.kind == "paraphrases"
+    assert r.counts == {"replace_att": 788, "replace_obj": 1652, "replace_rel": 1406, "swap_att": 666, "swap_obj": 245}
+    first = json.load(open(os.path.join(SHARED, "sugarcrepe_pp", "replace_att.json")))[0]
+    row = m.table.slice(0, 1).to_pylist()[0]
+    assert row["positives"] == [first["caption"], first["caption2"]] and row["negative"] == first["negative_caption"]
+
+
+# -- the official rules, transcribed, on planted ties ---------------------------------------------
+def valse_official(c: np.ndarray, f: np.ndarray, t: float) -> dict:
+    """lxmert_valse_eval.py's loop, statement by statement, in float64: cross_score rows
+    are [no-match logit, match logit] of caption and foil; a scorer with threshold t has
+    match logit s and no-match logit t."""
+    count = foil_accuracy = capt_fits = foil_detected = pairwise_acc = 0
+    for cc, ff in zip(c.astype(np.float64), f.astype(np.float64)):
+        cross_score = np.array([[t, cc], [t, ff]], np.float64)
+        if cross_score[1, 0] == cross_score[1, 1]:
+            continue
+        if cross_score[0, 0] < cross_score[0, 1]:
+            foil_accuracy += 1
+            capt_fits += 1
+        if cross_score[1, 0] >= cross_score[1, 1]:
+            foil_detected += 1
+            foil_accuracy += 1
+        if cross_score[0, 1] > cross_score[1, 1]:
+            pairwise_acc += 1
+        count += 1
+    return {"count": count, "acc": foil_accuracy / count / 2, "p_c": capt_fits / count,
+            "p_f": foil_detected / count, "acc_r": pairwise_acc / count}  # fmt: skip
+
+
+def test_valse_figures_equal_the_released_script_on_planted_ties():
+    sc = get("valse").scoring
+    rng = np.random.default_rng(0)
+    pieces = [p for i, p in enumerate(VALSE_KEPT) for _ in range(4 + i)]  # unequal: weighting shows
+    n = len(pieces)
+    s = np.round(rng.normal(0, 1, (n, 2)), 1).astype(np.float32)  # coarse values: natural ties too
+    s[::5, 1] = s[::5, 0]  # caption ties its foil: wrong (strict)
+    s[1::7, 1] = 0.25  # the foil exactly at the threshold: not counted by the script
+    s[2::9, 0] = 0.25  # the caption exactly at the threshold: it does not fit (strict)
+    cols = {"piece": pieces, "record_id": [str(i) for i in range(n)]}
+    gold = np.zeros(n, np.int64)
+    res = aggregate(sc, s, gold, cols, (0.25, "planted"))
+    c, f = s[:, 0].astype(np.float64), s[:, 1].astype(np.float64)
+    # acc_r over every record, per piece; the headline: vl_compo's mean of the 7 instruments
+    acc_r = {p: float(np.mean([cc > ff for cc, ff, q in zip(c, f, pieces) if q == p])) for p in VALSE_KEPT}
+    assert res["by_piece"] == pytest.approx(acc_r, abs=0) and res["ties"] == int((c == f).sum()) > 0
+    inst = [acc_r["existence"], acc_r["plurals"],
+            np.mean([acc_r["counting-hard"], acc_r["counting-small-quant"], acc_r["counting-adversarial"]]),
+            acc_r["relations"], np.mean([acc_r["action-replacement"], acc_r["actant-swap"]]),
+            np.mean([acc_r["coreference-standard"], acc_r["coreference-hard"]]), acc_r["foil-it"]]  # fmt: skip
+    assert res["score"] == pytest.approx(np.mean(inst), abs=1e-15)
+    th = res["threshold_figures"]
+    assert th["defined"] and th["threshold"] == 0.25 and th["source"] == "planted"
+    want = valse_official(c, f, 0.25)
+    got = th["pooled"]
+    assert got["skipped_foil_at_threshold"] == n - want["count"] > 0
+    assert {k: got[k] for k in want} == pytest.approx(want, abs=1e-15)
+    for p in VALSE_KEPT:
+        sel = np.array(pieces) == p
+        w = valse_official(c[sel], f[sel], 0.25)
+        assert {k: th["by_piece"][p][k] for k in w} == pytest.approx(w, abs=1e-15), p
+    undefined = aggregate(sc, s, gold, cols)["threshold_figures"]
+    assert undefined["defined"] is False and "not defined for this scorer" in undefined["reason"]
+
+
+def scpp_official(s: np.ndarray, text: np.ndarray) -> dict:
+    """VLMs/test_Variants_CLIP.py's counters, statement by statement, in float64."""
+    total = correct_full = correct_img_p1 = correct_img_p2 = correct_text = 0
+    for (cos_p1, cos_p2, cos_neg), (cos_p1p2, cos_p1_neg, cos_p2_neg) in zip(s.astype(np.float64), text):
+        total += 1
+        if cos_p1 > cos_neg and cos_p2 > cos_neg:
+            correct_full += 1
+        if cos_p1 > cos_neg:
+            correct_img_p1 += 1
+        if cos_p2 > cos_neg:
+            correct_img_p2 += 1
+        if cos_p1p2 > cos_p1_neg and cos_p1p2 > cos_p2_neg:
+            correct_text += 1
+    return {"ITT": correct_full / total, "Image-P1-Neg": correct_img_p1 / total,
+            "Image-P2-Neg": correct_img_p2 / total, "TOT": correct_text / total}  # fmt: skip
+
+
+def test_sugarcrepe_pp_figures_equal_the_released_script_on_planted_ties():
+    sc = get("sugarcrepe-pp").scoring
+    rng = np.random.default_rng(1)
+    files = [f for f in ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj") for _ in range(9)]
+    n = len(files)
+    s = np.round(rng.normal(0, 1, (n, 3)), 1).astype(np.float32)
+    text = np.round(rng.normal(0, 1, (n, 3)), 1).astype(np.float32)
+    s[::4, 2] = s[::4, 0]  # P1 ties N: ITT and Image-P1-Neg wrong
+    s[1::6, 2] = s[1::6, 1]  # P2 ties N
+    text[::5, 1] = text[::5, 0]  # sim(P1, P2) ties sim(P1, N): TOT wrong
+    res = aggregate_paraphrases(sc, s, text, {"subset": files, "record_id": list(map(str, range(n)))})
+    per_file = {f: scpp_official(s[np.array(files) == f], text[np.array(files) == f]) for f in sorted(set(files))}
+    for m in ("ITT", "Image-P1-Neg", "Image-P2-Neg", "TOT"):
+        got = res["metrics"][m]
+        assert got["by_subset"] == pytest.approx({f: v[m] for f, v in per_file.items()}, abs=1e-15), m
+        assert got["score"] == pytest.approx(np.mean([v[m] for v in per_file.values()]), abs=1e-15), m
+    assert res["score"] == res["metrics"]["ITT"]["score"] and res["headline_metric"] == "ITT"
+    assert res["ties"] > 0 and res["ties_text"] > 0
+    assert res["by_subset"]["swap_obj TOT"] == per_file["swap_obj"]["TOT"]
+    without = aggregate_paraphrases(sc, s, None, {"subset": files, "record_id": list(map(str, range(n)))})
+    assert without["metrics"]["TOT"]["defined"] is False and not any(k.endswith(" TOT") for k in without["by_subset"])
+    assert without["metrics"]["ITT"] == res["metrics"]["ITT"]
+
+
+# -- small files in each official layout, extracted and scored ------------------------------------
+@pytest.fixture(scope="module")
+def caption_side(tmp_path_factory):
+    from flowclip_cache.synthetic.sample import make_sample
+
+    base = tmp_path_factory.mktemp("captions")
+    s = make_sample(str(base / "sample"), n_images=12)
+    pngs = sorted(os.path.join(s["image_root"], p) for p in os.listdir(s["image_root"]) if p.endswith(".png"))
+    caps = [c for r in Manifest.read(s["candidates"]).table.to_pylist() for c in r["captions"]]
+    root, src, out = base / "images", base / "src", base / "manifests"
+    for d in (root, src / "valse", src / "scpp", out):
+        d.mkdir(parents=True)
+    folder = {"existence": ("visual7w", "visual7w"), "plurals": ("coco2017", "coco2017"), "foil-it":
+              ("FOIL dataset", "coco-val2014"), "actant-swap": ("SWiG", "swig")}  # fmt: skip
+    k = 0
+    for piece in VALSE_KEPT:
+        dataset, sub = folder.get(piece, ("VisDial_v1.0", "visdial"))
+        recs = {}
+        for j, votes in enumerate((3, 2, 1)):  # the third is not valid (mturk.caption < 2)
+            fn = f"{piece}_{j}.jpg"
+            os.makedirs(root / sub, exist_ok=True)
+            Image.open(pngs[k % len(pngs)]).convert("RGB").save(root / sub / fn, "JPEG")
+            pair = {"caption": caps[k % len(caps)], "foil": caps[(k + 1) % len(caps)]}
+            recs[f"{piece}_{j}"] = {"dataset": dataset, "image_file": fn, "mturk": {"caption": votes}, **pair}
+            k += 1
+        json.dump(recs, open(src / "valse" / f"{piece}.json", "w"))
+    for i, f in enumerate(("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")):
+        Image.open(pngs[i]).convert("RGB").save(root / f"{i:012d}.jpg", "JPEG")
+        recs = [{"id": j, "filename": f"{i:012d}.jpg", "caption": caps[i + j], "caption2": caps[i + j + 1],
+                 "negative_caption": caps[i + j + 2]} for j in range(3)]  # fmt: skip
+        json.dump(recs, open(src / "scpp" / f"{f}.json", "w"))
+    built = {n: get(n).build(str(src / d), str(out / f"{n}.parquet"), RowErrors())
+             for n, d in (("valse", "valse"), ("sugarcrepe-pp", "scpp"))}  # fmt: skip
+    store = base / "store"
+    args = ["extract", "--store", str(store), "--model", "flowclip-tiny-clip", "--image-root", str(root),
+            "--workers", "0", "--quiet", "--on-error", "fail", "--manifest", str(out / "valse.parquet"),
+            "--manifest", str(out / "sugarcrepe-pp.parquet")]  # fmt: skip
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    return {"base": base, "out": out, "root": root, "store": str(store), "built": built}
+
+
+def test_the_layouts_convert_keeping_valid_records(caption_side):
+    b = caption_side["built"]
+    assert b["valse"].counts == {p: 2 for p in VALSE_KEPT} and b["sugarcrepe-pp"].records == 15
+    assert (
+        Manifest.read(caption_side["out"] / "valse.parquet")
+        .table.column("image")
+        .to_pylist()[0]
+        .startswith("visual7w/")
+    )
+
+
+def test_every_head_scores_the_paraphrases_and_tot_is_defined_where_declared(caption_side, tmp_path):
+    from test_field_benchmarks import scorers
+
+    fs = FeatureStore(caption_side["store"])
+    heads = scorers(fs.meta["dim"], tmp_path)
+    m = Manifest.read(caption_side["out"] / "sugarcrepe-pp.parquet")
+    name, sc = scoring_of(m)
+    results: dict = {}
+    rows, changes, boot = score_paraphrase_task(fs, m, name, sc, heads, ("real", "shuffle"), 0, "cpu", None, 2048,
+                                                results, {})  # fmt: skip
+    text = text_similarities(fs, m, heads, "cpu")
+    for s in heads:
+        res = results[("real", s.run)][name]
+        assert 0 <= res["score"] <= 1 and res["n"] == 15
+        embeds = s.head.caption_embedding(torch.eye(fs.meta["dim"])[:2]) is not None
+        assert (text[s.run] is not None) == embeds, s.run  # TOT where a head has a caption embedding
+        assert ("score" in res["metrics"]["TOT"]) == embeds
+        if not embeds:
+            assert "not defined for this scorer" in res["metrics"]["TOT"]["reason"]
+        assert results[("shuffle", s.run)][name]["metrics"]["TOT"] == res["metrics"]["TOT"]  # TOT reads no image
+    assert {"flow", "clip", "global"} <= {s.run for s in heads}
+    assert text["flow"] is None and text["clip"] is not None
+    # CLIP's TOT is the cosine of the text globals (FP16 in the store, renormalised), as the script computes it
+    t = m.table.to_pylist()
+    from flowclip_cache.hashing import caption_key
+
+    g = fs.load_captions([caption_key(c) for c in (t[0]["positives"] + [t[0]["negative"]])]).global_.astype(np.float64)
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    assert text["clip"][0] == pytest.approx([g[0] @ g[1], g[0] @ g[2], g[1] @ g[2]], abs=1e-6)
+    assert len(rows) == 2 * len(heads) * 15 and boot[0]["name"] == name
+
+
+def test_score_reports_valse_thresholds_only_for_a_scorer_that_declares_one(caption_side, tmp_path, monkeypatch):
+    def run(out):
+        args = ["score", "--store", caption_side["store"], "--scorer", "clip", "--out", str(out), "--bootstrap", "0"]
+        args += ["--image-root", str(caption_side["root"]), "--manifests", str(caption_side["out"]), "--no-figures"]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 0, r.output
+        return json.loads((out / "results.json").read_text())["results"], (out / "results.md").read_text()
+
+    res, md = run(tmp_path / "plain")
+    v = res["real|clip"]["valse"]
+    assert set(v["by_piece"]) == set(VALSE_KEPT) and v["n"] == 22
+    assert v["threshold_figures"]["defined"] is False
+    assert "### valse: p_c, p_f, acc" in md and "- clip: not defined for this scorer" in md
+    assert "## Paraphrase tasks" in md and "| sugarcrepe-pp | clip | ITT " in md and "TOT n/d" not in md
+    assert "| replace_att ITT | replace_att Image-P1-Neg |" in md  # the per-file breakdown, every figure
+    monkeypatch.setattr(ClipHead, "decision_threshold", lambda self: (0.2, "a test's planted threshold"))
+    res, md = run(tmp_path / "declared")
+    th = res["real|clip"]["valse"]["threshold_figures"]
+    assert th["defined"] and th["source"] == "a test's planted threshold" and th["pooled"]["count"] <= 22
+    assert "0.2 (a test's planted threshold)" in md
+
+
+def test_the_head_contract_checks_the_new_methods():
+    from flowclip_cache.errors import FlowclipError
+    from flowclip_cache.heads.contract import check_head
+    from flowclip_cache.heads.global_m import GlobalHead
+
+    g = build_head("global", 8)
+    with torch.no_grad():
+        g.M.add_(0.3 * torch.randn(8, 8, generator=torch.Generator().manual_seed(0)))
+    a, b = torch.nn.functional.normalize(torch.randn(2, 3, 8), dim=-1)
+    e = lambda x: torch.nn.functional.normalize(x @ g.M.T, dim=-1)  # noqa: E731
+    assert torch.allclose(g.caption_similarity(a, b), (e(a) * e(b)).sum(-1), atol=1e-6)
+    assert build_head("flow", 8).caption_similarity(a, b) is None and build_head("clip", 8).decision_threshold() is None
+
+    class Bad(GlobalHead):
+        def decision_threshold(self):
+            return (float("nan"), "somewhere")
+
+    with pytest.raises(FlowclipError, match="decision_threshold must return None or"):
+        check_head(lambda: Bad(8), "bad")
