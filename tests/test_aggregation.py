@@ -283,7 +283,7 @@ def test_bootstrap_task_drops_small_groups_and_excluded_records():
     images = {"i9": 0}
     t = bootstrap_task("t", sc, cols, ikeys, correct, images)
     # kept: records 0, 1 (group a, 2 records) and 4, 5 (group c after exclusion: 2); b has 1
-    assert t["groups"].tolist() == ["a", "a", "c", "c"]
+    assert [lv.tolist() for lv in t["groups"]] == [["a", "a", "c", "c"]]
     assert t["correct"]["r"].tolist() == [True, False, False, True]
     assert t["image_index"].tolist() == [1, 2, 3, 2] and images == {"i9": 0, "i0": 1, "i1": 2, "i3": 3}
 
@@ -419,3 +419,40 @@ def test_the_binding_labs_summary_counts_intervals_that_exclude_zero():
         "difference."
     )
     assert exclusion_count([("s", "t", "d", 0.0, 0.0, 1.0)]).startswith("**0 of 1")  # an edge at 0 includes it
+
+
+def test_the_bootstrap_statistic_at_unit_weights_is_each_official_score():
+    """Every aggregation kind: the bootstrap's statistic with each record drawn once equals the
+    official score (pooled; macro; SugarCrepe's record-weighted group means; VALSE's instrument
+    mean of piece means; VL-CheckList's means of means down four levels). Mutation checked: the
+    VALSE levels without the piece level (pooled within an instrument) fail here."""
+    from flowclip_cache.datasets import get
+    from flowclip_cache.scoring.aggregation import aggregate
+    from flowclip_cache.scoring.stats import weighted_stat
+
+    rng = np.random.default_rng(3)
+    vc = [("Object", "Object_Size_large", "vg", "f1"), ("Object", "Object_Size_large", "vg", "f2"),
+          ("Object", "Object_Size_large", "swig", "f3"), ("Object", "Object_Location_mid", "hake", "f4"),
+          ("Attribute", "Attribute_color", "vaw", "f5"), ("Relation", "Relation_spatial", "vg", "f6")]  # fmt: skip
+    cases = {
+        "sugarcrepe": {"subset": [s for s in ("add_att", "add_obj", "replace_att", "swap_att", "swap_obj")
+                                  for _ in range(3 + len(s))]},
+        "valse": {"piece": [p for i, p in enumerate(("existence", "plurals", "counting-hard", "counting-small-quant",
+                  "relations", "actant-swap", "action-replacement", "foil-it")) for _ in range(3 + i)]},
+        "aro-vg-attribution": {"attribute_pair": [str(i % 4) for i in range(120)] + ["small"] * 3},
+        "vl-checklist": dict(zip(("kind", "category", "source", "file"),
+                                 map(list, zip(*[r for i, r in enumerate(vc) for _ in range(2 + i)])))),
+    }  # fmt: skip
+    for name, cols in cases.items():
+        sc = get(name).scoring
+        n = len(next(iter(cols.values())))
+        cols = {**cols, "record_id": [str(i) for i in range(n)]}
+        if sc.exclude_column:
+            cols[sc.exclude_column] = [False] * n
+        s = rng.normal(size=(n, 2)).astype(np.float32)
+        res = aggregate(sc, s, np.zeros(n, np.int64), cols)
+        correct = {"r": s[:, 0] > s[:, 1]}
+        t = bootstrap_task(name, sc, cols, np.array([f"i{i}" for i in range(n)]), correct, {})
+        stat, lost = weighted_stat(t["correct"]["r"], np.ones((1, len(t["image_index"]))), t["groups"])
+        assert stat[0] == pytest.approx(res["score"], abs=1e-12), name
+        assert not lost[0]

@@ -286,3 +286,69 @@ def test_the_head_contract_checks_the_new_methods():
 
     with pytest.raises(FlowclipError, match="decision_threshold must return None or"):
         check_head(lambda: Bad(8), "bad")
+
+
+# -- VL-CheckList: a checkout in its layout (its data is not ours to copy) -------------------------
+def radar_official(acc: dict[str, float], corpus: dict[str, dict[str, list[str]]]) -> dict[str, float]:
+    """radar.py's generate_chart loop: per item, the mean over its data sources of the mean
+    of their files' total_acc."""
+    out = {}
+    for item in corpus:
+        data_score = []
+        for data in corpus[item]:
+            score = 0.0
+            for file in corpus[item][data]:
+                score += acc[file]
+            data_score.append(score / len(corpus[item][data]))
+        out[item] = sum(data_score) / len(corpus[item])
+    return out
+
+
+def test_vl_checklist_reads_a_checkout_counts_missing_images_and_averages_as_radar(tmp_path):
+    import yaml
+
+    src, images = tmp_path / "VL-CheckList", tmp_path / "images"
+    entries = [("Object/Size/large", "vg_obj", "vg/"), ("Object/Size/large", "vg_subj", "vg/"),
+               ("Object/Size/large", "swig_agent", "swig/"), ("Object/Location/mid", "hake", "hake/"),
+               ("Attribute/color", "vaw", "vg/"), ("Attribute/color", "vg", "vg/"),
+               ("Relation/spatial", "vg", "vg/")]  # fmt: skip
+    for k, (kind, name, root) in enumerate(entries):
+        (src / "corpus" / "v1" / kind).mkdir(parents=True, exist_ok=True)
+        anno = f"data/{kind}/{name}.json"
+        (src / anno).parent.mkdir(parents=True, exist_ok=True)
+        yaml.safe_dump({"ANNO_PATH": anno, "IMG_ROOT": root, "TYPE": "TUPLE_JSON"},
+                       open(src / "corpus" / "v1" / kind / f"{name}.yaml", "w"))  # fmt: skip
+        recs = [[f"{k}_{j}.jpg", {"POS": [f"pos {k} {j}", "another"], "NEG": [f"neg {k} {j}"]}] for j in range(5)]
+        json.dump(recs, open(src / anno, "w"))
+        for j in range(5):
+            if (k, j) != (0, 1):  # one image missing: skipped, counted
+                (images / root).mkdir(parents=True, exist_ok=True)
+                (images / root / f"{k}_{j}.jpg").write_bytes(b"x")
+    b = get("vl-checklist")
+    with pytest.raises(Exception, match="images=<folder>"):
+        b.build(str(src), str(tmp_path / "v.parquet"), RowErrors())
+    r = b.build(str(src), str(tmp_path / "v.parquet"), RowErrors(), images=str(images), max_num="6")
+    m = Manifest.read(tmp_path / "v.parquet")
+    assert r.counts["Object_Size_large_vg_obj"] == 3 and set(r.counts.values()) == {3}  # the first 6/2 present
+    assert "Object_Size_large_vg_obj 1" in r.notes[0] and m.meta["missing_images"]["Object_Size_large_vg_obj"] == 1
+    rows = m.table.to_pylist()
+    first = [x for x in rows if x["file"] == "Object_Size_large_vg_obj"]
+    assert [x["image"] for x in first] == ["vg/0_0.jpg", "vg/0_2.jpg", "vg/0_3.jpg"]  # 0_1 skipped, then the first 3
+    assert first[0]["captions"] == ["pos 0 0", "neg 0 0"] and first[0]["category"] == "Object_Size_large"
+    # planted scores with ties, against radar.py and vl_compo's mean of Object, Attribute, Relation
+    rng = np.random.default_rng(2)
+    s = np.round(rng.normal(size=(len(rows), 2)), 1).astype(np.float32)
+    s[::4, 1] = s[::4, 0]  # ties: wrong (evaluate.py's `>`)
+    cols = m.table.to_pydict()
+    res = aggregate(b.scoring, s, np.zeros(len(rows), np.int64), cols)
+    files = np.array(cols["file"])
+    acc = {f: float(np.mean([a > c for (a, c), g in zip(s.astype(np.float64), files) if g == f])) for f in set(files)}
+    corpus: dict = {}
+    for x in rows:
+        corpus.setdefault(x["category"], {}).setdefault(x["source"], [])
+        if x["file"] not in corpus[x["category"]][x["source"]]:
+            corpus[x["category"]][x["source"]].append(x["file"])
+    radar = radar_official(acc, corpus)
+    assert res["nested_category"] == pytest.approx(radar, abs=1e-15) and res["by_file"] == pytest.approx(acc, abs=0)
+    kinds = {k: np.mean([v for c, v in radar.items() if c.startswith(k)]) for k in ("Object", "Attribute", "Relation")}
+    assert res["score"] == pytest.approx(np.mean(list(kinds.values())), abs=1e-15) and res["ties"] > 0

@@ -50,6 +50,7 @@ REGISTRY = [
     "cola_multiobj",
     "valse",
     "sugarcrepe_pp",
+    "vl_checklist",
     "synthetic_groups",
     "synthetic_image_choice",
     "synthetic_paraphrases",

@@ -28,7 +28,7 @@ class Scoring:
     # wrong | first (argmax: the earliest tied wins) | correct; groups: wrong (every comparison
     # strict) | second_image (a caption whose two images tie chooses the second: MMVP)
     aggregate: str = "mean"  # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
-    # | group_means (mean of the named groups in headline_groups)
+    # | group_means (mean of the named groups in headline_groups) | nested (means of means down `nest`)
     group_by: str | None = None  # the manifest column the aggregation groups by
     min_group: int = 0  # groups with fewer records are dropped (ARO VG-Attribution: 25)
     exclude_column: str | None = None  # boolean column: records outside the official score
@@ -37,6 +37,9 @@ class Scoring:
     group_weighting: str = "groups"  # a named group's mean: "groups" (unweighted over its members) or
     # "records" (pooled over its records, i.e. weighted by subset size)
     headline_groups: tuple[str, ...] = ()  # aggregate "group_means": the named groups whose mean is the score
+    # aggregate "nested": columns from the top grouping down (VL-CheckList: kind, category, source,
+    # file); the score is the mean over the top groups of the means of their subgroups, and so down
+    nest: tuple[str, ...] = ()
     recall_at: tuple[int, ...] = (1,)
     # cross-task means this benchmark feeds: (mean name, group name or "" for the official score);
     # binding7 = the paper's 7-task binding mean, all11 = its 11-task mean, aro = the ARO mean,
@@ -130,6 +133,10 @@ class Scoring:
                     "named_groups",
                 )
             )
+        out += [
+            (f"per {level}: the mean over its {below}s (means of means)", f"nested_{level}")
+            for level, below in zip(self.nest[:-1], self.nest[1:])
+        ]
         out += [(f"per {c}", f"by_{c}") for c in self.report_by]
         if self.task in ("candidates", "image_candidates"):
             out += [(f"Recall@1 per {c}", f"recall_by_{c}") for c in self.report_by]

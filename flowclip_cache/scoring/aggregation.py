@@ -109,6 +109,10 @@ def _official(sc: Scoring, c: np.ndarray, cols: dict, keep: np.ndarray) -> dict:
             )
     if sc.aggregate == "mean":
         res["score"] = res["pooled"]
+    elif sc.aggregate == "nested":
+        levels = [np.asarray(cols[col])[keep].astype(str) for col in sc.nest]
+        res["score"], per_level = metrics.nested_means(c, levels)
+        res.update({f"nested_{col}": means for col, means in zip(sc.nest[:-1], per_level)})
     elif sc.aggregate == "group_means":  # a group with no record scored is left out, and named
         there = [n for n in sc.headline_groups if not np.isnan(res["named_groups"][n])]
         res["score"] = float(np.mean([res["named_groups"][n] for n in there])) if there else float("nan")
@@ -158,19 +162,32 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
     and each run's decisions."""
     n = len(ikeys)
     keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(n, bool)
-    groups = np.asarray(cols[sc.group_by])[keep] if sc.aggregate != "mean" else None
-    keep_idx = np.flatnonzero(keep)
+    keep_idx, levels = _bootstrap_levels(sc, cols, np.flatnonzero(keep))
+    idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep_idx]], np.int64)
+    return {"name": name, "image_index": idx, "groups": levels, "correct": {r: c[keep_idx] for r, c in correct.items()}}
+
+
+def _bootstrap_levels(sc: Scoring, cols: dict, keep_idx: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The records the official score uses and its levels of grouping, top first (stats'
+    nested means): none (pooled), [group_by] (macro; groups below min_group left out),
+    [headline group] or [headline group, group_by] (group means pooled over records, or
+    means of their members), or the `nest` columns."""
+    at = lambda col: np.asarray(cols[col]).astype(str)[keep_idx]  # noqa: E731
+    if sc.aggregate == "mean":
+        return keep_idx, []
+    if sc.aggregate == "nested":
+        return keep_idx, [at(col) for col in sc.nest]
+    groups = at(sc.group_by)
     if sc.aggregate == "group_means":  # records labelled by their headline group; others left out
         label = {m: name for name, members in sc.groups if name in sc.headline_groups for m in members}
-        groups = np.array([label.get(str(g), "") for g in groups], dtype=object)  # type: ignore[union-attr]
-        sel = groups != ""
-        keep_idx, groups = keep_idx[sel], groups[sel]
-    if groups is not None and sc.min_group:
+        top = np.array([label.get(g, "") for g in groups], dtype=object)
+        sel = top != ""
+        return keep_idx[sel], [top[sel]] + ([groups[sel]] if sc.group_weighting == "groups" else [])
+    if sc.min_group:
         sizes = dict(zip(*np.unique(groups, return_counts=True)))
         sel = np.array([sizes[g] >= sc.min_group for g in groups], bool)
         keep_idx, groups = keep_idx[sel], groups[sel]
-    idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep_idx]], np.int64)
-    return {"name": name, "image_index": idx, "groups": groups, "correct": {r: c[keep_idx] for r, c in correct.items()}}
+    return keep_idx, [groups]
 
 
 def cross_task_means(

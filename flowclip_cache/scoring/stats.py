@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import metrics
+
 
 def image_weights(n_images: int, draws: int, seed: int, chunk: int = 500):
     """Yield [c, n_images] draw-count matrices, chunk by chunk (deterministic by seed)."""
@@ -23,21 +25,28 @@ def image_weights(n_images: int, draws: int, seed: int, chunk: int = 500):
         done += c
 
 
-def weighted_stat(correct: np.ndarray, W: np.ndarray, groups: np.ndarray | None):
-    """correct [n], W [D, n] record weights -> ([D] statistic, [D] bool lost-a-group)."""
-    c = correct.astype(np.float32)
-    if groups is None:
-        tot = W.sum(1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (W @ c) / tot, tot == 0
-    parts = []
-    for g in np.unique(groups):
-        m = groups == g
-        tot = W[:, m].sum(1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            parts.append(np.where(tot > 0, (W[:, m] @ c[m]) / np.where(tot > 0, tot, 1), np.nan))
-    per_group = np.stack(parts, 1)
-    return np.nanmean(per_group, 1), np.isnan(per_group).any(1)
+def levels_of(groups) -> tuple[list[np.ndarray], np.ndarray]:
+    """A task's levels of grouping (None or [] pooled; one array or [labels]: a macro mean;
+    several: nested means) and each record's finest group as an index."""
+    levels = [] if groups is None else list(groups) if isinstance(groups, list) else [groups]
+    if not levels:
+        return levels, np.zeros(0, np.int64)
+    finest = np.unique(np.stack([np.asarray(lv).astype(str) for lv in levels], 1), axis=0, return_inverse=True)[1]
+    return levels, finest.ravel()
+
+
+def weighted_stat(correct: np.ndarray, W: np.ndarray, groups, finest: np.ndarray | None = None):
+    """correct [n], W [D, n] record weights, groups: levels_of's levels (or what it takes)
+    -> ([D] statistic (metrics.nested_mean), [D] bool lost-a-group: some group of the
+    finest level had no weight in the draw)."""
+    if finest is None:
+        groups, finest = levels_of(groups)
+    stat = metrics.nested_mean(correct, W, groups)
+    if not len(groups):
+        return stat, W.sum(1) == 0
+    per_group = np.zeros((len(W), int(finest.max()) + 1), W.dtype)
+    np.add.at(per_group.T, finest, W.T)
+    return stat, (per_group == 0).any(1)
 
 
 def paired_bootstrap(
@@ -52,6 +61,7 @@ def paired_bootstrap(
                correct: {run: [n] bool}}]
     methods: method -> its runs (seeds). Returns {task: {"a - b": {mean, lo, hi, draws_missing_groups}}}."""
     diffs: dict[str, dict[str, list]] = {t["name"]: {f"{b} - {a}": [] for a, b in pairs} for t in tasks}
+    grouping = {t["name"]: levels_of(t["groups"]) for t in tasks}
     lost = {t["name"]: 0 for t in tasks}
     for Wimg in image_weights(n_images, draws, seed):
         for t in tasks:
@@ -60,7 +70,7 @@ def paired_bootstrap(
             for m, runs in methods.items():
                 vals = []
                 for r in runs:
-                    v, missing = weighted_stat(t["correct"][r], W, t["groups"])
+                    v, missing = weighted_stat(t["correct"][r], W, *grouping[t["name"]])
                     vals.append(v)
                 stat[m] = np.mean(vals, 0)
             lost[t["name"]] += int(missing.sum())
