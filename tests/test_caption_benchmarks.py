@@ -352,3 +352,113 @@ def test_vl_checklist_reads_a_checkout_counts_missing_images_and_averages_as_rad
     assert res["nested_category"] == pytest.approx(radar, abs=1e-15) and res["by_file"] == pytest.approx(acc, abs=0)
     kinds = {k: np.mean([v for c, v in radar.items() if c.startswith(k)]) for k in ("Object", "Attribute", "Relation")}
     assert res["score"] == pytest.approx(np.mean(list(kinds.values())), abs=1e-15) and res["ties"] > 0
+
+
+# -- SVO-Probes: svo_probes.csv in its layout, images named by id ---------------------------------
+def notebook_official(frame) -> tuple[float, float, float]:
+    """probing_image_text_models.ipynb's `accuracy(frame)`, as written (pandas)."""
+    neg = frame[["sentence", "neg_image_id", "neg_scores"]].drop_duplicates()
+    pos = frame[["sentence", "pos_image_id", "pos_scores"]].drop_duplicates()
+    neg_acc = np.mean([item == 0 for item in neg["neg_scores"].values])
+    pos_acc = np.mean([item == 1 for item in pos["pos_scores"].values])
+    return (neg_acc + pos_acc) / 2, pos_acc, neg_acc
+
+
+@pytest.fixture(scope="module")
+def svo(tmp_path_factory):
+    from flowclip_cache.synthetic.sample import make_sample
+
+    base = tmp_path_factory.mktemp("svo")
+    s = make_sample(str(base / "sample"), n_images=10)
+    pngs = sorted(os.path.join(s["image_root"], p) for p in os.listdir(s["image_root"]) if p.endswith(".png"))
+    caps = [c for r in Manifest.read(s["candidates"]).table.to_pylist() for c in r["captions"]]
+    images = base / "images"
+    images.mkdir()
+    for i in range(9):  # image id 9 is never fetched
+        Image.open(pngs[i]).convert("RGB").save(images / f"{100 + i}.{'jpg' if i % 2 else 'png'}")
+    types = [(1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0), (0, 0, 1)]
+    lines = ["sentence,pos_triplet,neg_triplet,subj_neg,verb_neg,obj_neg,pos_url,neg_url,pos_image_id,neg_image_id"]
+    for k, (a, b, c) in enumerate(types):
+        pos, neg = 100 + k, 100 + (k + 1) % 10 if k != 7 else 109  # the last record's negative is absent
+        lines.append(f'"{caps[k % 3]}",x,y,{a == 1},{b == 1},{c == 1},http://a/{pos},http://a/{neg},{pos},{neg}')
+    (base / "svo_probes.csv").write_text("\n".join(lines) + "\n")
+    r = get("svo-probes").build(str(base), str(base / "svo-probes.parquet"), RowErrors(), images=str(images))
+    args = ["extract", "--store", str(base / "store"), "--model", "flowclip-tiny-clip", "--image-root", str(images)]
+    args += ["--workers", "0", "--quiet", "--on-error", "fail", "--manifest", str(base / "svo-probes.parquet")]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    return {"base": base, "images": images, "report": r}
+
+
+def test_svo_probes_skips_and_counts_absent_images_and_keeps_single_type_rows(svo):
+    r = svo["report"]
+    m = Manifest.read(svo["base"] / "svo-probes.parquet")
+    assert r.records == len(m) == 7 and m.meta["absent_images"] == 1 and "1 records skipped" in r.notes[0]
+    assert r.counts == {"subj_neg": 2, "verb_neg": 2, "obj_neg": 2, "more than one type": 1}
+    rows = m.table.to_pylist()
+    assert rows[1]["images"] == ["101.jpg", "102.png"] and rows[6]["excluded"] and not rows[0]["excluded"]
+    with pytest.raises(Exception, match="images=<folder>"):
+        get("svo-probes").build(str(svo["base"]), str(svo["base"] / "x.parquet"), RowErrors())
+
+
+def test_svo_probes_both_rules_equal_their_transcriptions_on_planted_ties():
+    pd = pytest.importorskip("pandas")
+    sc = get("svo-probes").scoring
+    kinds = [t for t in ("subj_neg", "verb_neg", "obj_neg") for _ in range(12)] + ["more than one type"] * 4
+    n = len(kinds)
+    draw = np.random.default_rng(5).integers(0, 4, (3, n))  # pairs recur unevenly: counted once each
+    sentence, pos_id, neg_id = [f"s{k}" for k in draw[0]], [str(k) for k in draw[1]], [str(10 + k) for k in draw[2]]
+    # a pair's score depends on the pair alone (as the engine guarantees), on a coarse grid: ties
+    pairs = sorted({(a, b) for a, b in zip(sentence, pos_id)} | {(a, c) for a, c in zip(sentence, neg_id)})
+    value = dict(zip(pairs, np.round(np.random.default_rng(4).normal(size=len(pairs)), 1)))
+    for a, b, c in list(zip(sentence, pos_id, neg_id))[::5]:  # ties, planted per pair: a tie is wrong
+        value[a, c] = value[a, b]
+    s = np.array([[value[a, b], value[a, c]] for a, b, c in zip(sentence, pos_id, neg_id)], np.float32)
+    cols = {"neg_type": kinds, "excluded": [k.startswith("more") for k in kinds], "caption": sentence,
+            "pos_image_id": pos_id, "neg_image_id": neg_id, "record_id": list(map(str, range(n)))}  # fmt: skip
+    res = aggregate(sc, s, np.zeros(n, np.int64), cols, (0.3, "planted"))
+    keep = ~np.array(cols["excluded"])
+    right = (s[:, 0].astype(np.float64) > s[:, 1].astype(np.float64))[keep]
+    per = {t: float(right[np.array(kinds)[keep] == t].mean()) for t in ("subj_neg", "verb_neg", "obj_neg")}
+    assert res["by_neg_type"] == pytest.approx(per, abs=0) and res["score"] == pytest.approx(
+        np.mean(list(per.values()))
+    )
+    assert res["n"] == 36 and res["excluded"] == 4 and res["ties"] > 0
+    more = [k.startswith("more") for k in kinds]  # subject and verb negatives at once: outside every frame
+    df = pd.DataFrame({"sentence": sentence, "pos_image_id": pos_id, "neg_image_id": neg_id,
+                       "subj_neg": [k == "subj_neg" or x for k, x in zip(kinds, more)],
+                       "verb_neg": [k == "verb_neg" or x for k, x in zip(kinds, more)],
+                       "obj_neg": [k == "obj_neg" for k in kinds],
+                       "pos_scores": (s[:, 0] > 0.3).astype(int),
+                       "neg_scores": (s[:, 1] > 0.3).astype(int)})  # fmt: skip
+    frames = {"subj_neg": df[df["subj_neg"] & ~df["obj_neg"] & ~df["verb_neg"]],
+              "verb_neg": df[df["verb_neg"] & ~df["obj_neg"] & ~df["subj_neg"]],
+              "obj_neg": df[df["obj_neg"] & ~df["verb_neg"] & ~df["subj_neg"]]}  # fmt: skip
+    th = res["threshold_figures"]
+    for t, frame in frames.items():
+        acc, pos_acc, neg_acc = notebook_official(frame)
+        got = th["by_neg_type"][t]
+        assert (got["acc"], got["pos_acc"], got["neg_acc"]) == pytest.approx((acc, pos_acc, neg_acc), abs=1e-15), t
+    acc, pos_acc, neg_acc = notebook_official(pd.concat(list(frames.values())))
+    assert (th["pooled"]["acc"], th["pooled"]["pos_acc"]) == pytest.approx((acc, pos_acc), abs=1e-15)
+    assert 0 < pos_acc < 1 and 0 < neg_acc < 1
+
+
+def test_svo_probes_scores_and_declares_the_notebook_rule_only_with_a_threshold(svo, tmp_path, monkeypatch):
+    def run(out):
+        args = ["score", "--store", str(svo["base"] / "store"), "--scorer", "clip", "--out", str(out)]
+        args += ["--bootstrap", "0", "--image-root", str(svo["images"])]
+        args += ["--manifests", str(svo["base"] / "svo-probes.parquet")]
+        r = CliRunner().invoke(cli, args + ["--no-figures"])
+        assert r.exit_code == 0, r.output
+        return json.loads((out / "results.json").read_text())["results"]["real|clip"]["svo-probes"], (
+            out / "results.md"
+        ).read_text()
+
+    res, md = run(tmp_path / "plain")
+    assert set(res["by_neg_type"]) == {"subj_neg", "verb_neg", "obj_neg"} and res["n"] == 6
+    assert res["threshold_figures"]["defined"] is False and "- clip: not defined for this scorer" in md
+    monkeypatch.setattr(ClipHead, "decision_threshold", lambda self: (0.1, "planted"))
+    res, md = run(tmp_path / "declared")
+    assert set(res["threshold_figures"]["pooled"]) == {"acc", "pos_acc", "neg_acc", "pairs"}
+    assert "| scorer | threshold (source) | acc | pos_acc | neg_acc | pairs |" in md

@@ -269,7 +269,7 @@ def test_a_suite_scores_its_members_and_names_the_absent_ones(field, tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads((out / "results.json").read_text())
     su = summary["suite"]
-    assert su["absent"]["svo-probes"] == "not yet in flowclip (no converter)"
+    assert su["absent"]["svo-probes"] == "no manifest among those given"  # (every vl-compo member has a converter)
     assert su["absent"]["aro-vg-relation"] == "no manifest among those given"
     # colorswap and bivlc were extracted from their own image folders: under this image root, no features
     assert su["absent"]["colorswap"].startswith("no features in the store")
@@ -284,7 +284,7 @@ def test_a_suite_scores_its_members_and_names_the_absent_ones(field, tmp_path):
     assert row["mean"]["members"] == present
     assert row["mean"]["value"] == pytest.approx(np.mean([row[c]["value"] for c in present]), abs=1e-15)
     md = (out / "results.md").read_text()
-    assert "## Suite vl-compo" in md and "- svo-probes: not yet in flowclip" in md
+    assert "## Suite vl-compo" in md and "- svo-probes: no manifest among those given" in md
     # each member's breakdown beside the headline: EqBen per subset and metric, MMVP per category
     eq = res["eqben"]["by_subset"]["eqbenag group"] * 100
     assert f"| eqben | subset=eqbenag group | {eq:.2f} |" in md

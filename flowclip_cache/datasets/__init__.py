@@ -51,6 +51,7 @@ REGISTRY = [
     "valse",
     "sugarcrepe_pp",
     "vl_checklist",
+    "svo_probes",
     "synthetic_groups",
     "synthetic_image_choice",
     "synthetic_paraphrases",

@@ -104,7 +104,8 @@ def score_matrix_task(store, m, name, sc, scorers, device, image_root, max_memor
             flat = [row.ravel() for row in mat]  # image 0 with captions 0, 1; image 1 with captions 0, 1
         else:
             scores, gold = mat[:, :, 0], np.asarray(cols["gold"])
-            results.setdefault(("real", s.run), {})[name] = aggregate(sc, scores, gold, cols)
+            th = s.head.decision_threshold()
+            results.setdefault(("real", s.run), {})[name] = aggregate(sc, scores, gold, cols, th)
             correct[s.run] = metrics.decisions(scores, gold, sc.tie_rule)[0]
             flat, golds = list(scores), gold.tolist()
         rows += [

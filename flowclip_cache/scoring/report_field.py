@@ -92,12 +92,11 @@ def group_section(summary, scorers, benches, name):
 
 
 def threshold_section(summary, scorers, benches, name):
-    """The figures that need a match decision (VALSE's p_c, p_f, acc): per scorer that
-    declares a threshold, or the reason they are not defined for it."""
-    tasks = [t for t, sc in benches.items() if sc.threshold_figures is not None]
+    """The figures that need a match decision (VALSE's p_c, p_f, acc; SVO-Probes' official
+    accuracy): per scorer that declares a threshold, or the reason they are not defined."""
     md, csv = [], []
-    for t in tasks:
-        rows, undefined = [], []
+    for t in [t for t, sc in benches.items() if sc.threshold_figures is not None]:
+        rows, undefined, heads = [], [], []
         for s in scorers:
             f = summary["results"].get(f"real|{s.run}", {}).get(t, {}).get("threshold_figures")
             if f is None:
@@ -106,13 +105,14 @@ def threshold_section(summary, scorers, benches, name):
                 undefined.append(f"- {name[s.run]}: {f['reason']}")
                 continue
             p = f["pooled"]
-            rows.append([name[s.run], f"{f['threshold']:g} ({f['source']})", p["count"], p["skipped_foil_at_threshold"]]
-                        + [fmt(p[k] * 100) for k in ("acc", "p_c", "p_f", "acc_r")])  # fmt: skip
-            csv += [_csv("real", name[s.run], f"{t}/threshold/{k}", p[k] * 100, False) for k in ("acc", "p_c", "p_f")]
+            heads = list(p)
+            rate = lambda k, v: fmt(v * 100) if isinstance(v, float) else v  # noqa: E731  (counts as they are)
+            rows.append([name[s.run], f"{f['threshold']:g} ({f['source']})"] + [rate(k, v) for k, v in p.items()])
+            csv += [_csv("real", name[s.run], f"{t}/threshold/{k}", v * 100, False)
+                    for k, v in p.items() if isinstance(v, float)]  # fmt: skip
         md += [f"### {t}: {benches[t].threshold_title}", ""]
         if rows:
-            heads = ["scorer", "threshold (source)", "counted", "foil at threshold", "acc", "p_c", "p_f", "acc_r"]
-            md += [*table(heads, rows), ""]
+            md += [*table(["scorer", "threshold (source)"] + heads, rows), ""]
         md += undefined + ([""] if undefined else [])
     return md, csv
 
