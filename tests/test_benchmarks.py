@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from click.testing import CliRunner
 from conftest import SHARED_BENCHMARKS, needs_shared
 from PIL import Image
@@ -481,3 +482,80 @@ def test_cc3m_100k_webdataset_shards(tmp_path):
     assert any("(1 new)" in n for n in report.notes)
     with pytest.raises(ManifestError, match="no webdataset shards"):
         build("cc3m-train", tmp_path / "m", tmp_path / "x.parquet")
+
+
+def test_crepe_systematicity_per_split_and_type(tmp_path):
+    """Each row of a seen/unseen file gives one record per hard-negative type; a type with no
+    valid negative leaves the caption alone (counted right, as the official ranking does);
+    the pretraining set is required; code in a list column is refused."""
+    head = "image_id,caption,x,y,width,height,valid_hard_negs_atom,valid_hard_negs_comp,valid_hard_negs_combined\n"
+    (tmp_path / "syst_vg_hard_negs_seen_compounds_in_laion.csv").write_text(
+        head + "11,a red car,1,2,30,40,\"['a blue car']\",\"[]\",\"['a blue car', 'a red bus']\"\n"
+    )
+    (tmp_path / "syst_vg_hard_negs_unseen_compounds_in_laion.csv").write_text(
+        head + "12,a wet dog,0,0,5,5,\"['a dry dog']\",\"['a wet cat']\",\"__import__('os')\"\n"
+    )
+    with pytest.raises(ManifestError, match="train_dataset"):
+        build("crepe-systematicity", tmp_path, tmp_path / "s.parquet")
+    with pytest.raises(ManifestError, match="unseen_compounds_in_laion.csv: line 2: unreadable row"):
+        build("crepe-systematicity", tmp_path, tmp_path / "s.parquet", train_dataset="laion")
+    report, m = build("crepe-systematicity", tmp_path, tmp_path / "s.parquet", on_error="skip", train_dataset="laion")
+    rows = {r["record_id"]: r for r in m.table.to_pylist()}
+    assert report.counts == {"seen_compounds/atom": 1, "seen_compounds/comp": 1, "seen_compounds/combined": 1,
+                             "unseen_compounds/atom": 1, "unseen_compounds/comp": 1,
+                             "unseen_compounds/combined": 0}  # fmt: skip
+    assert rows["seen_compounds/comp/2"]["captions"] == ["a red car"] and m.meta["without_negatives"][
+        "seen_compounds/comp"] == 1  # fmt: skip
+    assert rows["seen_compounds/combined/2"]["captions"] == ["a red car", "a blue car", "a red bus"]
+    assert rows["unseen_compounds/atom/2"]["crop"] == [0.0, 0.0, 5.0, 5.0] and m.meta["train_dataset"] == "laion"
+
+
+def test_crepe_recall_equals_the_official_argsort_on_planted_ties():
+    """get_one2many_rank / get_one2many_metrics (torch.argsort, descending) on planted ties,
+    up to 16 candidates and with a caption alone: R@1, 3, 5, 10 per file as flowclip counts
+    them."""
+    from flowclip_cache.scoring.aggregation import aggregate
+
+    sc = get("crepe-systematicity").scoring
+    rng = np.random.default_rng(7)
+    n, k = 60, 16
+    s = np.round(rng.normal(size=(n, k)), 0).astype(np.float32)  # integers: many ties with the gold
+    sizes = rng.integers(1, k + 1, n)
+    sizes[:3] = 1  # the caption alone
+    for i, m in enumerate(sizes):
+        s[i, m:] = np.nan
+    files = [f"{sp}/{t}" for sp in ("seen_compounds", "unseen_compounds") for t in ("atom", "comp", "combined")]
+    cols = {"file": [files[i % 6] for i in range(n)], "record_id": [str(i) for i in range(n)]}
+    res = aggregate(sc, s, np.zeros(n, np.int64), cols)
+    preds = []
+    for i, m in enumerate(sizes):  # the official code, one image at a time
+        logits = torch.from_numpy(s[i : i + 1, :m])
+        ranking = torch.argsort(logits, descending=True)
+        preds.append(int(torch.where(ranking == 0)[1][0]))
+    preds = np.array(preds)
+    for kk in (1, 3, 5, 10):
+        for f in files:
+            sel = np.array(cols["file"]) == f
+            want = float(np.mean(preds[sel] < kk))
+            got = res["recall_by_file"][f] if kk == 1 else res[f"recall_at{kk}_by_file"][f]
+            assert got == want, (kk, f)
+    assert res["score"] == pytest.approx(np.mean([np.mean(preds[np.array(cols["file"]) == f] < 1) for f in files]))
+
+
+def test_crepe_crops_as_the_official_code_crops(tmp_path):
+    """CsvDataset.__getitem__'s TF.crop(raw_image, y, x, height, width) on a PIL image and
+    flowclip's crop give the same pixels: fractional boxes, and boxes running past the edge
+    (filled black by both). A box wholly outside is refused by flowclip (BadImage), where
+    the official code would score a black crop."""
+    tf = pytest.importorskip("torchvision.transforms.functional")
+    from flowclip_cache.extraction.images import BadImage, load_image
+
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (37, 53, 3), np.uint8)).save(tmp_path / "im.png")
+    raw = Image.open(tmp_path / "im.png").convert("RGB")
+    for x, y, w, h in [(3, 4, 20, 10), (2.5, 3.5, 10.5, 7.25), (40, 30, 30, 20), (0, 0, 53, 37), (-5, -4, 12, 9)]:
+        ours = np.asarray(load_image(str(tmp_path / "im.png"), (x, y, w, h)))
+        theirs = np.asarray(tf.crop(raw, y, x, h, w))
+        assert ours.shape == theirs.shape and (ours == theirs).all(), (x, y, w, h)
+    with pytest.raises(BadImage):
+        load_image(str(tmp_path / "im.png"), (60, 0, 5, 5))

@@ -20,6 +20,7 @@ REGISTRY = [
     "whatsup_controlled_a",
     "whatsup_controlled_b",
     "crepe_productivity",
+    "crepe_systematicity",
     "pug_spar",
     "clevr_binding",
     "coco_retrieval",

@@ -19,6 +19,29 @@ FOIL_TYPES = ("atom", "swap", "negate")
 COMPLEXITIES = range(4, 13)
 
 
+def crepe_row(rec, path: str, line: int, negs_key: str, errors: RowErrors, allow_none: bool = False):
+    """(image_id, caption, [x, y, w, h], negatives) of one CREPE CSV row, or None (reported):
+    the negatives a Python-literal list read with ast.literal_eval (never eval); an empty one
+    only where allow_none (systematicity's valid_hard_negs may hold none)."""
+    if not isinstance(rec, dict):
+        errors(path, f"line {line}", "wrong number of fields")
+        return None
+    try:
+        negs = ast.literal_eval(rec[negs_key])
+        box = [float(rec[k]) for k in ("x", "y", "width", "height")]
+        caption, image = rec["caption"].strip(), rec["image_id"].strip()
+    except (KeyError, ValueError, SyntaxError) as e:
+        errors(path, f"line {line}", f"unreadable row ({type(e).__name__}: {e})")
+        return None
+    if not caption or not image or not isinstance(negs, list) or not (negs or allow_none):
+        errors(path, f"line {line}", f"empty caption, image_id or {negs_key}")
+        return None
+    if not all(isinstance(x, str) and x.strip() for x in negs):
+        errors(path, f"line {line}", f"{negs_key} holds an empty or non-text caption")
+        return None
+    return image, caption, box, negs
+
+
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
     rows, counts = [], {}
     for foil in FOIL_TYPES:
@@ -28,25 +51,10 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
                 continue
             got = 0
             for line, rec in read_csv(path):
-                if not isinstance(rec, dict):
-                    errors(path, f"line {line}", "wrong number of fields")
+                row = crepe_row(rec, path, line, "hard_negs", errors)
+                if row is None:
                     continue
-                try:
-                    negs = ast.literal_eval(rec["hard_negs"])
-                    box = [float(rec[k]) for k in ("x", "y", "width", "height")]
-                    caption, image = rec["caption"].strip(), rec["image_id"].strip()
-                except (KeyError, ValueError, SyntaxError) as e:
-                    errors(path, f"line {line}", f"unreadable row ({type(e).__name__}: {e})")
-                    continue
-                if (
-                    not caption
-                    or not image
-                    or not isinstance(negs, list)
-                    or not negs
-                    or not all(isinstance(x, str) and x.strip() for x in negs)
-                ):
-                    errors(path, f"line {line}", "empty caption, image_id or hard_negs")
-                    continue
+                image, caption, box, negs = row
                 rows.append(
                     {
                         "record_id": f"{foil}/{n}/{line}",

@@ -25,7 +25,7 @@ FIELD = [
         "whatsup-controlled-a", "whatsup-controlled-b", "whatsup-coco-spatial", "whatsup-gqa-spatial",
         "crepe-productivity", "abc6k", "pug-spar", "clevr-binding", "winoground", "eqben", "colorswap", "mmvp-vlm",
         "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj", "valse", "sugarcrepe-pp",
-        "vl-checklist", "svo-probes",
+        "vl-checklist", "svo-probes", "crepe-systematicity",
     )
 ]  # fmt: skip
 VL_COMPO = [
@@ -34,7 +34,7 @@ VL_COMPO = [
     ("aro", "aro-coco-order", "score"),
     ("aro", "aro-flickr-order", "score"),
     ("colorswap", "colorswap", "metrics/group/score"),
-    ("crepe", "crepe-productivity", "by_foil_type/atom"),  # R@1 per foil type, their mean
+    ("crepe", "crepe-productivity", "by_foil_type/atom"),  # R@1 per foil type pooled over complexities; their mean
     ("crepe", "crepe-productivity", "by_foil_type/swap"),
     ("crepe", "crepe-productivity", "by_foil_type/negate"),
     ("eqben", "eqben", "score"),
