@@ -462,3 +462,24 @@ def test_svo_probes_scores_and_declares_the_notebook_rule_only_with_a_threshold(
     res, md = run(tmp_path / "declared")
     assert set(res["threshold_figures"]["pooled"]) == {"acc", "pos_acc", "neg_acc", "pairs"}
     assert "| scorer | threshold (source) | acc | pos_acc | neg_acc | pairs |" in md
+
+
+def test_valse_and_svo_probes_score_under_every_head_and_a_plugin(caption_side, svo, tmp_path):
+    from test_field_benchmarks import scorers
+
+    from flowclip_cache.scoring.engines import score_candidates
+    from flowclip_cache.scoring.matrix_tasks import score_matrices
+
+    cases = [(caption_side["store"], caption_side["out"] / "valse.parquet", caption_side["root"]),
+             (str(svo["base"] / "store"), svo["base"] / "svo-probes.parquet", svo["images"])]  # fmt: skip
+    for store, path, root in cases:
+        fs = FeatureStore(store)
+        heads = scorers(fs.meta["dim"], tmp_path)
+        m = Manifest.read(path)
+        if m.kind == "candidates":
+            mats = score_candidates(fs, m, heads, ("real",), 0, "cpu", str(root))[0]
+            mats = {run: mat for (_, run), mat in mats.items()}
+        else:
+            mats = {run: mat[:, :, 0] for run, mat in score_matrices(fs, m, heads, "cpu", str(root))[0].items()}
+        for s in heads:
+            assert mats[s.run].shape == (len(m), 2) and np.isfinite(mats[s.run]).all(), (path.name, s.run)
