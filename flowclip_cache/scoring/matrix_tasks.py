@@ -120,11 +120,6 @@ def score_matrix_task(store, m, name, sc, scorers, device, image_root, max_memor
             }
             for rid, v, g, c in zip(ids, flat, golds, correct[s.run])
         ]
-    runs = [s.run for s in scorers]
-    changes = {
-        f"{b} vs {a}": metrics.decision_changes(correct[a], correct[b])
-        for i, a in enumerate(runs)
-        for b in runs[i + 1 :]
-    }
+    changes = metrics.changes_between_runs({s.run: correct[s.run] for s in scorers})
     cluster = np.array([ks[0] for ks in ikeys])
     return rows, changes, [bootstrap_task(name, sc, cols, cluster, correct, all_images)]

@@ -243,6 +243,12 @@ def decision_changes(correct_a: np.ndarray, correct_b: np.ndarray) -> dict:
     }
 
 
+def changes_between_runs(correct: dict[str, np.ndarray]) -> dict[str, dict]:
+    """decision_changes for every pair of runs, in the order given: {"B vs A": ...}."""
+    runs = list(correct)
+    return {f"{b} vs {a}": decision_changes(correct[a], correct[b]) for i, a in enumerate(runs) for b in runs[i + 1 :]}
+
+
 GROUP_RULES = ("wrong", "second_image")
 
 

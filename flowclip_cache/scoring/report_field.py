@@ -64,31 +64,36 @@ def _suite_breakdown(summary, name) -> list[str]:
             *table(["benchmark", "figure"] + heads, cells), ""]  # fmt: skip
 
 
-def group_section(summary, scorers, benches, name):
-    tasks = [t for t, sc in benches.items() if sc.task == "groups"]
-    if not tasks:
-        return [], []
-    rows, csv = [], []
-    for t in tasks:
+def _metric_rows(summary, scorers, benches, task_kind: str, name, ties) -> tuple[list, list, list]:
+    """(table rows, csv lines, notes) of the tasks of one kind whose results hold several
+    named figures ("metrics"): per task and scorer, every figure (the headline marked †,
+    one not defined for the scorer "n/d" with its reason below) and ties(result) counts."""
+    rows, csv, undefined = [], [], []
+    for t in [t for t, sc in benches.items() if sc.task == task_kind]:
         for s in scorers:
             r = summary["results"].get(f"real|{s.run}", {}).get(t)
             if r is None:
                 continue
             part = bool(r.get("partial"))
+            shown = {m: v for m, v in r["metrics"].items() if "score" in v}
+            missing = {m: v["reason"] for m, v in r["metrics"].items() if "score" not in v}
             cells = [
-                f"{m} {fmt(v['score'] * 100)}" + (" †" if m == r["headline_metric"] else "")
-                for m, v in r["metrics"].items()
+                f"{m} {fmt(v['score'] * 100)}" + (" †" if m == r["headline_metric"] else "") for m, v in shown.items()
             ]
-            rows.append([_star(t, part), name[s.run], " · ".join(cells), r["ties_text"], r["ties_image"]])
-            csv += [_csv("real", name[s.run], f"{t}/{m}", v["score"] * 100, part) for m, v in r["metrics"].items()]
-    return [
-        "## Group tasks (text, image and group scores)",
-        "",
-        GROUPS_NOTE,
-        "",
-        *table(["task", "scorer", "scores (%)", "text ties", "image ties"], rows),
-        "",
-    ], csv
+            cells += [f"{m} n/d" for m in missing]
+            undefined += [f"- {t}, {name[s.run]}: {m} {why}" for m, why in missing.items()]
+            rows.append([_star(t, part), name[s.run], " · ".join(cells), *ties(r)])
+            csv += [_csv("real", name[s.run], f"{t}/{m}", v["score"] * 100, part) for m, v in shown.items()]
+    return rows, csv, undefined
+
+
+def group_section(summary, scorers, benches, name):
+    rows, csv, _ = _metric_rows(summary, scorers, benches, "groups", name,
+                                lambda r: (r["ties_text"], r["ties_image"]))  # fmt: skip
+    if not rows:
+        return [], []
+    heads = ["task", "scorer", "scores (%)", "text ties", "image ties"]
+    return ["## Group tasks (text, image and group scores)", "", GROUPS_NOTE, "", *table(heads, rows), ""], csv
 
 
 def threshold_section(summary, scorers, benches, name):
@@ -127,25 +132,10 @@ PARAPHRASE_NOTE = (
 
 
 def paraphrase_section(summary, scorers, benches, name):
-    tasks = [t for t, sc in benches.items() if sc.task == "paraphrases"]
-    rows, csv, undefined = [], [], []
-    for t in tasks:
-        for s in scorers:
-            r = summary["results"].get(f"real|{s.run}", {}).get(t)
-            if r is None:
-                continue
-            part = bool(r.get("partial"))
-            shown = {m: v for m, v in r["metrics"].items() if "score" in v}
-            cells = [f"{m} {fmt(v['score'] * 100)}" for m, v in shown.items()]
-            missing = {m: v["reason"] for m, v in r["metrics"].items() if "score" not in v}
-            cells += [f"{m} n/d" for m in missing]
-            undefined += [f"- {t}, {name[s.run]}: {m} {why}" for m, why in missing.items()]
-            tot_ties = "–" if r["ties_text"] is None else r["ties_text"]
-            rows.append([_star(t, part), name[s.run], " · ".join(cells), r["ties"], tot_ties])
-            csv += [_csv("real", name[s.run], f"{t}/{m}", v["score"] * 100, part) for m, v in shown.items()]
+    ties = lambda r: (r["ties"], "–" if r["ties_text"] is None else r["ties_text"])  # noqa: E731
+    rows, csv, undefined = _metric_rows(summary, scorers, benches, "paraphrases", name, ties)
     if not rows:
         return [], []
     heads = ["task", "scorer", "scores (%)", "ITT ties", "TOT ties"]
-    return ["## Paraphrase tasks (ITT and TOT)", "", PARAPHRASE_NOTE, "", *table(heads, rows), ""] + undefined + (
-        [""] if undefined else []
-    ), csv
+    md = ["## Paraphrase tasks (ITT and TOT)", "", PARAPHRASE_NOTE, "", *table(heads, rows), ""]
+    return md + undefined + ([""] if undefined else []), csv

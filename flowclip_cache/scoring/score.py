@@ -260,12 +260,7 @@ def _score_candidate_task(
         ]
     if "real" not in controls:
         return record_rows, {}, []
-    runs = [s.run for s in scorers]
-    changes = {
-        f"{b} vs {a}": metrics.decision_changes(correct_real[a], correct_real[b])
-        for i, a in enumerate(runs)
-        for b in runs[i + 1 :]
-    }
+    changes = metrics.changes_between_runs({s.run: correct_real[s.run] for s in scorers})
     return record_rows, changes, [bootstrap_task(name, sc, cols, ikeys, correct_real, all_images)]
 
 
