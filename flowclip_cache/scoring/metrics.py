@@ -77,7 +77,7 @@ def nested_mean(correct: np.ndarray, W: np.ndarray, levels: list[np.ndarray]) ->
     if not levels:
         tot = W.sum(1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(tot > 0, (W @ correct.astype(np.float64)) / np.where(tot > 0, tot, 1), np.nan)
+            return np.where(tot > 0, (W @ correct.astype(W.dtype)) / np.where(tot > 0, tot, 1), np.nan)
     if not len(correct):
         return np.full(len(W), np.nan)
     parts = []

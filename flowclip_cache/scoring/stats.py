@@ -44,9 +44,9 @@ def weighted_stat(correct: np.ndarray, W: np.ndarray, groups, finest: np.ndarray
     stat = metrics.nested_mean(correct, W, groups)
     if not len(groups):
         return stat, W.sum(1) == 0
-    per_group = np.zeros((len(W), int(finest.max()) + 1), W.dtype)
-    np.add.at(per_group.T, finest, W.T)
-    return stat, (per_group == 0).any(1)
+    onehot = np.zeros((len(finest), int(finest.max()) + 1), W.dtype)
+    onehot[np.arange(len(finest)), finest] = 1
+    return stat, ((W @ onehot) == 0).any(1)
 
 
 def paired_bootstrap(
