@@ -483,3 +483,32 @@ def test_valse_and_svo_probes_score_under_every_head_and_a_plugin(caption_side, 
             mats = {run: mat[:, :, 0] for run, mat in score_matrices(fs, m, heads, "cpu", str(root))[0].items()}
         for s in heads:
             assert mats[s.run].shape == (len(m), 2) and np.isfinite(mats[s.run]).all(), (path.name, s.run)
+
+
+def test_explain_draws_each_paraphrase_against_the_negative(caption_side, tmp_path):
+    """A SugarCrepe++ record in flowclip explain: two pairwise views (P1 vs N, P2 vs N), each
+    with the scores the paraphrase engine gives them, its status from ITT."""
+    from flowclip_cache.scoring.explain import run_explain
+
+    fs = FeatureStore(caption_side["store"])
+    path = str(caption_side["out"] / "sugarcrepe-pp.parquet")
+    data = run_explain(fs, [path], ["clip"], str(tmp_path / "ex"), records="all", limit=0,
+                       image_root=str(caption_side["root"]), log=lambda *a: None)  # fmt: skip
+    views = {r["record_id"]: r for r in data["records"]}
+    m = Manifest.read(path).table.to_pylist()
+    assert set(views) == {f"{r['record_id']}#p{i}" for r in m for i in (1, 2)}
+    results: dict = {}
+    name, sc = scoring_of(Manifest.read(path))
+    rows, _, _ = score_paraphrase_task(fs, Manifest.read(path), name, sc, [_clip(fs)], ("real",), 0, "cpu",
+                                       str(caption_side["root"]), 2048, results, {})  # fmt: skip
+    for row, rec in zip(rows, m):
+        p1, p2 = views[f"{rec['record_id']}#p1"], views[f"{rec['record_id']}#p2"]
+        assert p1["captions"] == [rec["positives"][0], rec["negative"]] and p2["captions"][0] == rec["positives"][1]
+        assert p1["scores"]["clip"] == pytest.approx([row["scores"][0], row["scores"][2]], abs=0)
+        assert p1["status"] == "unchanged" and p1["correct"]["clip"] == row["correct"]  # (one scorer)
+
+
+def _clip(fs):
+    from flowclip_cache.scoring.scorers import Scorer
+
+    return Scorer("clip", "clip", build_head("clip", fs.meta["dim"]), "frozen")

@@ -51,6 +51,9 @@ def select_records(
         if sc.task in ("image_candidates", "groups"):
             chosen += matrix_views(store, m, name, sc, scorers, selection, ids, image_root, device)
             continue
+        if sc.task == "paraphrases":
+            chosen += paraphrase_views(store, m, name, scorers, selection, ids, image_root, device)
+            continue
         if sc.task not in ("pairwise", "candidates"):
             continue  # retrieval / classification have no gold-foil margin
         mats, gold, cols, ikeys = score_candidates(store, m, scorers, ["real"], 0, device, image_root, name)
@@ -144,6 +147,30 @@ def matrix_views(store, m, name, sc, scorers, selection, ids, image_root, device
             out.append({**base, "record_id": f"{rid}#{tag}", "gold": 0, "image": cols["images"][r][i],
                         "image_key": ikeys[r][i], "captions": [cols["caption"][r]], "margins": dict(margins),
                         "scores": {run: [float(v[i])] for run, v in col.items()}})  # fmt: skip
+    return out
+
+
+def paraphrase_views(store, m, name, scorers, selection, ids, image_root, device) -> list[dict]:
+    """Paraphrase records (SugarCrepe++) as two pairwise views each: P1 against the negative
+    and P2 against it (record ids <id>#p1 / #p2), the record's status from ITT."""
+    from .engines import score_candidates
+    from .paraphrase_task import ITT, as_candidates, paraphrase_decisions
+
+    mats, _, cols, ikeys = score_candidates(store, as_candidates(m), scorers, ["real"], 0, device, image_root, name)
+    correct = {s.run: paraphrase_decisions(mats[("real", s.run)])[ITT] for s in scorers}
+    a, b = scorers[0].run, scorers[-1].run
+    out = []
+    for r, rid in enumerate(str(x) for x in cols["record_id"]):
+        status = _status(correct[a][r], correct[b][r])
+        if not _kept(rid, status, selection, ids):
+            continue
+        base = {"benchmark": name, "status": status, "crop": None, "gold": 0, "image": cols["image"][r],
+                "image_key": ikeys[r], "task": str(cols["subset"][r]) if "subset" in cols else name,
+                "correct": {k: bool(c[r]) for k, c in correct.items()}}  # fmt: skip
+        for i in (0, 1):
+            scores = {s.run: [float(mats[("real", s.run)][r, i]), float(mats[("real", s.run)][r, 2])] for s in scorers}
+            captions = [cols["captions"][r][i], cols["captions"][r][2]]
+            out.append({**base, "record_id": f"{rid}#p{i + 1}", "captions": captions, "scores": scores})
     return out
 
 
