@@ -512,3 +512,58 @@ def _clip(fs):
     from flowclip_cache.scoring.scorers import Scorer
 
     return Scorer("clip", "clip", build_head("clip", fs.meta["dim"]), "frozen")
+
+
+def test_vl_checklist_and_crepe_systematicity_score_under_every_head(tmp_path):
+    """Both from files in their layouts with real (sample) images, through extract, under
+    every head and a plug-in: finite scores, and a CREPE row with no valid negative (its
+    caption alone) is right for every scorer."""
+    import yaml
+    from test_field_benchmarks import scorers
+
+    from flowclip_cache.scoring.engines import score_candidates
+    from flowclip_cache.synthetic.sample import make_sample
+
+    s = make_sample(str(tmp_path / "sample"), n_images=6)
+    pngs = sorted(p for p in os.listdir(s["image_root"]) if p.endswith(".png"))
+    caps = [c for r in Manifest.read(s["candidates"]).table.to_pylist() for c in r["captions"]]
+    root, src = tmp_path / "images", tmp_path / "VL-CheckList"
+    (root / "vg").mkdir(parents=True)
+    for i, p in enumerate(pngs):
+        Image.open(os.path.join(s["image_root"], p)).convert("RGB").save(root / "vg" / f"{i}.jpg")
+    (src / "corpus" / "v1" / "Relation" / "spatial").mkdir(parents=True)
+    (src / "data").mkdir()
+    yaml.safe_dump({"ANNO_PATH": "data/spatial.json", "IMG_ROOT": "vg/"},
+                   open(src / "corpus" / "v1" / "Relation" / "spatial" / "vg.yaml", "w"))  # fmt: skip
+    json.dump(
+        [[f"{i}.jpg", {"POS": [caps[i]], "NEG": [caps[i + 1]]}] for i in range(4)],
+        open(src / "data" / "spatial.json", "w"),
+    )
+    head = "image_id,caption,x,y,width,height,valid_hard_negs_atom,valid_hard_negs_comp,valid_hard_negs_combined\n"
+    rows = [
+        f'vg/{i},{caps[i]},2,3,40,30,"[{caps[i + 1]!r}]","[]","[{caps[i + 2]!r}, {caps[i + 3]!r}]"' for i in range(3)
+    ]
+    (tmp_path / "syst_vg_hard_negs_seen_compounds_in_yfcc.csv").write_text(head + "\n".join(rows) + "\n")
+    (tmp_path / "syst_vg_hard_negs_unseen_compounds_in_yfcc.csv").write_text(head + rows[0] + "\n")
+    get("vl-checklist").build(str(src), str(tmp_path / "vl.parquet"), RowErrors(), images=str(root))
+    get("crepe-systematicity").build(str(tmp_path), str(tmp_path / "cr.parquet"), RowErrors(), train_dataset="yfcc")
+    args = ["extract", "--store", str(tmp_path / "store"), "--model", "flowclip-tiny-clip", "--image-root", str(root)]
+    args += ["--workers", "0", "--quiet", "--on-error", "fail"]
+    r = CliRunner().invoke(
+        cli, args + ["--manifest", str(tmp_path / "vl.parquet"), "--manifest", str(tmp_path / "cr.parquet")]
+    )
+    assert r.exit_code == 0, r.output
+    fs = FeatureStore(str(tmp_path / "store"))
+    heads = scorers(fs.meta["dim"], tmp_path)
+    for path in ("vl.parquet", "cr.parquet"):
+        m = Manifest.read(tmp_path / path)
+        name, sc = scoring_of(m)
+        mats, gold, cols, _ = score_candidates(fs, m, heads, ("real",), 0, "cpu", str(root), name)
+        for hd in heads:
+            mat = mats[("real", hd.run)]
+            sizes = [len(c) for c in cols["captions"]]
+            assert all(np.isfinite(row[:k]).all() and np.isnan(row[k:]).all() for row, k in zip(mat, sizes)), hd.run
+            res = aggregate(sc, mat, gold, cols)
+            assert 0 <= res["score"] <= 1
+            if path == "cr.parquet":
+                assert res["recall_by_file"]["seen_compounds/comp"] == 1.0  # captions alone: right
