@@ -3,6 +3,7 @@ explains like a built-in head; a run folder never imports code; each contract ru
 fails in one line before anything is written; the loss is a weighted sum of named terms."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -212,3 +213,37 @@ def test_python_api_equals_the_command_line_with_options_and_terms(lab, tmp_path
         with pytest.raises(FlowclipError, match=message):
             fc.train_head(lab["store"], lab["training"], str(tmp_path / "bad"), **{"head": "bilinear", **bad})
     assert not (tmp_path / "bad").exists()
+
+
+def test_head_options_and_loss_weights_from_flags(lab, tmp_path):
+    """--head-option / --loss-weight (repeatable) give a plug-in head its settings without a
+    YAML, over the config file's name by name, with the same weights as the file alone; the
+    printed settings show the options in force, defaults filled in; a wrong name or value is
+    one line and writes nothing."""
+    (tmp_path / "bilinear.py").write_text(HEAD)
+    head = f"{tmp_path / 'bilinear.py'}:Bilinear"
+    (tmp_path / "c.yaml").write_text("head_options: {rank: 8}\nloss_weights: {uv_norm: 0.5}\n")
+    r = cli(*train_args(lab, tmp_path / "file", head, "--config", tmp_path / "c.yaml"))
+    assert r.exit_code == 0, r.output
+    (tmp_path / "w.yaml").write_text("head_options: {rank: 4}\nloss_weights: {uv_norm: 0.5}\n")
+    r = cli(*train_args(lab, tmp_path / "flags", head, "--config", tmp_path / "w.yaml", "--head-option", "rank=8"))
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "flags" / "head.safetensors").read_bytes() == (
+        tmp_path / "file" / "head.safetensors"
+    ).read_bytes()
+    cfg = json.load(open(tmp_path / "flags" / "config.json"))
+    assert cfg["train"]["head_options"] == {"rank": 8} and cfg["train"]["loss_weights"] == {"uv_norm": 0.5}
+    r = CliRunner().invoke(main, [str(a) for a in train_args(lab, tmp_path / "defaults", head)][:-1])  # not quiet
+    assert r.exit_code == 0 and "head_options={'rank': 32}" in r.output  # the declared default, in force
+    for flag, message in [
+        (["--head-option", "rnak=8"], r"\['rnak'\] are not options of the bilinear head"),
+        (["--head-option", "rank"], "expected NAME=VALUE"),
+        (["--head-option", "rank=big"], "'big' is not a number"),
+        (["--head-option", "rank=2.5"], "must be a finite whole number"),
+        (["--loss-weight", "orth=1"], r"\['orth'\] are not loss terms of the bilinear head"),
+        (["--loss-weight", "uv_norm=-1"], "must be at least 0"),
+    ]:
+        r = cli(*train_args(lab, tmp_path / "bad", head, *flag))
+        assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+        assert re.search(message, r.output), r.output
+        assert not (tmp_path / "bad").exists()

@@ -3,6 +3,8 @@ flag, and the patch readout names (without importing torch)."""
 
 from __future__ import annotations
 
+from ..errors import FlowclipError
+
 # the names of patch_readouts.READOUTS, here without importing torch (a test keeps them equal)
 READOUT_NAMES = ["standard", "maskclip", "clearclip", "sclip", "naclip", "maskclip-reduced", "sclip-reduced"]
 
@@ -17,8 +19,34 @@ def config_and_flags(cls, config_file, flags: dict) -> tuple[dict, str]:
         values = load_yaml(config_file)
         head = {"head": flags["head"]} if flags.get("head") else {}  # the file's head_options are that head's
         cls.from_dict({**values, **head}, config_file)
+    for key in ("head_options", "loss_weights"):  # --head-option / --loss-weight: over the file's, name by name
+        given = flags.pop(key, None)
+        if given:
+            base = values.get(key) or {}
+            values[key] = {**(base if isinstance(base, dict) else {}), **given}
     values.update({k: v for k, v in flags.items() if v is not None})
     return values, config_file or "flags"
+
+
+def name_values(pairs, flag: str) -> dict:
+    """Repeated NAME=VALUE flags as {name: number} (an int where the text is one, else a
+    float); the head checks the names and values it declares (TrainConfig)."""
+    out: dict = {}
+    for pair in pairs or ():
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip():
+            raise FlowclipError(f"{flag} {pair!r}: expected NAME=VALUE (e.g. {flag} rank=16)")
+        try:
+            value: float = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise FlowclipError(f"{flag} {pair!r}: {text!r} is not a number") from None
+        if name.strip() in out:
+            raise FlowclipError(f"{flag}: {name.strip()} given twice")
+        out[name.strip()] = value
+    return out
 
 
 def device_name(name: str) -> str:

@@ -68,6 +68,20 @@ def _train_option(name, typ, help):
     int,
     "Stop after this many optimiser steps in all, as a finished run; --resume with a larger one continues it.",
 )
+@click.option(
+    "--head-option",
+    "head_option",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A setting the head declares (its `options`; repeatable), over the config file's head_options.",
+)
+@click.option(
+    "--loss-weight",
+    "loss_weight",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="The weight of a loss term the head declares (its `loss_terms`; repeatable), over the config's.",
+)
 @click.option("--device", default="auto", show_default=True)
 @click.option(
     "--data-placement",
@@ -82,12 +96,27 @@ def _train_option(name, typ, help):
 @click.option("--overwrite", is_flag=True, help="Replace a run in --out.")
 @click.option("--quiet", is_flag=True)
 def train_head_cmd(
-    store, train_manifest, out, config_file, device, data_placement, image_root, resume, overwrite, quiet, **flags
+    store,
+    train_manifest,
+    out,
+    config_file,
+    head_option,
+    loss_weight,
+    device,
+    data_placement,
+    image_root,
+    resume,
+    overwrite,
+    quiet,
+    **flags,
 ):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
     from ..store import FeatureStore
     from ..training.loop import TrainConfig, train_head
+    from .common import name_values
 
+    flags["head_options"] = name_values(head_option, "--head-option")
+    flags["loss_weights"] = name_values(loss_weight, "--loss-weight")
     cfg = TrainConfig.from_dict(*config_and_flags(TrainConfig, config_file, flags))
     state = train_head(
         FeatureStore(store),

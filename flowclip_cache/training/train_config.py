@@ -66,7 +66,13 @@ class TrainConfig:
         return cfg
 
     def describe(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+        """The settings in force, one line: a head's options with its declared defaults
+        filled in (the config records only those given)."""
+        d = dataclasses.asdict(self)
+        options = head_class(self.head).options
+        if options:
+            d["head_options"] = {**options, **self.head_options}
+        return ", ".join(f"{k}={v}" for k, v in d.items())
 
 
 def with_head_defaults(d, source: str):
