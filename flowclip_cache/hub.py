@@ -1,4 +1,4 @@
-"""hf:OWNER/NAME: a published head (sharing.py) as a local run folder, through
+"""hf:OWNER/NAME (or open_clip's hf-hub:OWNER/NAME): a published head (sharing.py) as a local run folder, through
 huggingface_hub's cache (HF_HUB_OFFLINE honoured). Only the published files are fetched:
 never code, never pickles; the folder is then checked as any stranger's run folder."""
 
@@ -9,11 +9,17 @@ import os
 from .errors import FlowclipError
 
 PREFIX = "hf:"
+PREFIXES = (PREFIX, "hf-hub:")  # flowclip's, and open_clip's spelling of the same thing
 FILES = ("head.safetensors", "config.json", "DONE", "README.md")  # all a published folder holds, and the marker
 
 
 def is_hub_spec(spec: str) -> bool:
-    return spec.startswith(PREFIX)
+    return spec.startswith(PREFIXES)
+
+
+def _repo(spec: str) -> str:
+    """OWNER/NAME[@REVISION] of an hf: or hf-hub: name."""
+    return spec.split(":", 1)[1]
 
 
 def hub_folder(spec: str) -> str:
@@ -22,7 +28,7 @@ def hub_folder(spec: str) -> str:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    repo, _, revision = spec[len(PREFIX) :].partition("@")
+    repo, _, revision = _repo(spec).partition("@")
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise FlowclipError(f"{spec}: expected hf:OWNER/NAME (or hf:OWNER/NAME@REVISION)")
     try:

@@ -65,6 +65,10 @@ def test_a_published_head_scores_as_its_run_from_an_offline_cache(trained, tmp_p
     assert a["scores"] == b["scores"] and set(b["scorer"]) == {"flow-head"}  # identical, labelled by NAME
     run = fc.load_run("hf:someone/flow-head")
     assert all(v.equal(fc.load_run(trained["run"]).weights[k]) for k, v in run.weights.items())
+    # open_clip's spelling of a Hub name, hf-hub:, names the same head
+    assert all(v.equal(run.weights[k]) for k, v in fc.load_run("hf-hub:someone/flow-head").weights.items())
+    r = CliRunner().invoke(main, [*score_args, "--scorer", "hf-hub:someone/flow-head", "--out", str(tmp_path / "hh")])
+    assert r.exit_code == 0 and pq.read_table(tmp_path / "hh" / "records.parquet").to_pydict()["scores"] == b["scores"]
     r = CliRunner().invoke(main, [*score_args, "--scorer", "hf:someone/absent", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "HF_HUB_OFFLINE is set and it is not in the local cache" in r.output
     # publish never replaces what it did not write; --overwrite replaces its own folder only

@@ -41,10 +41,10 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
         name, sep, path = spec.partition("=")
         if not sep or "/" in name or os.path.exists(spec):  # a bare path
             name, path = "", spec
-        hub = path.startswith("hf:")
-        if hub:  # a published head (sharing.py): its local snapshot, labelled by its NAME
-            from ..hub import hub_folder
+        from ..hub import hub_folder, is_hub_spec
 
+        hub = is_hub_spec(path)
+        if hub:  # a published head (sharing.py): its local snapshot, labelled by its NAME
             name, path = name or path.rsplit("/", 1)[-1].split("@")[0], hub_folder(path)
         if path == "clip":
             scorer = Scorer(name or "clip", "clip", build_head("clip", store.meta["dim"]).to(device), "frozen")
