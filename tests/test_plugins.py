@@ -235,6 +235,8 @@ def test_head_options_and_loss_weights_from_flags(lab, tmp_path):
     assert cfg["train"]["head_options"] == {"rank": 8} and cfg["train"]["loss_weights"] == {"uv_norm": 0.5}
     r = CliRunner().invoke(main, [str(a) for a in train_args(lab, tmp_path / "defaults", head)][:-1])  # not quiet
     assert r.exit_code == 0 and "head_options={'rank': 32}" in r.output  # the declared default, in force
+    r = cli(*train_args(lab, tmp_path / "bad", str(tmp_path / "bilinear.py")))  # a file without its class
+    assert r.exit_code == 2 and f"{tmp_path / 'bilinear.py'}:ClassName" in r.output and not (tmp_path / "bad").exists()
     for flag, message in [
         (["--head-option", "rnak=8"], r"\['rnak'\] are not options of the bilinear head"),
         (["--head-option", "rank"], "expected NAME=VALUE"),

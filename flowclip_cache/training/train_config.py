@@ -83,6 +83,11 @@ def with_head_defaults(d, source: str):
     if not isinstance(d, dict):
         return d
     head = d.get("head", "flow")
+    if isinstance(head, str) and head.endswith(".py") and not is_head_spec(head):
+        raise FlowclipError(
+            f"{source}: key 'head': {head} is a file; name the head class in it: {head}:ClassName "
+            f"(or package.module:ClassName; docs/plugins.md)"
+        )
     if is_head_spec(head):
         try:
             d = {**d, "head": resolve_head(head)}
