@@ -249,3 +249,25 @@ def test_head_options_and_loss_weights_from_flags(lab, tmp_path):
         assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
         assert re.search(message, r.output), r.output
         assert not (tmp_path / "bad").exists()
+
+
+def test_a_head_name_that_cannot_work_is_answered_before_torch_loads(tmp_path):
+    """A missing head file, or a file without its class, is one line before torch is
+    imported (it took seconds of CPU when the check ran after importing the heads)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom flowclip_cache.cli import main\n"
+        "for head in sys.argv[1:]:\n"
+        "    r = CliRunner().invoke(main, ['train-head', '--store', '.', '--train', sys.argv[0], '--out', 'x',"
+        " '--head', head])\n"
+        "    print(r.exit_code, r.output.strip())\n"
+        "print('torch' in sys.modules)\n"
+    )
+    (tmp_path / "probe.py").write_text(code)
+    p = subprocess.run([sys.executable, str(tmp_path / "probe.py"), "none.py:Head", "mine.py"], cwd=tmp_path,
+                       capture_output=True, text=True)  # fmt: skip
+    lines = p.stdout.strip().splitlines()
+    assert lines[0] == "2 error: flags: key 'head': head none.py:Head: no such file none.py", p.stdout + p.stderr
+    assert "mine.py:ClassName" in lines[1] and lines[2] == "False", p.stdout

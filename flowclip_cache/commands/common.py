@@ -88,7 +88,12 @@ def plugin_option(f):
 
 
 def _allow_changed(ctx, param, value):
-    from ..heads.plugins import allow_changed
+    import sys
 
-    allow_changed(bool(value))
+    # (imported only when needed, so a command line with an error answers before torch loads;
+    # an earlier call in this process is reset)
+    if value or "flowclip_cache.heads.plugins" in sys.modules:
+        from ..heads.plugins import allow_changed
+
+        allow_changed(bool(value))
     return value

@@ -111,9 +111,12 @@ def train_head_cmd(
     **flags,
 ):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
+    from ..head_specs import check_head_name
+    from .common import name_values
+
+    check_head_name(flags.get("head"), "flags: key 'head'")  # at once, before torch is imported
     from ..store import FeatureStore
     from ..training.loop import TrainConfig, train_head
-    from .common import name_values
 
     flags["head_options"] = name_values(head_option, "--head-option")
     flags["loss_weights"] = name_values(loss_weight, "--loss-weight")

@@ -19,6 +19,7 @@ import sys
 import traceback
 
 from ..errors import FlowclipError
+from ..head_specs import is_file_target, is_head_spec  # noqa: F401  (is_head_spec: callers import it from here)
 from .base import REGISTRY, Head
 
 GROUP = "flowclip.heads"
@@ -33,11 +34,6 @@ def allow_changed(yes: bool = True) -> None:
     training (the command line's --allow-changed-plugin)."""
     global _allow_changed
     _allow_changed = yes
-
-
-def is_head_spec(value: object) -> bool:
-    """FILE.py:Class or package.module:Class (a kind has no colon)."""
-    return isinstance(value, str) and ":" in value
 
 
 def origin_of(cls: type) -> dict:
@@ -86,7 +82,7 @@ def _same_code(a: type, b: type) -> bool:
 def _import(target: str, label: str):
     """A module from a file path (anything ending in .py or holding a path separator) or
     a dotted module name; an error inside it is one line naming its file and line."""
-    as_file = target.endswith(".py") or os.sep in target or "/" in target
+    as_file = is_file_target(target)
     try:
         if not as_file:
             return importlib.import_module(target)

@@ -78,16 +78,13 @@ class TrainConfig:
 def with_head_defaults(d, source: str):
     """A config dict with its head resolved to a kind (a FILE.py:Class plug-in imported and
     registered) and that head's published defaults under its keys."""
+    from ..head_specs import check_head_name
     from ..heads.plugins import is_head_spec, resolve_head
 
     if not isinstance(d, dict):
         return d
     head = d.get("head", "flow")
-    if isinstance(head, str) and head.endswith(".py") and not is_head_spec(head):
-        raise FlowclipError(
-            f"{source}: key 'head': {head} is a file; name the head class in it: {head}:ClassName "
-            f"(or package.module:ClassName; docs/plugins.md)"
-        )
+    check_head_name(head, f"{source}: key 'head'")
     if is_head_spec(head):
         try:
             d = {**d, "head": resolve_head(head)}
