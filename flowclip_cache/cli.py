@@ -11,6 +11,7 @@ from .commands import adapt as adapt_commands
 from .commands import data as data_commands
 from .commands import extract as extract_commands
 from .commands import heads as head_commands
+from .commands import results as results_commands
 from .commands import sharing as sharing_commands
 from .commands import store as store_commands
 from .commands import studies as study_commands
@@ -95,6 +96,7 @@ for _command in (
     adapt_commands.adapt,
     sharing_commands.publish,
     sharing_commands.sweep,
+    results_commands.results,
 ):
     main.add_command(_command)
 

@@ -28,6 +28,7 @@ KINDS = {
     "adapt-run": "an adapt run folder",
     "published-head": "a published head folder (flowclip publish)",
     "sweep": "a sweep folder",
+    "results-table": "a results table folder (flowclip results --out)",
 }
 _LEGACY = {
     "score-results": ("results.json", ("store_fingerprint", "results")),

@@ -24,6 +24,7 @@ from ..errors import FlowclipError
 from ..store import FeatureStore
 from ..store.manifest_keys import drop_failed_rows
 from ..training.run_folder import git_revision
+from ..training.train_config import recorded_settings
 from . import metrics
 
 # the names callers import from here (the engine's parts live in scorers, engines, aggregation)
@@ -178,8 +179,15 @@ def _score_all(
         "store": store.root,
         "store_fingerprint": store.fingerprint,
         "scorers": [
-            {"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind} for s in scorers
-        ],
+            {
+                "run": s.run,
+                "method": s.method,
+                "head_sha256": s.head_sha256,
+                "kind": s.head.kind,
+                "train": recorded_settings(s.train) if s.train else None,
+            }
+            for s in scorers
+        ],  # fmt: skip
         "git_revision": git_revision(),
         "controls": list(controls),
         "seed": seed,

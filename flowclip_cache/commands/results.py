@@ -1,0 +1,46 @@
+"""`flowclip results`: the score outputs under folders as one table (scoring/results_table.py)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("folders", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--control", "controls", multiple=True, help="Image controls to show (repeatable). Default real.")
+@click.option(
+    "--where", multiple=True, metavar="COLUMN=VALUE", help="Keep rows whose column equals VALUE (repeatable)."
+)
+@click.option("--benchmark", "benchmarks", multiple=True, help="Benchmarks to show, in this order (default all).")
+@click.option("--sort", help="A column or benchmark to sort by, highest first.")
+@click.option(
+    "--out", type=click.Path(file_okay=False), help="Also write results.md and results.csv to this new folder."
+)
+@click.option("--overwrite", is_flag=True, help="Replace an --out this command wrote before.")
+def results(folders, controls, where, benchmarks, sort, out, overwrite):
+    """Every score output under FOLDERS (score --out folders, studies, sweeps) as one table:
+    a row per scorer and control, the head's training settings that differ as columns,
+    each benchmark's headline (%)."""
+    import os
+    import shutil
+    import uuid
+
+    from .. import outputs
+    from ..scoring.results_table import columns, find_results, render, result_rows, select
+
+    base = os.path.commonpath([os.path.abspath(f) for f in folders])
+    rows = [r for folder in find_results(list(folders)) for r in result_rows(folder, base)]
+    rows = select(rows, list(controls) or ["real"], list(where), sort)
+    md, csv_text = render(rows, columns(rows, list(benchmarks)))
+    click.echo(md, nl=False)
+    if out:
+        outputs.check_replaceable(out, "results-table", overwrite)
+        tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.makedirs(tmp)
+        try:
+            outputs.write_text(os.path.join(tmp, "results.md"), md)
+            outputs.write_text(os.path.join(tmp, "results.csv"), csv_text)
+            outputs.publish(tmp, out, "results-table", overwrite)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        click.echo(f"wrote {out}")
