@@ -82,6 +82,8 @@ def test_sweep_example(tmp_path):
     trials = [line for line in r.stdout.splitlines() if line.startswith("trial ") and " -> " in line]
     assert len(trials) == 2 and "wrote sweeps/flow/best.yaml" in r.stdout
     assert "| best |" in r.stdout and (tmp_path / "sweeps" / "flow" / "best-study" / "STUDY_DONE").exists()
+    # flowclip results: the two trials and the best study's scorers in one table
+    assert r.stdout.count("| scores/") == 2 and "| best-study/" in r.stdout
 
 
 def test_field_kinds_example(tmp_path):
