@@ -178,16 +178,7 @@ def _score_all(
     summary = {
         "store": store.root,
         "store_fingerprint": store.fingerprint,
-        "scorers": [
-            {
-                "run": s.run,
-                "method": s.method,
-                "head_sha256": s.head_sha256,
-                "kind": s.head.kind,
-                "train": recorded_settings(s.train) if s.train else None,
-            }
-            for s in scorers
-        ],  # fmt: skip
+        "scorers": [scorer_entry(s) for s in scorers],
         "git_revision": git_revision(),
         "controls": list(controls),
         "seed": seed,
@@ -204,6 +195,13 @@ def _score_all(
     mark_partial_comparisons(summary)
     write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
     return summary
+
+
+def scorer_entry(s) -> dict:
+    """What results.json records of a scorer: its labels, weights' sha256, head kind and
+    training settings (None for the frozen encoder), for `flowclip results` and readers."""
+    train = recorded_settings(s.train) if s.train else None
+    return {"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind, "train": train}
 
 
 def _without_failed(store, m, name, sc, image_root, excluded: dict, lost: dict, log):
