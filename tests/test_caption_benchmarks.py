@@ -567,3 +567,29 @@ def test_vl_checklist_and_crepe_systematicity_score_under_every_head(tmp_path):
             assert 0 <= res["score"] <= 1
             if path == "cr.parquet":
                 assert res["recall_by_file"]["seen_compounds/comp"] == 1.0  # captions alone: right
+
+
+def test_svo_probes_refuses_an_ambiguous_image_and_vl_checklist_a_path_out_of_its_checkout(svo, tmp_path):
+    import shutil
+
+    import yaml
+
+    from flowclip_cache.errors import ManifestError
+
+    images = tmp_path / "images"
+    shutil.copytree(svo["images"], images)
+    shutil.copy(images / "101.jpg", images / "101.webp")  # image 101 twice: which is it?
+    with pytest.raises(ManifestError, match="two files for image id 101"):
+        get("svo-probes").build(str(svo["base"]), str(tmp_path / "s.parquet"), RowErrors(), images=str(images))
+    (images / "readme.txt").write_text("x")
+    (images / "readme.md").write_text("x")  # an unrelated name twice: no matter
+    shutil.move(images / "101.webp", tmp_path / "gone.webp")
+    r = get("svo-probes").build(str(svo["base"]), str(tmp_path / "s.parquet"), RowErrors(), images=str(images))
+    assert r.records == 7
+    src = tmp_path / "VL-CheckList"
+    (src / "corpus" / "v1" / "Relation" / "spatial").mkdir(parents=True)
+    (tmp_path / "outside.json").write_text("[]")
+    yaml.safe_dump({"ANNO_PATH": "../outside.json", "IMG_ROOT": "vg/"},
+                   open(src / "corpus" / "v1" / "Relation" / "spatial" / "vg.yaml", "w"))  # fmt: skip
+    with pytest.raises(ManifestError, match="leads outside the checkout"):
+        get("vl-checklist").build(str(src), str(tmp_path / "v.parquet"), RowErrors(), images=str(images))

@@ -53,7 +53,7 @@ def _flag(v, path, line, col, errors: RowErrors):
     return None
 
 
-def _image_files(images: str, path: str) -> dict[str, str]:
+def _image_files(images: str, path: str) -> dict[str, list[str]]:
     from ..errors import ManifestError
 
     if not images or not os.path.isdir(images):
@@ -61,12 +61,9 @@ def _image_files(images: str, path: str) -> dict[str, str]:
             "svo-probes: --option images=<folder> is needed: the images you fetched from image_urls.txt, each "
             "named by its id (<image_id>.jpg, .png, ...)" + (f"; {images} is not a folder" if images else "")
         )
-    by_id: dict[str, str] = {}
+    by_id: dict[str, list[str]] = {}
     for f in sorted(os.listdir(images)):
-        stem = os.path.splitext(f)[0]
-        if stem in by_id:
-            raise ManifestError(f"{images}: two files for image id {stem} ({by_id[stem]}, {f}); keep one")
-        by_id[stem] = f
+        by_id.setdefault(os.path.splitext(f)[0], []).append(f)
     return by_id
 
 
@@ -89,11 +86,15 @@ def build(source: str, out: str, errors: RowErrors, images: str | None = None) -
         if not all(i in files for i in ids):
             absent += 1
             continue
+        twice = next((i for i in ids if len(files[i]) > 1), None)
+        if twice is not None:  # never guessed: which of two files is the image?
+            errors(path, f"line {line}", f"two files for image id {twice} ({', '.join(files[twice])}); keep one")
+            continue
         single = sum(flags) == 1  # the notebook keeps the rows with exactly one negative type
         kind = TYPES[flags.index(True)] if single else "more than one type"
         counts[kind] += 1
         ids_cols = {"pos_image_id": ids[0], "neg_image_id": ids[1]}
-        rows.append({"record_id": f"line{line}", "images": [files[i] for i in ids], "caption": sentence, "gold": 0,
+        rows.append({"record_id": f"line{line}", "images": [files[i][0] for i in ids], "caption": sentence, "gold": 0,
                      "neg_type": kind, "excluded": not single, **ids_cols})  # fmt: skip
     report = BuildReport(len(rows), len({p for r in rows for p in r["images"]}), counts, errors.skipped)
     report.notes.append(

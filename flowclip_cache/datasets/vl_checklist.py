@@ -67,6 +67,8 @@ def build(source: str, out: str, errors: RowErrors, images: str | None = None, m
         if not isinstance(cfg.get("ANNO_PATH"), str) or not isinstance(cfg.get("IMG_ROOT"), str):
             raise ManifestError(f"{yml}: needs ANNO_PATH and IMG_ROOT (text)")
         anno = os.path.join(source, cfg["ANNO_PATH"])
+        if os.path.commonpath([os.path.realpath(anno), os.path.realpath(source)]) != os.path.realpath(source):
+            raise ManifestError(f"{yml}: ANNO_PATH {cfg['ANNO_PATH']!r} leads outside the checkout {source}")
         file = f"{kind_path.replace('/', '_')}_{name}"  # corpus.json's names: Object_Size_large_vg_obj
         kept, gone = 0, 0
         for i, rec in enumerate(load_json(anno)):

@@ -53,6 +53,8 @@ def _threshold_figures(sc: Scoring, scores, gold, cols: dict, threshold) -> dict
     """The figures that need a match decision (pairs: gold and its one foil), or why not."""
     if threshold is None:
         return {"defined": False, "reason": NO_THRESHOLD}
+    if scores.shape[1] != 2:  # (a declaration error of a benchmark file, never a user's)
+        raise ValueError(f"threshold figures are defined on pairs; this task has {scores.shape[1]} candidates")
     n = len(gold)
     s_gold, s_foil = scores[np.arange(n), gold], scores[np.arange(n), 1 - gold]
     t, source = threshold
