@@ -73,23 +73,27 @@ def aggregate_groups(sc: Scoring, scores: np.ndarray, cols: dict) -> dict:
     column as "<value> <metric>"; the four halves where the benchmark reports them."""
     keep = _kept(sc, cols, len(scores))
     d = {k: v[keep] for k, v in metrics.group_decisions(scores, sc.tie_rule).items()}
-    shown = GROUP_METRICS + (SUB_SCORES if sc.sub_scores else ())
     names = dict(sc.metric_names)
-    res: dict[str, Any] = {
-        "n": int(keep.sum()),
-        "excluded": int((~keep).sum()),
-        "ties": int((d["text_tie"] | d["image_tie"]).sum()),
-        "ties_text": int(d["text_tie"].sum()),
-        "ties_image": int(d["image_tie"].sum()),
-        "tie_rule": sc.tie_rule,
-        "headline_metric": names.get(sc.headline_metric, sc.headline_metric),
-        "metrics": {names.get(m, m): _official(sc, d[m], cols, keep) for m in shown},
-    }
-    head = res["metrics"][res["headline_metric"]]
-    res.update(head)  # score, pooled, by_<group_by>, named_groups: the headline metric's
+    shown = {m: names.get(m, m) for m in GROUP_METRICS + (SUB_SCORES if sc.sub_scores else ())}
+    ties = {"ties": int((d["text_tie"] | d["image_tie"]).sum()), "ties_text": int(d["text_tie"].sum()),
+            "ties_image": int(d["image_tie"].sum())}  # fmt: skip
+    return aggregate_figures(sc, d, shown, names.get(sc.headline_metric, sc.headline_metric), cols, keep, ties)
+
+
+def aggregate_figures(sc: Scoring, d: dict, shown: dict, headline: str, cols: dict, keep, ties: dict) -> dict:
+    """A task of several named figures (group tasks' text/image/group, paraphrase tasks'
+    ITT/TOT): each decision vector d[m] of the kept records aggregated as the benchmark
+    aggregates, under its shown name; the headline's figures as the task's own ("score",
+    "pooled", ...); breakdowns per column as "<value> <name>"."""
+    res: dict[str, Any] = {"n": int(keep.sum()), "excluded": int((~keep).sum()), **ties, "tie_rule": sc.tie_rule,
+                           "headline_metric": headline,
+                           "metrics": {name: _official(sc, d[m], cols, keep) for m, name in shown.items()}}  # fmt: skip
+    res.update(res["metrics"][headline])  # score, pooled, by_<group_by>, named_groups: the headline metric's
     for col in ([sc.group_by] if sc.group_by else []) + list(sc.report_by):
         values = _objects(cols[col])[keep]
-        res["by_" + col] = {f"{g} {names.get(m, m)}": acc for m in shown for g, acc in _by_column(d[m], values).items()}
+        res["by_" + col] = {
+            f"{g} {name}": acc for m, name in shown.items() for g, acc in _by_column(d[m], values).items()
+        }
     return res
 
 

@@ -276,3 +276,20 @@ def group_decisions(s: np.ndarray, rule: str = "wrong") -> dict[str, np.ndarray]
     out["text_tie"] = (c0i0 == c1i0) | (c1i1 == c0i1)
     out["image_tie"] = (c0i0 == c0i1) | (c1i1 == c1i0)
     return out
+
+
+# SugarCrepe++'s figures, named as Sri-Harsha/scpp's VLMs/test_Variants_CLIP.py prints them
+ITT, P1, P2, TOT = "ITT", "Image-P1-Neg", "Image-P2-Neg", "TOT"
+
+
+def paraphrase_decisions(s: np.ndarray, text: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """s [n, 3]: the image's scores of P1, P2, N; text [n, 3]: sim(P1, P2), sim(P1, N),
+    sim(P2, N), or None. Every comparison strict, as test_Variants_CLIP.py writes them.
+    -> bool [n] each: ITT, Image-P1-Neg, Image-P2-Neg, TOT (when text is given), and the
+    ties: itt_tie (a positive scores exactly as N), tot_tie."""
+    out = {P1: s[:, 0] > s[:, 2], P2: s[:, 1] > s[:, 2], "itt_tie": (s[:, 0] == s[:, 2]) | (s[:, 1] == s[:, 2])}
+    out[ITT] = out[P1] & out[P2]
+    if text is not None:
+        out[TOT] = (text[:, 0] > text[:, 1]) & (text[:, 0] > text[:, 2])
+        out["tot_tie"] = (text[:, 0] == text[:, 1]) | (text[:, 0] == text[:, 2])
+    return out

@@ -10,8 +10,6 @@ TOT reads no image, so it is one figure per scorer, reported under each control.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import torch
@@ -21,27 +19,14 @@ from ..datasets.base import Scoring
 from ..hashing import caption_key
 from ..manifest import Manifest
 from . import metrics
-from .aggregation import _by_column, _kept, _objects, _official, bootstrap_task
+from .aggregation import _kept, aggregate_figures, bootstrap_task
 from .engines import score_candidates
+from .metrics import ITT, P1, P2, TOT, paraphrase_decisions  # noqa: F401  (callers import them from here)
 
 NO_TEXT_SIMILARITY = (
     "not defined for this scorer: its head defines no caption-caption similarity (a pairwise score has "
     "no caption embedding; a head declares one with caption_similarity; docs/plugins.md)"
 )
-# figure names as test_Variants_CLIP.py prints them: ITT, Image-P1-Neg, Image-P2-Neg, TOT
-ITT, P1, P2, TOT = "ITT", "Image-P1-Neg", "Image-P2-Neg", "TOT"
-
-
-def paraphrase_decisions(s: np.ndarray, text: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """s [n, 3]: the image's scores of P1, P2, N; text [n, 3]: sim(P1, P2), sim(P1, N),
-    sim(P2, N), or None. -> bool [n] each: ITT, Image-P1-Neg, Image-P2-Neg, TOT (when
-    text is given), and the ties: itt_tie (a positive scores exactly as N), tot_tie."""
-    out = {P1: s[:, 0] > s[:, 2], P2: s[:, 1] > s[:, 2], "itt_tie": (s[:, 0] == s[:, 2]) | (s[:, 1] == s[:, 2])}
-    out[ITT] = out[P1] & out[P2]
-    if text is not None:
-        out[TOT] = (text[:, 0] > text[:, 1]) & (text[:, 0] > text[:, 2])
-        out["tot_tie"] = (text[:, 0] == text[:, 1]) | (text[:, 0] == text[:, 2])
-    return out
 
 
 def aggregate_paraphrases(sc: Scoring, s: np.ndarray, text: np.ndarray | None, cols: dict) -> dict:
@@ -51,22 +36,10 @@ def aggregate_paraphrases(sc: Scoring, s: np.ndarray, text: np.ndarray | None, c
     caption-caption similarity."""
     keep = _kept(sc, cols, len(s))
     d = {k: v[keep] for k, v in paraphrase_decisions(s, text).items()}
-    shown = [m for m in (ITT, P1, P2, TOT) if m in d]
-    res: dict[str, Any] = {
-        "n": int(keep.sum()),
-        "excluded": int((~keep).sum()),
-        "ties": int(d["itt_tie"].sum()),
-        "ties_text": int(d["tot_tie"].sum()) if "tot_tie" in d else None,
-        "tie_rule": sc.tie_rule,
-        "headline_metric": ITT,
-        "metrics": {m: _official(sc, d[m], cols, keep) for m in shown},
-    }
+    ties = {"ties": int(d["itt_tie"].sum()), "ties_text": int(d["tot_tie"].sum()) if "tot_tie" in d else None}
+    res = aggregate_figures(sc, d, {m: m for m in (ITT, P1, P2, TOT) if m in d}, ITT, cols, keep, ties)
     if TOT not in d:
         res["metrics"][TOT] = {"defined": False, "reason": NO_TEXT_SIMILARITY}
-    res.update(res["metrics"][ITT])
-    for col in ([sc.group_by] if sc.group_by else []) + list(sc.report_by):
-        values = _objects(cols[col])[keep]
-        res["by_" + col] = {f"{g} {m}": acc for m in shown for g, acc in _by_column(d[m], values).items()}
     return res
 
 
