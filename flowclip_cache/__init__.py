@@ -25,6 +25,8 @@ __all__ = [
     "masked_token_mean",
     "token_shares",
     "load_plugin",
+    "sweep",
+    "sweep_objective",
     "FlowclipError",
 ]
 

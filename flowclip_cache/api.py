@@ -263,7 +263,8 @@ class OnlineScorer:
 
     @torch.no_grad()
     def __call__(self, images: list, captions: list[str]) -> torch.Tensor:
-        """[len(images), len(captions)] scores of every pair."""
+        """[len(images), len(captions)] scores of every pair, each equal bit for bit to the
+        score `flowclip score` gives that pair from a store of the same encoder."""
         from .extraction.features import encode_images, encode_texts
         from .extraction.images import to_rgb
         from .store.banks import finish
@@ -278,7 +279,41 @@ class OnlineScorer:
         mask = torch.arange(L, device=lengths.device)[None, :] < lengths[:, None]
         for i in range(len(captions)):
             H[i, : int(lengths[i])] = f.tokens[i][f.mask[i]].half()
-        feats = finish(g.half(), p.half(), f.sentence.half(), H, mask, self.device)
+        v, P, t, H, mask = finish(g.half(), p.half(), f.sentence.half(), H, mask, self.device)
         if not self.head.uses_tokens:
-            feats = (feats[0], None, feats[2], None, None)
-        return self.head(*feats).float().cpu()
+            P = H = mask = None
+        # every pair scored as flowclip score scores a record's candidates (score_matched, pair by
+        # pair): the same bits as its records.parquet; the head's all-pairs forward sums in
+        # another order (within ~4e-7)
+        i, j = torch.meshgrid(torch.arange(len(v)), torch.arange(len(t)), indexing="ij")
+        i, j = i.reshape(-1).to(self.device), j.reshape(-1).to(self.device)
+        pick = lambda x, k: None if x is None else x[k]  # noqa: E731
+        out = [
+            self.head.score_matched(v[a], pick(P, a), t[b], pick(H, b), pick(mask, b))
+            for a, b in zip(i.split(512), j.split(512))
+        ]
+        return torch.cat(out).float().cpu().reshape(len(v), len(t))
+
+
+def sweep(out: str, store: str, train: str, space: dict, *, quiet: bool = False, **settings) -> dict:
+    """flowclip sweep from Python (docs/sweep.md): the same checks, trial folders, Optuna
+    study and best.yaml; settings are the sweep YAML's other keys (validation=, eval=, ...).
+    Returns the best trial: {trial, value, params, yaml, on_selection}."""
+    from .config import build
+    from .sweep_study import sweep as run_sweep
+    from .sweep_trial import SweepConfig
+
+    cfg = build(SweepConfig, {"out": out, "store": store, "train": train, "space": space, **settings}, "fc.sweep")
+    return run_sweep(cfg, log=_silent if quiet else print)
+
+
+def sweep_objective(out: str, store: str, train: str, space: dict, **settings):
+    """objective(trial) -> float for your own optuna.create_study().optimize(...): each call
+    draws the space's settings with the trial's suggest API, trains the trial's runs under
+    OUT/trials and scores them exactly as flowclip sweep does (it reports each epoch's val
+    accuracy, so your study's pruner can stop it)."""
+    from .config import build
+    from .sweep_trial import SweepConfig, make_objective
+
+    data = {"out": out, "store": store, "train": train, "space": space, **settings}
+    return make_objective(build(SweepConfig, data, "fc.sweep_objective"))

@@ -348,3 +348,23 @@ def _check_utf8(path: str, table) -> None:
                             f"UTF-8; re-encode the value as UTF-8 and write the manifest again"
                         ) from None
             start += len(chunk)
+
+
+def split_by_image(m: Manifest, fraction: float, seed: int) -> tuple[pa.Table, pa.Table]:
+    """(part A, part B) of a manifest's rows: a row goes to A when the hash of (seed, its
+    images) falls below `fraction`, so every row of an image goes the same way and the split
+    of a row depends on nothing else (not on row order or the other rows)."""
+    import hashlib
+
+    name = m.spec.image_column
+    to_a = []
+    for paths in m.table.column(name).to_pylist():
+        key = "\x00".join(sorted(paths) if name == "images" else [paths])
+        digest = hashlib.sha256(f"{seed}\x00{key}".encode()).digest()
+        to_a.append(int.from_bytes(digest[:8], "big") / 2**64 < fraction)
+    mask = pa.array(to_a)
+    a, b = m.table.filter(mask), m.table.filter(pa.compute.invert(mask))
+    if not a.num_rows or not b.num_rows:
+        parts = f"{a.num_rows} and {b.num_rows} rows"
+        raise ManifestError(f"{m.path}: --fraction {fraction} leaves one part empty ({parts})")
+    return a, b

@@ -23,7 +23,8 @@ def afternoon(lab, tmp_path_factory):
     base = tmp_path_factory.mktemp("afternoon")
     (base / "sweep.yaml").write_text(
         f"out: {base / 'sweep'}\nstore: {lab['store']}\ntrain: {lab['training']}\nvalidation: {lab['candidates']}\n"
-        "trials: 2\ntrain_config: {head: global, epochs: 1, batch_size: 4}\nspace:\n  lr: {choices: [1.0e-3, 1.0e-2]}\n"
+        "trials: 2\neval_on_selection: true\ntrain_config: {head: global, epochs: 1, batch_size: 4}\n"
+        "space:\n  lr: {choices: [1.0e-3, 1.0e-2]}\n"
     )
     r = cli("sweep", base / "sweep.yaml")
     assert r.exit_code == 0, r.output

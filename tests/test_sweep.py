@@ -13,18 +13,33 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from flowclip_cache.cli import main
-from flowclip_cache.sweep import folder_name
+from flowclip_cache.sweep_trial import folder_name
+from flowclip_cache.training import checkpoint
 
 optuna = pytest.importorskip("optuna", reason="flowclip sweep needs Optuna (pip install 'flowclip[sweep]')")
 
 
-def write_config(lab, path, out, **more):
+@pytest.fixture(scope="module")
+def halves(lab, tmp_path_factory):
+    """The sample's candidate set split by image: one half to select on, one to report on."""
+    from flowclip_cache.manifest import Manifest, split_by_image, write_manifest
+
+    root = tmp_path_factory.mktemp("halves")
+    m = Manifest.read(lab["candidates"])
+    a, b = split_by_image(m, 0.5, 0)
+    write_manifest(root / "select.parquet", a, m.kind, m.meta)
+    write_manifest(root / "report.parquet", b, m.kind, m.meta)
+    return {"select": str(root / "select.parquet"), "report": str(root / "report.parquet")}
+
+
+def write_config(lab, path, out, halves, **more):
     lines = [
         "# flowclip sweep sweep.yaml",
         f"out: {out}",
         f"store: {lab['store']}",
         f"train: {lab['training']}",
-        f"validation: {lab['candidates']}",
+        f"validation: {halves['select']}",
+        f"eval: [{halves['report']}]",
         "trials: 3",
         "train_config: {head: flow, epochs: 12, batch_size: 4}",
         "space:",
@@ -35,9 +50,9 @@ def write_config(lab, path, out, **more):
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_killed_sweep_resumes_without_repeating_a_finished_trial(lab, tmp_path):
+def test_killed_sweep_resumes_without_repeating_a_finished_trial(lab, halves, tmp_path):
     cfg, out = tmp_path / "sweep.yaml", tmp_path / "sw"
-    write_config(lab, cfg, out)
+    write_config(lab, cfg, out, halves)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
     cmd = [sys.executable, "-m", "flowclip_cache", "sweep", str(cfg)]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
@@ -70,23 +85,37 @@ def test_killed_sweep_resumes_without_repeating_a_finished_trial(lab, tmp_path):
     # the best settings as a study flowclip run accepts (one seed here)
     best = (out / "best.yaml").read_text()
     assert best.startswith(f"# flowclip run {out}/best.yaml") and "kind: ablation" in best
+    assert "# eval: manifests the sweep did not select on" in best and f"- {halves['report']}" in best
     r = CliRunner().invoke(main, ["run", str(out / "best.yaml"), "seeds=[0]", "bootstrap=0", "--quiet"])
     assert r.exit_code == 0, r.output
     assert "| best |" in r.output and (out / "best-study" / "STUDY_DONE").exists()
 
 
-def test_a_bad_search_space_is_one_line_before_any_trial(lab, tmp_path):
-    for space, message in [
-        ("{lrr: {low: 0.1, high: 1.0}}", "unknown keys ['lrr']"),
-        ("{lr: {low: 1.0, high: 0.1}}", "space.lr: needs numbers low < high"),
-        ("{lr: {low: 0.0, high: 0.1, log: true}}", "and low > 0 with log"),
-        ("{head_options.rank: {low: 2, high: 8, int: true}}", "not options of the flow head"),
-        ("{}", "nothing to search"),
+def test_a_bad_search_space_is_one_line_before_any_trial(lab, halves, tmp_path):
+    copy = tmp_path / "copy" / "select.parquet"  # the selection manifest's bytes under another name
+    copy.parent.mkdir()
+    copy.write_bytes(open(halves["select"], "rb").read())
+    report = f"eval: [{halves['report']}]"
+    for space, message, more in [
+        ("{lrr: {low: 0.1, high: 1.0}}", "unknown keys ['lrr']", report),
+        ("{lr: {low: 1.0, high: 0.1}}", "space.lr: needs numbers low < high", report),
+        ("{lr: {low: 0.0, high: 0.1, log: true}}", "and low > 0 with log", report),
+        ("{head_options.rank: {low: 2, high: 8, int: true}}", "not options of the flow head", report),
+        ("{}", "nothing to search", report),
+        # the report split: never what the sweep selects on (unless asked, and labelled)
+        ("{lr: {low: 0.001, high: 0.1}}", "give eval: [MANIFEST...], what the best settings are reported on", ""),
+        ("{lr: {low: 0.001, high: 0.1}}", "is what the sweep selects on", f"eval: [{halves['select']}]"),
+        ("{lr: {low: 0.001, high: 0.1}}", f"eval: {copy} is what the sweep selects on", f"eval: [{copy}]"),
+        ("{lr: {low: 0.001, high: 0.1}}", f"eval: {copy.parent} is what", f"eval: [{copy.parent}]"),
+        ("{lr: {low: 0.001, high: 0.1}}", "sampler: grid needs {choices: [...]}", report + "\nsampler: grid"),
+        ("{lr: {low: 0.001, high: 0.1}}", "key 'sampler': must be one of", report + "\nsampler: cmaes"),
+        ("{lr: {low: 0.001, high: 0.1}}", "key 'direction': must be one of", report + "\ndirection: up"),
+        ("{lr: {low: 0.001, high: 0.1}}", "give a trial's seeds as trial_seeds", report + "\ntrain_config: {seed: 1}"),
     ]:
         cfg = tmp_path / "s.yaml"
         text = (
             f"out: {tmp_path / 'sw'}\nstore: {lab['store']}\ntrain: {lab['training']}\n"
-            f"validation: {lab['candidates']}\nspace: {space}\n"
+            f"validation: {halves['select']}\nspace: {space}\n{more}\n"
         )
         cfg.write_text(text)
         r = CliRunner().invoke(main, ["sweep", str(cfg)])
@@ -124,3 +153,130 @@ def test_a_plug_in_heads_options_are_searched_and_the_best_trial_published(lab, 
         r.exit_code == 0
         and (tmp_path / "pub" / "head.safetensors").read_bytes() == (run / "head.safetensors").read_bytes()
     )
+
+
+def test_reporting_on_the_selection_split_is_asked_for_and_labelled(lab, tmp_path):
+    """fc.sweep from Python; eval_on_selection: true reports on the validation manifest, and
+    best.yaml and its study folder say the scores are biased upward. --timeout stops starting
+    trials; a rerun goes on without training a finished one again."""
+    import flowclip_cache as fc
+
+    out = tmp_path / "sw"
+    space = {"lr": {"choices": [1.0e-3, 1.0e-2]}}
+    common = dict(validation=lab["candidates"], eval_on_selection=True, train_config={"head": "global", "epochs": 1},
+                  seeds=[0], sampler="grid", quiet=True)  # fmt: skip
+    best = fc.sweep(str(out), lab["store"], lab["training"], space, trials=2, timeout=1e-9, **common)
+    study = optuna.load_study(study_name="flowclip-sweep", storage=f"sqlite:///{out}/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]  # the timeout passed after one trial
+    assert best["on_selection"] and best["trial"] == 0
+    text = (out / "best.yaml").read_text()
+    assert "its scores are biased upward" in text and "best-study-on-selection-split" in text
+    assert f"- {lab['candidates']}" in text
+    first = out / "trials" / folder_name(study.trials[0].params) / "DONE"
+    stamp = first.stat().st_mtime_ns
+    fc.sweep(str(out), lab["store"], lab["training"], space, trials=2, **common)
+    study = optuna.load_study(study_name="flowclip-sweep", storage=f"sqlite:///{out}/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"] and first.stat().st_mtime_ns == stamp
+    assert {t.params["lr"] for t in study.trials} == {1.0e-3, 1.0e-2}  # the grid: each point once
+
+
+def test_a_trial_over_several_seeds_is_their_mean_with_the_spread_recorded(lab, tmp_path):
+    import flowclip_cache as fc
+
+    out = tmp_path / "sw"
+    fc.sweep(str(out), lab["store"], lab["training"], {"lr": {"choices": [0.1]}}, validation=lab["candidates"],
+             eval_on_selection=True, trials=1, trial_seeds=[0, 1, 2], sampler="grid", quiet=True,
+             train_config={"head": "flow", "epochs": 4, "batch_size": 4})  # fmt: skip
+    (trial,) = optuna.load_study(study_name="flowclip-sweep", storage=f"sqlite:///{out}/optuna.db").trials
+    values = []
+    for seed in (0, 1, 2):
+        name = f"{folder_name(trial.params)}__seed-{seed}"
+        assert json.loads((out / "trials" / name / "config.json").read_text())["train"]["seed"] == seed
+        res = json.load(open(out / "scores" / name / "results.json"))["results"][f"real|{name}"]
+        values.append(next(iter(res.values()))["score"])
+    assert len(set(values)) > 1  # (the seeds disagree here, so the spread is tested)
+    mean = sum(values) / 3
+    assert trial.user_attrs["values"] == pytest.approx(values) and trial.value == pytest.approx(mean)
+    assert trial.user_attrs["spread"] == pytest.approx((sum((v - mean) ** 2 for v in values) / 2) ** 0.5)
+
+
+def test_ties_are_broken_by_the_stated_rule_not_trial_order():
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from flowclip_cache.sweep_study import best_trial
+
+    dist = {"lr": FloatDistribution(0.0, 1.0)}
+    for direction, values in [("maximize", [0.7, 0.9, 0.9, 0.9]), ("minimize", [0.9, 0.2, 0.2, 0.2])]:
+        study = optuna.create_study(direction=direction)
+        for i, (value, spread) in enumerate(zip(values, [0.0, 0.05, 0.01, 0.01])):
+            study.add_trial(create_trial(value=value, params={"lr": i / 10}, distributions=dist,
+                                         user_attrs={"spread": spread}))  # fmt: skip
+        best, tied = best_trial(study, direction)
+        assert best.number == 2 and sorted(t.number for t in tied) == [1, 3]  # smaller spread, then earlier
+
+
+def test_a_pruned_trial_stops_at_its_epoch_and_counts_as_finished(lab, tmp_path):
+    """The objective handed to a user's own Optuna study reports each epoch's val accuracy
+    (the run's own figures); the study's pruner stops the run there, its checkpoint kept."""
+    import flowclip_cache as fc
+
+    class PruneAtTwo(optuna.pruners.BasePruner):
+        def prune(self, study, trial):
+            return max(trial.intermediate_values, default=0) >= 2
+
+    out = tmp_path / "sw"
+    objective = fc.sweep_objective(str(out), lab["store"], lab["training"], {"lr": {"low": 1e-3, "high": 1e-2}},
+                                   train_config={"head": "global", "epochs": 4})  # fmt: skip
+    study = optuna.create_study(pruner=PruneAtTwo(), direction="maximize")
+    study.optimize(objective, n_trials=1)
+    (trial,) = study.trials
+    assert trial.state.name == "PRUNED" and sorted(trial.intermediate_values) == [1, 2]
+    run = out / "trials" / folder_name(trial.params)
+    evals = [json.loads(line)["eval"] for line in open(run / "log.jsonl") if '"eval"' in line]
+    assert [trial.intermediate_values[e["epoch"]] for e in evals[1:]] == [e["val"]["all"] for e in evals[1:]]
+    assert not (run / "DONE").exists() and checkpoint.read_state(str(run))["epoch"] == 2
+
+
+def test_the_median_pruner_needs_a_val_split(lab, halves, tmp_path):
+    from flowclip_cache.sweep_study import _pruner
+    from flowclip_cache.sweep_trial import SweepConfig
+
+    cfg = SweepConfig(out="x", store="s", train="t", pruner="median", pruner_options={"n_startup_trials": 1})
+    pruner = _pruner(cfg)
+    assert isinstance(pruner, optuna.pruners.MedianPruner) and pruner._n_startup_trials == 1
+    import pyarrow.compute as pc
+
+    from flowclip_cache.manifest import Manifest, write_manifest
+
+    m = Manifest.read(lab["training"])  # its train split only
+    write_manifest(tmp_path / "train.parquet", m.table.filter(pc.equal(m.table["split"], "train")), m.kind, m.meta)
+    (tmp_path / "s.yaml").write_text(
+        f"out: {tmp_path / 'sw'}\nstore: {lab['store']}\ntrain: {tmp_path / 'train.parquet'}\n"
+        f"eval: [{halves['report']}]\n"
+        "pruner: median\nspace: {lr: {low: 0.001, high: 0.1}}\n"
+    )
+    r = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.yaml")])
+    assert r.exit_code == 2 and "watches the val accuracy per epoch" in r.output, r.output
+
+
+def test_manifest_split_puts_each_image_on_one_side_whatever_the_row_order(lab, tmp_path):
+    import pyarrow.parquet as pq
+
+    from flowclip_cache.manifest import Manifest, write_manifest
+
+    m = Manifest.read(lab["candidates"])
+    write_manifest(tmp_path / "reversed.parquet", m.table.take(list(range(m.table.num_rows))[::-1]), m.kind, m.meta)
+    parts = {}
+    for name in ("candidates", "reversed"):
+        src = lab["candidates"] if name == "candidates" else tmp_path / "reversed.parquet"
+        a, b = tmp_path / f"{name}-a.parquet", tmp_path / f"{name}-b.parquet"
+        r = CliRunner().invoke(main, ["manifest", "split", str(src), "--out-a", str(a), "--out-b", str(b)])
+        assert r.exit_code == 0, r.output
+        parts[name] = [sorted(pq.read_table(p).column("record_id").to_pylist()) for p in (a, b)]
+        images = [set(pq.read_table(p).column("image").to_pylist()) for p in (a, b)]
+        assert images[0] and images[1] and not images[0] & images[1]
+        assert sum(map(len, parts[name])) == m.table.num_rows and Manifest.read(a).kind == "candidates"
+    assert parts["candidates"] == parts["reversed"]  # a row's side depends on its image alone
+    r = CliRunner().invoke(main, ["manifest", "split", lab["candidates"], "--out-a", str(a), "--out-b", str(b)])
+    assert r.exit_code == 2 and "exists; give a new file" in r.output

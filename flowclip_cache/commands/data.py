@@ -67,6 +67,29 @@ def manifest_check(path, image_root):
     click.echo(f"ok: {path}")
 
 
+@manifest.command("split")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out-a", required=True, type=click.Path(dir_okay=False), help="Part A (a new file).")
+@click.option("--out-b", required=True, type=click.Path(dir_okay=False), help="Part B, the rest (a new file).")
+@click.option("--fraction", default=0.5, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="The share of images in part A.")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, help="Which images go to A (a hash of the seed and the image).")
+def manifest_split(path, out_a, out_b, fraction, seed):
+    """Split a manifest into two with no image in both: one to select on (a sweep's
+    validation), the other to report on (its eval). A row follows its image(s)."""
+    from ..manifest import Manifest, split_by_image, write_manifest
+
+    for out in (out_a, out_b):
+        if os.path.exists(out):
+            raise FlowclipError(f"{out} exists; give a new file")
+    m = Manifest.read(path)
+    a, b = split_by_image(m, fraction, seed)
+    meta = {**m.meta, "split_of": {"manifest": os.path.basename(path), "fraction": fraction, "seed": seed}}
+    write_manifest(out_a, a, m.kind, {**meta, "split_part": "a"})
+    write_manifest(out_b, b, m.kind, {**meta, "split_part": "b"})
+    click.echo(f"{path}: {a.num_rows} rows -> {out_a}, {b.num_rows} rows -> {out_b} (no image in both)")
+
+
 @manifest.command("list")
 def manifest_list():
     """The benchmark catalogue: converters, expected counts, sources, options."""

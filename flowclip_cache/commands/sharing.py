@@ -29,8 +29,9 @@ def publish(run, out, results, overwrite):
 @click.command()
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.argument("overrides", nargs=-1)
+@click.option("--timeout", type=float, help="Seconds: no new trial starts after (the sweep's timeout: key).")
 @plugin_option
-def sweep(config, overrides):
+def sweep(config, overrides, timeout):
     """Search a head's settings with Optuna on a validation objective (CONFIG: a sweep YAML;
     docs/sweep.md), with KEY=VALUE overrides. Killed, it resumes where it stopped; every
     trial is a run folder; the best settings are written as a study YAML (OUT/best.yaml)."""
@@ -41,9 +42,11 @@ def sweep(config, overrides):
         import optuna  # noqa: F401
     except ImportError:
         raise FlowclipError("flowclip sweep needs Optuna: pip install 'flowclip[sweep]'") from None
-    from ..sweep import SweepConfig
-    from ..sweep import sweep as run_sweep
+    from ..sweep_study import sweep as run_sweep
+    from ..sweep_trial import SweepConfig
 
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
+    if timeout is not None:
+        data["timeout"] = timeout
     cfg = build(SweepConfig, data, config)
     run_sweep(cfg, log=click.echo)

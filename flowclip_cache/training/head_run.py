@@ -93,10 +93,14 @@ class HeadRun:
         started: bool,
         log,
         initial_weights: dict | None = None,
+        watch=None,
     ):
         if cfg.uses_tokens and not data.bank.has_patches:
             raise FlowclipError("the training data hold no patches, which a flow head needs")
         self.out, self.cfg, self.data, self.device, self.log = out, cfg, data, device, log
+        # watch(out, record): each record of log.jsonl as it is written (tracking, a sweep's pruner);
+        # an evaluation comes after its checkpoint, so a watcher that stops the run loses nothing
+        self.watch = watch or (lambda out, record: None)
         if data.skipped:  # the records left out (failed at extract) are part of the run's record
             path = os.path.join(out, "config.json")
             conf = json.load(open(path))
@@ -133,6 +137,7 @@ class HeadRun:
         self.t_last = self.t_start = time.perf_counter()
         if not self.state["metrics"]:
             self.state["metrics"].append(self.evaluate(0))  # before training (the starting point)
+            self.watch(out, {"eval": self.state["metrics"][-1], "step": 0})
 
     @property
     def position(self):
@@ -195,6 +200,7 @@ class HeadRun:
         self.logf.write(json.dumps(rec_log) + "\n")
         if self.state["global_step"] % cfg.checkpoint_every == 0:
             self.save()
+        self.watch(self.out, rec_log)
 
     @staticmethod
     def reopen_past_max_steps(out: str, cfg: TrainConfig, log) -> bool:
@@ -232,12 +238,14 @@ class HeadRun:
         self.state["metrics"].append(m)
         self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start
         self.save()
+        self.watch(self.out, {"eval": m, "step": self.state["global_step"]})
 
     def end_epoch(self) -> None:
         self.state["epoch"], self.state["step_in_epoch"] = self.state["epoch"] + 1, 0
         self.state["metrics"].append(self.evaluate(self.state["epoch"]))
         self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start  # training wall time
         self.save()
+        self.watch(self.out, {"eval": self.state["metrics"][-1], "step": self.state["global_step"]})
 
     def save(self) -> None:
         self.logf.flush()

@@ -72,13 +72,15 @@ def train_heads(
     data: TrainingData | None = None,
     placement: str = "auto",
     initial_weights: list[dict | None] | None = None,
+    watch=None,
     log=print,
 ) -> list[dict]:
     """Train several heads side by side on the same batches: each batch is gathered once
     and every head takes its own step on it. The runs must share seed, batch size and
     epochs (the data order); each ends exactly as it would alone. initial_weights: a
     state_dict per run that a new run starts from instead of its head's own initialisation
-    (the Python API's train_head(head=instance))."""
+    (the Python API's train_head(head=instance)). watch(out, record): every record a run
+    logs, as it is logged (tracking.py; a sweep's pruner)."""
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
@@ -115,6 +117,7 @@ def train_heads(
             data,
             placement,
             initial_weights or [None] * len(runs),
+            watch,
             log,
         )
     except BaseException:
@@ -130,7 +133,7 @@ def train_heads(
 
 def _train(
     store, manifest, manifest_path, runs, started_flags, device, image_root, progress, stop_after, data, placement,
-    initial, log,
+    initial, watch, log,
 ):  # fmt: skip
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
@@ -156,6 +159,7 @@ def _train(
             started,
             log if len(runs) == 1 else (lambda m, o=out: log(f"{os.path.basename(o)}: {m}")),
             weights,
+            watch,
         )
         for (out, cfg), started, weights in zip(runs, started_flags, initial)
     ]
@@ -255,6 +259,7 @@ def train_head(
     data: TrainingData | None = None,
     placement: str = "auto",
     initial_weights: dict | None = None,
+    watch=None,
     log=print,
 ) -> dict:
     """One head. data: features already gathered for this manifest (a study shares one copy)."""
@@ -271,5 +276,6 @@ def train_head(
         stop_after=stop_after,
         data=data,
         initial_weights=[initial_weights],
+        watch=watch,
         log=log,
     )[0]

@@ -1,9 +1,10 @@
-"""flowclip sweep: a search over any head's settings on a validation objective, with
-Optuna (the `sweep` extra), resumable through Optuna's own SQLite storage in the sweep
-folder (docs/sweep.md).
+"""flowclip sweep, one trial: its configuration, search space, run folders (one per seed)
+and objective; sweep_study.py runs the search (Optuna, the `sweep` extra), resumable through
+Optuna's own SQLite storage in the sweep folder (docs/sweep.md).
 
     OUT/optuna.db            the Optuna study (trials, parameters, values)
     OUT/trials/<settings>/   each trial: a normal train-head run folder, named by its settings
+                             (<settings>__seed-<s>, one per seed, with several trial_seeds)
     OUT/scores/<settings>/   its validation score (a flowclip score results folder), when a
                              validation manifest is given
     OUT/best.yaml            the best trial's settings as a study `flowclip run` accepts
@@ -22,6 +23,9 @@ from . import outputs
 from .errors import FlowclipError
 from .training import checkpoint
 
+SAMPLERS = ("tpe", "random", "grid")
+PRUNERS = ("none", "median")
+
 
 @dataclass
 class SweepConfig:
@@ -31,14 +35,23 @@ class SweepConfig:
     # a candidates/pairwise manifest whose benchmark's official score is the objective; None:
     # pairwise accuracy on the training manifest's split == 'val' records
     validation: str | None = None
+    # what best.yaml's study scores: manifests the sweep did not select on (checked)
+    eval: list[str] = field(default_factory=list)
+    eval_on_selection: bool = False  # allow eval to be the selection split (labelled: biased upward)
     trials: int = field(default=20, metadata={"min": 1})
-    seed: int = field(default=0, metadata={"min": 0})
+    seed: int = field(default=0, metadata={"min": 0})  # the sampler's
+    direction: str = field(default="maximize", metadata={"choices": ("maximize", "minimize")})
+    sampler: str = field(default="tpe", metadata={"choices": SAMPLERS})
+    pruner: str = field(default="none", metadata={"choices": PRUNERS})  # median: on the per-epoch val accuracy
+    pruner_options: dict[str, int] = field(default_factory=dict)  # MedianPruner's n_startup_trials, n_warmup_steps
+    timeout: float | None = field(default=None, metadata={"gt": 0})  # seconds: no trial starts after
+    trial_seeds: list[int] = field(default_factory=lambda: [0])  # each trial: the mean over these seeds
     train_config: dict[str, Any] = field(default_factory=dict)  # TrainConfig keys every trial shares
     # KEY: {low, high, log?, int?} or {choices: [...]}; head_options.NAME and loss_weights.NAME reach inside
     space: dict[str, dict[str, Any]] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
-    eval: list[str] = field(default_factory=list)  # what best.yaml's study scores (default: the validation manifest)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # best.yaml's seeds
+    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (tracking.py)
     device: str = "cpu"
 
 
@@ -90,15 +103,21 @@ def folder_name(params: dict) -> str:
     return "__".join(f"{k}-{show(params[k])}" for k in sorted(params))
 
 
-def objective(cfg: SweepConfig, store, name: str, settings: dict) -> float:
-    """Train one trial's run folder (resuming it if it began) and score it on the objective."""
+def trial_runs(params: dict, seeds: list[int]) -> list[tuple[str, int]]:
+    """(folder name, seed) of each run of a trial: one seed keeps the settings' name."""
+    name = folder_name(params)
+    return [(name, seeds[0])] if len(seeds) == 1 else [(f"{name}__seed-{s}", s) for s in seeds]
+
+
+def objective(cfg: SweepConfig, store, name: str, settings: dict, watch=None) -> float:
+    """Train one run folder of a trial (resuming it if it began) and score it on the objective."""
     from .scoring.score import headline, run_score
     from .training.loop import TrainConfig, train_head
 
     run = os.path.join(cfg.out, "trials", name)
     tc = TrainConfig.from_dict(settings, f"trial {name}")
     state = train_head(store, cfg.train, run, tc, device=cfg.device, resume=checkpoint.exists(run),
-                       progress=False, log=lambda *_: None)  # fmt: skip
+                       progress=False, watch=watch, log=lambda *_: None)  # fmt: skip
     if cfg.validation is None:
         val = state["metrics"][-1].get("val")
         if val is None:
@@ -114,98 +133,89 @@ def objective(cfg: SweepConfig, store, name: str, settings: dict) -> float:
     return float(headline(next(iter(results.values()))))
 
 
-def _open_study(cfg: SweepConfig, log):
+def pruning_watch(trial):
+    """Report each epoch's val pairwise accuracy to the trial; stop the run when its pruner says so."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    outputs.require_own(cfg.out, "sweep")
-    os.makedirs(cfg.out, exist_ok=True)
-    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml"])
-    storage = f"sqlite:///{os.path.abspath(os.path.join(cfg.out, 'optuna.db'))}"
-    study = optuna.create_study(
-        study_name="flowclip-sweep", storage=storage, load_if_exists=True, direction="maximize"
-    )  # fmt: skip
-    # seeded by the trials already made: a resumed sweep goes on, not back to its first proposals
-    study.sampler = optuna.samplers.TPESampler(seed=cfg.seed + len(study.get_trials(deepcopy=False)))
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):  # killed mid-trial
-        log(f"trial {t.number} was interrupted: tried again with its settings")
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-        study.enqueue_trial(t.params)
-    return study
+    def watch(out, record):
+        val = record.get("eval", {}).get("val")
+        if val is None or not record["eval"]["epoch"]:
+            return
+        trial.report(float(val["all"]), record["eval"]["epoch"])
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"epoch {record['eval']['epoch']}: val {val['all']:.4f} below the median")
+
+    return watch
 
 
-def finished(study) -> list:
-    """Trials that count: complete, or failed with an error of their own (not interrupted)."""
-    from optuna.trial import TrialState
+def run_trial(cfg: SweepConfig, store, trial, params: dict, track=None) -> float:
+    """A trial's objective: the mean over its seeds' runs (the values and their spread are
+    recorded on the trial). The first seed's per-epoch val accuracy is reported for pruning."""
+    runs = trial_runs(params, cfg.trial_seeds)
+    values = []
+    for i, (name, seed) in enumerate(runs):
+        watchers = ([pruning_watch(trial)] if i == 0 else []) + ([track.watch(name)] if track else [])
+        settings = {**trial_settings(cfg, params), "seed": seed}
+        value = objective(cfg, store, name, settings, lambda out, rec: [w(out, rec) for w in watchers])
+        if track:
+            track.summary(name, {"objective": value})
+        values.append(value)
+    trial.set_user_attr("values", values)
+    trial.set_user_attr("spread", spread(values))
+    return sum(values) / len(values)
 
-    trials = study.get_trials(deepcopy=False)
-    return [t for t in trials if t.state == TrialState.COMPLETE or "error" in t.user_attrs]
+
+def spread(values: list[float]) -> float:
+    """The sample standard deviation across seeds (0 for one)."""
+    n = len(values)
+    mean = sum(values) / n
+    return (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
 
 
-def sweep(cfg: SweepConfig, log=print) -> dict:
-    from optuna.trial import TrialState
+def suggest(trial, space: dict) -> dict:
+    """The trial's settings drawn through Optuna's public suggest API (a user's own study)."""
+    out = {}
+    for key, d in space.items():
+        if hasattr(d, "choices"):
+            out[key] = trial.suggest_categorical(key, list(d.choices))
+        elif type(d).__name__ == "IntDistribution":
+            out[key] = trial.suggest_int(key, d.low, d.high, log=d.log)
+        else:
+            out[key] = trial.suggest_float(key, d.low, d.high, log=d.log)
+    return out
 
+
+def prepare(cfg: SweepConfig) -> tuple[dict, Any]:
+    """Every check before a trial trains -> (the space's distributions, the store)."""
     from .heads.plugins import load_plugin
     from .store import FeatureStore
     from .training.loop import TrainConfig
 
     for target in cfg.plugins:
         load_plugin(target)
-    if not (cfg.eval or cfg.validation):
-        raise FlowclipError("give eval=[...] (or validation=...): the manifests the best settings' study scores")
+    if "seed" in cfg.train_config:
+        raise FlowclipError("train_config.seed: give a trial's seeds as trial_seeds: [...] instead")
     space = distributions(cfg.space)
     for key, dist in space.items():  # every key reaches TrainConfig before any trial trains
         probe = dist.choices[0] if hasattr(dist, "choices") else dist.low
         TrainConfig.from_dict(trial_settings(cfg, {key: probe}), f"space.{key}")
-    store = FeatureStore(cfg.store)
-    study = _open_study(cfg, log)
-    while len(finished(study)) < cfg.trials:
-        trial = study.ask(space)
-        name = folder_name(trial.params)
-        log(f"trial {trial.number}: training {name}")
-        try:
-            value = objective(cfg, store, name, trial_settings(cfg, trial.params))
-        except FlowclipError as e:
-            trial.set_user_attr("error", str(e))
-            study.tell(trial, state=TrialState.FAIL)
-            log(f"trial {trial.number} failed: {e}")
-            continue
-        except BaseException:
-            trial.set_user_attr("interrupted", True)
-            study.enqueue_trial(trial.params)  # the next run of the sweep tries these settings again
-            study.tell(trial, state=TrialState.FAIL)
-            raise
-        study.tell(trial, value)
-        best = study.best_trial
-        log(f"trial {trial.number}: {name} -> {value:.4f} (best {best.value:.4f}, trial {best.number})")
-    return write_best(cfg, study, log)
+    if cfg.pruner != "none" and not _has_val_split(cfg.train):
+        raise FlowclipError(f"pruner: {cfg.pruner} watches the val accuracy per epoch; {cfg.train} has no val split")
+    return space, FeatureStore(cfg.store)
 
 
-def write_best(cfg: SweepConfig, study, log) -> dict:
-    import yaml
+def _has_val_split(manifest: str) -> bool:
+    from .manifest import Manifest
 
-    best = study.best_trial
-    settings = trial_settings(cfg, best.params)
-    shared = {k: v for k, v in cfg.train_config.items() if k != "head"}
-    searched = {k: v for k, v in settings.items() if k == "head" or shared.get(k) != v}
-    study_yaml = {
-        "kind": "ablation",
-        "out": os.path.join(cfg.out, "best-study"),
-        "store": cfg.store,
-        "train": cfg.train,
-        "eval": cfg.eval or ([cfg.validation] if cfg.validation else []),
-        **({"plugins": cfg.plugins} if cfg.plugins else {}),
-        "seeds": cfg.seeds,
-        "heads": {"best": searched},
-        "train_config": shared,
-        "compare": [],
-    }
-    path = os.path.join(cfg.out, "best.yaml")
-    header = (
-        f"# flowclip run {path}\n# the best settings of the sweep {cfg.out}: trial {best.number}, "
-        f"objective {best.value:.4f} ({'validation ' + cfg.validation if cfg.validation else 'val split'})\n"
-    )
-    outputs.write_text(path, header + yaml.safe_dump(study_yaml, sort_keys=False))
-    log(f"best: trial {best.number}, {folder_name(best.params)} -> {best.value:.4f}; wrote {path}")
-    return {"trial": best.number, "value": best.value, "params": best.params, "yaml": path}
+    m = Manifest.read(manifest)
+    return "split" in m.table.column_names and "val" in set(m.table.column("split").to_pylist())
+
+
+def make_objective(cfg: SweepConfig, track=None):
+    """objective(trial) -> float for a user's own optuna study: it draws the space's settings,
+    trains the trial's runs under cfg.out and scores them exactly as flowclip sweep does."""
+    space, store = prepare(cfg)
+    outputs.require_own(cfg.out, "sweep")
+    os.makedirs(cfg.out, exist_ok=True)
+    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml"])
+    return lambda trial: run_trial(cfg, store, trial, suggest(trial, space), track)
