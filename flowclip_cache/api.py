@@ -279,20 +279,19 @@ class OnlineScorer:
         mask = torch.arange(L, device=lengths.device)[None, :] < lengths[:, None]
         for i in range(len(captions)):
             H[i, : int(lengths[i])] = f.tokens[i][f.mask[i]].half()
-        v, P, t, H, mask = finish(g.half(), p.half(), f.sentence.half(), H, mask, self.device)
-        if not self.head.uses_tokens:
-            P = H = mask = None
+        feats = finish(g.half(), p.half(), f.sentence.half(), H, mask, self.device)
+        tokens = self.head.uses_tokens
         # every pair scored as flowclip score scores a record's candidates (score_matched, pair by
         # pair): the same bits as its records.parquet; the head's all-pairs forward sums in
         # another order (within ~4e-7)
-        i, j = torch.meshgrid(torch.arange(len(v)), torch.arange(len(t)), indexing="ij")
-        i, j = i.reshape(-1).to(self.device), j.reshape(-1).to(self.device)
-        pick = lambda x, k: None if x is None else x[k]  # noqa: E731
+        rows, cols = torch.meshgrid(torch.arange(len(images)), torch.arange(len(captions)), indexing="ij")
+        pairs = zip(rows.reshape(-1).to(self.device).split(512), cols.reshape(-1).to(self.device).split(512))
+        pick = lambda x, k: x[k] if tokens else None  # noqa: E731
         out = [
-            self.head.score_matched(v[a], pick(P, a), t[b], pick(H, b), pick(mask, b))
-            for a, b in zip(i.split(512), j.split(512))
+            self.head.score_matched(feats[0][a], pick(feats[1], a), feats[2][b], pick(feats[3], b), pick(feats[4], b))
+            for a, b in pairs
         ]
-        return torch.cat(out).float().cpu().reshape(len(v), len(t))
+        return torch.cat(out).float().cpu().reshape(len(images), len(captions))
 
 
 def sweep(out: str, store: str, train: str, space: dict, *, quiet: bool = False, **settings) -> dict:

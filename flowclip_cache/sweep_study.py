@@ -118,7 +118,8 @@ def open_study(cfg: SweepConfig, space: dict, log):
     outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml"])
     storage = f"sqlite:///{os.path.abspath(os.path.join(cfg.out, 'optuna.db'))}"
     study = optuna.create_study(
-        study_name="flowclip-sweep", storage=storage, load_if_exists=True, direction=cfg.direction
+        study_name="flowclip-sweep", storage=storage, load_if_exists=True,
+        direction="maximize" if cfg.direction == "maximize" else "minimize",
     )  # fmt: skip
     if study.direction.name.lower() != cfg.direction:
         raise FlowclipError(f"{cfg.out}: this sweep began with direction: {study.direction.name.lower()}; refused")
@@ -154,11 +155,21 @@ def best_trial(study, direction: str):
     return best, [t for t in tied if t is not best]
 
 
-def sweep(cfg: SweepConfig, log=print, track=None) -> dict:
+def sweep(cfg: SweepConfig, log=print) -> dict:
+    """Trials until `trials` are finished (or the timeout), then best.yaml. Each trial's runs
+    report to cfg.report_to, grouped under the sweep's name."""
+    from .training.tracking import Tracking, parse_report_to
+
+    report_manifests(cfg)  # refused before any trial trains
+    name = os.path.basename(os.path.normpath(cfg.out))
+    with Tracking(parse_report_to(cfg.report_to), cfg.wandb_project, name, log) as tracking:
+        return _search(cfg, tracking, log)
+
+
+def _search(cfg: SweepConfig, tracking, log) -> dict:
     from optuna import TrialPruned
     from optuna.trial import TrialState
 
-    report_manifests(cfg)  # refused before any trial trains
     space, store = prepare(cfg)
     n_trials = cfg.trials
     if cfg.sampler == "grid":
@@ -181,7 +192,7 @@ def sweep(cfg: SweepConfig, log=print, track=None) -> dict:
         name = folder_name(trial.params)
         log(f"trial {trial.number}: training {name}")
         try:
-            value = run_trial(cfg, store, trial, trial.params, track)
+            value = run_trial(cfg, store, trial, trial.params, tracking)
         except TrialPruned as e:
             study.tell(trial, state=TrialState.PRUNED)
             log(f"trial {trial.number} pruned: {e}")

@@ -51,7 +51,8 @@ class SweepConfig:
     space: dict[str, dict[str, Any]] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # best.yaml's seeds
-    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (tracking.py)
+    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (training/tracking.py)
+    wandb_project: str = "flowclip"
     device: str = "cpu"
 
 
@@ -148,17 +149,18 @@ def pruning_watch(trial):
     return watch
 
 
-def run_trial(cfg: SweepConfig, store, trial, params: dict, track=None) -> float:
+def run_trial(cfg: SweepConfig, store, trial, params: dict, tracking=None) -> float:
     """A trial's objective: the mean over its seeds' runs (the values and their spread are
-    recorded on the trial). The first seed's per-epoch val accuracy is reported for pruning."""
+    recorded on the trial). The first seed's per-epoch val accuracy is reported for pruning;
+    every run's records and objective go to `tracking` (training/tracking.py) when given."""
     runs = trial_runs(params, cfg.trial_seeds)
     values = []
     for i, (name, seed) in enumerate(runs):
-        watchers = ([pruning_watch(trial)] if i == 0 else []) + ([track.watch(name)] if track else [])
+        watchers = ([tracking.watch] if tracking else []) + ([pruning_watch(trial)] if i == 0 else [])
         settings = {**trial_settings(cfg, params), "seed": seed}
         value = objective(cfg, store, name, settings, lambda out, rec: [w(out, rec) for w in watchers])
-        if track:
-            track.summary(name, {"objective": value})
+        if tracking:
+            tracking.summary(os.path.join(cfg.out, "trials", name), {"objective": value})
         values.append(value)
     trial.set_user_attr("values", values)
     trial.set_user_attr("spread", spread(values))
@@ -211,11 +213,11 @@ def _has_val_split(manifest: str) -> bool:
     return "split" in m.table.column_names and "val" in set(m.table.column("split").to_pylist())
 
 
-def make_objective(cfg: SweepConfig, track=None):
+def make_objective(cfg: SweepConfig, tracking=None):
     """objective(trial) -> float for a user's own optuna study: it draws the space's settings,
     trains the trial's runs under cfg.out and scores them exactly as flowclip sweep does."""
     space, store = prepare(cfg)
     outputs.require_own(cfg.out, "sweep")
     os.makedirs(cfg.out, exist_ok=True)
     outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml"])
-    return lambda trial: run_trial(cfg, store, trial, suggest(trial, space), track)
+    return lambda trial: run_trial(cfg, store, trial, suggest(trial, space), tracking)

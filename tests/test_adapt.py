@@ -223,7 +223,9 @@ def test_sigkilled_adapt_resumes_to_the_uninterrupted_weights(world, tmp_path):
     ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
-    subprocess.run([*args, "--out", whole], env=env, check=True, capture_output=True, timeout=600)
+    # the uninterrupted run also reports to TensorBoard (which must not change a bit of it)
+    subprocess.run([*args, "--out", whole, "--report-to", "tensorboard"], env=env, check=True, capture_output=True,
+                   timeout=600)  # fmt: skip
     rng, kills = random.Random(0), 0
     for attempt in range(3):
         proc = subprocess.Popen(
@@ -248,6 +250,15 @@ def test_sigkilled_adapt_resumes_to_the_uninterrupted_weights(world, tmp_path):
     for f in ("encoder.safetensors", "head.safetensors"):
         a, b = load_file(os.path.join(whole, f)), load_file(os.path.join(cut, f))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
+    from test_tracking import tensorboard_scalars
+
+    from flowclip_cache.training import checkpoint
+
+    losses = checkpoint.read_state(whole)["loss"]
+    tb, _ = tensorboard_scalars(os.path.join(whole, "tensorboard"))
+    assert tb["train/loss"] == pytest.approx({i + 1: v for i, v in enumerate(losses)}, rel=1e-6)
+    assert list(tb["train/encoder_lr"].values()) == pytest.approx([1e-4] * len(losses))
+    assert len(tb["train/epoch_mean_loss"]) == 3
 
 
 def test_resume_restores_the_random_state(world, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import config_and_flags, device_name
+from .common import config_and_flags, device_name, report_to_option, tracking
 
 
 @click.command()
@@ -57,6 +57,7 @@ from .common import config_and_flags, device_name
 @click.option("--resume", is_flag=True)
 @click.option("--overwrite", is_flag=True, help="Replace an adapt run folder (nothing else).")
 @click.option("--quiet", is_flag=True)
+@report_to_option
 def adapt(
     model,
     pretrained,
@@ -71,6 +72,8 @@ def adapt(
     resume,
     overwrite,
     quiet,
+    report_to,
+    wandb_project,
     **flags,
 ):
     """Adapt both encoders with a head (the unfrozen path); `torchrun -m flowclip_cache adapt ...`
@@ -80,16 +83,18 @@ def adapt(
     from ..training.adapt import AdaptConfig, run_adapt
 
     cfg = AdaptConfig.from_dict(*config_and_flags(AdaptConfig, config_file, flags))
-    state = run_adapt(
-        EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer),
-        train_manifest,
-        image_root,
-        out,
-        cfg,
-        device=device_name(device),
-        resume=resume,
-        overwrite=overwrite,
-        progress=not quiet,
-        log=click.echo,
-    )
+    with tracking(report_to, wandb_project, log=click.echo) as track:
+        state = run_adapt(
+            EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer),
+            train_manifest,
+            image_root,
+            out,
+            cfg,
+            device=device_name(device),
+            resume=resume,
+            overwrite=overwrite,
+            progress=not quiet,
+            watch=track.watch,
+            log=click.echo,
+        )
     click.echo(f"done: {out} ({state['global_step']} steps)")

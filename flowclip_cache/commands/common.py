@@ -97,3 +97,28 @@ def _allow_changed(ctx, param, value):
 
         allow_changed(bool(value))
     return value
+
+
+def report_to_option(f):
+    """--report-to tensorboard,wandb and --wandb-project-name, as open_clip_train names them
+    (training/tracking.py; docs/tracking.md)."""
+    import click
+
+    f = click.option(
+        "--wandb-project-name", "wandb_project", default="flowclip", show_default=True, help="The W&B project."
+    )(f)
+    return click.option(
+        "--report-to",
+        "report_to",
+        default="",
+        metavar="tensorboard,wandb",
+        help="Also log every step's losses and learning rate, each epoch's accuracy, the settings and the final "
+        "scores to TensorBoard and/or W&B (offline unless logged in). Needs pip install 'flowclip[track]'.",
+    )(f)
+
+
+def tracking(report_to, project: str, group: str | None = None, log=None):
+    """The command's Tracking (a no-op without --report-to)."""
+    from ..training.tracking import Tracking, parse_report_to
+
+    return Tracking(parse_report_to(report_to), project, group, log or (lambda *_: None))

@@ -7,7 +7,7 @@ import os
 import click
 
 from ..errors import FlowclipError
-from .common import config_and_flags, device_name, plugin_option
+from .common import config_and_flags, device_name, plugin_option, report_to_option
 
 
 class _HeadOption(click.Option):
@@ -95,6 +95,7 @@ def _train_option(name, typ, help):
 @click.option("--resume", is_flag=True, help="Continue an unfinished run in --out.")
 @click.option("--overwrite", is_flag=True, help="Replace a run in --out.")
 @click.option("--quiet", is_flag=True)
+@report_to_option
 def train_head_cmd(
     store,
     train_manifest,
@@ -108,33 +109,45 @@ def train_head_cmd(
     resume,
     overwrite,
     quiet,
+    report_to,
+    wandb_project,
     **flags,
 ):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
     from ..head_specs import check_head_name
-    from .common import name_values
+    from .common import name_values, tracking
 
     check_head_name(flags.get("head"), "flags: key 'head'")  # at once, before torch is imported
+    track = tracking(report_to, wandb_project, log=click.echo)
     from ..store import FeatureStore
     from ..training.loop import TrainConfig, train_head
 
     flags["head_options"] = name_values(head_option, "--head-option")
     flags["loss_weights"] = name_values(loss_weight, "--loss-weight")
     cfg = TrainConfig.from_dict(*config_and_flags(TrainConfig, config_file, flags))
-    state = train_head(
-        FeatureStore(store),
-        train_manifest,
-        out,
-        cfg,
-        device=device_name(device),
-        resume=resume,
-        overwrite=overwrite,
-        image_root=image_root,
-        progress=not quiet,
-        placement=data_placement,
-        log=click.echo,
-    )
+    with track:
+        state = train_head(
+            FeatureStore(store),
+            train_manifest,
+            out,
+            cfg,
+            device=device_name(device),
+            resume=resume,
+            overwrite=overwrite,
+            image_root=image_root,
+            progress=not quiet,
+            placement=data_placement,
+            watch=track.watch,
+            log=click.echo,
+        )
+        track.summary(out, final_accuracy(state))
     click.echo(f"done: {out} ({state['global_step']} steps)")
+
+
+def final_accuracy(state: dict) -> dict[str, float]:
+    """A finished run's last pairwise accuracies, its tracking summary."""
+    last = state["metrics"][-1]
+    return {f"{k}_pairwise_accuracy": last[k]["all"] for k in ("train_sample", "val") if k in last}
 
 
 @click.command()

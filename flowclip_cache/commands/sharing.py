@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import plugin_option
+from .common import plugin_option, report_to_option
 
 
 @click.command()
@@ -31,7 +31,8 @@ def publish(run, out, results, overwrite):
 @click.argument("overrides", nargs=-1)
 @click.option("--timeout", type=float, help="Seconds: no new trial starts after (the sweep's timeout: key).")
 @plugin_option
-def sweep(config, overrides, timeout):
+@report_to_option
+def sweep(config, overrides, timeout, report_to, wandb_project):
     """Search a head's settings with Optuna on a validation objective (CONFIG: a sweep YAML;
     docs/sweep.md), with KEY=VALUE overrides. Killed, it resumes where it stopped; every
     trial is a run folder; the best settings are written as a study YAML (OUT/best.yaml)."""
@@ -48,5 +49,7 @@ def sweep(config, overrides, timeout):
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     if timeout is not None:
         data["timeout"] = timeout
+    if report_to:  # the flags over the YAML's report_to: and wandb_project:
+        data["report_to"], data["wandb_project"] = report_to.split(","), wandb_project
     cfg = build(SweepConfig, data, config)
     run_sweep(cfg, log=click.echo)

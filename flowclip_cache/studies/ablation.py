@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..outputs import write_text
-from .study import RunSpec, execute
+from .study import RunSpec, execute, study_tracking
 
 DEFAULT_HEADS = {
     "global": {"head": "global", "cimr": 0.0},
@@ -40,6 +40,8 @@ class AblationConfig:
     world_folder: str | None = None  # where that world is written (default OUT/world)
     encoder: dict[str, Any] = field(default_factory=lambda: {"model": "flowclip-tiny-clip", "pretrained": "synthetic"})
     device: str = "cpu"
+    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (docs/tracking.md)
+    wandb_project: str = "flowclip"
     data_placement: str = "auto"  # where training features live: auto | device | host | store
     side_by_side: bool = True  # heads sharing a data order train on the same batches
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
@@ -153,6 +155,11 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
                 raise FlowclipError(f"the ablation needs {key}=... (or world={{...}} for the synthetic world)")
         if not cfg.eval:
             raise FlowclipError("the ablation needs eval=[manifests or folders] to score")
+    with study_tracking(cfg, log) as tracking:
+        return _execute(cfg, spec, dry_run, jobs, progress, tracking, log)
+
+
+def _execute(cfg: AblationConfig, spec, dry_run: bool, jobs: int, progress: bool, tracking, log):
     return execute(
         store_path=cfg.store or "",
         train_manifest=cfg.train or "",
@@ -173,6 +180,7 @@ def run(cfg: AblationConfig, dry_run: bool, jobs: int, log=print, progress: bool
         progress=progress,
         figures=cfg.figures,
         suite=cfg.suite,
+        tracking=tracking,
         log=log,
     )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import FlowclipError
 from ..outputs import write_text
-from .study import RunSpec, claim_folder, execute
+from .study import RunSpec, claim_folder, execute, study_tracking
 from .summary import mean_cell
 
 DEFAULT_HEADS = {"global": {"head": "global", "cimr": 0.0}, "flow": {"head": "flow", "cimr": 0.1}}
@@ -36,6 +36,8 @@ class EncodersConfig:
     bootstrap: int = 10000
     compare: list[list[str]] = field(default_factory=lambda: [["global", "flow"]])
     device: str = "cpu"
+    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (docs/tracking.md)
+    wandb_project: str = "flowclip"
     data_placement: str = "auto"
     side_by_side: bool = True
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
@@ -82,27 +84,29 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
     if not dry_run:
         claim_folder(cfg.out)
     summaries = {}
-    for name, store in stores.items():
-        log(f"encoder {name} ({cfg.encoders[name]['model']}):")
-        summaries[name] = execute(
-            store_path=store,
-            train_manifest=cfg.train or "",
-            eval_manifests=cfg.eval,
-            out=os.path.join(cfg.out, name),
-            runs=plan(cfg),
-            base_train=cfg.train_config,
-            controls=cfg.controls,
-            bootstrap=cfg.bootstrap,
-            compare=cfg.compare,
-            dry_run=dry_run,
-            jobs=jobs,
-            device=cfg.device,
-            side_by_side=cfg.side_by_side,
-            placement=cfg.data_placement,
-            progress=progress,
-            figures=cfg.figures,
-            log=lambda m: log(f"  {m}"),
-        )
+    with study_tracking(cfg, log) as tracking:
+        for name, store in stores.items():
+            log(f"encoder {name} ({cfg.encoders[name]['model']}):")
+            summaries[name] = execute(
+                store_path=store,
+                train_manifest=cfg.train or "",
+                eval_manifests=cfg.eval,
+                out=os.path.join(cfg.out, name),
+                runs=plan(cfg),
+                base_train=cfg.train_config,
+                controls=cfg.controls,
+                bootstrap=cfg.bootstrap,
+                compare=cfg.compare,
+                dry_run=dry_run,
+                jobs=jobs,
+                device=cfg.device,
+                side_by_side=cfg.side_by_side,
+                placement=cfg.data_placement,
+                progress=progress,
+                figures=cfg.figures,
+                tracking=tracking,
+                log=lambda m: log(f"  {m}"),
+            )
     if dry_run:
         return None
     # under many ranks an encoder's summary is written by whichever finished its runs last:

@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .study import RunSpec, execute
+from .study import RunSpec, execute, study_tracking
 
 
 @dataclass
@@ -26,6 +26,8 @@ class SensitivityConfig:
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 0
     device: str = "cpu"
+    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (docs/tracking.md)
+    wandb_project: str = "flowclip"
     data_placement: str = "auto"  # where training features live: auto | device | host | store
     side_by_side: bool = True  # heads sharing a data order train on the same batches
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
@@ -47,25 +49,27 @@ def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print, progress: b
         for key in ("store", "train"):
             if not getattr(cfg, key):
                 raise FlowclipError(f"the sensitivity study needs {key}=...")
-    return execute(
-        store_path=cfg.store or "",
-        train_manifest=cfg.train or "",
-        eval_manifests=cfg.eval,
-        out=cfg.out,
-        runs=plan(cfg),
-        base_train=cfg.train_config,
-        controls=cfg.controls,
-        bootstrap=cfg.bootstrap,
-        compare=[],
-        dry_run=dry_run,
-        jobs=jobs,
-        device=cfg.device,
-        side_by_side=cfg.side_by_side,
-        placement=cfg.data_placement,
-        progress=progress,
-        figures=cfg.figures,
-        log=log,
-    )
+    with study_tracking(cfg, log) as tracking:
+        return execute(
+            store_path=cfg.store or "",
+            train_manifest=cfg.train or "",
+            eval_manifests=cfg.eval,
+            out=cfg.out,
+            runs=plan(cfg),
+            base_train=cfg.train_config,
+            controls=cfg.controls,
+            bootstrap=cfg.bootstrap,
+            compare=[],
+            dry_run=dry_run,
+            jobs=jobs,
+            device=cfg.device,
+            side_by_side=cfg.side_by_side,
+            placement=cfg.data_placement,
+            progress=progress,
+            figures=cfg.figures,
+            tracking=tracking,
+            log=log,
+        )
 
 
 CONFIG = SensitivityConfig

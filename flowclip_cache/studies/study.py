@@ -68,9 +68,11 @@ def execute(
     placement: str = "auto",
     figures: bool = True,
     suite: str | None = None,
+    tracking=None,
     log=print,
 ) -> dict | None:
-    """suite: score only that suite's members among eval_manifests (flowclip score --suite)."""
+    """suite: score only that suite's members among eval_manifests (flowclip score --suite).
+    tracking: a training.tracking.Tracking every run's records and final scores go to."""
     from .. import outputs
     from ..scoring.suites import members
 
@@ -119,7 +121,7 @@ def execute(
     device = rank_device(checked.device)
     store = FeatureStore(store_path)
     t0 = time.perf_counter()
-    shared = dict(device=device, progress=progress, log=log)
+    shared = dict(device=device, progress=progress, log=log, tracking=tracking)
     train_missing(
         store,
         train_manifest,
@@ -294,6 +296,7 @@ def train_missing(
     progress: bool,
     log,
     rank: tuple[int, int] = (0, 1),
+    tracking=None,
 ) -> None:
     """Train every run not finished (resuming partial ones), from one in-memory copy of the
     features; runs that share a data order train side by side on the same batches. Under
@@ -337,6 +340,7 @@ def train_missing(
                 resume=True,
                 progress=progress,
                 data=data,
+                watch=tracking.watch if tracking else None,
                 log=lambda m: log(f"  {m}"),
             )
 
@@ -366,10 +370,12 @@ def score_and_summarise(
     log,
     figures: bool = True,
     suite: str | None = None,
+    tracking=None,
 ) -> dict:
     """Score CLIP and every run on every manifest (or a suite's members among them); the
-    summary across seeds with timings."""
-    from ..scoring.score import run_score
+    summary across seeds with timings. Each run's official scores (Real) go to its tracking
+    summary."""
+    from ..scoring.score import headline, run_score
 
     specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
     pairs = [tuple(p) for p in compare]
@@ -388,6 +394,9 @@ def score_and_summarise(
         suite=suite,
         log=lambda m: log(f"  {m}"),
     )
+    for r in runs if tracking else []:
+        scores = score["results"].get(f"real|{r.folder}", {})
+        tracking.summary(run_dirs[r.folder], {f"score/{b}": headline(v) for b, v in scores.items()})
     summary = summarise(score, runs, run_dirs)
     summary["timing"] = {
         "this_invocation_seconds": time.perf_counter() - t0,
@@ -399,3 +408,11 @@ def score_and_summarise(
         summary["encoder_profile"] = json.load(open(profile))
     write_summary(out, summary)
     return summary
+
+
+def study_tracking(cfg, log):
+    """A study's Tracking (its report_to: and wandb_project: keys): its runs grouped under its name."""
+    from ..training.tracking import Tracking, parse_report_to
+
+    name = os.path.basename(os.path.normpath(cfg.out))
+    return Tracking(parse_report_to(cfg.report_to), cfg.wandb_project, name, log)

@@ -165,14 +165,16 @@ def run_adapt(
     overwrite: bool = False,
     progress: bool = True,
     stop_after: int | None = None,
+    watch=None,
     log=print,
 ) -> dict:
-    """Adapt the encoders of `spec` with cfg's head; returns the final state."""
+    """Adapt the encoders of `spec` with cfg's head; returns the final state. watch(out,
+    record): each step's loss and learning rates, and each epoch's mean loss (rank 0; tracking)."""
     from ..extraction.encoders import load_model, resolve
 
     ranks, device = init_ranks(device)
     if ranks.rank != 0:
-        log = lambda *_: None
+        log = watch = lambda *_: None
     if cfg.precision == "bf16" and not device.startswith("cuda"):
         raise FlowclipError("precision bf16 runs on CUDA; use fp32 on the CPU")
     if cfg.batch_size % ranks.world:
@@ -215,8 +217,9 @@ def run_adapt(
         + f", {ranks.world} rank(s), global batch {cfg.batch_size}"
     )
     done = _epochs(
-        model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, stop_after, log
-    )
+        model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, stop_after,
+        watch or (lambda *_: None), log,
+    )  # fmt: skip
     if done:
         _export(out, model, enc, cfg, state, ranks, log)
     return state
@@ -241,7 +244,7 @@ def freeze_unreached(model: Adapted, recs: AdaptRecords, precision: str, device:
 
 
 def _epochs(
-    model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, stop_after, log
+    model, forward, opt, params, recs, train_rec, cfg, state, ranks, device, out, progress, stop_after, watch, log
 ) -> bool:
     from torch.utils.data import DataLoader
 
@@ -272,6 +275,8 @@ def _epochs(
             state["loss"].append(loss)
             state["step_in_epoch"] += 1
             state["global_step"] += 1
+            lrs = {"lr" if i else "encoder_lr": g["lr"] for i, g in enumerate(opt.param_groups)}
+            watch(out, {"step": state["global_step"], "epoch": state["epoch"], "loss": loss, **lrs})
             bar.update(1)
             steps_run += 1
             capped = cfg.max_steps is not None and state["global_step"] >= cfg.max_steps
@@ -287,6 +292,7 @@ def _epochs(
         state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
         log(f"epoch {state['epoch']}: mean loss {np.mean(state['loss'][-n_steps:]):.4f}")
         save()
+        watch(out, {"step": state["global_step"], "epoch_mean_loss": float(np.mean(state["loss"][-n_steps:]))})
     bar.close()
     return True
 
