@@ -5,13 +5,14 @@ not select on. sweep_trial.py holds the configuration and what one trial does.""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 from . import outputs
 from .errors import FlowclipError
 from .hashing import file_sha256
-from .sweep_trial import SweepConfig, folder_name, prepare, run_trial, trial_settings
+from .sweep_trial import SweepConfig, folder_name, prepare, run_trial, trial_runs, trial_settings
 
 TIE_RULE = "equal objectives: the smaller spread across trial_seeds, then the earlier trial"
 
@@ -115,7 +116,7 @@ def open_study(cfg: SweepConfig, space: dict, log):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     outputs.require_own(cfg.out, "sweep")
     os.makedirs(cfg.out, exist_ok=True)
-    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml"])
+    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml", "best.json"])
     storage = f"sqlite:///{os.path.abspath(os.path.join(cfg.out, 'optuna.db'))}"
     study = optuna.create_study(
         study_name="flowclip-sweep", storage=storage, load_if_exists=True,
@@ -255,6 +256,16 @@ def write_best(cfg: SweepConfig, study, log) -> dict:
         )
     )
     outputs.write_text(path, header + yaml.safe_dump(study_yaml, sort_keys=False))
+    # what flowclip publish says of a run this sweep selected (its runs, on what, how)
+    outputs.own(cfg.out, "best.json")
+    selection = {
+        "trial": best.number, "value": best.value, "params": best.params, "direction": cfg.direction,
+        "runs": [name for name, _ in trial_runs(best.params, cfg.trial_seeds)],
+        "selected_on": os.path.basename(cfg.validation or "") or f"val split of {os.path.basename(cfg.train)}",
+        "objective": "official score" if cfg.validation else "pairwise accuracy",
+        "trials": len(finished(study)), "space": sorted(cfg.space),
+    }  # fmt: skip
+    outputs.write_text(os.path.join(cfg.out, "best.json"), json.dumps(selection, indent=1))
     log(f"best: trial {best.number}, {folder_name(best.params)} -> {best.value:.4f}; wrote {path}")
     if on_selection:
         log("note: best.yaml reports on the split the sweep selected on: its scores are biased upward")

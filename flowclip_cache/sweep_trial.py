@@ -128,7 +128,7 @@ def objective(cfg: SweepConfig, store, name: str, settings: dict, watch=None) ->
     if not os.path.exists(os.path.join(folder, "results.json")):
         run_score(store, [cfg.validation], [f"trial={run}"], folder, bootstrap_draws=0, device=cfg.device,
                   progress=False, log=lambda *_: None)  # fmt: skip
-    results = json.load(open(os.path.join(folder, "results.json")))["results"]["real|" + name]
+    results = json.load(open(os.path.join(folder, "results.json")))["results"]["real|trial"]
     if len(results) != 1:
         raise FlowclipError(f"validation={cfg.validation}: expected one benchmark, it holds {sorted(results)}")
     return float(headline(next(iter(results.values()))))
@@ -219,5 +219,5 @@ def make_objective(cfg: SweepConfig, tracking=None):
     space, store = prepare(cfg)
     outputs.require_own(cfg.out, "sweep")
     os.makedirs(cfg.out, exist_ok=True)
-    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml"])
+    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml", "best.json"])
     return lambda trial: run_trial(cfg, store, trial, suggest(trial, space), tracking)

@@ -46,9 +46,9 @@ def test_one_table_of_a_sweep_and_a_score_run(afternoon, tmp_path):
     assert {r["control"] for r in rows} == {"real"} and {r["head"] for r in rows} == {"global", "flow", "clip"}
     # each figure is the one its results.json holds, in percent
     main_res = json.load(open(afternoon / "scores" / "main" / "results.json"))["results"]
-    mine = next(r for r in rows if r["scorer"] == "flow")
-    assert float(mine["sample"]) == pytest.approx(100 * main_res["real|flow"]["sample"]["score"])
-    assert mine["method"] == "mine"
+    mine = next(r for r in rows if r["scorer"] == "mine")  # the label the user gave (mine=runs/flow)
+    assert float(mine["sample"]) == pytest.approx(100 * main_res["real|mine"]["sample"]["score"])
+    assert mine["method"] == "mine" and {r["scorer"] for r in rows if r["head"] == "global"} == {"trial"}
     # the settings that differ are columns: the trials' learning rates, the heads
     assert "lr" in rows[0] and {r["lr"] for r in rows if r["head"] == "global"} == {"0.001", "0.01"}
     assert (tmp_path / "table" / "results.md").read_text() == r.output.split("wrote ")[0]

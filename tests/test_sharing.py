@@ -102,3 +102,110 @@ def test_a_published_plug_in_head_imports_nothing_from_the_folder(lab, tmp_path,
     # the hint names the class, the recorded file name and the sha256 the run expects of it
     with pytest.raises(fc.FlowclipError, match=rf"class Bilinear of the file bilinear.py \(sha256 {sha}\)"):
         fc.load_run("hf:someone/bil")
+
+
+class HubStandIn:
+    """huggingface_hub.HfApi's create_repo and upload_folder, by hand: the upload is a copy
+    into a local folder (never the network); `fail` makes the upload raise as the Hub would."""
+
+    calls: list = []
+    fail: str | None = None
+    root = ""
+
+    def create_repo(self, repo_id, repo_type="model", private=False, exist_ok=False):
+        self.calls.append(("create_repo", repo_id, repo_type, private, exist_ok))
+
+    def upload_folder(self, repo_id, folder_path, repo_type="model", ignore_patterns=(), commit_message=""):
+        import fnmatch
+        import shutil
+
+        self.calls.append(("upload_folder", repo_id, repo_type, commit_message))
+        if self.fail:
+            raise RuntimeError(self.fail)
+        dest = os.path.join(self.root, repo_id)
+        os.makedirs(dest, exist_ok=True)
+        for name in os.listdir(folder_path):
+            if not any(fnmatch.fnmatch(name, p) for p in ignore_patterns):
+                shutil.copyfile(os.path.join(folder_path, name), os.path.join(dest, name))
+
+
+def test_publish_push_carries_the_hubs_metadata_and_how_the_head_was_made(lab, tmp_path, monkeypatch):
+    """A sweep's best trial, scored on what the sweep did not select on, published with
+    --push: the card's front matter parses with huggingface_hub's own ModelCard (its
+    model-index as eval results equal to results.json), its extract command makes a store of
+    the same fingerprint, and it says a sweep selected the head and on what."""
+    import huggingface_hub
+    import yaml
+    from huggingface_hub import ModelCard
+
+    from flowclip_cache.manifest import Manifest, split_by_image, write_manifest
+
+    m = Manifest.read(lab["candidates"])
+    for name, part in zip(("select", "report"), split_by_image(m, 0.5, 0)):
+        write_manifest(tmp_path / f"{name}.parquet", part, m.kind, m.meta)
+    fc.sweep(str(tmp_path / "sw"), lab["store"], lab["training"], {"lr": {"choices": [1e-3]}}, trials=1,
+             validation=str(tmp_path / "select.parquet"), eval=[str(tmp_path / "report.parquet")],
+             train_config={"head": "flow", "epochs": 1, "batch_size": 4}, quiet=True)  # fmt: skip
+    best = json.load(open(tmp_path / "sw" / "best.json"))
+    run = str(tmp_path / "sw" / "trials" / best["runs"][0])
+    res = fc.score_manifests(lab["store"], [str(tmp_path / "report.parquet")], [f"best={run}"], str(tmp_path / "res"),
+                             bootstrap=0, quiet=True)  # fmt: skip
+    HubStandIn.root, HubStandIn.calls, HubStandIn.fail = str(tmp_path / "hub"), [], None
+    monkeypatch.setattr(huggingface_hub, "HfApi", HubStandIn)
+    args = ["publish", run, "--out", str(tmp_path / "pub"), "--results", res.folder, "--push", "me/flow-test",
+            "--license", "mit", "--dataset", "me/sample-data"]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "pushed" in r.output and "--scorer hf:me/flow-test" in r.output
+    assert [c[0] for c in HubStandIn.calls] == ["create_repo", "upload_folder"] and HubStandIn.calls[0][1:3] == (
+        "me/flow-test",
+        "model",
+    )
+    up = tmp_path / "hub" / "me" / "flow-test"
+    assert sorted(os.listdir(up)) == ["DONE", "README.md", "config.json", "head.safetensors"]  # the marker stays
+    card = ModelCard((up / "README.md").read_text())
+    assert (
+        card.data.license == "mit" and card.data.datasets == ["me/sample-data"] and card.data.library_name == "flowclip"
+    )
+    assert "flowclip" in card.data.tags and "flowclip-head-flow" in card.data.tags
+    got = {e.dataset_name: (e.metric_type, e.metric_value) for e in card.data.eval_results}
+    want = {b: ("accuracy", round(100 * v["score"], 2)) for b, v in res.summary["results"]["real|best"].items()}
+    assert got == want and want
+    text = card.text
+    assert f"a `flowclip sweep` as its best trial: trial {best['trial']} of 1" in text
+    assert "select.parquet" in text and "biased upward" in text
+    n = len(Manifest.read(lab["training"]))
+    assert f"Trained on the manifest `sample_training.parquet` ({n:,} records" in text
+    assert "--scorer mine=hf:me/flow-test" in text and 'fc.load_run("hf:me/flow-test")' in text
+    # the card's extract command makes a store of the run's fingerprint
+    command = text.split("```bash\n")[1].split("\n```")[0]
+    command = command.replace("flowclip ", "", 1).replace("STORE", str(tmp_path / "again"))
+    command = command.replace("MANIFEST", lab["candidates"]).replace("IMAGES", lab["image_root"])
+    r = CliRunner().invoke(main, command.split() + ["--quiet"])
+    assert r.exit_code == 0, r.output
+    again = json.load(open(tmp_path / "again" / "store.json"))["fingerprint"]
+    assert again == json.load(open(os.path.join(run, "config.json")))["store_fingerprint"]
+    assert yaml.safe_load((up / "README.md").read_text().split("---")[1])["license"] == "mit"
+
+
+def test_a_failed_push_is_one_line_and_leaves_the_folder_complete(trained, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    HubStandIn.root, HubStandIn.calls, HubStandIn.fail = str(tmp_path / "hub"), [], "401 Client Error: Unauthorized"
+    monkeypatch.setattr(huggingface_hub, "HfApi", HubStandIn)
+    out = tmp_path / "pub"
+    r = CliRunner().invoke(main, ["publish", trained["run"], "--out", str(out), "--push", "me/x"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 2, r.output  # published, then the one error
+    assert "--push me/x: the upload failed (401 Client Error: Unauthorized)" in r.output
+    assert (out / "head.safetensors").exists() and (out / "README.md").exists()
+    r = CliRunner().invoke(main, ["publish", trained["run"], "--out", str(tmp_path / "p2"), "--push", "just-a-name"])
+    assert r.exit_code == 2 and "expected a Hugging Face model repository, OWNER/NAME" in r.output
+    assert not (tmp_path / "p2").exists()
+
+
+def test_the_base_model_is_the_hub_repo_of_the_encoders_open_clip_tag():
+    from flowclip_cache.sharing import base_model
+
+    enc = {"model": "ViT-B-32", "weights": {"source": "open_clip:openai"}}
+    assert base_model(enc) == "timm/vit_base_patch32_clip_224.openai"
+    assert base_model({"model": "flowclip-tiny-clip", "weights": {"source": "random-init"}}) is None

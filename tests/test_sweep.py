@@ -80,7 +80,7 @@ def test_killed_sweep_resumes_without_repeating_a_finished_trial(lab, halves, tm
     for t in study.trials:
         if t.state.name == "COMPLETE":  # every value is its trial's validation score, read back
             name = folder_name(t.params)
-            res = json.load(open(out / "scores" / name / "results.json"))["results"][f"real|{name}"]
+            res = json.load(open(out / "scores" / name / "results.json"))["results"]["real|trial"]
             assert t.value == pytest.approx(next(iter(res.values()))["score"])
     # the best settings as a study flowclip run accepts (one seed here)
     best = (out / "best.yaml").read_text()
@@ -192,7 +192,7 @@ def test_a_trial_over_several_seeds_is_their_mean_with_the_spread_recorded(lab, 
     for seed in (0, 1, 2):
         name = f"{folder_name(trial.params)}__seed-{seed}"
         assert json.loads((out / "trials" / name / "config.json").read_text())["train"]["seed"] == seed
-        res = json.load(open(out / "scores" / name / "results.json"))["results"][f"real|{name}"]
+        res = json.load(open(out / "scores" / name / "results.json"))["results"]["real|trial"]
         values.append(next(iter(res.values()))["score"])
     assert len(set(values)) > 1  # (the seeds disagree here, so the spread is tested)
     mean = sum(values) / 3

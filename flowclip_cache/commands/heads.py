@@ -169,7 +169,8 @@ def final_accuracy(state: dict) -> dict[str, float]:
     "scorers",
     multiple=True,
     required=True,
-    help="'clip', a train-head run folder, or NAME=folder (same NAME = seeds of one method).",
+    help="'clip', a train-head run folder, or NAME=folder (same NAME = seeds of one method). Results name "
+    "a scorer by its NAME when no other shares it, else by its folder's name.",
 )
 @click.option("--controls", default="real", show_default=True, help="Comma-separated: real,shuffle,fixed.")
 @click.option("--out", required=True, type=click.Path(file_okay=False))

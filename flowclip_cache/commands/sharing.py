@@ -16,14 +16,21 @@ from .common import plugin_option, report_to_option
     help="A flowclip score results folder that scored this head: its scores go into the model card.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace a folder flowclip publish wrote (nothing else).")
+@click.option("--push", metavar="OWNER/NAME", help="Then upload the folder to this Hub model repository.")
+@click.option("--private", is_flag=True, help="With --push: create the repository private.")
+@click.option("--license", "license_", default="unknown", show_default=True, help="The card's licence (a Hub id).")
+@click.option("--base-model", help="The card's base_model (default: the Hub repo of the encoder's open_clip tag).")
+@click.option("--dataset", "datasets", multiple=True, help="A Hub dataset the head was trained on (repeatable).")
 @plugin_option
-def publish(run, out, results, overwrite):
+def publish(run, out, results, overwrite, push, private, license_, base_model, datasets):
     """Write RUN (a finished head run) as a folder a Hugging Face model repository can hold
-    as it is: the head's safetensors and config, DONE, and a model card. Others load it with
-    --scorer hf:OWNER/NAME once it is uploaded (huggingface_hub.upload_folder)."""
+    as it is: the head's safetensors and config, DONE, and a model card with the Hub's
+    metadata; --push uploads it (huggingface_hub, your token). Others load it with --scorer
+    hf:OWNER/NAME."""
     from ..sharing import publish as publish_run
 
-    publish_run(run, out, results, overwrite, log=click.echo)
+    card = {"license": license_, "base_model": base_model, "datasets": list(datasets), "push": push, "private": private}
+    publish_run(run, out, results, overwrite, log=click.echo, **card)
 
 
 @click.command()

@@ -56,13 +56,15 @@ def run_score(
     progress: bool = True,
     figures: bool = True,
     suite: str | None = None,
+    labels: str = "name",
     log=print,
 ) -> dict:
     """compare: (baseline, other) method pairs for the bootstrap; default every pair.
     figures: the PNGs (margins, CREPE curves) beside the results. suite: score only that
-    suite's members among the manifests (scoring/suites.py), naming the absent ones."""
+    suite's members among the manifests (scoring/suites.py), naming the absent ones.
+    labels: how results name a NAME=folder scorer (scorers.load_scorers)."""
     outputs.check_replaceable(out, "score-results", overwrite)
-    scorers = load_scorers(scorer_specs, store, device)
+    scorers = load_scorers(scorer_specs, store, device, labels)
     found = evaluation_manifests(manifest_paths, log)
     absent: dict[str, str] = {}
     if suite:

@@ -31,12 +31,15 @@ class Scorer:
     train: dict | None = None  # the run's training settings (config.json); None for clip
 
 
-def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Scorer]:
-    """'clip', a run folder, or 'name=run folder' (runs sharing a name are seeds of one method)."""
+def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str = "name") -> list[Scorer]:
+    """'clip', a run folder, or 'name=run folder' (runs sharing a name are seeds of one method).
+    Results name a scorer by its label: the NAME the user gave when no other scorer shares it
+    (`mine=runs/x` -> mine), else the run folder's name; labels="folder" keeps the folder's
+    name for every run (a study, whose runs are its folders)."""
     from ..heads.base import check_token_mask
     from ..training.run_folder import load_head
 
-    out, seen = [], set()
+    out, seen, given = [], set(), []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or "/" in name or os.path.exists(spec):  # a bare path
@@ -67,10 +70,17 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str) -> list[Sco
             label = name if hub else os.path.basename(os.path.normpath(path))
             scorer = Scorer(name or label, label, head, sha, cfg["train"])
         check_token_mask(type(scorer.head), store.encoder_config["token_mask"], f"--scorer {spec}")
-        if scorer.run in seen:
-            raise FlowclipError(f"--scorer {spec}: two scorers named {scorer.run!r}")
-        seen.add(scorer.run)
         out.append(scorer)
+        given.append(bool(name))
+    if labels == "name":  # a NAME the user gave to one scorer alone labels it
+        names = [s.method for s in out]
+        for s, named in zip(out, given):
+            if named and names.count(s.method) == 1:
+                s.run = s.method
+    for s in out:
+        if s.run in seen:
+            raise FlowclipError(f"--scorer: two scorers named {s.run!r}")
+        seen.add(s.run)
     _same_method(out)
     return out
 

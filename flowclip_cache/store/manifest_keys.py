@@ -81,9 +81,7 @@ def require_features(
                 "extract",
                 "--store",
                 store.root,
-                "--model",
-                enc["model"],
-                *_weights_args(enc),
+                *extract_flags(enc),
                 "--manifest",
                 manifest.path,
                 "--image-root",
@@ -92,6 +90,17 @@ def require_features(
         )
     )
     raise FlowclipError("\n".join(lines))
+
+
+def extract_flags(enc: dict) -> list[str]:
+    """extract's flags that make a store of this encoder configuration (store.json's
+    `encoder`) again: the same fingerprint, given the same weights file or tokenizer folder."""
+    flags = ["--model", enc["model"], *_weights_args(enc)]
+    if enc.get("token_mask", "nonpad") != "nonpad":
+        flags += ["--token-mask", enc["token_mask"]]
+    if enc.get("patch_readout", "standard") != "standard":
+        flags += ["--patch-readout", enc["patch_readout"]]
+    return flags
 
 
 def _weights_args(enc: dict) -> list[str]:

@@ -161,7 +161,8 @@ def combine(cfg, frozen: dict, adapted: dict, evals, root) -> dict:
 
     tasks = frozen["tasks"]
     rows = {"frozen": {t: frozen["table"]["frozen"][t] for t in tasks if t in frozen["table"]["frozen"]}}
-    for name, run in (("adapted_clip", "clip"), ("adapted", "run")):  # score's run labels
+    for name in ("adapted_clip", "adapted"):  # score's labels: the names given to its two scorers
+        run = name
         rows[name] = {}
         for t in tasks:
             vals = [

@@ -392,6 +392,7 @@ def score_and_summarise(
         progress=progress,
         figures=figures,
         suite=suite,
+        labels="folder",  # a study's runs are its folders (the seeds of a method share its name)
         log=lambda m: log(f"  {m}"),
     )
     for r in runs if tracking else []:
