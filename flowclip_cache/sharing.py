@@ -1,4 +1,4 @@
-"""Sharing a trained head (docs/sharing.md): `flowclip publish` writes a folder that a
+"""Sharing a trained head (docs/publish.md): `flowclip publish` writes a folder that a
 Hugging Face model repository can hold as it is, and `hf:OWNER/NAME` loads one back
 through huggingface_hub (its cache; HF_HUB_OFFLINE honoured). A published folder holds
 data only (safetensors and JSON): a downloaded one is a stranger's run folder, checked

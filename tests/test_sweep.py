@@ -153,6 +153,9 @@ def test_a_plug_in_heads_options_are_searched_and_the_best_trial_published(lab, 
         r.exit_code == 0
         and (tmp_path / "pub" / "head.safetensors").read_bytes() == (run / "head.safetensors").read_bytes()
     )
+    card = (tmp_path / "pub" / "README.md").read_text()  # its Use snippet loads the plug-in's code
+    assert "flowclip score --plugin bilinear.py --store" in card and 'fc.load_plugin("bilinear.py")' in card
+    assert "selected by a `flowclip sweep` as its best trial" in card
 
 
 def test_reporting_on_the_selection_split_is_asked_for_and_labelled(lab, tmp_path):
