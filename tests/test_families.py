@@ -403,6 +403,41 @@ def test_models_lists_families_tags_and_the_weights_found_here(tmp_path):
     assert "openai*" in lines["ViT-B-32"] and "laion2b_s34b_b79k*" not in lines["ViT-B-32"]
 
 
+def test_models_lists_without_torch_what_open_clip_itself_lists(monkeypatch):
+    """open_clip's files read as data give the list open_clip gives (every config, every tag,
+    each tag's weights source); `flowclip models` then imports no torch; a layout the reader
+    does not expect falls back to open_clip itself."""
+    import subprocess
+    import sys
+
+    from flowclip_cache.extraction.families import claims, listing, open_clip_tables
+    from flowclip_cache.extraction.families.registry import FAMILIES
+
+    assert [n for n, _ in claims.CONFIG_FAMILIES] == [f.name for f in FAMILIES if f.name != "blip-itc"]
+    for tags_only in (True, False):
+        assert listing.list_models(tags_only) == listing.list_models(tags_only, torch_free=False)
+    import open_clip
+
+    table = open_clip_tables.pretrained_table()
+    assert [(m, t) for m in table for t in table[m]] == open_clip.list_pretrained()
+    for m, tags in table.items():
+        for t, cfg in tags.items():
+            want = open_clip.get_pretrained_cfg(m, t)
+            assert (cfg.get("hf_hub", ""), cfg.get("url", "")) == (want.get("hf_hub", ""), want.get("url", ""))
+    code = "import sys; from flowclip_cache.cli import main; main(['models'], standalone_mode=False); " \
+        "assert 'torch' not in sys.modules and 'open_clip' not in sys.modules, 'imported'"  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1")
+    )
+    assert r.returncode == 0 and "ViT-B-32" in r.stdout, r.stderr
+
+    def unreadable():
+        raise open_clip_tables.TableUnreadable("changed")
+
+    monkeypatch.setattr(listing, "pretrained_table", unreadable)
+    assert listing.list_models() == listing.list_models(torch_free=False)
+
+
 def test_synthetic_weights_for_another_model_point_to_tags_not_the_tiny_recipe():
     from flowclip_cache.errors import WeightsUnavailable
 

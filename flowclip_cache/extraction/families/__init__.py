@@ -1,37 +1,19 @@
 """Encoder families: one module each, all giving the store the same features (global,
 patches, sentence, tokens + valid mask). Adding a family is one file plus one line in
-FAMILIES; the first family that claims a model name serves it."""
+registry.py's FAMILIES; the first family that claims a model name serves it.
+
+The registry is imported on first use, so that the torch-free modules of this package
+(claims.py, open_clip_tables.py, locate.py, listing.py: `flowclip models`) load without
+importing open_clip or torch."""
 
 from __future__ import annotations
 
-from ...errors import FlowclipError
-from .base import Family, Tokens
-from .blip import BlipITC
-from .openai_clip import OpenAIClip
-from .siglip import SigLIP
-
-FAMILIES: list[type[Family]] = [BlipITC, SigLIP, OpenAIClip]
-
-
-def family_for(model: str) -> type[Family]:
-    for fam in FAMILIES:
-        if fam.claims(model):
-            return fam
-    raise FlowclipError(
-        f"no encoder family serves {model!r}. Supported: OpenAI-style open_clip CLIP (e.g. ViT-B-32, ViT-B-16, "
-        f"ViT-L-14, ViT-L-14-336, flowclip-tiny-clip), open_clip SigLIP/SigLIP2 (e.g. ViT-B-16-SigLIP, "
-        f"ViT-B-16-SigLIP2), BLIP ITC (blip:<repo or folder>, e.g. blip:Salesforce/blip-itm-base-coco). "
-        f"Model configs: open_clip.list_models(); a family is added in flowclip_cache/extraction/families/."
-    )
-
-
-def family_of(config: dict) -> type[Family]:
-    """The family a fingerprinted configuration was made by (none named: OpenAI-style)."""
-    name = config.get("adapter", {}).get("name", OpenAIClip.name)
-    for fam in FAMILIES:
-        if fam.name == name:
-            return fam
-    raise FlowclipError(f"this store was made by encoder family {name!r}, which this flowclip does not know")
-
-
 __all__ = ["FAMILIES", "Family", "Tokens", "family_for", "family_of"]
+
+
+def __getattr__(name: str):
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import registry
+
+    return getattr(registry, name)

@@ -1,9 +1,15 @@
 """`flowclip models`: the encoders flowclip can cache, by family, with their pretrained
-tags and which of them this machine already holds (nothing is downloaded)."""
+tags and which of them this machine already holds (nothing is downloaded). Listed from
+open_clip's files read as data, without importing torch (open_clip_tables.py); where those
+files are not laid out as expected, from open_clip itself."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from . import claims
+from .locate import _CONFIG_DIR, _has_shipped, local_pretrained
+from .open_clip_tables import TableUnreadable, model_configs, pretrained_table
 
 
 @dataclass
@@ -15,28 +21,36 @@ class ModelEntry:
     shipped: bool = False  # flowclip ships weights for it (--pretrained synthetic)
 
 
-def list_models(with_tags_only: bool = True) -> list[ModelEntry]:
+def list_models(with_tags_only: bool = True, torch_free: bool = True) -> list[ModelEntry]:
     """Every open_clip model config a family serves (with a pretrained tag, unless
-    with_tags_only is False), in family order, then by name."""
+    with_tags_only is False), CLIP first, then by family and name."""
+    try:
+        if not torch_free:
+            raise TableUnreadable("asked for open_clip itself")
+        configs, table = model_configs([str(_CONFIG_DIR)]), pretrained_table()
+    except (TableUnreadable, OSError, SyntaxError, ValueError):
+        configs, table = _from_open_clip()
+    out = []
+    for model, cfg in configs.items():
+        family = next((name for name, claimed in claims.CONFIG_FAMILIES if claimed(cfg)), None)
+        shipped = _has_shipped(model)
+        tags = table.get(model, {})
+        if family is None or (with_tags_only and not tags and not shipped):
+            continue
+        local = [t for t, tag_cfg in tags.items() if local_pretrained(tag_cfg)]
+        out.append(ModelEntry(model, family, list(tags), local, shipped))
+    order = {name: i for i, (name, _) in enumerate(claims.CONFIG_FAMILIES)}
+    return sorted(out, key=lambda e: (e.family != "openai-clip", order[e.family], e.model))  # CLIP first
+
+
+def _from_open_clip() -> tuple[dict, dict]:
+    """(model configs, pretrained table) from open_clip itself (imports torch)."""
     import open_clip
 
-    from . import FAMILIES
-    from .locate import _has_shipped, local_pretrained, register_package_configs
+    from .locate import register_package_configs
 
     register_package_configs()
-    tags: dict[str, list[str]] = {}
+    table: dict[str, dict] = {}
     for model, tag in open_clip.list_pretrained():
-        tags.setdefault(model, []).append(tag)
-    out = []
-    for model in open_clip.list_models():
-        fam = next((f for f in FAMILIES if f.claims(model)), None)
-        shipped = _has_shipped(model)
-        if fam is None or (with_tags_only and not tags.get(model) and not shipped):
-            continue
-        entry = ModelEntry(model, fam.name, tags.get(model, []), shipped=shipped)
-        for tag in entry.tags:
-            if local_pretrained(open_clip.get_pretrained_cfg(model, tag)):
-                entry.local.append(tag)
-        out.append(entry)
-    order = {f.name: i for i, f in enumerate(FAMILIES)}
-    return sorted(out, key=lambda e: (e.family != "openai-clip", order[e.family], e.model))  # CLIP first
+        table.setdefault(model, {})[tag] = open_clip.get_pretrained_cfg(model, tag)
+    return {m: open_clip.get_model_config(m) for m in open_clip.list_models()}, table

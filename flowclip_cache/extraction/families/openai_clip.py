@@ -16,6 +16,7 @@ from __future__ import annotations
 from open_clip.transformer import text_global_pool
 
 from ...errors import FlowclipError
+from . import claims
 from . import open_clip_common as oc
 from .base import DTYPE_POLICY, Tokens, project
 
@@ -40,17 +41,7 @@ class OpenAIClip(oc.OpenClipFamily):
 
     @classmethod
     def claims(cls, model: str) -> bool:
-        cfg = oc.model_config(model)
-        if cfg is None:
-            return False
-        vision, text = cfg.get("vision_cfg", {}), cfg.get("text_cfg", {})
-        return (
-            isinstance(vision.get("patch_size"), int)
-            and not vision.get("timm_model_name")
-            and not cfg.get("custom_text")
-            and "hf_model_name" not in text
-            and "hf_tokenizer_name" not in text
-        )
+        return claims.openai_clip(oc.model_config(model))
 
     @classmethod
     def resolve_config(cls, spec):

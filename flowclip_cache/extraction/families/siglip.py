@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from ...errors import FlowclipError
+from . import claims
 from . import hf_common as hf
 from . import open_clip_common as oc
 from .base import DTYPE_POLICY, project
@@ -37,12 +38,7 @@ class SigLIP(oc.OpenClipFamily):
 
     @classmethod
     def claims(cls, model: str) -> bool:
-        cfg = oc.model_config(model)
-        return bool(
-            cfg
-            and "siglip" in cfg.get("vision_cfg", {}).get("timm_model_name", "")
-            and cfg.get("text_cfg", {}).get("hf_tokenizer_name")
-        )
+        return claims.siglip(oc.model_config(model))
 
     @classmethod
     def resolve_config(cls, spec):
