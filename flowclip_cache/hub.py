@@ -22,9 +22,10 @@ def _repo(spec: str) -> str:
     return spec.split(":", 1)[1]
 
 
-def hub_folder(spec: str) -> str:
+def hub_folder(spec: str, files: tuple[str, ...] = FILES) -> str:
     """hf:OWNER/NAME[@REVISION] -> the local snapshot folder (downloaded, or from the cache
-    when HF_HUB_OFFLINE=1). Only the published files are fetched: never code, never pickles."""
+    when HF_HUB_OFFLINE=1). Only `files` are fetched (a published head's: never code, never
+    pickles; an open_clip model's config and safetensors weights)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 
@@ -32,7 +33,7 @@ def hub_folder(spec: str) -> str:
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise FlowclipError(f"{spec}: expected hf:OWNER/NAME (or hf:OWNER/NAME@REVISION)")
     try:
-        return snapshot_download(repo, revision=revision or None, allow_patterns=list(FILES))
+        return snapshot_download(repo, revision=revision or None, allow_patterns=list(files))
     except LocalEntryNotFoundError:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0")
         why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else "it could not be downloaded"

@@ -17,16 +17,16 @@ from .common import READOUT_NAMES, device_name
     "--model",
     required=True,
     help="An open_clip config (OpenAI-style CLIP: ViT-B-32, ViT-B-16, ViT-L-14, ViT-L-14-336; SigLIP: "
-    "ViT-B-16-SigLIP, ViT-B-16-SigLIP2, ...) or blip:<HF repo or folder> (BLIP ITC). "
-    "docs/encoders.md lists the families.",
+    "ViT-B-16-SigLIP, ViT-B-16-SigLIP2, ...), an open_clip Hub repository hf-hub:ORG/REPO (with "
+    "--pretrained hf), or blip:<HF repo or folder> (BLIP ITC). docs/encoders.md lists the families.",
 )
 @click.option(
     "--pretrained",
     default="none",
     show_default=True,
     help="open_clip pretrained tag (e.g. openai), a local checkpoint file, 'synthetic' (the tiny CLIP "
-    "that ships: --model flowclip-tiny-clip), for BLIP 'hf' (the repo's or folder's "
-    "model.safetensors), or 'none': RANDOM weights, the default.",
+    "that ships: --model flowclip-tiny-clip), for BLIP and hf-hub: models 'hf' (the repo's or folder's "
+    "safetensors weights), or 'none': RANDOM weights, the default.",
 )
 @click.option("--init-seed", default=0, show_default=True, help="Seed of random weights (--pretrained none).")
 @click.option(

@@ -111,6 +111,8 @@ def _weights_args(enc: dict) -> list[str]:
         return ["--pretrained", src.split(":", 1)[1]]
     if src == "flowclip:synthetic":
         return ["--pretrained", "synthetic"]
+    if src.startswith("hf-hub:"):  # the repository's weights (its name is the --model)
+        return ["--pretrained", "hf"]
     if src == "random-init":
         return ["--pretrained", "none"] + (["--init-seed", str(w["init_seed"])] if w.get("init_seed") else [])
     return ["--pretrained", "<checkpoint file>"]

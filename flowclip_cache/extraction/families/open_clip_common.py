@@ -10,10 +10,32 @@ from ...hashing import file_sha256
 from .base import Family
 from .locate import OPENAI_MEAN, OPENAI_STD
 
+HUB = "hf-hub:"  # open_clip's schema: a model repository holding open_clip_config.json and the weights
+HUB_FILES = ("open_clip_config.json", "open_clip_model.safetensors")  # never the pickled .bin
+
+
+def hub_config(model: str) -> tuple[str, dict]:
+    """hf-hub:ORG/REPO -> (its local snapshot: config and safetensors weights only, its
+    open_clip_config.json), through huggingface_hub's cache (HF_HUB_OFFLINE honoured)."""
+    import json
+
+    from ...hub import hub_folder
+
+    folder = hub_folder(model, HUB_FILES)
+    path = os.path.join(folder, "open_clip_config.json")
+    try:
+        cfg = json.load(open(path))
+        cfg["model_cfg"]["vision_cfg"]  # noqa: B018 (the keys an open_clip config has)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FlowclipError(f"{model}: no open_clip model config in the repository ({path}: {e})") from None
+    return folder, cfg
+
 
 def model_config(model: str) -> dict | None:
     import copy
 
+    if model.startswith(HUB):
+        return hub_config(model)[1]["model_cfg"]
     import open_clip
 
     from .locate import register_package_configs
@@ -31,6 +53,15 @@ def weights(spec) -> tuple[str | None, dict, dict]:
 
     if spec.pretrained.lower() in ("none", "random", ""):
         return None, {"source": "random-init", "init_seed": spec.init_seed}, {}
+    if spec.model.startswith(HUB):  # the repository's own weights and preprocessing
+        if spec.pretrained != "hf":
+            raise FlowclipError(f"--model {spec.model}: --pretrained hf (the repository's weights) or none (random)")
+        folder, cfg = hub_config(spec.model)
+        path = os.path.join(folder, "open_clip_model.safetensors")
+        if not os.path.isfile(path):
+            raise FlowclipError(f"{spec.model}: the repository has no open_clip_model.safetensors (a pickled "
+                                "open_clip_pytorch_model.bin is never loaded)")  # fmt: skip
+        return path, {"source": spec.model, "sha256": file_sha256(path)}, dict(cfg.get("preprocess_cfg", {}))
     if spec.pretrained == "synthetic":
         path = shipped_weights(spec.model)
         return path, {"source": "flowclip:synthetic", "sha256": file_sha256(path)}, {}
@@ -133,9 +164,13 @@ def build(enc, device: str):
     if enc.checkpoint is None:
         torch.manual_seed(cfg["weights"]["init_seed"])
     pre = cfg["preprocess"]
+    name, hub = enc.spec.model, enc.spec.model.startswith(HUB)
+    if hub:  # open_clip reads the snapshot flowclip fingerprinted (and only it)
+        name = "local-dir:" + hub_config(name)[0]
     model, _, transform = open_clip.create_model_and_transforms(
-        enc.spec.model,
-        pretrained=enc.checkpoint,
+        name,
+        pretrained=None if hub else enc.checkpoint,
+        load_weights=not hub or enc.checkpoint is not None,
         precision="fp32",
         device=device,
         force_quick_gelu=cfg["model_cfg"].get("quick_gelu", False),

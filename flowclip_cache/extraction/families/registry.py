@@ -4,7 +4,7 @@ the lookups by model name and by a store's configuration."""
 from __future__ import annotations
 
 from ...errors import FlowclipError
-from .base import Family
+from .base import Family, Tokens
 from .blip import BlipITC
 from .openai_clip import OpenAIClip
 from .siglip import SigLIP
@@ -31,3 +31,6 @@ def family_of(config: dict) -> type[Family]:
         if fam.name == name:
             return fam
     raise FlowclipError(f"this store was made by encoder family {name!r}, which this flowclip does not know")
+
+
+__all__ = ["FAMILIES", "Family", "Tokens", "family_for", "family_of"]  # what the package exports
