@@ -1,5 +1,7 @@
 """flowclip run: plan, overrides, refusals, and a reduced synthetic grid killed and rerun."""
 
+import glob
+import importlib.util
 import json
 import os
 import signal
@@ -351,12 +353,22 @@ def test_adaptation_study_dry_run_and_a_reduced_run(tmp_path):
         main, ["run", "adaptation", f"out={tmp_path}/a", *small, "adapt_config={lr_enc: 1}", "--dry-run"]
     )
     assert r.exit_code == 2 and "unknown keys ['lr_enc']" in r.output
-    r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, "--quiet"])
+    track = ["report_to=[tensorboard]"] if importlib.util.find_spec("tensorboard") else []
+    r = CliRunner().invoke(main, ["run", "adaptation", f"out={tmp_path}/a", *small, *track, "--quiet"])
     assert r.exit_code == 0, r.output
     s = json.load(open(tmp_path / "a" / "summary.json"))
     assert set(s["table"]) == {"frozen", "adapted_clip", "adapted"} and "synthetic-swap-att" in s["table"]["adapted"]
     assert s["adapted_stores"]["0"] != s["frozen_store"]
     assert "adapted - frozen" in open(tmp_path / "a" / "summary.md").read() and s["bootstrap"]["synthetic-swap-att"]
+    if track:  # both sides report: the frozen heads' runs, and the adapt run with its adapted head's scores
+        from test_tracking import tensorboard_scalars
+
+        adapted, _ = tensorboard_scalars(tmp_path / "a" / "adapted" / "seed-0" / "run" / "tensorboard")
+        scores = json.load(open(tmp_path / "a" / "adapted" / "seed-0" / "score" / "results.json"))["results"]
+        want = {f"summary/score/{b}": {0: pytest.approx(v["score"])} for b, v in scores["real|adapted"].items()}
+        assert {k: adapted[k] for k in want} == want and len(adapted["train/loss"]) > 0
+        (frozen,) = glob.glob(str(tmp_path / "a" / "frozen" / "runs" / "*" / "tensorboard"))
+        assert "summary/score/synthetic-swap-att" in tensorboard_scalars(frozen)[0]
 
 
 def test_run_help_names_every_shipped_study_and_a_bad_key_is_named_once():

@@ -42,6 +42,7 @@ class AblationConfig:
     device: str = "cpu"
     report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (docs/tracking.md)
     wandb_project: str = "flowclip"
+    wandb_group: str | None = None  # the runs' group (default: the study folder's name)
     data_placement: str = "auto"  # where training features live: auto | device | host | store
     side_by_side: bool = True  # heads sharing a data order train on the same batches
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only

@@ -23,7 +23,7 @@ from ..errors import FlowclipError
 from ..outputs import write_text
 from .ablation import AblationConfig, encoder_spec
 from .ablation import run as run_ablation
-from .study import claim_folder
+from .study import claim_folder, study_tracking
 from .summary import mean_cell, mean_std
 
 
@@ -44,6 +44,8 @@ class AdaptationConfig:
     controls: list[str] = field(default_factory=lambda: ["real"])
     bootstrap: int = 2000
     device: str = "cpu"
+    report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (docs/tracking.md)
+    wandb_project: str = "flowclip"
 
 
 def frozen_study(cfg: AdaptationConfig) -> AblationConfig:
@@ -63,6 +65,9 @@ def frozen_study(cfg: AdaptationConfig) -> AblationConfig:
         bootstrap=0,
         compare=[],
         device=cfg.device,
+        report_to=list(cfg.report_to),
+        wandb_project=cfg.wandb_project,
+        wandb_group=os.path.basename(os.path.normpath(cfg.out)),  # both sides under the study's name
     )
 
 
@@ -96,7 +101,8 @@ def run(cfg: AdaptationConfig, dry_run: bool, jobs: int, log=print, progress: bo
     train = cfg.train or os.path.join(world, "train.parquet")
     evals = list(cfg.eval) or _world_evals(world)
     root = cfg.image_root or os.path.join(world, "images")
-    adapted = {s: adapt_seed(cfg, spec, s, train, evals, root, log, progress) for s in cfg.seeds}
+    with study_tracking(cfg, log) as tracking:
+        adapted = {s: adapt_seed(cfg, spec, s, train, evals, root, log, progress, tracking) for s in cfg.seeds}
     summary = combine(cfg, frozen, adapted, evals, root)
     write(cfg.out, summary)
     return summary
@@ -110,11 +116,12 @@ def _world_evals(world: str) -> list[str]:
     ]
 
 
-def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
-    """adapt -> extract the adapted encoder -> score it (its own CLIP and the adapted head)."""
+def adapt_seed(cfg, spec, seed, train, evals, root, log, progress, tracking=None) -> dict:
+    """adapt -> extract the adapted encoder -> score it (its own CLIP and the adapted head);
+    the adapt run's records and the adapted head's scores go to `tracking` when given."""
     from ..extraction.encoders import resolve
     from ..extraction.extract import run_extract
-    from ..scoring.score import run_score
+    from ..scoring.score import headline, run_score
     from ..store import FeatureStore
     from ..training.adapt import run_adapt
     from ..training.checkpoint import exists
@@ -134,13 +141,14 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
             device=cfg.device,
             resume=exists(run_dir),
             progress=progress,
+            watch=tracking.watch if tracking else None,
             log=lambda m: log(f"  {m}"),
         )
     enc = resolve(dataclasses.replace(spec, pretrained=os.path.join(run_dir, "encoder.safetensors")))
     store = FeatureStore.open_or_create(os.path.join(where, "store"), enc.config, owner=cfg.out)
     run_extract(store, enc, evals, root, workers=0, progress=progress)
     store.refresh()
-    return run_score(
+    score = run_score(
         store,
         evals,
         ["adapted_clip=clip", f"adapted={run_dir}"],
@@ -152,6 +160,9 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress) -> dict:
         progress=progress,
         log=lambda m: log(f"  {m}"),
     )
+    if tracking:
+        tracking.summary(run_dir, {f"score/{b}": headline(v) for b, v in score["results"]["real|adapted"].items()})
+    return score
 
 
 def combine(cfg, frozen: dict, adapted: dict, evals, root) -> dict:
@@ -204,7 +215,7 @@ def bootstrap(cfg, evals, root) -> dict:
     for s in cfg.seeds:
         rows = pq.read_table(os.path.join(cfg.out, "adapted", f"seed-{s}", "score", "records.parquet")).to_pylist()
         for r in rows:
-            if r["control"] == "real" and r["scorer"] == "run":  # the adapted head's run label
+            if r["control"] == "real" and r["scorer"] == "adapted":  # the label adapt_seed gives the adapted head
                 decided.setdefault((r["benchmark"], f"adapted-{s}"), {})[r["record_id"]] = r["correct"]
     frozen_runs = sorted({k[1] for k in decided if k[1] not in ("clip",) and not k[1].startswith("adapted-")})
     methods = {"frozen": frozen_runs, "adapted": [f"adapted-{s}" for s in cfg.seeds]}

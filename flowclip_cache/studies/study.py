@@ -415,5 +415,5 @@ def study_tracking(cfg, log):
     """A study's Tracking (its report_to: and wandb_project: keys): its runs grouped under its name."""
     from ..training.tracking import Tracking, parse_report_to
 
-    name = os.path.basename(os.path.normpath(cfg.out))
+    name = getattr(cfg, "wandb_group", None) or os.path.basename(os.path.normpath(cfg.out))
     return Tracking(parse_report_to(cfg.report_to), cfg.wandb_project, name, log)
