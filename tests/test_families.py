@@ -463,16 +463,18 @@ def test_missing_tiny_weights_name_their_own_recipe(monkeypatch, tmp_path):
             locate.shipped_weights(model)
 
 
-def test_an_open_clip_hub_model_extracts_as_its_config_and_weights(lab, tmp_path):
+def test_an_open_clip_hub_model_extracts_as_its_config_and_weights(lab, tmp_path, monkeypatch):
     """--model hf-hub:ORG/REPO (open_clip's schema) --pretrained hf: the repository's config
     and safetensors weights, read from the Hugging Face cache offline, give every bit the
     built-in config with the same weights gives; the store records the repository as the
     weights' source, and extract's flags for such a store name it again."""
     import json
     import shutil
-    import subprocess
-    import sys
 
+    from click.testing import CliRunner
+
+    import flowclip_cache as fc
+    from flowclip_cache.cli import main
     from flowclip_cache.extraction.families.locate import shipped_weights
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.store.manifest_keys import extract_flags
@@ -486,28 +488,26 @@ def test_an_open_clip_hub_model_extracts_as_its_config_and_weights(lab, tmp_path
     (repo / "refs" / "main").write_text("c0ffee")
     (snap / "open_clip_config.json").write_text(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": {}}))
     shutil.copyfile(shipped_weights("flowclip-tiny-clip"), snap / "open_clip_model.safetensors")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as test_sharing.py lays out a cache
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     stores = {}
     for name, model, pretrained in [
         ("hub", "hf-hub:me/tiny-clip", "hf"),
         ("builtin", "flowclip-tiny-clip", "synthetic"),
     ]:
         stores[name] = str(tmp_path / f"store-{name}")
-        cmd = [sys.executable, "-m", "flowclip_cache", "extract", "--store", stores[name], "--model", model,
-               "--pretrained", pretrained, "--manifest", lab["candidates"], "--image-root", lab["image_root"],
-               "--quiet"]  # fmt: skip
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout + r.stderr
+        args = ["extract", "--store", stores[name], "--model", model, "--pretrained", pretrained,
+                "--manifest", lab["candidates"], "--image-root", lab["image_root"], "--quiet"]  # fmt: skip
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
     hub, builtin = FeatureStore(stores["hub"]), FeatureStore(stores["builtin"])
     assert hub.encoder_config["weights"]["source"] == "hf-hub:me/tiny-clip"
     assert hub.encoder_config["weights"]["sha256"] == builtin.encoder_config["weights"]["sha256"]
     assert extract_flags(hub.encoder_config) == ["--model", "hf-hub:me/tiny-clip", "--pretrained", "hf"]
-    import flowclip_cache as fc
-
     a, b = (fc.read_features(s, lab["candidates"], image_root=lab["image_root"]) for s in (builtin, hub))
     for name in ("image_global", "image_patches", "caption_global", "caption_tokens"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
-    cmd = [sys.executable, "-m", "flowclip_cache", "extract", "--store", str(tmp_path / "x"), "--model",
-           "hf-hub:me/tiny-clip", "--pretrained", "openai", "--manifest", lab["candidates"]]  # fmt: skip
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert r.returncode == 2 and "--pretrained hf (the repository's weights) or none" in r.stderr + r.stdout
+    args = ["extract", "--store", str(tmp_path / "x"), "--model", "hf-hub:me/tiny-clip", "--pretrained", "openai",
+            "--manifest", lab["candidates"]]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "--pretrained hf (the repository's weights) or none" in r.output

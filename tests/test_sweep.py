@@ -41,7 +41,7 @@ def write_config(lab, path, out, halves, **more):
         f"validation: {halves['select']}",
         f"eval: [{halves['report']}]",
         "trials: 3",
-        "train_config: {head: flow, epochs: 12, batch_size: 4}",
+        "train_config: {head: flow, epochs: 4, batch_size: 4}",
         "space:",
         "  lr: {low: 1.0e-4, high: 1.0e-2, log: true}",
         "  cimr: {choices: [0.0, 0.1]}",

@@ -7,12 +7,9 @@ import glob
 import json
 import os
 import struct
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT
 
 from flowclip_cache.cli import main
 
@@ -20,9 +17,11 @@ pytest.importorskip("tensorboard", reason="--report-to tensorboard needs pip ins
 pytest.importorskip("wandb", reason="--report-to wandb needs pip install 'flowclip[track]'")
 
 
-def offline_env(home) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    return {**env, "HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
+def offline(monkeypatch, home) -> None:
+    """An empty HOME and no WANDB_ settings: W&B finds no login, so it runs offline."""
+    for k in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(home))
 
 
 def tensorboard_scalars(folder) -> tuple[dict, dict]:
@@ -99,14 +98,15 @@ def logged(run) -> tuple[list, list]:
     return [r for r in lines if "eval" not in r], [r["eval"] for r in lines if "eval" in r]
 
 
-def test_train_head_reports_every_step_epoch_setting_and_final_figure(lab, tmp_path):
+def test_train_head_reports_every_step_epoch_setting_and_final_figure(lab, tmp_path, monkeypatch):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "flowclip_cache", "train-head", "--store", lab["store"], "--train", lab["training"],
-           "--out", str(run), "--epochs", "2", "--batch-size", "4", "--lr", "0.001", "--quiet",
-           "--report-to", "tensorboard,wandb", "--wandb-project-name", "mine"]  # fmt: skip
-    r = subprocess.run(cmd, env=offline_env(tmp_path), capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "W&B offline (not logged in" in r.stdout
+    offline(monkeypatch, tmp_path)
+    args = ["train-head", "--store", lab["store"], "--train", lab["training"], "--out", str(run), "--epochs", "2",
+            "--batch-size", "4", "--lr", "0.001", "--quiet", "--report-to", "tensorboard,wandb",
+            "--wandb-project-name", "mine"]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "W&B offline (not logged in" in r.output
     steps, evals = logged(run)
     assert len(steps) == 6 and [e["epoch"] for e in evals] == [0, 1, 2]
     tb, hp = tensorboard_scalars(run / "tensorboard")
@@ -127,17 +127,16 @@ def test_train_head_reports_every_step_epoch_setting_and_final_figure(lab, tmp_p
     assert json.load(open(run / "tracking.json"))["wandb_id"] == wb["runs"][0][3]
 
 
-def test_a_studys_runs_and_a_sweeps_trials_are_grouped_with_their_final_scores(lab, tmp_path):
+def test_a_studys_runs_and_a_sweeps_trials_are_grouped_with_their_final_scores(lab, tmp_path, monkeypatch):
     study = tmp_path / "study"
     (tmp_path / "s.yaml").write_text(
         f"kind: ablation\nout: {study}\nstore: {lab['store']}\ntrain: {lab['training']}\neval: [{lab['candidates']}]\n"
         "seeds: [0]\nheads: {g: {head: global}, f: {head: flow}}\ntrain_config: {epochs: 1, batch_size: 4}\n"
         "compare: []\nbootstrap: 0\nreport_to: [tensorboard, wandb]\n"
     )
-    env = offline_env(tmp_path)
-    r = subprocess.run([sys.executable, "-m", "flowclip_cache", "run", str(tmp_path / "s.yaml"), "--quiet"], env=env,
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
+    offline(monkeypatch, tmp_path)
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "s.yaml"), "--quiet"])
+    assert r.exit_code == 0, r.output
     results = json.load(open(study / "score" / "results.json"))["results"]
     runs = sorted(glob.glob(str(study / "runs" / "*")))
     assert len(runs) == 2
