@@ -29,6 +29,7 @@ SMALL = {
     "bench_fixed_shapes.py": ["--model", "flowclip-tiny-vit", "--images", "4", "--captions", "8", "--reps", "1"],
     "bench_grid.py": ["--scenes", "60", "--epochs", "1", "--reps", "1"],
     "bench_heads.py": ["--images", "8", "--captions", "16", "--reps", "1"],
+    "bench_models_listing.py": ["--reps", "1"],
     "bench_load.py": ["--images", "50", "--captions", "200", "--reps", "1", "--parts"],
     "bench_readouts.py": ["--model", "flowclip-tiny-vit", "--batch", "4", "--repeats", "1"],
     "bench_rehash.py": ["--files", "20", "--kib", "4", "--reps", "1"],
