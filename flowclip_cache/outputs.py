@@ -88,6 +88,12 @@ def _write_marker(folder: str, kind: str, files, paths=()) -> None:
     os.replace(tmp, os.path.join(folder, MARKER))
 
 
+def own_tree(folder: str, *names: str) -> None:
+    """own() every path now under these folders of a marked output (a tool such as
+    TensorBoard or W&B wrote them there, on the command's behalf)."""
+    own(folder, *[p for name in names for p in _tree(folder, name)])
+
+
 def _tree(folder: str, name: str) -> list[str]:
     """Every path under folder/name (relative to folder), not inside a marked output
     nested there (its own marker speaks for it)."""

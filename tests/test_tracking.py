@@ -125,6 +125,10 @@ def test_train_head_reports_every_step_epoch_setting_and_final_figure(lab, tmp_p
     assert tb["summary/val_pairwise_accuracy"] == pytest.approx({0: evals[-1]["val"]["all"]})
     assert [(p, g, n) for p, g, n, _ in wb["runs"]] == [("mine", "", "run")]
     assert json.load(open(run / "tracking.json"))["wandb_id"] == wb["runs"][0][3]
+    # what TensorBoard and W&B wrote is the run's own: --overwrite replaces it with the run
+    r = CliRunner().invoke(main, args[: args.index("--report-to")] + ["--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert not any((run / name).exists() for name in ("tensorboard", "wandb", "tracking.json"))
 
 
 def test_a_studys_runs_and_a_sweeps_trials_are_grouped_with_their_final_scores(lab, tmp_path, monkeypatch):

@@ -120,6 +120,8 @@ class RunTracker:
             self.writer.close()
         if self.wandb is not None:
             self.wandb.finish()
+        # what TensorBoard and W&B wrote, listed in the run's marker: --overwrite may replace it
+        outputs.own_tree(self.out, "tensorboard", "wandb")
 
 
 def _wandb_run(out: str, name: str, project: str, group: str | None, hparams: dict, log):
