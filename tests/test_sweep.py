@@ -283,3 +283,6 @@ def test_manifest_split_puts_each_image_on_one_side_whatever_the_row_order(lab, 
     assert parts["candidates"] == parts["reversed"]  # a row's side depends on its image alone
     r = CliRunner().invoke(main, ["manifest", "split", lab["candidates"], "--out-a", str(a), "--out-b", str(b)])
     assert r.exit_code == 2 and "exists; give a new file" in r.output
+    c = str(tmp_path / "c.parquet")
+    r = CliRunner().invoke(main, ["manifest", "split", lab["candidates"], "--out-a", c, "--out-b", c])
+    assert r.exit_code == 2 and "give two new files" in r.output and not os.path.exists(c)

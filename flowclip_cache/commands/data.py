@@ -79,6 +79,8 @@ def manifest_split(path, out_a, out_b, fraction, seed):
     validation), the other to report on (its eval). A row follows its image(s)."""
     from ..manifest import Manifest, split_by_image, write_manifest
 
+    if os.path.abspath(out_a) == os.path.abspath(out_b):
+        raise FlowclipError(f"--out-a and --out-b are both {out_a}; give two new files")
     for out in (out_a, out_b):
         if os.path.exists(out):
             raise FlowclipError(f"{out} exists; give a new file")
