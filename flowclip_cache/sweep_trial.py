@@ -8,6 +8,7 @@ Optuna's own SQLite storage in the sweep folder (docs/sweep.md).
     OUT/scores/<settings>/   its validation score (a flowclip score results folder), when a
                              validation manifest is given
     OUT/best.yaml            the best trial's settings as a study `flowclip run` accepts
+    OUT/best.json            the best trial, its run folders and what it was selected on (publish reads it)
 
 A killed or interrupted trial is tried again with the same settings on the next run of
 the command (its run folder resumes from its checkpoint); a finished trial never is."""
