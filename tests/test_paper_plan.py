@@ -45,7 +45,15 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     missing = [line for line in out.splitlines() if line.strip().startswith("missing ")]
     assert len(missing) == 18 + 2  # every manifest's official files, and FSC-CLIP's two checkpoints
     assert f"missing {tmp_path}/data/sugarcrepe: download RAIVNLab/sugar-crepe" in out
-    assert f"missing {tmp_path}/data/checkpoints/fsc-clip-coco.pt: download the released" in out
+    # each released checkpoint named by its repository and file, with the command that fetches it
+    assert (
+        f"missing {tmp_path}/data/checkpoints/coco_fsc-clip-ViT-B-32.pt: download FSC-CLIP, ViT-B-32, OpenAI CLIP "
+        "fine-tuned on COCO (huggingface.co/ytaek-oh/fsc-clip, file coco_fsc-clip-ViT-B-32.pt" in out
+    )
+    assert (
+        f"huggingface-cli download ytaek-oh/fsc-clip cc3m_fsc-clip-ViT-B-32.pt --local-dir {tmp_path}/data/checkpoints"
+        in out
+    )
     for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
         assert table in out
     assert "written by `flowclip run paper` (this config) once every step is done" in out

@@ -179,12 +179,39 @@ def extract_steps(cfg: PaperConfig) -> list[Step]:
         if cfg.standins is not None:
             steps.append(_standin_checkpoint(cfg, name, path))
         cmds = extract_commands(cfg, store_path(cfg, name), base, path, evals)
-        get = f"download the released open_clip checkpoint ({name}: FSC-CLIP's is on its authors' page) to {path}"
+        get = released_checkpoint(name, path)
         steps.append(
             Step("extract", name, "Tabs. 1, 4", store_path(cfg, name), cmds,
                  needs=[path, *[manifest_path(cfg, n) for n in evals]], raw={} if cfg.standins else {path: get})
         )  # fmt: skip
     return steps
+
+
+# The released checkpoints the paper scores, where their authors put them (FSC-CLIP's README, "Model
+# Zoo": github.com/ytaek-oh/fsc-clip). The paper does not say which of the two variants it scored;
+# these are the full fine-tunes (the README's `fsc-clip` rows), the LoRA ones (`*_fsc-clip-lora-*`)
+# the alternative. No sha256 is published: the store records the file's.
+RELEASED = {
+    "fsc_clip": (
+        "ytaek-oh/fsc-clip",
+        "coco_fsc-clip-ViT-B-32.pt",
+        "FSC-CLIP, ViT-B-32, OpenAI CLIP fine-tuned on COCO",
+    ),
+    "fsc_clip_cc3m": ("ytaek-oh/fsc-clip", "cc3m_fsc-clip-ViT-B-32.pt", "FSC-CLIP, ViT-B-32, fine-tuned on CC3M-100K"),
+}
+
+
+def released_checkpoint(name: str, path: str) -> str:
+    """How to get a released checkpoint to `path`: its repository and file, the command."""
+    if name not in RELEASED:
+        return f"download the released open_clip checkpoint {name} to {path}"
+    repo, file, what = RELEASED[name]
+    return (
+        f"download {what} (huggingface.co/{repo}, file {file}; a torch checkpoint open_clip loads with "
+        f"weights_only, no sha256 published): huggingface-cli download {repo} {file} --local-dir "
+        f"{os.path.dirname(path) or '.'}"
+        + (f", then name it {os.path.basename(path)}" if file != os.path.basename(path) else "")
+    )
 
 
 def _standin_checkpoint(cfg: PaperConfig, name: str, path: str) -> Step:
