@@ -212,6 +212,15 @@ def test_pug_and_clevr(tmp_path):
     rows = m.table.to_pylist()
     assert rows[0]["captions"] == ["red cube and blue sphere", "blue cube and red sphere"]
     assert [r["equivalent"] for r in rows] == [False, True] and report.counts["scored"] == 1
+    # the 4,449-pair pool: LABCLIP's whole two-object file, the same rows under its own name, in no mean
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "output_2obj.csv").write_text((tmp_path / "clevr.csv").read_text())
+    report, pool = build("clevr-binding-pool", tmp_path / "pool", tmp_path / "pool.parquet")
+    assert pool.table.to_pylist() == rows and report.counts["scored"] == 1
+    assert pool.meta["benchmark"] == "clevr-binding-pool" and m.meta["benchmark"] == "clevr-binding"
+    from flowclip_cache.datasets import get
+
+    assert get("clevr-binding").scoring.joins and not get("clevr-binding-pool").scoring.joins
 
 
 def test_retrieval_both_formats(tmp_path):

@@ -33,17 +33,18 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     kinds = {}
     for line in steps:
         kinds[line.split("]")[1].split()[0]] = kinds.get(line.split("]")[1].split()[0], 0) + 1
-    # 18 manifests; 5 encoders + the FSC-CLIP checkpoint; Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5; an
-    # explorer per image folder of the candidate-set benchmarks (aro/images, coco, flickr30k,
-    # coco/val2017, clevr-binding/images, pug-spar, whatsup/data, vg); adapted Flow-CLIP and
-    # NegCLIP x 2 sources x 3 seeds; FSC-CLIP scored; the tables
-    assert kinds == {"manifest": 18, "extract": 7, "study": 7, "explain": 8, "adapt": 12, "score": 2, "tables": 1}
+    # 19 manifests (CLEVR's 4,449-pair pool among them); 5 encoders + the FSC-CLIP checkpoint; Tabs. 2,
+    # 3, CC3M, 2 LABCLIP, 6, 5; an explorer per image folder of the candidate-set benchmarks
+    # (aro/images, coco, flickr30k, coco/val2017, clevr-binding/images, clevr-2obj/images_2obj,
+    # pug-spar, whatsup/data, vg); adapted Flow-CLIP and NegCLIP x 2 sources x 3 seeds; FSC-CLIP
+    # scored; the tables
+    assert kinds == {"manifest": 19, "extract": 7, "study": 7, "explain": 9, "adapt": 12, "score": 2, "tables": 1}
     for line in steps:
         state = line[1:10].strip()
         raw = " manifest " in line or " extract fsc_clip" in line  # official files / the released checkpoints
         assert state == ("missing" if raw else "waits"), line
     missing = [line for line in out.splitlines() if line.strip().startswith("missing ")]
-    assert len(missing) == 18 + 2  # every manifest's official files, and FSC-CLIP's two checkpoints
+    assert len(missing) == 19 + 2  # every manifest's official files, and FSC-CLIP's two checkpoints
     assert f"missing {tmp_path}/data/sugarcrepe: download RAIVNLab/sugar-crepe" in out
     # each released checkpoint named by its repository and file, with the command that fetches it
     assert (
@@ -145,7 +146,8 @@ def test_measured_estimates_on_a_small_encoder(tmp_path):
     cfg = build(CONFIG, load_yaml(find_config("paper")) | {"manifests": str(tmp_path / "m")}, "paper")
     vit_b32 = extract_steps(cfg)[0]  # the exact bytes, ViT-B/32 (d 512, 49 patches) over every source
     got, unknown = store_bytes(cfg, vit_b32, (512, 49))
-    assert unknown == ["abc6k", "crepe-productivity"]  # no counts before their manifests exist
+    # no counts before their manifests exist
+    assert unknown == ["abc6k", "clevr-binding-pool", "crepe-productivity"]
     evals = {  # (images, captions): the catalogue's images (else records) and 2 captions a record (5 for order
         # and retrieval, none for classification: its prompts are few)
         "aro-vg-relation": (5_316, 2 * 23_937), "aro-vg-attribution": (4_517, 2 * 28_748),

@@ -50,6 +50,10 @@ PROSE_ORDER = {
         ("Global-M", "PUG:SPAR"),  # 50.63
         ("Flow-CLIP (HNB)", "PUG:SPAR"),  # 54.20
     ],
+    "On the CLEVR 4,449-pair evaluation pool,": [
+        ("Global-M", "CLEVR pool (4,449 pairs)"),  # 51.29
+        ("Flow-CLIP", "CLEVR pool (4,449 pairs)"),  # 56.06
+    ],
     "With CIMR in both heads, Flow-CLIP excee": [
         ("Flow-CLIP+CIMR minus Global-M+CIMR", "CLEVR (449 pairs)"),  # 9.80
         ("Flow-CLIP+CIMR minus Global-M+CIMR", "PUG:SPAR"),  # 4.20

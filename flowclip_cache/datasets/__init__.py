@@ -23,6 +23,7 @@ REGISTRY = [
     "crepe_systematicity",
     "pug_spar",
     "clevr_binding",
+    "clevr_binding_pool",
     "coco_retrieval",
     "flickr_retrieval",
     "cifar10",

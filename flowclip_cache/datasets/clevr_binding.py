@@ -9,7 +9,12 @@ from .base import Benchmark, BuildReport, RowErrors, Scoring, read_csv, write_re
 
 
 def build(source: str, out: str, errors: RowErrors, csv_name: str = "") -> BuildReport:
-    path = source if os.path.isfile(source) else os.path.join(source, csv_name or "clevr_binding.csv")
+    return build_pairs(source, out, errors, csv_name or "clevr_binding.csv", "clevr-binding")
+
+
+def build_pairs(source: str, out: str, errors: RowErrors, csv_name: str, name: str) -> BuildReport:
+    """LABCLIP's CSV (a file, or csv_name in a folder) as the manifest of benchmark `name`."""
+    path = source if os.path.isfile(source) else os.path.join(source, csv_name)
     rows = []
     for line, rec in read_csv(path, header=False):
         if len(rec) != 5 or not all(x.strip() for x in rec):
@@ -30,7 +35,7 @@ def build(source: str, out: str, errors: RowErrors, csv_name: str = "") -> Build
     report = BuildReport(
         len(rows), len({r["image"] for r in rows}), {"equivalent": eq, "scored": len(rows) - eq}, errors.skipped
     )
-    return write_records(out, rows, "candidates", "clevr-binding", report)
+    return write_records(out, rows, "candidates", name, report)
 
 
 BENCHMARK = Benchmark(

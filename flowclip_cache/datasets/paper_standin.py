@@ -27,6 +27,7 @@ EVAL: dict[str, tuple[str, dict]] = {
     "aro-flickr-order": ("order", {}),
     "abc6k": ("swap-att", {"identical": False}),
     "clevr-binding": ("swap-att", {"equivalent": False}),
+    "clevr-binding-pool": ("swap-att", {"equivalent": False}),
     "pug-spar": ("swap-obj", {"world": "synthetic"}),
     "whatsup-coco-spatial": ("relation", {"subset": lambda r: "one" if len(r["objects"]) == 2 else "two"}),
     "whatsup-gqa-spatial": ("relation", {"subset": lambda r: "one" if len(r["objects"]) == 2 else "two"}),
