@@ -33,18 +33,18 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     kinds = {}
     for line in steps:
         kinds[line.split("]")[1].split()[0]] = kinds.get(line.split("]")[1].split()[0], 0) + 1
-    # 19 manifests (CLEVR's 4,449-pair pool among them); 5 encoders + the FSC-CLIP checkpoint; Tabs. 2,
-    # 3, CC3M, 2 LABCLIP, 6, 5; an explorer per image folder of the candidate-set benchmarks
-    # (aro/images, coco, flickr30k, coco/val2017, clevr-binding/images, clevr-2obj/images_2obj,
-    # pug-spar, whatsup/data, vg); adapted Flow-CLIP and NegCLIP x 2 sources x 3 seeds; FSC-CLIP
-    # scored; the tables
-    assert kinds == {"manifest": 19, "extract": 7, "study": 7, "explain": 9, "adapt": 12, "score": 2, "tables": 1}
+    # 19 manifests (CLEVR's 4,449-pair pool among them); 5 encoders + FSC-CLIP's and NegCLIP's released
+    # checkpoints; Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5; an explorer per image folder of the candidate-set
+    # benchmarks (aro/images, coco, flickr30k, coco/val2017, clevr-binding/images, clevr-2obj/images_2obj,
+    # pug-spar, whatsup/data, vg); adapted Flow-CLIP and NegCLIP x 2 sources x 3 seeds; FSC-CLIP and
+    # NegCLIP (released) scored; the tables
+    assert kinds == {"manifest": 19, "extract": 8, "study": 7, "explain": 9, "adapt": 12, "score": 3, "tables": 1}
     for line in steps:
         state = line[1:10].strip()
-        raw = " manifest " in line or " extract fsc_clip" in line  # official files / the released checkpoints
+        raw = " manifest " in line or " extract fsc_clip" in line or " extract negclip" in line  # official / released
         assert state == ("missing" if raw else "waits"), line
     missing = [line for line in out.splitlines() if line.strip().startswith("missing ")]
-    assert len(missing) == 19 + 2  # every manifest's official files, and FSC-CLIP's two checkpoints
+    assert len(missing) == 19 + 3  # every manifest's official files, FSC-CLIP's two checkpoints and NegCLIP's
     assert f"missing {tmp_path}/data/sugarcrepe: download RAIVNLab/sugar-crepe" in out
     # each released checkpoint named by its repository and file, with the command that fetches it
     assert (
@@ -55,6 +55,7 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
         f"huggingface-cli download ytaek-oh/fsc-clip cc3m_fsc-clip-ViT-B-32.pt --local-dir {tmp_path}/data/checkpoints"
         in out
     )
+    assert f"gdown --id 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ -O {tmp_path}/data/checkpoints/negclip.pth" in out
     for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
         assert table in out
     assert "written by `flowclip run paper` (this config) once every step is done" in out

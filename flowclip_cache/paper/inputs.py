@@ -44,6 +44,8 @@ def tab7_inputs(cfg, absent: list[str]) -> dict[str, list[dict]]:
         "Flow-CLIP (COCO)": ([TAB2], "flow_hnb_cimr"),
         "Flow-CLIP (CC3M)": ([CC3M], "flow_hnb_cimr"),
     }
+    if "negclip" in cfg.checkpoints:  # NegCLIP's released checkpoint, scored as CLIP
+        sources["NegCLIP (released)"] = (["negclip-scores"], "clip")
     return {col: [r["results"] for r in runs_of(cfg, f, m, absent)] for col, (f, m) in sources.items()}
 
 
@@ -62,6 +64,8 @@ def tab1_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
         }
         if block == "COCO" or "fsc_clip_cc3m" in cfg.checkpoints:
             sources["FSC-CLIP"] = ([fsc], "clip")
+        if block == "COCO" and "negclip" in cfg.checkpoints:  # released for COCO only
+            sources["NegCLIP (released)"] = (["negclip-scores"], "clip")
         out[block] = {row: runs_of(cfg, f, m, absent) for row, (f, m) in sources.items()}
     return out
 

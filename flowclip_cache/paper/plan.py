@@ -187,30 +187,46 @@ def extract_steps(cfg: PaperConfig) -> list[Step]:
     return steps
 
 
-# The released checkpoints the paper scores, where their authors put them (FSC-CLIP's README, "Model
-# Zoo": github.com/ytaek-oh/fsc-clip). The paper does not say which of the two variants it scored;
-# these are the full fine-tunes (the README's `fsc-clip` rows), the LoRA ones (`*_fsc-clip-lora-*`)
-# the alternative. No sha256 is published: the store records the file's.
+# The released checkpoints the paper scores, where their authors put them: name -> (what, where,
+# the command that fetches it to {path}). FSC-CLIP's README, "Model Zoo" (github.com/ytaek-oh/fsc-clip):
+# the paper does not say which of the two variants it scored; these are the full fine-tunes (the
+# README's `fsc-clip` rows), the LoRA ones (`*_fsc-clip-lora-*`) the alternative. NegCLIP's: the ARO
+# repository's model_zoo/__init__.py (github.com/mertyg/vision-language-models-are-bows, get_model
+# "NegCLIP"), which loads it as open_clip's ViT-B-32 from that file, as extract does. No sha256 is
+# published for either: the store records the file's.
+_HF = "huggingface-cli download ytaek-oh/fsc-clip {file} --local-dir {dir}"
 RELEASED = {
     "fsc_clip": (
-        "ytaek-oh/fsc-clip",
-        "coco_fsc-clip-ViT-B-32.pt",
         "FSC-CLIP, ViT-B-32, OpenAI CLIP fine-tuned on COCO",
+        "huggingface.co/ytaek-oh/fsc-clip, file coco_fsc-clip-ViT-B-32.pt",
+        _HF.format(file="coco_fsc-clip-ViT-B-32.pt", dir="{dir}"),
+        "coco_fsc-clip-ViT-B-32.pt",
     ),
-    "fsc_clip_cc3m": ("ytaek-oh/fsc-clip", "cc3m_fsc-clip-ViT-B-32.pt", "FSC-CLIP, ViT-B-32, fine-tuned on CC3M-100K"),
+    "fsc_clip_cc3m": (
+        "FSC-CLIP, ViT-B-32, fine-tuned on CC3M-100K",
+        "huggingface.co/ytaek-oh/fsc-clip, file cc3m_fsc-clip-ViT-B-32.pt",
+        _HF.format(file="cc3m_fsc-clip-ViT-B-32.pt", dir="{dir}"),
+        "cc3m_fsc-clip-ViT-B-32.pt",
+    ),
+    "negclip": (
+        "NegCLIP as released (ViT-B-32, COCO)",
+        "the ARO repository's Google Drive file 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ, negclip.pth",
+        "gdown --id 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ -O {dir}/negclip.pth",
+        "negclip.pth",
+    ),
 }
 
 
 def released_checkpoint(name: str, path: str) -> str:
-    """How to get a released checkpoint to `path`: its repository and file, the command."""
+    """How to get a released checkpoint to `path`: where it is, the command that fetches it."""
     if name not in RELEASED:
         return f"download the released open_clip checkpoint {name} to {path}"
-    repo, file, what = RELEASED[name]
+    what, where, command, file = RELEASED[name]
+    folder = os.path.dirname(path) or "."
+    rename = f", then name it {os.path.basename(path)}" if file != os.path.basename(path) else ""
     return (
-        f"download {what} (huggingface.co/{repo}, file {file}; a torch checkpoint open_clip loads with "
-        f"weights_only, no sha256 published): huggingface-cli download {repo} {file} --local-dir "
-        f"{os.path.dirname(path) or '.'}"
-        + (f", then name it {os.path.basename(path)}" if file != os.path.basename(path) else "")
+        f"download {what} ({where}; a torch checkpoint open_clip loads with weights_only, no sha256 "
+        f"published): {command.format(dir=folder)}{rename}"
     )
 
 
