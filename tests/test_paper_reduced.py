@@ -66,9 +66,10 @@ def test_every_table_and_figure_in_the_papers_layout(reduced):
         assert (paper / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     tab1 = _table((paper / "tab1.md").read_text(), "source")
     assert [(r[0], r[1]) for r in tab1] == [
-        (b, m) for b in ("COCO", "CC3M") for m in
-        ("CLIP", "NegCLIP", "LABCLIP", "FSC-CLIP", "DCSM", "Flow-CLIP, frozen", "Flow-CLIP, adapted")
-    ]  # fmt: skip
+        (b, m)
+        for b in ("COCO", "CC3M")
+        for m in ("CLIP", "NegCLIP", "LABCLIP", "FSC-CLIP", "DCSM", "Flow-CLIP, frozen", "Flow-CLIP, adapted")
+    ]  # fmt: skip (no released NegCLIP here: the reduced run's checkpoints are FSC-CLIP's stand-ins)
     for r in tab1:  # measured everywhere but DCSM's row (not in the plan)
         assert ("missing" in " ".join(r)) == (r[1] == "DCSM"), r
     tab2 = _table((paper / "tab2.md").read_text(), "scorer")
@@ -77,8 +78,8 @@ def test_every_table_and_figure_in_the_papers_layout(reduced):
     assert not any("missing" in c for r in tab2 for c in r)  # all 11 tasks and both means stood in for
     assert "paper 55.95" in tab2[0][15] and "paper 71.10" in tab2[4][15]  # the published 11-task means
     assert len(_table((paper / "tab3.md").read_text(), "λ_CIMR")) == 8
-    tab4 = _table((paper / "tab4.md").read_text(), "scorer")
-    assert len(tab4) == 15 and not any(c.startswith("missing") for r in tab4 for c in r)
+    tab4 = _table((paper / "tab4.md").read_text(), "scorer")  # CLIP, LABCLIP, FSC-CLIP and the four matched scorers
+    assert len(tab4) == 7 * 3 and not any(c.startswith("missing") for r in tab4 for c in r)
     # every block of the paper's Tabs. 5 and 6; BLIP and ViT-L/14 have no stand-in: they read
     # missing, as in a real plan without them, and the range "across the three backbones" too
     for name, encoders, absent in (

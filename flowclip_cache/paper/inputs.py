@@ -18,6 +18,9 @@ STANDINS = (
     "paper's."
 )
 TAB4_SOURCES = {  # Tab. 4's rows: (the plan's scores, the method in them)
+    "CLIP": (TAB2, "clip"),
+    "NegCLIP (released)": ("negclip-scores", "clip"),
+    "LABCLIP": ("tab1-labclip-coco/score", "labclip"),
     "FSC-CLIP": ("fsc_clip-scores", "clip"),
     "Global-M (HNB)": (TAB2, "global"),
     "Global-M+CIMR": (TAB2, "global_cimr"),
@@ -27,10 +30,11 @@ TAB4_SOURCES = {  # Tab. 4's rows: (the plan's scores, the method in them)
 
 
 def tab4_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
-    """Tab. 4's rows under each image control."""
+    """Tab. 4's rows under each image control (the released NegCLIP where the plan scores it)."""
     return {
         row: {cond: runs_of(cfg, [folder], method, absent, cond.lower()) for cond in ("Real", "Shuffle", "Fixed")}
         for row, (folder, method) in TAB4_SOURCES.items()
+        if folder != "negclip-scores" or "negclip" in cfg.checkpoints
     }
 
 

@@ -294,8 +294,10 @@ def study_steps(cfg: PaperConfig) -> list[Step]:
     for src in (s for s in TRAINING_SOURCES if s in cfg.sources):
         short = src.split("-")[0]
         steps.append(
-            _study(cfg, "ablation", f"tab1-labclip-{short}", f"Tab. 1 (LABCLIP, {short.upper()})", b32, src,
-                   [(main, LABCLIP, n)], heads={"labclip": LABCLIP}, compare=[], bootstrap=0)
+            _study(cfg, "ablation", f"tab1-labclip-{short}", f"Tab. 1 (LABCLIP, {short.upper()})"
+                   + ("; Tab. 4 (controls)" if short == "coco" else ""), b32, src, [(main, LABCLIP, n)],
+                   heads={"labclip": LABCLIP}, compare=[], bootstrap=0,
+                   **({"controls": ["real", "shuffle", "fixed"]} if short == "coco" else {}))
         )  # fmt: skip
     rest = {n: e for n, e in list(cfg.encoders.items())[1:]}  # the main encoder's rows are Tab. 2's runs
     for pipeline, name, table in (("backbones", "tab6", 6), ("encoders", "tab5", 5)):
