@@ -11,6 +11,7 @@ anything else is in the folder. No output goes inside a feature store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -330,3 +331,18 @@ def publish(tmp: str, out: str, kind: str, overwrite: bool) -> None:
         os.rename(tmp, out)  # onto a non-empty folder this fails: nothing is replaced
     except OSError:
         raise FlowclipError(taken) from None
+
+
+@contextlib.contextmanager
+def staged(out: str, kind: str, overwrite: bool):
+    """A temporary folder beside `out` to write the output into; published as `out` when the
+    block ends (publish above), removed whatever happens: a failure leaves nothing behind."""
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.makedirs(tmp)
+    try:
+        yield tmp
+        publish(tmp, out, kind, overwrite)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

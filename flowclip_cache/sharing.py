@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
 
 from . import outputs
 from .errors import FlowclipError
@@ -39,11 +38,7 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
     weights = os.path.join(run, "head.safetensors")
     sha = hashlib.sha256(open(weights, "rb").read()).hexdigest()
     scores = _scores_of(results, sha) if results else None
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.tmp-{uuid.uuid4().hex[:8]}")
-    os.makedirs(tmp)
-    try:
+    with outputs.staged(out, KIND, overwrite) as tmp:
         shutil.copyfile(weights, os.path.join(tmp, "head.safetensors"))
         shutil.copyfile(os.path.join(run, "DONE"), os.path.join(tmp, "DONE"))
         kept = json.loads(json.dumps({k: cfg[k] for k in KEEP if k in cfg}))
@@ -70,9 +65,6 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
         )  # fmt: skip
         with open(os.path.join(tmp, "README.md"), "w") as f:
             f.write(text)
-        outputs.publish(tmp, out, KIND, overwrite)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log(f"published {run} -> {out} (head sha256 {sha[:12]})")
     if push is not None:
         push_folder(out, push, bool(card.get("private")), log)

@@ -22,8 +22,6 @@ def results(folders, controls, where, benchmarks, sort, out, overwrite):
     a row per scorer and control, the head's training settings that differ as columns,
     each benchmark's headline (%)."""
     import os
-    import shutil
-    import uuid
 
     from .. import outputs
     from ..scoring.results_table import columns, find_results, render, result_rows, select
@@ -35,12 +33,7 @@ def results(folders, controls, where, benchmarks, sort, out, overwrite):
     click.echo(md, nl=False)
     if out:
         outputs.check_replaceable(out, "results-table", overwrite)
-        tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        os.makedirs(tmp)
-        try:
+        with outputs.staged(out, "results-table", overwrite) as tmp:
             outputs.write_text(os.path.join(tmp, "results.md"), md)
             outputs.write_text(os.path.join(tmp, "results.csv"), csv_text)
-            outputs.publish(tmp, out, "results-table", overwrite)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         click.echo(f"wrote {out}")

@@ -17,8 +17,6 @@ import base64
 import io
 import json
 import os
-import shutil
-import uuid
 
 import numpy as np
 import torch
@@ -309,17 +307,12 @@ def run_explain(
     outputs.check_replaceable(out, "explain", overwrite)
     if len(scorer_specs) < 1:
         raise FlowclipError("give at least one --scorer (two to find repairs and regressions)")
-    scorers = load_scorers(scorer_specs, store, device)
-    methods = [s.method for s in scorers]
-    for s in scorers:  # label each by the NAME= it was given (a folder's name only when none was)
-        if methods.count(s.method) == 1:
-            s.run = s.method
+    scorers = load_scorers(scorer_specs, store, device)  # labelled as score labels them (NAME= when unique)
     chosen = select_records(store, manifests, scorers, records, limit, image_root, device, per_status)
     log(f"explaining {len(chosen)} records ({records}; {scorers[0].run} -> {scorers[-1].run})")
     grid = int(round(np.sqrt(store.meta["num_patches"])))
-    tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    os.makedirs(os.path.join(tmp, "records"))
-    try:
+    with outputs.staged(out, "explain", overwrite) as tmp:
+        os.makedirs(os.path.join(tmp, "records"))
         texts = sorted({c for rec in chosen for c in rec["captions"]})
         labels = dict(zip(texts, token_labels(store, texts))) if texts else {}
         for i, rec in enumerate(chosen):
@@ -340,10 +333,6 @@ def run_explain(
             json.dump(data, f)
         grid_figure(chosen, grid, os.path.join(tmp, "grid.png"))
         write_page(data, os.path.join(tmp, "explorer.html"))
-        outputs.mark(tmp, "explain")
-        outputs.publish(tmp, out, "explain", overwrite)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log(f"wrote {out} (open {os.path.join(out, 'explorer.html')} in a browser)")
     return data
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-import uuid
 
 import numpy as np
 
@@ -83,9 +81,7 @@ def run_score(
             f"two manifests score as the same task ({', '.join(sorted({n for n in names if names.count(n) > 1}))}); "
             f"give one a different flowclip.meta 'name'"
         )
-    tmp = f"{out}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    os.makedirs(tmp)
-    try:
+    with outputs.staged(out, "score-results", overwrite) as tmp:  # a failure (or a full disk) leaves nothing
         summary = _score_all(
             store,
             checked,
@@ -104,9 +100,6 @@ def run_score(
             log,
             (suite, absent),
         )
-        outputs.publish(tmp, out, "score-results", overwrite)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # a failure (or a full disk) leaves nothing behind
     log(f"wrote {out}")
     return summary
 
