@@ -263,7 +263,7 @@ def test_the_median_pruner_needs_a_val_split(lab, halves, tmp_path):
     assert r.exit_code == 2 and "watches the val accuracy per epoch" in r.output, r.output
 
 
-def test_manifest_split_puts_each_image_on_one_side_whatever_the_row_order(lab, tmp_path):
+def test_manifest_split_puts_each_image_on_one_side_whatever_the_row_order(lab, tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
     from flowclip_cache.manifest import Manifest, write_manifest
@@ -286,3 +286,17 @@ def test_manifest_split_puts_each_image_on_one_side_whatever_the_row_order(lab, 
     c = str(tmp_path / "c.parquet")
     r = CliRunner().invoke(main, ["manifest", "split", lab["candidates"], "--out-a", c, "--out-b", c])
     assert r.exit_code == 2 and "give two new files" in r.output and not os.path.exists(c)
+    import flowclip_cache.manifest as manifest_module  # the second part fails: neither is left
+
+    real, calls = manifest_module.write_manifest, []
+
+    def second_fails(path, *args):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        real(path, *args)
+
+    monkeypatch.setattr(manifest_module, "write_manifest", second_fails)
+    d, e = str(tmp_path / "d.parquet"), str(tmp_path / "e.parquet")
+    r = CliRunner().invoke(main, ["manifest", "split", lab["candidates"], "--out-a", d, "--out-b", e])
+    assert r.exit_code != 0 and calls == [d, e] and not os.path.exists(d) and not os.path.exists(e)

@@ -88,7 +88,11 @@ def manifest_split(path, out_a, out_b, fraction, seed):
     a, b = split_by_image(m, fraction, seed)
     meta = {**m.meta, "split_of": {"manifest": os.path.basename(path), "fraction": fraction, "seed": seed}}
     write_manifest(out_a, a, m.kind, {**meta, "split_part": "a"})
-    write_manifest(out_b, b, m.kind, {**meta, "split_part": "b"})
+    try:
+        write_manifest(out_b, b, m.kind, {**meta, "split_part": "b"})
+    except BaseException:  # both parts or neither
+        os.remove(out_a)
+        raise
     click.echo(f"{path}: {a.num_rows} rows -> {out_a}, {b.num_rows} rows -> {out_b} (no image in both)")
 
 
