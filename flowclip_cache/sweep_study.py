@@ -12,7 +12,7 @@ import time
 from . import outputs
 from .errors import FlowclipError
 from .hashing import file_sha256
-from .sweep_trial import SweepConfig, folder_name, prepare, run_trial, trial_runs, trial_settings
+from .sweep_trial import SweepConfig, claim_folder, folder_name, prepare, run_trial, trial_runs, trial_settings
 
 TIE_RULE = "equal objectives: the smaller spread across trial_seeds, then the earlier trial"
 
@@ -114,9 +114,7 @@ def open_study(cfg: SweepConfig, space: dict, log):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    outputs.require_own(cfg.out, "sweep")
-    os.makedirs(cfg.out, exist_ok=True)
-    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml", "best.json"])
+    claim_folder(cfg.out)
     storage = f"sqlite:///{os.path.abspath(os.path.join(cfg.out, 'optuna.db'))}"
     study = optuna.create_study(
         study_name="flowclip-sweep", storage=storage, load_if_exists=True,
@@ -161,13 +159,13 @@ def sweep(cfg: SweepConfig, log=print) -> dict:
     report to cfg.report_to, grouped under the sweep's name."""
     from .training.tracking import Tracking, parse_report_to
 
-    report_manifests(cfg)  # refused before any trial trains
+    report = report_manifests(cfg)  # refused before any trial trains
     name = os.path.basename(os.path.normpath(cfg.out))
     with Tracking(parse_report_to(cfg.report_to), cfg.wandb_project, name, log) as tracking:
-        return _search(cfg, tracking, log)
+        return _search(cfg, tracking, report, log)
 
 
-def _search(cfg: SweepConfig, tracking, log) -> dict:
+def _search(cfg: SweepConfig, tracking, report: tuple[list[str], bool], log) -> dict:
     from optuna import TrialPruned
     from optuna.trial import TrialState
 
@@ -212,7 +210,7 @@ def _search(cfg: SweepConfig, tracking, log) -> dict:
         best, _ = best_trial(study, cfg.direction)
         best_text = f"best {best.value:.4f}, trial {best.number}"
         log(f"trial {trial.number}: {name} -> {value:.4f}{_spread_text(trial)} ({best_text})")
-    return write_best(cfg, study, log)
+    return write_best(cfg, study, report, log)
 
 
 def _spread_text(trial) -> str:
@@ -220,13 +218,13 @@ def _spread_text(trial) -> str:
     return f" (mean of {len(values)} seeds, spread {trial.user_attrs['spread']:.4f})" if len(values) > 1 else ""
 
 
-def write_best(cfg: SweepConfig, study, log) -> dict:
+def write_best(cfg: SweepConfig, study, report_on: tuple[list[str], bool], log) -> dict:
     import yaml
 
     best, tied = best_trial(study, cfg.direction)
     if tied:
         log(f"trials {', '.join(str(t.number) for t in tied)} tie with trial {best.number}; chosen by rule: {TIE_RULE}")
-    report, on_selection = report_manifests(cfg)
+    report, on_selection = report_on  # report_manifests(cfg), found before the trials
     settings = trial_settings(cfg, best.params)
     shared = {k: v for k, v in cfg.train_config.items() if k != "head"}
     searched = {k: v for k, v in settings.items() if k == "head" or shared.get(k) != v}
@@ -257,7 +255,6 @@ def write_best(cfg: SweepConfig, study, log) -> dict:
     )
     outputs.write_text(path, header + yaml.safe_dump(study_yaml, sort_keys=False))
     # what flowclip publish says of a run this sweep selected (its runs, on what, how)
-    outputs.own(cfg.out, "best.json")
     selection = {
         "trial": best.number, "value": best.value, "params": best.params, "direction": cfg.direction,
         "runs": [name for name, _ in trial_runs(best.params, cfg.trial_seeds)],

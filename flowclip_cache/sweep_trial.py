@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +146,7 @@ def pruning_watch(trial):
             return
         trial.report(float(val["all"]), record["eval"]["epoch"])
         if trial.should_prune():
-            raise optuna.TrialPruned(f"epoch {record['eval']['epoch']}: val {val['all']:.4f} below the median")
+            raise optuna.TrialPruned(f"epoch {record['eval']['epoch']}: val {val['all']:.4f}, stopped by the pruner")
 
     return watch
 
@@ -170,9 +171,7 @@ def run_trial(cfg: SweepConfig, store, trial, params: dict, tracking=None) -> fl
 
 def spread(values: list[float]) -> float:
     """The sample standard deviation across seeds (0 for one)."""
-    n = len(values)
-    mean = sum(values) / n
-    return (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def suggest(trial, space: dict) -> dict:
@@ -214,11 +213,16 @@ def _has_val_split(manifest: str) -> bool:
     return "split" in m.table.column_names and "val" in set(m.table.column("split").to_pylist())
 
 
-def make_objective(cfg: SweepConfig, tracking=None):
+def claim_folder(out: str) -> None:
+    """The sweep folder, new or a sweep's (marked as flowclip's; never another's)."""
+    outputs.require_own(out, "sweep")
+    os.makedirs(out, exist_ok=True)
+    outputs.mark(out, "sweep", ["optuna.db", "trials", "scores", "best.yaml", "best.json"])
+
+
+def make_objective(cfg: SweepConfig):
     """objective(trial) -> float for a user's own optuna study: it draws the space's settings,
     trains the trial's runs under cfg.out and scores them exactly as flowclip sweep does."""
     space, store = prepare(cfg)
-    outputs.require_own(cfg.out, "sweep")
-    os.makedirs(cfg.out, exist_ok=True)
-    outputs.mark(cfg.out, "sweep", ["optuna.db", "trials", "scores", "best.yaml", "best.json"])
-    return lambda trial: run_trial(cfg, store, trial, suggest(trial, space), tracking)
+    claim_folder(cfg.out)
+    return lambda trial: run_trial(cfg, store, trial, suggest(trial, space))
