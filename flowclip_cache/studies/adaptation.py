@@ -23,7 +23,7 @@ from ..errors import FlowclipError
 from ..outputs import write_text
 from .ablation import AblationConfig, encoder_spec
 from .ablation import run as run_ablation
-from .study import claim_folder, study_tracking
+from .study import claim_folder, study_tracking, track_scores
 from .summary import mean_cell, mean_std
 
 
@@ -121,7 +121,7 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress, tracking=None
     the adapt run's records and the adapted head's scores go to `tracking` when given."""
     from ..extraction.encoders import resolve
     from ..extraction.extract import run_extract
-    from ..scoring.score import headline, run_score
+    from ..scoring.score import run_score
     from ..store import FeatureStore
     from ..training.adapt import run_adapt
     from ..training.checkpoint import exists
@@ -161,7 +161,7 @@ def adapt_seed(cfg, spec, seed, train, evals, root, log, progress, tracking=None
         log=lambda m: log(f"  {m}"),
     )
     if tracking:
-        tracking.summary(run_dir, {f"score/{b}": headline(v) for b, v in score["results"]["real|adapted"].items()})
+        track_scores(tracking, run_dir, score["results"]["real|adapted"])
     return score
 
 
@@ -173,13 +173,12 @@ def combine(cfg, frozen: dict, adapted: dict, evals, root) -> dict:
     tasks = frozen["tasks"]
     rows = {"frozen": {t: frozen["table"]["frozen"][t] for t in tasks if t in frozen["table"]["frozen"]}}
     for name in ("adapted_clip", "adapted"):  # score's labels: the names given to its two scorers
-        run = name
         rows[name] = {}
         for t in tasks:
             vals = [
-                headline(a["results"][f"real|{run}"][t]) * 100
+                headline(a["results"][f"real|{name}"][t]) * 100
                 for a in adapted.values()
-                if t in a["results"].get(f"real|{run}", {})
+                if t in a["results"].get(f"real|{name}", {})
             ]
             if vals:
                 rows[name][t] = mean_std(vals)

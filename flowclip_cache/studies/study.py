@@ -375,7 +375,7 @@ def score_and_summarise(
     """Score CLIP and every run on every manifest (or a suite's members among them); the
     summary across seeds with timings. Each run's official scores (Real) go to its tracking
     summary."""
-    from ..scoring.score import headline, run_score
+    from ..scoring.score import run_score
 
     specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
     pairs = [tuple(p) for p in compare]
@@ -396,8 +396,7 @@ def score_and_summarise(
         log=lambda m: log(f"  {m}"),
     )
     for r in runs if tracking else []:
-        scores = score["results"].get(f"real|{r.folder}", {})
-        tracking.summary(run_dirs[r.folder], {f"score/{b}": headline(v) for b, v in scores.items()})
+        track_scores(tracking, run_dirs[r.folder], score["results"].get(f"real|{r.folder}", {}))
     summary = summarise(score, runs, run_dirs)
     summary["timing"] = {
         "this_invocation_seconds": time.perf_counter() - t0,
@@ -417,3 +416,10 @@ def study_tracking(cfg, log):
 
     name = getattr(cfg, "wandb_group", None) or os.path.basename(os.path.normpath(cfg.out))
     return Tracking(parse_report_to(cfg.report_to), cfg.wandb_project, name, log)
+
+
+def track_scores(tracking, run: str, results: dict) -> None:
+    """A run's official scores (one scorer's Real results) as its tracking summary: score/<benchmark>."""
+    from ..scoring.score import headline
+
+    tracking.summary(run, {f"score/{b}": headline(v) for b, v in results.items()})
