@@ -41,7 +41,7 @@ def metadata(card: dict) -> dict:
 
 def render(card: dict) -> str:
     """card: name, license, base_model, datasets, head, parameters, train, encoder, extract
-    (flags or None), training_data, selection, scores, plugin_source, repo."""
+    (flags or None), training_data, selection, scores, repo."""
     hp = card["head"]
     lines = ["---", yaml.safe_dump(metadata(card), sort_keys=False).rstrip(), "---", ""]
     lines += [
@@ -117,8 +117,7 @@ def _plugin(hp: dict) -> list[str]:
     plugin = hp.get("plugin")
     if not plugin:
         return []
-    by_file = str(plugin.get("module")).startswith("flowclip_plugin_")
-    where = f"the file `{plugin.get('source')}`" if by_file else f"the module `{plugin.get('module')}`"
+    where = f"the file `{plugin.get('source')}`" if _by_file(plugin) else f"the module `{plugin.get('module')}`"
     return [
         "## Plug-in head",
         "",
@@ -141,8 +140,9 @@ def _scores(card: dict) -> list[str]:
 def _use(card: dict) -> list[str]:
     repo = card.get("repo") or "OWNER/NAME"
     plugin = card["head"].get("plugin")
-    flag = f"--plugin {card.get('plugin_source') or plugin.get('source')} " if plugin else ""
-    load = f'fc.load_plugin("{card.get("plugin_source") or plugin.get("source")}")\n' if plugin else ""
+    target = _plugin_target(plugin) if plugin else None
+    flag = f"--plugin {target} " if target else ""
+    load = f'fc.load_plugin("{target}")\n' if target else ""
     return [
         "## Use",
         "",
@@ -156,3 +156,13 @@ def _use(card: dict) -> list[str]:
         "```",
         "",
     ]
+
+
+def _by_file(plugin: dict) -> bool:
+    """A head loaded from a file (--plugin FILE.py), not from an installed module."""
+    return str(plugin.get("module")).startswith("flowclip_plugin_")
+
+
+def _plugin_target(plugin: dict) -> str:
+    """What --plugin takes to load this head: its file's name, or its module."""
+    return str(plugin.get("source") if _by_file(plugin) else plugin.get("module"))

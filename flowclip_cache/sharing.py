@@ -42,9 +42,8 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
         shutil.copyfile(weights, os.path.join(tmp, "head.safetensors"))
         shutil.copyfile(os.path.join(run, "DONE"), os.path.join(tmp, "DONE"))
         kept = json.loads(json.dumps({k: cfg[k] for k in KEEP if k in cfg}))
-        plugin_source = None
         if isinstance(kept["head"].get("plugin"), dict) and kept["head"]["plugin"].get("source"):
-            plugin_source = kept["head"]["plugin"]["source"] = os.path.basename(kept["head"]["plugin"]["source"])
+            kept["head"]["plugin"]["source"] = os.path.basename(kept["head"]["plugin"]["source"])  # no local path
         enc, store_encoder = _encoder_of(cfg)
         kept["published"] = {
             "head_sha256": sha,
@@ -59,7 +58,7 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
                 **kept["published"], "name": os.path.basename(os.path.normpath(out)), "license": "unknown",
                 "base_model": base_model(store_encoder), **{k: v for k, v in card.items() if v},
                 "head": kept["head"], "parameters": cfg.get("parameters"), "train": kept["train"], "encoder": enc,
-                "git_revision": cfg.get("git_revision"), "scores": scores, "plugin_source": plugin_source,
+                "git_revision": cfg.get("git_revision"), "scores": scores,
                 "repo": push,
             }
         )  # fmt: skip

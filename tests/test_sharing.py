@@ -209,3 +209,22 @@ def test_the_base_model_is_the_hub_repo_of_the_encoders_open_clip_tag():
     enc = {"model": "ViT-B-32", "weights": {"source": "open_clip:openai"}}
     assert base_model(enc) == "timm/vit_base_patch32_clip_224.openai"
     assert base_model({"model": "flowclip-tiny-clip", "weights": {"source": "random-init"}}) is None
+
+
+def test_the_cards_use_snippet_loads_a_plug_in_head_as_it_was_loaded():
+    """A head from a file: --plugin FILE.py; from an installed module: --plugin its module."""
+    from flowclip_cache.model_card import render
+
+    base = {"name": "x", "license": "mit", "parameters": 10, "train": {}, "repo": "me/x",
+            "encoder": {"model": "ViT-B-32", "fingerprint": "f" * 64}}  # fmt: skip
+    plugins = [
+        (
+            {"module": "flowclip_plugin_ab12", "class": "Bilinear", "source": "bilinear.py", "sha256": "0"},
+            "bilinear.py",
+        ),
+        ({"module": "my_pkg.heads", "class": "Bilinear", "source": "heads.py", "sha256": "0"}, "my_pkg.heads"),
+    ]
+    for plugin, target in plugins:
+        text = render({**base, "head": {"kind": "bilinear", "plugin": plugin}})
+        assert f"flowclip score --plugin {target} --store" in text and f'fc.load_plugin("{target}")' in text
+    assert "--plugin" not in render({**base, "head": {"kind": "flow"}}).split("## Use")[1]
