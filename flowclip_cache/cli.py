@@ -8,6 +8,7 @@ import sys
 import click
 
 from .commands import adapt as adapt_commands
+from .commands import checkpoint as checkpoint_commands
 from .commands import data as data_commands
 from .commands import extract as extract_commands
 from .commands import heads as head_commands
@@ -84,6 +85,7 @@ for _command in (
     extract_commands.extract,
     extract_commands.models,
     store_commands.store,
+    checkpoint_commands.checkpoint,
     head_commands.train_head_cmd,
     head_commands.score,
     head_commands.explain,
