@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from flowclip_cache import outputs
 from flowclip_cache.cli import main
+from flowclip_cache.paper.checkpoints import RELEASED
 
 QUICK = ["measure=false", "device=cpu"]
 
@@ -33,18 +34,18 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     kinds = {}
     for line in steps:
         kinds[line.split("]")[1].split()[0]] = kinds.get(line.split("]")[1].split()[0], 0) + 1
-    # 19 manifests (CLEVR's 4,449-pair pool among them); 5 encoders + FSC-CLIP's and NegCLIP's released
-    # checkpoints; Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5; an explorer per image folder of the candidate-set
-    # benchmarks (aro/images, coco, flickr30k, coco/val2017, clevr-binding/images, clevr-2obj/images_2obj,
-    # pug-spar, whatsup/data, vg); adapted Flow-CLIP and NegCLIP x 2 sources x 3 seeds; FSC-CLIP and
-    # NegCLIP (released) scored; the tables
-    assert kinds == {"manifest": 19, "extract": 8, "study": 7, "explain": 9, "adapt": 12, "score": 3, "tables": 1}
+    # 19 manifests (CLEVR's 4,449-pair pool among them); 5 encoders + 7 released checkpoints (FSC-CLIP x 2,
+    # NegCLIP, CE-CLIP, DAC x 2, TSVLC); Tabs. 2, 3, CC3M, 2 LABCLIP, 6, 5; an explorer per image folder of
+    # the candidate-set benchmarks (aro/images, coco, flickr30k, coco/val2017, clevr-binding/images,
+    # clevr-2obj/images_2obj, pug-spar, whatsup/data, vg); adapted Flow-CLIP and NegCLIP x 2 sources x
+    # 3 seeds; each released checkpoint scored; the tables
+    assert kinds == {"manifest": 19, "extract": 12, "study": 7, "explain": 9, "adapt": 12, "score": 7, "tables": 1}
     for line in steps:
         state = line[1:10].strip()
-        raw = " manifest " in line or " extract fsc_clip" in line or " extract negclip" in line  # official / released
+        raw = " manifest " in line or any(f" extract {n}" in line for n in RELEASED)  # official / released
         assert state == ("missing" if raw else "waits"), line
     missing = [line for line in out.splitlines() if line.strip().startswith("missing ")]
-    assert len(missing) == 19 + 3  # every manifest's official files, FSC-CLIP's two checkpoints and NegCLIP's
+    assert len(missing) == 19 + 7  # every manifest's official files, every released checkpoint
     assert f"missing {tmp_path}/data/sugarcrepe: download RAIVNLab/sugar-crepe" in out
     # each released checkpoint named by its repository and file, with the command that fetches it
     assert (
@@ -56,6 +57,18 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
         in out
     )
     assert f"gdown --id 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ -O {tmp_path}/data/checkpoints/negclip.pth" in out
+    assert f"gdown 1DWPw3CtGh5cHz9bW_-iXRSG7BBUVl13K -O {tmp_path}/data/checkpoints/ce-clip.pt" in out
+    # the low-rank releases: their Drive folder, the file to pick, then the merge before extract
+    assert (
+        f"gdown --folder 1DmHeV8oWiMwtkaTH-nruMyjBiuJvcwnv -O {tmp_path}/data/checkpoints/dac-release, then move "
+        f"the checkpoint it names to {tmp_path}/data/checkpoints/dac-llm.pt" in out
+    )
+    assert f"gdown --folder 1WosT_kdam1ymWjVSK2ezyydLoqmm0LdX -O {tmp_path}/data/checkpoints/tsvlc-release" in out
+    assert (
+        f"$ flowclip checkpoint merge-lora {tmp_path}/data/checkpoints/dac-sam.pt --model ViT-B-32 --built-as openai "
+        f"--out {tmp_path}/cache/dac_sam-merged.safetensors" in out
+    )
+    assert f"--pretrained {tmp_path}/cache/tsvlc-merged.safetensors" in out
     for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
         assert table in out
     assert "written by `flowclip run paper` (this config) once every step is done" in out
@@ -92,7 +105,7 @@ def test_every_command_of_the_plan_is_one_flowclip_parses(tmp_path):
         if name == "run":
             data = apply_overrides(load_yaml(find_config(rest[0])), parse_overrides(rest[1:]))
             build(pipeline_module(data["kind"]).CONFIG, data, rest[0])
-    assert seen == {"build", "extract", "run", "explain", "adapt", "score"}
+    assert seen == {"build", "extract", "run", "explain", "adapt", "score", "merge-lora"}
 
 
 def test_what_exists_is_counted_and_marked_done(tmp_path):

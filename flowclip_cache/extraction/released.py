@@ -155,6 +155,7 @@ def write_merged(src: str, out: str, model: str, built_as: str, alpha: float = L
                                 "lora_alpha": alpha, "deltas": n, "model": model, "built_as": built_as}),
     }  # fmt: skip
     weights = {k: v.contiguous() for k, v in merged.items()}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     outputs.atomic_write(out, lambda p: save_file(weights, p, metadata=meta))
     return n
 
@@ -183,6 +184,7 @@ def write_standin(form: str, model: str, pretrained: str, seed: int, out: str, r
     else:
         sd |= _random_deltas(sd, rank, gen)
     ckpt = {"epoch": 5, "name": "flowclip-standin", "state_dict": {f"module.{k}": v for k, v in sd.items()}}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     outputs.atomic_write(out, lambda p: torch.save(ckpt, p))
 
 

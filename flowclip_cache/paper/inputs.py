@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .checkpoints import RELEASED
 from .results import CC3M, TAB2, adapted_folders, read_results, runs_of
 
 LEADING = {"tab1": 3, "tab2": 4, "tab3": 3, "tab4": 2, "tab5": 2, "tab6": 2, "tab7": 1, "fig3": 3, "fig7": 2}
@@ -55,10 +56,10 @@ def tab7_inputs(cfg, absent: list[str]) -> dict[str, list[dict]]:
 
 def tab1_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
     """Tab. 1's blocks: per training source, each row's runs on real images. DCSM is not in
-    the plan; FSC-CLIP's CC3M row needs the checkpoint `fsc_clip_cc3m`."""
+    the plan; each released checkpoint the plan scores (paper/checkpoints.py) fills its row
+    in its block (a paper's row it does not score reads 'missing')."""
     out = {}
     for block, short, frozen in (("COCO", "coco", TAB2), ("CC3M", "cc3m", CC3M)):
-        fsc = "fsc_clip-scores" if block == "COCO" else "fsc_clip_cc3m-scores"
         sources = {
             "CLIP": ([frozen], "clip"),
             "NegCLIP": (adapted_folders(cfg, "negclip", short), "clip"),
@@ -66,10 +67,9 @@ def tab1_inputs(cfg, absent: list[str]) -> dict[str, dict[str, list[dict]]]:
             "Flow-CLIP, frozen": ([frozen], "flow_hnb_cimr"),
             "Flow-CLIP, adapted": (adapted_folders(cfg, "flow", short), "flow"),
         }
-        if block == "COCO" or "fsc_clip_cc3m" in cfg.checkpoints:
-            sources["FSC-CLIP"] = ([fsc], "clip")
-        if block == "COCO" and "negclip" in cfg.checkpoints:  # released for COCO only
-            sources["NegCLIP (released)"] = (["negclip-scores"], "clip")
+        for name, rel in RELEASED.items():
+            if rel.block == block and name in cfg.checkpoints:
+                sources[rel.row] = ([f"{name}-scores"], "clip")
         out[block] = {row: runs_of(cfg, f, m, absent) for row, (f, m) in sources.items()}
     return out
 

@@ -17,6 +17,7 @@ from shlex import quote as q
 from typing import Any
 
 from ..errors import FlowclipError
+from .checkpoints import how_to_get, loadable, standin_command
 from .paths import TRAINING_SOURCES, manifest_path, store_path, table_of
 
 COCO_RECIPE = {"epochs": 5, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.05}  # §4.1: COCO, five epochs
@@ -175,74 +176,35 @@ def extract_steps(cfg: PaperConfig) -> list[Step]:
         steps.append(Step("extract", name, feeds, store_path(cfg, name), cmds, needs=needs, note=_encoder_note(enc)))
     for name, ckpt in cfg.checkpoints.items():
         path = os.path.join(cfg.data, ckpt)
-        base = next(iter(cfg.encoders.values()), {"model": "ViT-B-32"})["model"]
+        base = next(iter(cfg.encoders.values()), {"model": "ViT-B-32", "pretrained": "openai"})
         if cfg.standins is not None:
             steps.append(_standin_checkpoint(cfg, name, path))
-        cmds = extract_commands(cfg, store_path(cfg, name), base, path, evals)
-        get = released_checkpoint(name, path)
+        weights, make, made = loadable(cfg, name, path, base)
+        cmds = make + extract_commands(cfg, store_path(cfg, name), base["model"], weights, evals)
         steps.append(
-            Step("extract", name, "Tabs. 1, 4", store_path(cfg, name), cmds,
-                 needs=[path, *[manifest_path(cfg, n) for n in evals]], raw={} if cfg.standins else {path: get})
+            Step("extract", name, "Tabs. 1, 4", store_path(cfg, name), cmds, done_when=made + [""] * (len(cmds) - 1),
+                 needs=[path, *[manifest_path(cfg, n) for n in evals]],
+                 raw={} if cfg.standins else {path: how_to_get(name, path)})
         )  # fmt: skip
     return steps
 
 
-# The released checkpoints the paper scores, where their authors put them: name -> (what, where,
-# the command that fetches it to {path}). FSC-CLIP's README, "Model Zoo" (github.com/ytaek-oh/fsc-clip):
-# the paper does not say which of the two variants it scored; these are the full fine-tunes (the
-# README's `fsc-clip` rows), the LoRA ones (`*_fsc-clip-lora-*`) the alternative. NegCLIP's: the ARO
-# repository's model_zoo/__init__.py (github.com/mertyg/vision-language-models-are-bows, get_model
-# "NegCLIP"), which loads it as open_clip's ViT-B-32 from that file, as extract does. No sha256 is
-# published for either: the store records the file's.
-_HF = "huggingface-cli download ytaek-oh/fsc-clip {file} --local-dir {dir}"
-RELEASED = {
-    "fsc_clip": (
-        "FSC-CLIP, ViT-B-32, OpenAI CLIP fine-tuned on COCO",
-        "huggingface.co/ytaek-oh/fsc-clip, file coco_fsc-clip-ViT-B-32.pt",
-        _HF.format(file="coco_fsc-clip-ViT-B-32.pt", dir="{dir}"),
-        "coco_fsc-clip-ViT-B-32.pt",
-    ),
-    "fsc_clip_cc3m": (
-        "FSC-CLIP, ViT-B-32, fine-tuned on CC3M-100K",
-        "huggingface.co/ytaek-oh/fsc-clip, file cc3m_fsc-clip-ViT-B-32.pt",
-        _HF.format(file="cc3m_fsc-clip-ViT-B-32.pt", dir="{dir}"),
-        "cc3m_fsc-clip-ViT-B-32.pt",
-    ),
-    "negclip": (
-        "NegCLIP as released (ViT-B-32, COCO)",
-        "the ARO repository's Google Drive file 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ, negclip.pth",
-        "gdown --id 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ -O {dir}/negclip.pth",
-        "negclip.pth",
-    ),
-}
-
-
-def released_checkpoint(name: str, path: str) -> str:
-    """How to get a released checkpoint to `path`: where it is, the command that fetches it."""
-    if name not in RELEASED:
-        return f"download the released open_clip checkpoint {name} to {path}"
-    what, where, command, file = RELEASED[name]
-    folder = os.path.dirname(path) or "."
-    rename = f", then name it {os.path.basename(path)}" if file != os.path.basename(path) else ""
-    return (
-        f"download {what} ({where}; a torch checkpoint open_clip loads with weights_only, no sha256 "
-        f"published): {command.format(dir=folder)}{rename}"
-    )
-
-
 def _standin_checkpoint(cfg: PaperConfig, name: str, path: str) -> Step:
-    """The reduced run's released checkpoint: the main encoder fine-tuned under hard
-    negatives (NegCLIP-style, `adapt --head none`), as FSC-CLIP's is, one epoch, seed 0."""
-    if os.path.basename(path) != "encoder.safetensors":
-        raise FlowclipError(f"checkpoints.{name}: a stand-in is an adapt run's FOLDER/encoder.safetensors, got {path}")
+    """The reduced run's released checkpoint. At FOLDER/encoder.safetensors: the main encoder
+    fine-tuned under hard negatives (NegCLIP-style, `adapt --head none`), as FSC-CLIP's is,
+    one epoch; any other path: a random stand-in in the release's own file form."""
     enc = next(iter(cfg.encoders.values()))
-    src = "cc3m-train" if "cc3m" in name and "cc3m-train" in cfg.sources else "coco-train"
     seed = 1000  # not one of the NegCLIP rows' seeds: the stand-in is a checkpoint of its own
+    note = "a stand-in for the released checkpoint"
+    if os.path.basename(path) != "encoder.safetensors":  # each release a stand-in of its own
+        cmd = standin_command(name, path, enc, seed + list(cfg.checkpoints).index(name))
+        return Step("standin", f"{name}-standin", "Tabs. 1, 4 (stand-in checkpoint)", path, [cmd], done_when=[path],
+                    note=note)  # fmt: skip
+    src = "cc3m-train" if "cc3m" in name and "cc3m-train" in cfg.sources else "coco-train"
     cmd = _adapt_command(cfg, enc, src, "--head none", {**cfg.recipe(src), "epochs": 1}, seed, os.path.dirname(path))
     done = os.path.join(os.path.dirname(path), "DONE")
     return Step("standin", f"{name}-standin", "Tabs. 1, 4 (stand-in checkpoint)", path, [cmd],
-                needs=[manifest_path(cfg, src)], done_when=[done],
-                note="a stand-in for the released checkpoint")  # fmt: skip
+                needs=[manifest_path(cfg, src)], done_when=[done], note=note)  # fmt: skip
 
 
 def _encoder_note(enc: dict) -> str:
