@@ -145,9 +145,16 @@ def test_measured_estimates_on_a_small_encoder(tmp_path):
     sources = "sources={coco-train: {source: c.json, images: coco}, sugarcrepe: {source: s, images: coco/val2017}}"
     out = _dry(tmp_path, "device=cpu", encs, sources, "checkpoints={}", "seeds=[0]")
     extract = next(line for line in out.splitlines() if line.startswith("[waits    ] extract tiny"))
-    assert "GiB (estimate)" in extract and "h (estimate: encoder forward measured here on random weights" in extract
+    assert "GiB (estimate)" in extract and "(estimate: encoder forward measured here on random weights (cpu)" in extract
     study = next(line for line in out.splitlines() if " study tab2-coco " in line)
-    assert "h (estimate: a step measured here on random features x steps (the paper's counts)" in study
+    assert "(estimate: training: a step measured here on random features (cpu) x steps (the paper's counts)" in study
+    # every step that takes time is budgeted, each estimate labelled with how and on what
+    for kind, how in (("explain", "records x 2 scorers x a measured training step"),
+                      ("adapt", "adaptation: 3 x the encoder forward measured here (cpu)")):  # fmt: skip
+        lines = [line for line in out.splitlines() if line.startswith(f"[waits    ] {kind} ")]
+        assert lines and all(f"(estimate: {how}" in line for line in lines), (kind, lines[:1])
+    adapt = [line for line in out.splitlines() if line.startswith("[waits    ] adapt ")]
+    assert all("GiB (estimate)" in line for line in adapt)  # the adapted encoder's store, on the disk total
     # 2 bytes x d x (images x (1 + patches) + captions x (1 + 16 tokens)); tiny CLIP: d 128, 64
     # patches; COCO: the paper's 113,287 images and 2 x 566,435 captions; SugarCrepe: the
     # catalogue's 1,560 images and 2 x 7,511 captions
@@ -273,3 +280,39 @@ def test_a_failing_step_stops_with_its_error_and_other_ranks_waiting_on_it_stop_
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(FlowclipError, match="step manifest a failed .rank 0: "):
         execute(cfg, lambda c: [bad, uses], lines.append)
+
+
+def test_the_dry_run_measures_each_cost_once_and_nothing_after_its_deadline(monkeypatch):
+    """Each encoder's forward and each head's step at a shape is measured once however
+    many steps use it; once the measuring time is spent, a cost is a sentence, never a
+    number (so the dry run answers within a minute on any device)."""
+    from flowclip_cache.paper import costs as costs_module
+    from flowclip_cache.paper.costs import Costs
+
+    calls = []
+    monkeypatch.setattr(costs_module, "measure_forward", lambda m, d: calls.append(m) or (1.0, 0.5))
+    monkeypatch.setattr(costs_module, "measure_step", lambda shape, h, d: calls.append(shape) or 0.25)
+    c = Costs("cpu", enabled=True)
+    head = {"head": "flow", "batch_size": 32, "epochs": 1}
+    assert [c.forward("A"), c.forward("A"), c.step((8, 4), head), c.step((8, 4), head)] == [(1.0, 0.5)] * 2 + [0.25] * 2
+    assert calls == ["A", (8, 4)]
+    c.deadline = 0.0  # spent
+    assert c.forward("A") == (1.0, 0.5)  # measured before: kept
+    late = c.forward("B")
+    assert isinstance(late, str) and late.startswith("not measured: the dry run measures for at most")
+    assert calls == ["A", (8, 4)]
+    assert Costs("cpu", enabled=False).step((8, 4), head) == ""  # measure: false
+
+
+def test_scoring_pairs_by_task_kind(tmp_path):
+    """A candidate set's pairs are its captions; a retrieval set's every image with every
+    caption; a zero-shot set's none (its prompts are unknown before it is built)."""
+    from flowclip_cache.config import build, find_config, load_yaml
+    from flowclip_cache.paper.budget import counts, eval_pairs
+    from flowclip_cache.paper.paths import manifest_path
+    from flowclip_cache.paper.plan import CONFIG
+
+    cfg = build(CONFIG, load_yaml(find_config("paper")) | {"manifests": str(tmp_path / "m")}, "paper")
+    needs = [manifest_path(cfg, n) for n in ("sugarcrepe", "coco-retrieval", "cifar10", "coco-train")]
+    sc, coco = counts(cfg, "sugarcrepe"), counts(cfg, "coco-retrieval")
+    assert eval_pairs(cfg, needs) == sc[1] + coco[0] * coco[1] == 2 * 7_511 + 5_000 * 25_000

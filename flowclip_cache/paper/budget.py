@@ -6,8 +6,9 @@ shape. Every figure not counted from a file is printed as an estimate."""
 
 from __future__ import annotations
 
+import functools
 import os
-import time
+import re
 
 from .paths import TRAINING_SOURCES, manifest_path
 
@@ -19,10 +20,17 @@ PAPER_COUNTS = {  # (images, training records) of the training sources as §4.1 
 CAPTIONS_PER_RECORD = {"aro-coco-order": 5, "aro-flickr-order": 5, "coco-retrieval": 5, "flickr-retrieval": 5}
 
 
+@functools.lru_cache(maxsize=1)
+def _catalogue() -> dict:
+    """The catalogue, read once per process (the dry run asks it hundreds of times)."""
+    from ..catalogue import load_catalogue
+
+    return load_catalogue()
+
+
 def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
     """(images, captions, training records, where from) of a manifest: counted from its file
     when it exists, else estimated from the catalogue / the paper; None when unknown."""
-    from ..catalogue import load_catalogue
     from ..manifest import Manifest
 
     path = manifest_path(cfg, name)
@@ -39,7 +47,7 @@ def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
     if name in TRAINING_SOURCES:
         images, records = PAPER_COUNTS[name]
         return images, 2 * records, records, "the paper's counts"
-    entry = load_catalogue().get(name, {})
+    entry = _catalogue().get(name, {})
     if not entry.get("records"):
         return None
     records = entry["records"]
@@ -48,25 +56,44 @@ def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
 
 
 def encoder_shape(model: str) -> tuple[int, int] | str:
-    """(embedding width, patches) from the encoder's resolved configuration (no weights), or
-    why it does not resolve here (no transformers, a tokenizer not at hand)."""
+    """(embedding width, patches) from the encoder's resolved configuration (no weights);
+    where it does not resolve here (no transformers, a tokenizer not at hand), from its
+    model config alone; else why not."""
     from ..extraction.encoders import EncoderSpec, resolve
 
     try:
         config = resolve(EncoderSpec(model, "none")).config
     except Exception as e:  # noqa: BLE001 - said in the plan, which goes on
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+        return _shape_from_config(model) or f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
     return config.get("dim") or config["model_cfg"]["embed_dim"], config["num_patches"]
 
 
-def store_bytes(cfg, step, shape) -> tuple[int | None, list[str]]:
+def _shape_from_config(model: str) -> tuple[int, int] | None:
+    """BLIP: the defaults its family reads a config with (256-d, 384 px in 16-px patches);
+    open_clip: embed_dim, and the patches its vision config (or timm name) implies."""
+    import open_clip
+
+    from ..extraction.encoders import register_package_configs
+
+    if model.startswith("blip:"):
+        return 256, (384 // 16) ** 2
+    register_package_configs()
+    cfg = open_clip.get_model_config(model) or {}
+    vision = cfg.get("vision_cfg", {})
+    patch = vision.get("patch_size") or int((re.search(r"patch(\d+)", vision.get("timm_model_name", "")) or [0, 0])[1])
+    size = vision.get("image_size", 224)
+    h, w = (size, size) if isinstance(size, int) else size
+    return (cfg["embed_dim"], (h // patch) * (w // patch)) if cfg and patch else None
+
+
+def store_bytes(cfg, step, shape, needs=None) -> tuple[int | None, list[str]]:
     """FP16 bytes of the global + patch features of every image and the sentence + token
-    features of every caption the step's manifests hold (images shared across manifests
-    counted once per manifest: an upper bound)."""
+    features of every caption the step's manifests (or `needs`) hold (images shared across
+    manifests counted once per manifest: an upper bound)."""
     d, patches = shape
     total, unknown = 0, []
     for name in cfg.sources:
-        if manifest_path(cfg, name) not in step.needs:
+        if manifest_path(cfg, name) not in (step.needs if needs is None else needs):
             continue
         c = counts(cfg, name)
         if c is None:
@@ -77,96 +104,144 @@ def store_bytes(cfg, step, shape) -> tuple[int | None, list[str]]:
     return total, unknown
 
 
-def measure_forward(model: str, device: str) -> tuple[float, float] | str:
-    """Seconds per image and per caption of the encoder's forward on `device` (random
-    weights of the same architecture; batch 8 images, 32 captions; best of 2)."""
-    import torch
-
-    from ..extraction.encoders import EncoderSpec, load_model, resolve
-    from ..extraction.features import encode_images, encode_texts
-
-    try:
-        enc = load_model(resolve(EncoderSpec(model, "none")), device)
-    except Exception as e:  # noqa: BLE001 - say why, and go on with the plan
-        return f"not measured ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
-    size = enc.config["preprocess"]["image_size"]
-    size = size[0] if isinstance(size, (list, tuple)) else size
-    x = torch.randn(8, 3, size, size, device=device)
-    tok = enc.tokenize(["a red cube to the left of a small blue sphere on a wooden table"] * 32).to(device)
-    best = [float("inf"), float("inf")]
-    with torch.no_grad():
-        for _ in range(2):
-            for i, f in enumerate((lambda: encode_images(enc, x), lambda: encode_texts(enc, tok))):
-                t0 = time.perf_counter()
-                f()
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                best[i] = min(best[i], time.perf_counter() - t0)
-    return best[0] / 8, best[1] / 32
-
-
-def measure_step(shape, head: dict, device: str) -> float:
-    from ..studies.checks import random_training_data
-    from ..training.loop import seconds_per_step
-    from ..training.train_config import TrainConfig
-
-    cfg = TrainConfig.from_dict({k: v for k, v in head.items() if k != "epochs"} | {"epochs": 1}, "paper")
-    d, patches = shape
-    data = random_training_data(d, patches, 4 * cfg.batch_size, device)
-    return seconds_per_step(data, cfg, device)
-
-
 def estimate(cfg, steps) -> None:
     """Fill each step's disk and seconds (measured costs x counts), or say why not."""
+    from .costs import Costs
+
     shapes = {n: encoder_shape(e["model"]) for n, e in cfg.encoders.items()}
     main = next(iter(cfg.encoders), None)
     for name in cfg.checkpoints:  # a released checkpoint of the main encoder's architecture
         shapes[name] = shapes[main] if main else "no encoder"
-    forward: dict[str, tuple[float, float] | str] = {}
-    step_cost: dict[tuple, float] = {}
-    measure = cfg.measure and _device_here(cfg.device)
-    for s in steps:
+    costs = Costs(cfg.device, cfg.measure and _device_here(cfg.device))
+    order = {"study": 0, "explain": 1, "extract": 2, "adapt": 3}  # the cheap measurements first
+    for s in sorted(steps, key=lambda s: order.get(s.kind, 4)):
         if s.kind == "extract":
-            shape = shapes[s.name]
-            if isinstance(shape, str):
-                s.note = f"{s.note}; " * bool(s.note) + f"disk and time not estimated ({shape})"
-                continue
-            s.disk, unknown = store_bytes(cfg, s, shape)
-            if unknown:
-                without = f"disk without {', '.join(unknown)} (counts unknown until built)"
-                s.note = f"{s.note}; " * bool(s.note) + without
-            if measure:
-                model = cfg.encoders.get(s.name, cfg.encoders.get(main, {})).get("model")
-                _time_extract(cfg, s, forward.setdefault(model, measure_forward(model, cfg.device)))
-        elif s.kind == "study" and s.train and measure:
-            _time_study(cfg, s, shapes, step_cost)
+            _extract(cfg, s, shapes[s.name], costs, cfg.encoders.get(s.name, cfg.encoders.get(main, {})).get("model"))
+        elif s.kind == "study" and s.train:
+            _study(cfg, s, shapes, costs)
+        elif s.kind == "adapt" and main:
+            _adapt(cfg, s, shapes[main], costs, cfg.encoders[main]["model"])
+        elif s.kind == "explain" and main:
+            _explain(cfg, s, shapes[main], costs)
+        elif s.kind == "score":
+            s.how = "the CLIP scorer: dot products of stored features, seconds (not measured)"
 
 
-def _time_extract(cfg, s, cost: tuple[float, float] | str) -> None:
+def _add_note(s, text: str) -> None:
+    s.note = f"{s.note}; " * bool(s.note) + text
+
+
+def _extract(cfg, s, shape, costs, model) -> None:
+    if isinstance(shape, str):
+        _add_note(s, f"disk and time not estimated ({shape})")
+        return
+    s.disk, unknown = store_bytes(cfg, s, shape)
+    if unknown:
+        _add_note(s, f"disk without {', '.join(unknown)} (counts unknown until built)")
+    cost = costs.forward(model)
     if isinstance(cost, str):
         s.how = cost
         return
+    images, captions = _sum_counts(cfg, s.needs)
+    s.seconds = images * cost[0] + captions * cost[1]
+    s.how = f"encoder forward measured here on random weights ({cfg.device}); image decoding not counted"
+
+
+def _sum_counts(cfg, needs) -> tuple[int, int]:
+    """(images, captions) of the manifests among `needs` whose counts are known."""
     images = captions = 0
     for name in cfg.sources:
-        c = counts(cfg, name) if manifest_path(cfg, name) in s.needs else None
+        c = counts(cfg, name) if manifest_path(cfg, name) in needs else None
         if c:
             images, captions = images + c[0], captions + c[1]
-    s.seconds = images * cost[0] + captions * cost[1]
-    s.how = "encoder forward measured here on random weights; image decoding not counted"
+    return images, captions
 
 
-def _time_study(cfg, s, shapes: dict, step_cost: dict) -> None:
+def eval_pairs(cfg, needs) -> int:
+    """The image-caption pairs scoring the benchmarks among `needs` takes: each caption of
+    a candidate set with its image; every image with every caption of a retrieval set;
+    zero-shot sets (classes x prompts, unknown before they are built) not counted."""
+    from ..datasets import get
+
+    pairs = 0
+    for name in cfg.sources:
+        c = counts(cfg, name) if manifest_path(cfg, name) in needs and name not in TRAINING_SOURCES else None
+        if c:
+            kind = "candidates" if cfg.standins is not None else get(name).kind
+            pairs += c[0] * c[1] if kind == "retrieval" else c[1]
+    return pairs
+
+
+def _per_pair(costs, shape, head: dict) -> float | str:
+    """A head's scoring seconds per image-caption pair: a third of a measured training
+    step's per-record time (forward only; the rule of thumb costs.TRAIN_OVER_FORWARD)."""
+    from .costs import TRAIN_OVER_FORWARD
+
+    step = costs.step(shape, head)
+    return step if isinstance(step, str) else step / head["batch_size"] / TRAIN_OVER_FORWARD
+
+
+def _study(cfg, s, shapes: dict, costs) -> None:
     c = counts(cfg, s.source)
     if not c or not c[2] or any(isinstance(shapes[enc], str) for enc, _, _ in s.train):
         return
-    total = 0.0
+    total, pairs = 0.0, eval_pairs(cfg, [manifest_path(cfg, n) for n in cfg.sources])
     for enc, head, runs in s.train:
-        key = (shapes[enc], tuple(sorted(head.items())))
-        if key not in step_cost:
-            step_cost[key] = measure_step(shapes[enc], head, cfg.device)
-        total += runs * head["epochs"] * (c[2] // head["batch_size"]) * step_cost[key]
+        step, per_pair = costs.step(shapes[enc], head), _per_pair(costs, shapes[enc], head)
+        if isinstance(step, str) or isinstance(per_pair, str):
+            s.how = step if isinstance(step, str) else per_pair
+            return
+        total += runs * (head["epochs"] * (c[2] // head["batch_size"]) * step + pairs * per_pair)
     s.seconds = total
-    s.how = f"a step measured here on random features x steps ({c[3]}); scoring not counted"
+    s.how = (
+        f"training: a step measured here on random features ({cfg.device}) x steps ({c[3]}); scoring: a third of "
+        "a step's per-record time x the benchmarks' pairs (zero-shot sets not counted)"
+    )
+
+
+def _adapt(cfg, s, shape, costs, model) -> None:
+    """Adaptation (3 x the measured forward of an image and two captions per record, per
+    epoch), the adapted encoder's store of the benchmarks, and their scoring."""
+    from .costs import TRAIN_OVER_FORWARD
+
+    if isinstance(shape, str):
+        return
+    evals = [n for n in s.needs if os.path.basename(os.path.dirname(n)) == "eval"]
+    s.disk, _ = store_bytes(cfg, s, shape, evals)
+    src = next((n for n in TRAINING_SOURCES if manifest_path(cfg, n) in s.needs), None)
+    c, fwd = counts(cfg, src) if src else None, costs.forward(model)
+    if not c or isinstance(fwd, str):
+        s.how = fwd if isinstance(fwd, str) else ""
+        return
+    train = TRAIN_OVER_FORWARD * cfg.recipe(src)["epochs"] * c[2] * (fwd[0] + 2 * fwd[1])
+    images, captions = _sum_counts(cfg, evals)
+    per_pair = _per_pair(costs, shape, {**cfg.recipe(src), "head": "flow"}) if s.name.startswith("flow") else 0.0
+    score = eval_pairs(cfg, evals) * per_pair if isinstance(per_pair, float) else 0.0
+    s.seconds = train + images * fwd[0] + captions * fwd[1] + score
+    s.how = (
+        f"adaptation: {TRAIN_OVER_FORWARD:g} x the encoder forward measured here ({cfg.device}) x records x epochs "
+        f"({c[3]}); its store: the forward x the benchmarks; scoring as a study's"
+    )
+
+
+def _explain(cfg, s, shape, costs) -> None:
+    """The explorer: per record, both scorers and the margin's gradient (a measured step)."""
+    if isinstance(shape, str):
+        return
+    head = {**cfg.recipe("coco-train"), "head": "flow"}
+    step = costs.step(shape, head)
+    if isinstance(step, str):
+        s.how = step
+        return
+    s.seconds = cfg.explorer_records * 2 * step / head["batch_size"]
+    s.how = f"records x 2 scorers x a measured training step's per-record time ({cfg.device})"
+
+
+def duration(seconds: float) -> str:
+    """'12 s', '3.4 min' or '2.10 h'."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
 
 def _device_here(device: str) -> bool:
@@ -205,7 +280,7 @@ def print_plan(cfg, steps, log) -> None:
             extra.append(f"~{s.disk / 2**30:.1f} GiB (estimate)")
             totals["disk"] += s.disk
         if s.seconds is not None:
-            extra.append(f"~{s.seconds / 3600:.2f} h (estimate: {s.how})")
+            extra.append(f"~{duration(s.seconds)} (estimate: {s.how})")
             totals["seconds"] += s.seconds
         elif s.how:
             extra.append(s.how)
