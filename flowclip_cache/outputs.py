@@ -57,6 +57,16 @@ def write_text(path: str, text: str) -> None:
     atomic_write(path, write)
 
 
+def write_csv(path: str, rows) -> None:
+    """A CSV (rows of cells) written whole or not at all."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    write_text(path, buf.getvalue())
+
+
 def _plain(rel) -> bool:
     """A relative path inside the folder: a marker is data a stranger may have written,
     and a listed "../x" or "/x" must never make --overwrite reach outside the folder."""

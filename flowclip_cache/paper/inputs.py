@@ -153,8 +153,6 @@ def atlas_margins(cfg, absent: list[str]) -> dict[str, dict[tuple[str, str], flo
 def write_paper_file(cfg, name: str, head: list[str], lines: list[str]) -> str:
     """OUT/paper/NAME.md, and NAME.csv beside it when it holds a table: one row per cell
     (ours, our std, the change from CLIP, the paper's value and change, ours minus it)."""
-    import csv
-    import io
 
     from .. import outputs
     from .tables import CSV_HEADER, table_csv
@@ -162,11 +160,9 @@ def write_paper_file(cfg, name: str, head: list[str], lines: list[str]) -> str:
     path = os.path.join(cfg.out, "paper", f"{name}.md")
     outputs.write_text(path, "\n".join(head + lines) + "\n")
     if name in LEADING:
-        buf = io.StringIO()
         data = "stand-ins (the reduced run)" if cfg.standins is not None else ""
         cells = [[*row, data] for row in table_csv(name, lines, LEADING[name])]
-        csv.writer(buf, lineterminator="\n").writerows([CSV_HEADER, *cells])
-        outputs.write_text(path.removesuffix(".md") + ".csv", buf.getvalue())
+        outputs.write_csv(path.removesuffix(".md") + ".csv", [CSV_HEADER, *cells])
     return path
 
 

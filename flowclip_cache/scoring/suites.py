@@ -3,6 +3,9 @@ manifests of the folders given belong to the suite, which members are absent (no
 manifest, or no features in the store) and why, and the suite's table: each member's
 figure and the mean over the members present, the members named.
 
+    paper     the paper's Tab. 2: its 11 tasks under the paper's column names (ARO's four,
+              SugarCrepe's Swap-A and Swap-O, ABC, CLEVR, PUG:SPAR, COCO- and GQA-Spatial);
+              the suite's mean is the paper's "Avg. (11 tasks)"
     field     the paper's benchmarks and the field's image-choice and group tasks
     vl-compo  vl_compo's 12 compositionality columns (ytaek-oh/vl_compo results.csv), each
               read as that file derives it from its individual_results.csv (docs/method.md)
@@ -52,7 +55,14 @@ VL_COMPO = [
     ("whatsup", "whatsup-gqa-spatial", "by_subset/two"),
     ("winoground", "winoground", "metrics/group/score"),
 ]
-SUITES = {"field": FIELD, "vl-compo": VL_COMPO}
+PAPER = [
+    ("VG-R", "aro-vg-relation", "score"), ("VG-A", "aro-vg-attribution", "score"),
+    ("COCO Order", "aro-coco-order", "score"), ("Flickr Order", "aro-flickr-order", "score"),
+    ("Swap-A", "sugarcrepe", "named_groups/Swap-A"), ("Swap-O", "sugarcrepe", "named_groups/Swap-O"),
+    ("ABC", "abc6k", "score"), ("CLEVR", "clevr-binding", "score"), ("PUG:SPAR", "pug-spar", "score"),
+    ("COCO-Spatial", "whatsup-coco-spatial", "score"), ("GQA-Spatial", "whatsup-gqa-spatial", "score"),
+]  # fmt: skip
+SUITES = {"paper": PAPER, "field": FIELD, "vl-compo": VL_COMPO}
 
 
 def members(name: str) -> list[tuple[str, str, str]]:

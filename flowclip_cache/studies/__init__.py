@@ -14,6 +14,7 @@ KINDS = {  # kind -> module, looked up by name (the paper's plan lives a stage a
     "ablation": "flowclip_cache.studies.ablation",
     "sensitivity": "flowclip_cache.studies.sensitivity",
     "encoders": "flowclip_cache.studies.encoders",
+    "encoders-suite": "flowclip_cache.studies.encoders_suite",
     "adaptation": "flowclip_cache.studies.adaptation",
     "paper": "flowclip_cache.paper.plan",
 }

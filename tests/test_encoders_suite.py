@@ -1,0 +1,157 @@
+"""`flowclip run encoders-suite` (studies/encoders_suite.py): encoders of three families,
+frozen, on the paper suite's stand-ins; one model x benchmark table whose cells are the
+scores' own figures; spread over ranks; beside vl_compo's published figures
+(studies/vl_compo.py), on made-up numbers and on the real CSVs where they are at hand."""
+
+import csv
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+from conftest import TINY
+
+from flowclip_cache.cli import main
+from flowclip_cache.errors import FlowclipError
+
+WORLD = "standins={seed: 0, train_scenes: 20, eval_scenes: 40}"
+
+
+def _run(tmp_path, *extra):
+    r = CliRunner().invoke(main, ["run", "encoders-suite", f"out={tmp_path}/study", f"cache={tmp_path}/cache", WORLD,
+                                  "device=cpu", "--quiet", *extra])  # fmt: skip
+    assert r.exit_code == 0, r.output[-3000:]
+    return r.output
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory, siglip_tokenizer, blip_folder):
+    """An OpenAI-style CLIP, a SigLIP and a BLIP, random weights, on the stand-ins."""
+    root = tmp_path_factory.mktemp("suite")
+    encs = (f"encoders={{clip: {{model: {TINY}}}, siglip: {{model: ViT-B-16-SigLIP, tokenizer: {siglip_tokenizer}}}, "
+            f"blip: {{model: 'blip:{blip_folder}', pretrained: none}}}}")  # fmt: skip
+    return root, encs, _run(root, encs, "recognition=[cifar10, cifar100]")  # 44 images: SigLIP is slow on a CPU
+
+
+def test_one_table_of_every_encoder_from_their_scores(three):
+    """Each cell is the encoder's own score (real images, CLIP scorer) of that member, the
+    mean the mean of the 11 columns (a mean turned max, or a column read from the wrong
+    member, would fail), the recognition column the mean zero-shot top-1."""
+    from flowclip_cache.scoring.suites import PAPER
+
+    root, _, out = three
+    study = root / "study"
+    rows = {r["encoder"]: r for r in csv.DictReader(open(study / "summary.csv"))}
+    assert list(rows) == ["clip", "siglip", "blip"]
+    for name, row in rows.items():
+        res = json.load(open(study / "scores" / name / "results.json"))["results"]["real|clip"]
+        cols = []
+        for col, bench, path in PAPER:
+            v = res[bench]
+            for part in path.split("/"):
+                v = v[part]
+            assert float(row[col]) == pytest.approx(100 * v, abs=0.006), (name, col)
+            cols.append(100 * v)
+        assert float(row["paper mean"]) == pytest.approx(sum(cols) / 11, abs=0.006)
+        top1 = [100 * res[b]["top1"] for b in ("cifar10", "cifar100")]
+        assert float(row["zero-shot top-1"]) == pytest.approx(sum(top1) / 2, abs=0.006)
+        assert (root / "cache" / name / "store.json").exists()  # each encoder's store, outside the study
+    assert len({json.load(open(root / "cache" / n / "store.json"))["fingerprint"] for n in rows}) == 3
+    assert (study / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "**Stand-ins**" in (study / "summary.md").read_text()
+
+
+def test_a_rerun_scores_nothing_again(three):
+    root, encs, _ = three
+    before = (root / "study" / "summary.csv").read_text()
+    out = _run(root, encs, "recognition=[cifar10, cifar100]")
+    assert out.count(": scored (") == 3 and "extract" not in out
+    assert (root / "study" / "summary.csv").read_text() == before
+
+
+def test_ranks_share_the_encoders_and_the_last_writes_the_table(tmp_path, monkeypatch):
+    """Rank 1 of 2 scores its encoder and leaves the table to the other; rank 0 scores the
+    rest and writes it (as under torchrun or a Slurm array: ranks meet in the folder)."""
+    encs = f"encoders={{a: {{model: {TINY}}}, b: {{model: {TINY}, init_seed: 1}}, c: {{model: {TINY}, init_seed: 2}}}}"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    out = _run(tmp_path, encs)
+    assert "other ranks are still scoring" in out and not (tmp_path / "study" / "summary.csv").exists()
+    assert sorted(os.listdir(tmp_path / "study" / "scores")) == ["b", "b.claim"]
+    monkeypatch.setenv("RANK", "0")
+    _run(tmp_path, encs)
+    assert [r["encoder"] for r in csv.DictReader(open(tmp_path / "study" / "summary.csv"))] == ["a", "b", "c"]
+
+
+def test_beside_made_up_published_figures(three, tmp_path):
+    """ours - published per sub-metric, from a made-up vl_compo file; a row named by its
+    family where two share (arch, pretrained); a note where a difference is expected."""
+    from flowclip_cache.config import build, find_config, load_yaml
+    from flowclip_cache.studies.encoders_suite import CONFIG, suite_rows
+    from flowclip_cache.studies.vl_compo import comparison_rows
+
+    root, _, _ = three
+    path = tmp_path / "individual_results.csv"
+    path.write_text("arch,pretrained,family,aro::VG_Relation,sugarcrepe::swap_att,elevator::cifar10\n"
+                    f"{TINY},none,A,40.0,50.0,10.0\nX,y,A,1,2,3\nX,y,B,4,5,6\n")  # fmt: skip
+    data = load_yaml(find_config("encoders-suite")) | {"out": str(root / "study"), "published_individual": str(path),
+                                                       "recognition": ["cifar10", "cifar100"]}  # fmt: skip
+    data["encoders"] = {"clip": {"model": TINY}, "siglip": {"model": "ViT-B-16-SigLIP", "published_as": "X|y|B"}}
+    cfg = build(CONFIG, data, "test")
+    rows = suite_rows(cfg, {})
+    got = {(r[0], r[2]): r for r in comparison_rows(cfg, rows)}
+    res = rows["clip"]["results"]
+    assert got[("clip", "aro::VG_Relation")][5] == pytest.approx(100 * res["aro-vg-relation"]["score"] - 40.0)
+    assert got[("clip", "sugarcrepe::swap_att")][5] == pytest.approx(
+        100 * res["sugarcrepe"]["by_subset"]["swap_att"] - 50
+    )
+    assert "ELEVATER" in got[("clip", "elevator::cifar10")][6] and got[("clip", "sugarcrepe::swap_att")][6] == ""
+    sig = rows["siglip"]["results"]
+    assert got[("siglip", "aro::VG_Relation")][4] == 4.0  # family B's row, not A's
+    assert got[("siglip", "elevator::cifar10")][3] == pytest.approx(100 * sig["cifar10"]["top1"])
+    cfg.encoders["siglip"]["published_as"] = "X|y"
+    with pytest.raises(FlowclipError, match="2 rows X \\(y\\), families A, B: name one"):
+        comparison_rows(cfg, rows)
+    path.write_text(f"arch,pretrained,family,aro::VG_Relation\n{TINY},none,A,n/a\n")
+    with pytest.raises(FlowclipError, match="row 2 .* column aro::VG_Relation: 'n/a' is not a number"):
+        comparison_rows(cfg, rows)
+
+
+VL_COMPO = os.environ.get("FLOWCLIP_VL_COMPO")  # a folder holding vl_compo's results.csv, individual_results.csv
+
+
+@pytest.mark.skipif(not VL_COMPO, reason="FLOWCLIP_VL_COMPO (a folder with vl_compo's two CSVs) is not set")
+def test_the_real_vl_compo_files_parse():
+    """Every column flowclip compares is in vl_compo's files, a number on every row."""
+    from flowclip_cache.studies.vl_compo import HEADLINE, SUBMETRICS, match, read_published
+
+    ind = read_published(os.path.join(VL_COMPO, "individual_results.csv"), SUBMETRICS)
+    head = read_published(os.path.join(VL_COMPO, "results.csv"), HEADLINE)
+    assert len(ind) == len(head) == 202
+    assert set(match(ind, ("ViT-B-32", "openai"), "t")) == set(SUBMETRICS)
+    assert set(match(head, ("NegCLIP", "coco-ft"), "t")) == set(HEADLINE)
+
+
+def test_config_refusals(tmp_path):
+    from flowclip_cache.config import build, find_config, load_yaml
+    from flowclip_cache.studies.encoders_suite import CONFIG
+
+    base = load_yaml(find_config("encoders-suite"))
+    bad_configs = (({"suite": "vl_compo"}, "no such suite"), ({"encoders": {"a": {"pretrained": "x"}}}, "give model"),
+                   ({"eval": {"/data": ["m.parquet"]}}, "not both"))  # fmt: skip
+    for bad, match in bad_configs:
+        with pytest.raises(FlowclipError, match=match):
+            build(CONFIG, base | bad, "test")
+
+
+def test_a_suite_mean_lacking_members_is_marked(tmp_path):
+    """The field suite on the stand-ins: the members without a stand-in are named absent,
+    the mean over the columns present is marked, and the CSV names the columns it lacks."""
+    _run(tmp_path, "suite=field", f"encoders={{a: {{model: {TINY}}}}}", "recognition=[cifar10]", "figures=false")
+    md = (tmp_path / "study" / "summary.md").read_text()
+    assert "- winoground: absent (no synthetic stand-in" in md and "- \\*: the mean of the columns present" in md
+    row = next(csv.DictReader(open(tmp_path / "study" / "summary.csv")))
+    assert "winoground" in row["mean lacks columns"].split(";") and row["winoground"] == ""
+    other = ("encoder", "model", "pretrained", "field mean", "zero-shot top-1", "mean lacks columns")
+    present = [float(row[c]) for c in row if c not in other and row[c]]
+    assert float(row["field mean"]) == pytest.approx(sum(present) / len(present), abs=0.01)
