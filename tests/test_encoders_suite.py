@@ -155,3 +155,18 @@ def test_a_suite_mean_lacking_members_is_marked(tmp_path):
     other = ("encoder", "model", "pretrained", "field mean", "zero-shot top-1", "mean lacks columns")
     present = [float(row[c]) for c in row if c not in other and row[c]]
     assert float(row["field mean"]) == pytest.approx(sum(present) / len(present), abs=0.01)
+
+
+def test_the_docs_real_data_config_is_a_valid_study():
+    """docs/encoders-suite.md's YAML builds (every key known, eval and encoders well formed)."""
+    import yaml
+    from conftest import ROOT
+
+    from flowclip_cache.config import build
+    from flowclip_cache.studies.encoders_suite import CONFIG
+
+    text = open(os.path.join(ROOT, "docs", "encoders-suite.md")).read()
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = build(CONFIG, yaml.safe_load(block), "docs/encoders-suite.md")
+    assert cfg.suite == "vl-compo" and cfg.standins is None and len(cfg.encoders) == 5
+    assert cfg.encoders["dac_llm"]["published_as"] == "DAC-LLM|cc3m-ft"
