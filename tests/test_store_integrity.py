@@ -337,7 +337,7 @@ def test_score_and_train_head_refuse_a_damaged_store(tmp_path, sample, tiny_enco
         fs, tiny_encoder, [sample["candidates"], sample["training"]], sample["image_root"], workers=0, progress=False
     )
     fs.refresh()
-    os.remove(array_file(fs, IMAGE, "patches"))
+    os.remove(array_file(fs, IMAGE, "global"))  # what both read (the CLIP scorer reads no patches)
     for args in (
         [
             "score",

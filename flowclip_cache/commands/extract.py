@@ -88,6 +88,14 @@ from .common import READOUT_NAMES, device_name
     help="Hash every image file again, even those whose size, mtime and "
     "inode the store recorded (for files edited in place without a new mtime).",
 )
+@click.option(
+    "--features",
+    type=click.Choice(["all", "global"]),
+    default="all",
+    show_default=True,
+    help="global: the global features alone (a fraction of the disk and time; enough for the CLIP scorer and "
+    "global heads). A later run with all adds patch and token features to the same store.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def extract(
     store,
@@ -111,6 +119,7 @@ def extract(
     image_unit,
     caption_unit,
     rehash,
+    features,
     quiet,
 ):
     """Encode every image and caption the manifests name, once, into a feature store."""
@@ -141,6 +150,7 @@ def extract(
         image_unit=image_unit,
         caption_unit=caption_unit,
         rehash=rehash,
+        features=features,
     )
     if enc.config["weights"]["source"] == "random-init":
         click.echo(f"weights:  random (--pretrained none, init seed {init_seed}): features of an untrained encoder")

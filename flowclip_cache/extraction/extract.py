@@ -35,6 +35,8 @@ from .plan import (
     tokenize_captions,
 )
 
+FEATURES = ("all", "global")  # what extract --features writes: every feature, or the global ones alone
+
 
 class _ImageDataset:
     def __init__(self, items: list[ImageItem], preprocess):
@@ -76,10 +78,16 @@ def run_extract(
     caption_unit: int = CAPTION_UNIT,
     loaded=None,
     rehash: bool = False,
+    features: str = "all",
     log=print,
 ) -> Summary:
     """loaded: the encoder (encoders.load_model) already built for `enc` (a caller that
-    extracts several times reuses one model); built here only when there is work."""
+    extracts several times reuses one model); built here only when there is work.
+    features: "all" (global, patch and token features) or "global" (the global ones
+    alone: a fraction of the disk, all the CLIP scorer and global heads read; a later
+    run with "all" adds the rest to the same store)."""
+    if features not in FEATURES:
+        raise FlowclipError(f"--features {features!r}: one of {', '.join(FEATURES)}")
     try:
         return _run_extract(
             store,
@@ -99,6 +107,7 @@ def run_extract(
             caption_unit=caption_unit,
             loaded=loaded,
             rehash=rehash,
+            full=features == "all",
         )
     finally:
         store.release_writer()  # our temporaries go; a crash leaves them to the next writer's sweep
@@ -123,6 +132,7 @@ def _run_extract(
     caption_unit,
     loaded,
     rehash,
+    full,
 ):
     t0 = time.perf_counter()
     col = collect(manifests, image_root, allow_outside_root, known_digests=None if rehash else store.file_digests())
@@ -131,12 +141,12 @@ def _run_extract(
     # Caption order needs token lengths; tokenise only when some caption is missing.
     ckeys = sorted(col.captions)
     tokens = None
-    if ckeys and not store.has(CAPTION, ckeys).all():
+    if ckeys and not store.has(CAPTION, ckeys, full).all():
         tokens = tokenize_captions(enc, col, summary, loaded)
     if on_error == "fail" and summary.failures:
         f = summary.failures[0]
         raise FlowclipError(f"{f.kind} {f.item!r} ({f.source}): {f.reason} (--on-error fail)")
-    plan = make_plan(store, col, tokens, image_unit, caption_unit)
+    plan = make_plan(store, col, tokens, image_unit, caption_unit, full)
     summary.images_stored, summary.captions_stored = plan.stored_images, plan.stored_captions
     mine = plan.for_rank(rank, world_size)
 
@@ -164,6 +174,7 @@ def _run_extract(
                     workers,
                     on_error,
                     progress,
+                    full,
                 )
                 summary.image_seconds = time.perf_counter() - t
             if mine.n_captions:
@@ -178,10 +189,11 @@ def _run_extract(
                     text_batch_size,
                     enc.spec.token_mask,
                     progress,
+                    full,
                 )
                 summary.caption_seconds = time.perf_counter() - t
     store.refresh()
-    stored = store.has(IMAGE, list(col.paths.values())) if col.paths else []
+    stored = store.has(IMAGE, list(col.paths.values()), full=False) if col.paths else []
     root = os.path.realpath(image_root) if image_root else ""
     store.add_paths([(root, p, c, k) for ((p, c), k), ok in zip(col.paths.items(), stored) if ok])
     summary.seconds = time.perf_counter() - t0
@@ -190,7 +202,9 @@ def _run_extract(
     return summary
 
 
-def _extract_images(store, model, preprocess, col, units, summary, device, batch_size, workers, on_error, progress):
+def _extract_images(
+    store, model, preprocess, col, units, summary, device, batch_size, workers, on_error, progress, full=True
+):
     import torch
     from torch.utils.data import DataLoader
 
@@ -230,13 +244,13 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
             g, p = encode_images(model, x)
             acc_keys += [items[i].key for i, _ in ok]
             acc_g.append(g.half().cpu().numpy())
-            acc_p.append(p.half().cpu().numpy())
+            if full:
+                acc_p.append(p.half().cpu().numpy())
         bar.update(len(batch))
         if bi + 1 == unit_end[unit_i]:
             if acc_keys:
-                store.write_segment(
-                    IMAGE, acc_keys, {"global": np.concatenate(acc_g), "patches": np.concatenate(acc_p)}
-                )
+                arrays = {"global": np.concatenate(acc_g)} | ({"patches": np.concatenate(acc_p)} if full else {})
+                store.write_segment(IMAGE, acc_keys, arrays)
                 summary.images_new += len(acc_keys)
             acc_keys, acc_g, acc_p = [], [], []
             unit_i += 1
@@ -244,7 +258,7 @@ def _extract_images(store, model, preprocess, col, units, summary, device, batch
 
 
 def _extract_captions(
-    store, model, units, tokens: CaptionTokens, summary, device, text_batch_size, mask_policy, progress
+    store, model, units, tokens: CaptionTokens, summary, device, text_batch_size, mask_policy, progress, full=True
 ):
     bar = progress_bar(sum(len(u) for _, u in units), "captions", "cap", progress)
     for _, unit in units:
@@ -254,17 +268,11 @@ def _extract_captions(
         offsets = np.zeros(len(unit) + 1, np.int64)
         np.cumsum(n_tok, out=offsets[1:])
         trunc = np.array([tokens.truncated[k] for k in unit], np.uint8)
-        store.write_segment(
-            CAPTION,
-            list(unit),
-            {
-                "token_keys": keys_to_bytes(tks),
-                "global": np.stack([feats[t][0] for t in tks]),
-                "tokens": np.concatenate([feats[t][1] for t in tks]),
-                "offsets": offsets,
-                "truncated": trunc,
-            },
-        )
+        arrays = {"global": np.stack([feats[t][0] for t in tks])}
+        if full:
+            arrays |= {"token_keys": keys_to_bytes(tks), "tokens": np.concatenate([feats[t][1] for t in tks]),
+                       "offsets": offsets, "truncated": trunc}  # fmt: skip
+        store.write_segment(CAPTION, list(unit), arrays)
         summary.captions_new += len(unit)
         summary.captions_truncated += int(trunc.sum())
     bar.close()

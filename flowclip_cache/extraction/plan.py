@@ -196,6 +196,7 @@ def make_plan(
     tokens: CaptionTokens | None,
     image_unit: int = IMAGE_UNIT,
     caption_unit: int = CAPTION_UNIT,
+    full: bool = True,
 ) -> Plan:
     """Cut *all* keys into units in a fixed order, then keep each unit's missing keys.
 
@@ -203,15 +204,16 @@ def make_plan(
     do not depend on what is already stored: a resumed run redoes exactly the units
     that did not commit, and ranks started at different times still agree. Captions go
     by (length, token ids): batches are tight, and captions with equal token ids are
-    never cut apart, so one unit encodes them once."""
+    never cut apart, so one unit encodes them once. full: a key counts as stored only
+    with every feature (False: its global feature suffices, extract --features global)."""
     ikeys = sorted(col.images)
-    ihave = store.has(IMAGE, ikeys) if ikeys else np.zeros(0, bool)
+    ihave = store.has(IMAGE, ikeys, full) if ikeys else np.zeros(0, bool)
     if tokens is None:  # every caption is stored: nothing to cut
         ckeys, cut = sorted(col.captions), None
     else:
         ckeys = sorted(col.captions, key=lambda k: (tokens.lengths[k], tokens.token_key[k], k))
         cut = [tokens.token_key[k] for k in ckeys]
-    chave = store.has(CAPTION, ckeys) if ckeys else np.zeros(0, bool)
+    chave = store.has(CAPTION, ckeys, full) if ckeys else np.zeros(0, bool)
     return Plan(
         _units(ikeys, ihave, image_unit, None),
         _units(ckeys, chave, caption_unit, cut),

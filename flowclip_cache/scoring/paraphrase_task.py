@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from ..datasets.base import Scoring
 from ..hashing import caption_key
 from ..manifest import Manifest
+from ..store.layout import CAPTION
 from . import metrics
 from .aggregation import _kept, aggregate_figures, bootstrap_task
 from .engines import score_candidates
@@ -59,7 +60,7 @@ def text_similarities(store, m: Manifest, scorers, device) -> dict[str, np.ndarr
     pos, neg = t.column("positives").to_pylist(), t.column("negative").to_pylist()
     texts = sorted({c for p in pos for c in p} | set(neg))
     where = {c: i for i, c in enumerate(texts)}
-    g = F.normalize(torch.from_numpy(store.load_captions([caption_key(c) for c in texts]).global_).float(), dim=-1)
+    g = F.normalize(torch.from_numpy(store.load_global(CAPTION, [caption_key(c) for c in texts])).float(), dim=-1)
     g = g.to(device)
     idx = lambda cs: torch.tensor([where[c] for c in cs], device=device)  # noqa: E731
     p1, p2, n = idx([p[0] for p in pos]), idx([p[1] for p in pos]), idx(neg)

@@ -85,7 +85,7 @@ def select(
         if m.meta.get("benchmark") not in wanted:
             continue
         keys = image_keys(store, m, image_root) if store is not None else []
-        if store is not None and (None in keys or not all(store.has(IMAGE, [k for k in keys if k]))):
+        if store is not None and (None in keys or not all(store.has(IMAGE, [k for k in keys if k], full=False))):
             absent[m.meta["benchmark"]] = f"no features in the store for {m.path} (run extract)"
         else:
             chosen.append(m)

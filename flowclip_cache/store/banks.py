@@ -68,8 +68,14 @@ class FeatureBank:
         host: bool = False,
     ) -> "FeatureBank":
         """host: keep the features in (pinned) host memory and copy batches to `device`."""
-        im = store.load_images(image_keys)
-        cp = store.load_captions([caption_key(c) for c in caption_texts])
+        ckeys = [caption_key(c) for c in caption_texts]
+        parts: tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None, np.ndarray]
+        if need_tokens:
+            im, cp = store.load_images(image_keys), store.load_captions(ckeys)
+            parts = (im.global_, im.patches, cp.global_, cp.tokens, cp.offsets)
+        else:  # global features only: all a global scorer reads (and all a --features global store holds)
+            parts = (store.load_global(IMAGE, image_keys), None, store.load_global(CAPTION, ckeys), None,
+                     np.zeros(len(ckeys) + 1, np.int64))  # fmt: skip
         where = "cpu" if host else device
         pin = host and device.startswith("cuda")
 
@@ -78,14 +84,8 @@ class FeatureBank:
             return t.pin_memory() if pin else t.to(where)
 
         empty = torch.empty(0, device=where)
-        return cls(
-            to(im.global_),
-            to(im.patches) if need_tokens else empty,
-            to(cp.global_),
-            to(cp.tokens) if need_tokens else empty,
-            to(cp.offsets),
-            device,
-        )
+        g, p, cg, t, off = parts
+        return cls(to(g), empty if p is None else to(p), to(cg), empty if t is None else to(t), to(off), device)
 
     @property
     def dim(self) -> int:
@@ -162,6 +162,9 @@ class StoreBank:
         self.files = _Files()
         self.img_seg, self.img_row = store._locate(IMAGE, image_keys)
         self.cap_seg, self.cap_row = store._locate(CAPTION, [caption_key(c) for c in caption_texts])
+        if need_tokens:
+            store._refuse_global(IMAGE, self.img_seg)
+            store._refuse_global(CAPTION, self.cap_seg)
         used = sorted(set(self.img_seg.tolist()) | set(self.cap_seg.tolist()))
         self.offsets = self._check(used, log is not None)
         self.locate = {
@@ -169,9 +172,10 @@ class StoreBank:
             for s in used
             for n in store.backend.array_names(store.segments[s].path)
         }
-        self.cap_lengths = np.array(
-            [self.offsets[s][r + 1] - self.offsets[s][r] for s, r in zip(self.cap_seg, self.cap_row)], np.int64
-        )
+        self.cap_lengths = np.array(  # (global-only rows have no tokens: only read without them)
+            [self.offsets[s][r + 1] - self.offsets[s][r] if s in self.offsets else 0
+             for s, r in zip(self.cap_seg, self.cap_row)], np.int64,
+        )  # fmt: skip
 
     def _check(self, used: list[int], progress: bool) -> dict[int, np.ndarray]:
         """Read every array of every segment used once, checking its checksum (then

@@ -34,6 +34,7 @@ from .layout import (
     COMMITS,
     FORMAT_NAME,
     FORMAT_VERSION,
+    GLOBAL_ARRAYS,
     IMAGE,
     RECORD_FOLDERS,
     SEGMENT_NAME,
@@ -152,18 +153,19 @@ class FeatureStore(FeatureReads, RecordFiles):
                 continue
             path = os.path.join(self.segment_dir, name)
             m = SEGMENT_NAME.match(name)
-            if not m or m.group(3) != self.backend.suffix:
+            if not m or m["suffix"] != self.backend.suffix:
                 problems.append((path, f"stray entry {name!r} (not a {self.meta['backend']} segment name)"))
                 continue
             try:
-                seg = self._segment(m.group(1), name, path)
+                seg = self._segment(m["kind"], name, path, "global" if m["g"] else "all")
                 keys = self.read_array(seg, "keys")
-                if hashlib.sha256(keys.tobytes()).hexdigest()[:24] != m.group(2):
+                if hashlib.sha256(keys.tobytes()).hexdigest()[:24] != m["hash"]:
                     raise SegmentDamaged(path, "its keys do not hash to its name")
             except SegmentDamaged as e:
                 problems.append((path, e.reason))
                 continue
             found.append((seg, keys))
+        found.sort(key=lambda f: f[0].features == "global")  # a key held both ways resolves to its full row
         return found, problems + self._missing_segments()
 
     def _missing_segments(self) -> list[tuple[str, str]]:
@@ -215,21 +217,23 @@ class FeatureStore(FeatureReads, RecordFiles):
             os.remove(tmp)
         fsync_dir(os.path.dirname(final))
 
-    def _segment(self, kind: str, name: str, path: str) -> Segment:
+    def _segment(self, kind: str, name: str, path: str, features: str = "all") -> Segment:
         attrs = self.backend.attrs(path)
         crc, rows = attrs.get("crc32"), attrs.get("rows")
+        seg = Segment(kind, name, path, rows, crc, features)
         if (
             attrs.get("kind") != kind
+            or attrs.get("features", "all") != features
             or not isinstance(rows, int)
             or not isinstance(crc, dict)
-            or set(crc) != set(ARRAYS[kind])
+            or set(crc) != set(seg.arrays())
         ):
             raise SegmentDamaged(
                 path,
                 f"its attributes are not a format-{FORMAT_VERSION} {kind} segment's "
-                f"(kind, rows, crc32 of {', '.join(ARRAYS[kind])})",
+                f"(kind, features {features}, rows, crc32 of {', '.join(seg.arrays())})",
             )
-        return Segment(kind, name, path, rows, crc)
+        return seg
 
     def refresh(self) -> None:
         """Rescan committed segments and rebuild the key index; a damaged one is refused."""
@@ -248,16 +252,31 @@ class FeatureStore(FeatureReads, RecordFiles):
         k = self._index[kind].keys
         return int(len(k) - self._index[kind].duplicates())
 
+    def global_only(self, kind: str) -> int:
+        """Distinct keys held with their global features alone (extract --features global)."""
+        idx = self._index[kind]
+        first = np.ones(len(idx.keys), bool)
+        first[1:] = idx.keys[1:] != idx.keys[:-1]
+        full = np.array([s.features == "all" for s in self.segments], bool)
+        return int((first & ~full[idx.seg]).sum()) if len(idx.keys) else 0
+
     def duplicates(self, kind: str) -> int:
         return self._index[kind].duplicates()
 
-    def has(self, kind: str, keys: list[str]) -> np.ndarray:
-        return self._index[kind].find(hex_to_fixed(keys)) >= 0
+    def has(self, kind: str, keys: list[str], full: bool = True) -> np.ndarray:
+        """Which keys the store holds: with every feature (full), or at least the global one."""
+        idx = self._index[kind]
+        pos = idx.find(hex_to_fixed(keys))
+        found = pos >= 0
+        if full and found.any():  # a key's first row is a full one whenever it has one (scan's order)
+            found[found] = [self.segments[s].features == "all" for s in idx.seg[pos[found]]]
+        return found
 
     def count_tokens(self, caption_keys: list[str]) -> int:
         """Valid tokens of these captions, from the segments' offsets alone."""
         with self._damage():
             seg, row = self._locate(CAPTION, caption_keys)
+            self._refuse_global(CAPTION, seg)
             total = 0
             for s in np.unique(seg):
                 off = self._offsets(int(s))
@@ -285,7 +304,7 @@ class FeatureStore(FeatureReads, RecordFiles):
             with self._damage():
                 parts, self._token_rows = [], {}
                 for i, seg in enumerate(self.segments):
-                    if seg.kind == CAPTION:
+                    if seg.kind == CAPTION and seg.features == "all":
                         t = self.read_array(seg, "token_keys")
                         known = ~(t == 0).all(1)
                         self._token_rows[i] = np.flatnonzero(known)
@@ -312,21 +331,24 @@ class FeatureStore(FeatureReads, RecordFiles):
             return None
         kb = keys_to_bytes(keys)
         data = {"keys": kb, **arrays}
-        if kind == CAPTION and "token_keys" not in data:
+        features = "global" if set(data) == set(GLOBAL_ARRAYS[kind]) else "all"
+        if kind == CAPTION and "token_keys" not in data and features == "all":
             data["token_keys"] = np.zeros_like(kb)  # unknown token ids: no tie sharing
-        if set(data) != set(ARRAYS[kind]):
-            raise ValueError(f"a {kind} segment holds {ARRAYS[kind]}, got {sorted(data)}")
+        if set(data) != set(ARRAYS[kind]) and features == "all":
+            raise ValueError(f"a {kind} segment holds {ARRAYS[kind]} (or {GLOBAL_ARRAYS[kind]}), got {sorted(data)}")
         data = {k: np.ascontiguousarray(v) for k, v in data.items()}
         crc = {k: crc32(v) for k, v in data.items()}
-        name = f"{kind}-{hashlib.sha256(kb.tobytes()).hexdigest()[:24]}{self.backend.suffix}"
+        g = "g-" if features == "global" else ""
+        name = f"{kind}-{g}{hashlib.sha256(kb.tobytes()).hexdigest()[:24]}{self.backend.suffix}"
         final = os.path.join(self.segment_dir, name)
         tmp = os.path.join(self.writer_dir(), name)
-        self.backend.write(tmp, data, {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION, "crc32": crc})
+        attrs = {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION, "crc32": crc}
+        self.backend.write(tmp, data, attrs | ({"features": "global"} if g else {}))
         if not _commit(tmp, final):
             self.backend.remove(tmp)  # another writer committed the same keys; its segment stands
         fsync_dir(self.segment_dir)
         self._record_commit(name, kind, len(keys))
-        return Segment(kind, name, final, len(keys), crc)
+        return Segment(kind, name, final, len(keys), crc, features)
 
     # -- inspection --------------------------------------------------------------------
     def size_on_disk(self) -> int:
@@ -339,7 +361,7 @@ class FeatureStore(FeatureReads, RecordFiles):
     def info(self) -> dict:
         n_tok = 0
         for s in self.segments:
-            if s.kind == CAPTION:
+            if s.kind == CAPTION and s.features == "all":
                 n_tok += self.backend.shape(s.path, "tokens")[0][0]
         return {
             "root": self.root,
@@ -355,6 +377,7 @@ class FeatureStore(FeatureReads, RecordFiles):
             "images": self.count(IMAGE),
             "captions": self.count(CAPTION),
             "caption_tokens": n_tok,
+            "global_only": {k: self.global_only(kind) for k, kind in (("images", IMAGE), ("captions", CAPTION))},
             "segments": len(self.segments),
             "duplicate_rows": self.duplicates(IMAGE) + self.duplicates(CAPTION),
             "bytes_on_disk": self.size_on_disk(),

@@ -85,11 +85,13 @@ def verify_store(root: str) -> Report:
                 store.read_record(folder, name, RECORD_COLUMNS[folder])
             except SegmentDamaged as e:
                 rep.problems.append((path, f"{folder}/{name}: {e.reason}"))
+    rep.problems += [(None, msg) for msg in _global_mismatches(store)]
     dup = store.duplicates(IMAGE) + store.duplicates(CAPTION)
     if dup:
         rep.notes.append(
-            f"{dup} rows repeat a key held by an earlier segment (two writers at once; legal: the first "
-            f"segment in name order is read). `flowclip store compact {root}` removes them"
+            f"{dup} rows repeat a key held by an earlier segment (two writers at once, or global-only rows a "
+            f"full extract has since covered; legal: a key's full row is read, else its first in name order). "
+            f"`flowclip store compact {root}` removes them"
         )
     temps = [n for n in os.listdir(store.segment_dir) if n.startswith(".tmp-")]
     states = [WriterDir.status(os.path.join(store.segment_dir, n)) for n in temps]
@@ -111,6 +113,28 @@ def store_problems(root: str) -> list[str]:
     return [msg for _, msg in verify_store(root).problems]
 
 
+def _global_mismatches(store: FeatureStore) -> list[str]:
+    """A key held both with every feature and with its global one alone must hold the same
+    global bits in both (a feature is a function of its input alone)."""
+    out = []
+    for i, seg in enumerate(store.segments):
+        if seg.features != "global":
+            continue
+        keys = [bytes(r).hex() for r in store._segment_keys[i]]
+        full = store.has(seg.kind, keys)
+        if not full.any():
+            continue
+        try:
+            here = store.read_array(seg, "global")[full]
+            there = store.load_global(seg.kind, [k for k, f in zip(keys, full) if f])
+        except (SegmentDamaged, StoreError):
+            continue  # reported as the segment's own damage
+        differ = int((here.view(np.uint16) != there.view(np.uint16)).any(1).sum())
+        if differ:
+            out.append(f"{seg.name}: {differ} rows' global features differ from the same keys' full rows")
+    return out
+
+
 def _record_names(root: str, folder: str) -> list[str]:
     d = os.path.join(root, folder)
     return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
@@ -119,7 +143,7 @@ def _record_names(root: str, folder: str) -> list[str]:
 def _check_segment(store: FeatureStore, seg, d: int, P: int) -> list[str]:
     out = []
     try:
-        a = {name: store.read_array(seg, name) for name in ARRAYS[seg.kind]}
+        a = {name: store.read_array(seg, name) for name in seg.arrays()}
     except SegmentDamaged as e:
         return [e.reason]
     n = seg.rows
@@ -127,7 +151,9 @@ def _check_segment(store: FeatureStore, seg, d: int, P: int) -> list[str]:
         "keys": ((n, KEY_BYTES), np.uint8),
         "global": ((n, d), np.float16),
     }
-    if seg.kind == IMAGE:
+    if seg.features == "global":
+        pass
+    elif seg.kind == IMAGE:
         expect["patches"] = ((n, P, d), np.float16)
     else:
         off = a["offsets"]
@@ -209,7 +235,9 @@ def compact(root: str, log=print) -> int:
 
 def _rows(store: FeatureStore, seg, keep: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays of a segment restricted to the rows in keep (keys excluded)."""
-    a = {n: store.read_array(seg, n) for n in ARRAYS[seg.kind] if n != "keys"}
+    a = {n: store.read_array(seg, n) for n in seg.arrays() if n != "keys"}
+    if seg.features == "global":
+        return {"global": a["global"][keep]}
     if seg.kind == IMAGE:
         return {"global": a["global"][keep], "patches": a["patches"][keep]}
     from .reading import _ranges
@@ -254,7 +282,7 @@ def upgrade(root: str, log=print) -> int:
                 backend.remove(path) if name.endswith(backend.suffix) else shutil.rmtree(path, ignore_errors=True)
                 continue
             m = SEGMENT_NAME.match(name)
-            if not m or m.group(3) != backend.suffix:
+            if not m or m["suffix"] != backend.suffix or m["g"]:  # format 1 had no global-only segments
                 continue
             if "crc32" in backend.attrs(path):
                 continue
@@ -279,10 +307,10 @@ def upgrade(root: str, log=print) -> int:
 def _upgrade_segment(backend, path: str, name: str, m, work: str, seg_dir: str) -> None:
     """One format-1 segment rewritten with its arrays' CRC-32s (a caption segment gains
     unknown token keys), renamed into place."""
-    kind = m.group(1)
+    kind = m["kind"]
     names = ARRAYS[kind] if kind == IMAGE else [n for n in ARRAYS[kind] if n != "token_keys"]
     a = {n: np.ascontiguousarray(backend.read_legacy(path, n)) for n in names}
-    if hashlib.sha256(a["keys"].tobytes()).hexdigest()[:24] != m.group(2):
+    if hashlib.sha256(a["keys"].tobytes()).hexdigest()[:24] != m["hash"]:
         raise StoreError(f"{path}: its keys do not hash to its name; move it aside and re-extract")
     if kind == CAPTION:
         a["token_keys"] = np.zeros_like(a["keys"])

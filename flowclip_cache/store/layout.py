@@ -21,11 +21,27 @@ ARRAYS = {
     IMAGE: ("keys", "global", "patches"),
     CAPTION: ("keys", "token_keys", "global", "tokens", "offsets", "truncated"),
 }
-SEGMENT_NAME = re.compile(r"^(img|cap)-([0-9a-f]{24})(\.zarr|\.h5)$")
+# a segment holding global features only (extract --features global) is named KIND-g-HASH:
+# the same keys may also be held, with every array, by KIND-HASH
+GLOBAL_ARRAYS = {IMAGE: ("keys", "global"), CAPTION: ("keys", "global")}
+SEGMENT_NAME = re.compile(r"^(?P<kind>img|cap)-(?P<g>g-)?(?P<hash>[0-9a-f]{24})(?P<suffix>\.zarr|\.h5)$")
 RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
 RECORD_FOLDERS = ("paths", "hashes", "failures")
 COMMITS = "commits"  # commits/<segment>.json: the segment was committed; its absence is damage
 READ_THREADS = min(4, os.cpu_count() or 1)  # segments read (and checksummed) at once
+
+
+class GlobalOnly(StoreError):
+    """Rows stored with their global features alone, asked for patches or tokens."""
+
+    def __init__(self, root: str, kind: str, n: int):
+        what = "images" if kind == IMAGE else "captions"
+        part = "patch" if kind == IMAGE else "token"
+        super().__init__(
+            f"{root}: {n} {what} have only global features (extracted with --features global), and a scorer or "
+            f"head here needs their {part} features: add them with `flowclip extract --store {root} --features all` "
+            "and the same manifests (it encodes those rows again; what is stored stays)"
+        )
 
 
 class MissingFeatures(StoreError):
@@ -42,6 +58,10 @@ class Segment:
     path: str
     rows: int
     crc: dict  # array name -> CRC-32 of its bytes, recorded at commit
+    features: str = "all"  # "global": keys and global features only (GLOBAL_ARRAYS)
+
+    def arrays(self) -> tuple[str, ...]:
+        return (GLOBAL_ARRAYS if self.features == "global" else ARRAYS)[self.kind]
 
 
 @dataclass

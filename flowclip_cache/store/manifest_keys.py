@@ -54,10 +54,10 @@ def require_features(
     """Raise, naming how many rows lack features, a few of them, and the fix."""
     refs = list(manifest.image_refs())
     known = [k for k in img_keys if k is not None]
-    have = dict(zip(known, store.has(IMAGE, known))) if known else {}
+    have = dict(zip(known, store.has(IMAGE, known, full=False))) if known else {}
     bad_img = [(r, k) for r, k in zip(refs, img_keys) if k is None or not have.get(k, False)]
     ckeys = [caption_key(t) for t in caption_texts]
-    chave = store.has(CAPTION, ckeys) if ckeys else np.zeros(0, bool)
+    chave = store.has(CAPTION, ckeys, full=False) if ckeys else np.zeros(0, bool)
     bad_cap = [t for t, h in zip(caption_texts, chave) if not h]
     if not bad_img and not bad_cap:
         return
@@ -143,14 +143,19 @@ def drop_failed_rows(
         return manifest, []
     keys = image_keys(store, manifest, image_root)
     known = [k for k in keys if k is not None]
-    have = dict(zip(known, store.has(IMAGE, known))) if known else {}
+    have = dict(zip(known, store.has(IMAGE, known, full=False))) if known else {}
     why: dict[int, str] = {}
     for ref, k in zip(manifest.image_refs(), keys):
         if (k is None or not have.get(k, False)) and (ref.path in img_fail or k in img_fail):
             why[ref.row] = f"image {ref.path!r}: {img_fail.get(ref.path) or img_fail.get(k or '')}"
     texts = [c for c in manifest.caption_refs() if c.row >= 0 and c.text in cap_fail]
     stored = (
-        dict(zip((caption_key(c.text) for c in texts), store.has(CAPTION, [caption_key(c.text) for c in texts])))
+        dict(
+            zip(
+                (caption_key(c.text) for c in texts),
+                store.has(CAPTION, [caption_key(c.text) for c in texts], full=False),
+            )
+        )
         if texts
         else {}
     )

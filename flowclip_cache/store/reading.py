@@ -12,7 +12,17 @@ import numpy as np
 
 from ..errors import SegmentDamaged, StoreDamaged
 from ..hashing import bytes_to_keys, hex_to_fixed
-from .layout import CAPTION, IMAGE, READ_THREADS, CaptionFeatures, ImageFeatures, KeyIndex, MissingFeatures, Segment
+from .layout import (
+    CAPTION,
+    IMAGE,
+    READ_THREADS,
+    CaptionFeatures,
+    GlobalOnly,
+    ImageFeatures,
+    KeyIndex,
+    MissingFeatures,
+    Segment,
+)
 
 
 class FeatureReads:
@@ -40,6 +50,21 @@ class FeatureReads:
         if (pos < 0).any():
             raise MissingFeatures(kind, [k for k, p in zip(keys, pos) if p < 0])
         return idx.seg[pos], idx.row[pos]
+
+    def _refuse_global(self, kind: str, seg: np.ndarray) -> None:
+        """GlobalOnly when any of these rows (their segments, one per row) has global features alone."""
+        glob = np.array([s.features == "global" for s in self.segments], bool)
+        n = int(glob[seg].sum()) if len(seg) else 0
+        if n:
+            raise GlobalOnly(self.root, kind, n)
+
+    def load_global(self, kind: str, keys: list[str]) -> np.ndarray:
+        """The global features [n, d] (FP16) of these keys, in the order asked, from full
+        or global-only rows alike (a key's bits are the same in both)."""
+        g = np.empty((len(keys), self.meta["dim"]), np.float16)
+        with self._damage():
+            self._run([lambda s=s, p=p, r=r: self._fill(s, "global", p, r, g) for s, p, r in self._groups(kind, keys)])
+        return g
 
     def keys(self, kind: str) -> list[str]:
         """Every key of a kind once, in storage order (segment by segment): loading these
@@ -87,9 +112,11 @@ class FeatureReads:
         d, P = self.meta["dim"], self.meta["num_patches"]
         g = np.empty((len(keys), d), np.float16)
         p = np.empty((len(keys), P, d), np.float16)
+        groups = self._groups(IMAGE, keys)
+        self._refuse_global(IMAGE, np.array([s for s, pos, _ in groups for _ in pos], np.int64))
         with self._damage():
             jobs = []
-            for s, pos, rows in self._groups(IMAGE, keys):
+            for s, pos, rows in groups:
                 jobs += [
                     lambda s=s, pos=pos, rows=rows: self._fill(s, "global", pos, rows, g),
                     lambda s=s, pos=pos, rows=rows: self._fill(s, "patches", pos, rows, p),
@@ -105,6 +132,7 @@ class FeatureReads:
     def _load_captions(self, keys: list[str]) -> CaptionFeatures:
         d = self.meta["dim"]
         groups = self._groups(CAPTION, keys)
+        self._refuse_global(CAPTION, np.array([s for s, pos, _ in groups for _ in pos], np.int64))
         offs = self._run([lambda s=s: self._offsets(s) for s, _, _ in groups])
         lengths = np.empty(len(keys), np.int64)
         for (s, pos, rows), off in zip(groups, offs):

@@ -2,7 +2,8 @@
 
 Each encoder (an open_clip model and tag, a checkpoint file, an `hf-hub:` repository, any
 family flowclip has) gets its store, CACHE/<name>, extracted from the suite's manifests
-and the recognition benchmarks (resumable: extract skips what is stored); every benchmark
+and the recognition benchmarks, global features alone by default (`features:`; resumable:
+extract skips what is stored); every benchmark
 is scored with the CLIP scorer into OUT/scores/<name>/. Then one model x benchmark table:
 the suite's columns and mean (scoring/suites.py) and the mean zero-shot top-1 of the
 recognition benchmarks, as Markdown and CSV, and the figure vl_compo draws
@@ -40,6 +41,7 @@ class EncodersSuiteConfig:
     eval: dict[str, list[str]] = field(default_factory=dict)  # image root -> manifests (files or folders)
     recognition: list[str] = field(default_factory=lambda: ["cifar10", "cifar100", "imagenetv2"])
     cache: str = "cache/encoders-suite"  # CACHE/<encoder>: never inside the study folder
+    features: str = "global"  # what each store holds: the CLIP scorer reads global features alone ("all": every one)
     standins: dict[str, int] | None = None  # {seed, train_scenes, eval_scenes}: the synthetic stand-ins
     published: str | None = None  # vl_compo's results.csv (its headline columns)
     published_individual: str | None = None  # vl_compo's individual_results.csv (sub-metrics)
@@ -59,6 +61,8 @@ class EncodersSuiteConfig:
             if unknown or "model" not in enc:
                 raise FlowclipError(f"encoders.{name}: give model (and {sorted(SUITE_KEYS - {'model'})}); "
                                     f"unknown keys {unknown}")  # fmt: skip
+        if self.features not in ("global", "all"):
+            raise FlowclipError(f"features: global or all, got {self.features!r}")
         if (self.standins is None) == (not self.eval):
             raise FlowclipError("encoders-suite: give eval={image root: [manifests]}, or standins={...}, not both")
 
@@ -147,7 +151,7 @@ def score_encoder(cfg, name: str, found: dict[str, list[str]], log, progress: bo
     store = FeatureStore.open_or_create(os.path.join(cfg.cache, name), enc.config)
     for root, manifests in found.items():
         run_extract(store, enc, manifests, root, device=device, batch_size=cfg.batch_size, workers=cfg.workers,
-                    progress=progress, log=lambda m: log(f"  {m}"))  # fmt: skip
+                    features=cfg.features, progress=progress, log=lambda m: log(f"  {m}"))  # fmt: skip
     store.refresh()
     run_score(store, [m for ms in found.values() for m in ms], ["clip"], out, device=device, bootstrap_draws=0,
               figures=cfg.figures, progress=progress, log=lambda m: log(f"  {m}"))  # fmt: skip
