@@ -27,6 +27,7 @@ SMALL = {
     "bench_extract_parts.py": ["--model", "flowclip-tiny-vit", "--images", "8", "--batch", "16", "--reps", "1"],
     "bench_families.py": ["--images", "2", "--batch-size", "2", "--repeats", "1", "--families", "clip"],
     "bench_fixed_shapes.py": ["--model", "flowclip-tiny-vit", "--images", "4", "--captions", "8", "--reps", "1"],
+    "bench_global_features.py": ["--model", "flowclip-tiny-vit", "--images", "8", "--reps", "1"],
     "bench_grid.py": ["--scenes", "60", "--epochs", "1", "--reps", "1"],
     "bench_heads.py": ["--images", "8", "--captions", "16", "--reps", "1"],
     "bench_models_listing.py": ["--reps", "1"],

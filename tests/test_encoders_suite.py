@@ -55,7 +55,10 @@ def test_one_table_of_every_encoder_from_their_scores(three):
         assert float(row["paper mean"]) == pytest.approx(sum(cols) / 11, abs=0.006)
         top1 = [100 * res[b]["top1"] for b in ("cifar10", "cifar100")]
         assert float(row["zero-shot top-1"]) == pytest.approx(sum(top1) / 2, abs=0.006)
-        assert (root / "cache" / name / "store.json").exists()  # each encoder's store, outside the study
+        from flowclip_cache.store import FeatureStore
+
+        st = FeatureStore(str(root / "cache" / name))  # each encoder's store, outside the study: global features alone
+        assert st.segments and all(s.features == "global" for s in st.segments)
     assert len({json.load(open(root / "cache" / n / "store.json"))["fingerprint"] for n in rows}) == 3
     assert (study / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "**Stand-ins**" in (study / "summary.md").read_text()
