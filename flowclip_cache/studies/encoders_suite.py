@@ -48,7 +48,7 @@ class EncodersSuiteConfig:
     device: str = "auto"
     batch_size: int = 64
     workers: int = 2
-    figures: bool = True
+    figures: bool = True  # each encoder's scores' PNGs (margins, CREPE curves); summary.png is always drawn
 
     def __post_init__(self):
         from ..scoring.suites import members
@@ -228,13 +228,12 @@ def write_summary(cfg, absent: dict[str, str], log) -> dict:
     summary = {"suite": cfg.suite, "absent": absent, "rows": {n: {k: v for k, v in r.items() if k != "results"}
                                                              for n, r in rows.items()}}  # fmt: skip
     write_text(os.path.join(cfg.out, "summary.json"), json.dumps(summary, indent=1) + "\n")
-    if cfg.figures:
-        scatter(cfg, rows)
+    scatter(cfg, rows)  # the study's own figure, always (figures: the scores' PNGs)
     if cfg.published or cfg.published_individual:
         from .vl_compo import write_comparison
 
         write_comparison(cfg, rows)  # OUT/published.md, published.csv
-    log(f"wrote {cfg.out}/summary.md, summary.csv" + (", summary.png" if cfg.figures else ""))
+    log(f"wrote {cfg.out}/summary.md, summary.csv, summary.png")
     return summary
 
 
