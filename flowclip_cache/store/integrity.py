@@ -199,9 +199,10 @@ def quarantine(root: str, report: Report, log=print) -> str | None:
 
 def compact(root: str, log=print) -> int:
     """Rewrite segments so that each key is held once, keeping the vector every reader
-    reads today (its first segment in name order). Segments are processed from last to
-    first name, so at every moment each key still resolves to the same vector: a
-    reader running meanwhile sees no change. Refused while a writer is live."""
+    reads today (its first segment in index order: full segments by name, then
+    global-only ones). Segments are processed from last to first, so at every moment each
+    key still resolves to the same vector: a reader running meanwhile sees no change.
+    Refused while a writer is live."""
     store = FeatureStore(root)
     live = WriterDir.live(store.segment_dir)
     if live:
