@@ -174,3 +174,16 @@ def test_the_docs_real_data_config_is_a_valid_study():
     cfg = build(CONFIG, yaml.safe_load(block), "docs/encoders-suite.md")
     assert cfg.suite == "vl-compo" and cfg.standins is None and len(cfg.encoders) == 5
     assert cfg.encoders["dac_llm"]["published_as"] == "DAC-LLM|cc3m-ft"
+
+
+def test_a_member_scored_nan_is_missing_not_averaged():
+    """An official rule with nothing to aggregate scores NaN (ARO with no group large
+    enough): the suite counts the member missing, and its mean is that of the others."""
+    from flowclip_cache.scoring.suites import PAPER, suite_table
+
+    res = {b: {"score": 0.5, "named_groups": {"Swap-A": 0.5, "Swap-O": 0.5}} for _, b, _ in PAPER}
+    res["aro-vg-attribution"] = {"score": float("nan"), "groups_used": 0}
+    res["abc6k"] = {"score": 0.8}
+    row = suite_table("paper", {"real|clip": res}, {})["real|clip"]
+    assert row["VG-A"]["value"] is None and row["VG-A"]["missing"] == ["aro-vg-attribution"]
+    assert row["mean"]["missing"] == ["VG-A"] and row["mean"]["value"] == pytest.approx((9 * 0.5 + 0.8) / 10)

@@ -96,10 +96,12 @@ def select(
 
 
 def figure(result: dict, path: str) -> float | None:
+    """The figure at `path`, or None: absent, or not a finite number (an official rule with
+    nothing to aggregate scores NaN; a suite counts it missing rather than averaging it)."""
     v: object = result
     for part in path.split("/"):
         v = v.get(part) if isinstance(v, dict) else None
-    return v if isinstance(v, float) else None
+    return v if isinstance(v, float) and np.isfinite(v) else None
 
 
 def suite_table(name: str, results: dict, absent: dict[str, str]) -> dict:
