@@ -15,8 +15,8 @@ from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
 
 WORLD = "standins={seed: 0, train_scenes: 20, eval_scenes: 40}"
-# the three families' test: CIFAR-10's 12 images for recognition, no per-score PNGs (time)
-SMALL = ("standins={seed: 0, train_scenes: 20, eval_scenes: 40}", "recognition=[cifar10]", "figures=false")
+# the three families' test: 30 scenes, CIFAR-10's 12 images for recognition, no per-score PNGs (CI time)
+SMALL = ("standins={seed: 0, train_scenes: 10, eval_scenes: 30}", "recognition=[cifar10]", "figures=false")
 
 
 def _run(tmp_path, *extra):
