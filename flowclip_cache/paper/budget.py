@@ -28,20 +28,28 @@ def _catalogue() -> dict:
     return load_catalogue()
 
 
+@functools.lru_cache(maxsize=256)
+def _counted(path: str, mtime_ns: int, size: int) -> tuple[int, int, int, str]:
+    """A manifest's counts, read once per version of the file (the dry run asks for each
+    source's counts from many steps)."""
+    from ..manifest import Manifest
+
+    m = Manifest.read(path)
+    texts: set[str] = set()
+    for col in m.spec.text_columns:
+        for v in m.table.column(col).to_pylist():
+            texts.update(v if isinstance(v, list) else [v])
+    train = sum(1 for s in m.table.column("split").to_pylist() if s == "train") if m.kind == "training" else 0
+    return len({p for ps in m.row_images() for p in ps}), len(texts), train, "counted"
+
+
 def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
     """(images, captions, training records, where from) of a manifest: counted from its file
     when it exists, else estimated from the catalogue / the paper; None when unknown."""
-    from ..manifest import Manifest
-
     path = manifest_path(cfg, name)
     if os.path.exists(path):
-        m = Manifest.read(path)
-        texts: set[str] = set()
-        for col in m.spec.text_columns:
-            for v in m.table.column(col).to_pylist():
-                texts.update(v if isinstance(v, list) else [v])
-        train = sum(1 for s in m.table.column("split").to_pylist() if s == "train") if m.kind == "training" else 0
-        return len({p for ps in m.row_images() for p in ps}), len(texts), train, "counted"
+        st = os.stat(path)
+        return _counted(path, st.st_mtime_ns, st.st_size)
     if cfg.standins is not None:
         return None  # a stand-in's size is the world's: known once built
     if name in TRAINING_SOURCES:

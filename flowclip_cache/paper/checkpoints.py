@@ -110,9 +110,8 @@ def loadable(cfg, name: str, path: str, enc: dict) -> tuple[str, list[str], list
     if release(name).form == "open_clip":
         return path, [], []
     out = merged_path(cfg, name)
-    cmd = f"flowclip checkpoint merge-lora {q(path)} --model {q(enc['model'])} --built-as openai --out {q(out)}"
-    if cfg.standins is not None:  # the stand-in's base is the stand-in encoder, built from its own weights
-        cmd = cmd.replace("--built-as openai", "--built-as none")
+    base = "openai" if cfg.standins is None else "none"  # a stand-in's base is the stand-in encoder's own
+    cmd = f"flowclip checkpoint merge-lora {q(path)} --model {q(enc['model'])} --built-as {base} --out {q(out)}"
     return out, [cmd], [out]
 
 
