@@ -156,7 +156,7 @@ def test_a_suite_mean_lacking_members_is_marked(tmp_path):
     assert "- winoground: absent (no synthetic stand-in" in md and "- \\*: the mean of the columns present" in md
     row = next(csv.DictReader(open(tmp_path / "study" / "summary.csv")))
     assert "winoground" in row["mean lacks columns"].split(";") and row["winoground"] == ""
-    other = ("encoder", "model", "pretrained", "field mean", "zero-shot top-1", "mean lacks columns")
+    other = ("encoder", "model", "pretrained", "field mean", "zero-shot top-1", "mean lacks columns", "partial members")
     present = [float(row[c]) for c in row if c not in other and row[c]]
     assert float(row["field mean"]) == pytest.approx(sum(present) / len(present), abs=0.01)
 
@@ -187,3 +187,26 @@ def test_a_member_scored_nan_is_missing_not_averaged():
     row = suite_table("paper", {"real|clip": res}, {})["real|clip"]
     assert row["VG-A"]["value"] is None and row["VG-A"]["missing"] == ["aro-vg-attribution"]
     assert row["mean"]["missing"] == ["VG-A"] and row["mean"]["value"] == pytest.approx((9 * 0.5 + 0.8) / 10)
+
+
+def test_a_figure_resting_on_part_of_its_records_is_marked(tmp_path):
+    """A member whose result says `partial` (records it could not score) marks its cell and
+    the suite mean with †, and the CSV names it."""
+    from flowclip_cache.config import build, find_config, load_yaml
+    from flowclip_cache.scoring.suites import PAPER
+    from flowclip_cache.studies.encoders_suite import CONFIG, write_summary
+
+    data = load_yaml(find_config("encoders-suite")) | {"out": str(tmp_path), "recognition": ["cifar10"]}
+    data["encoders"] = {"a": {"model": TINY}}
+    cfg = build(CONFIG, data, "test")
+    res = {b: {"score": 0.5, "named_groups": {"Swap-A": 0.5, "Swap-O": 0.5}} for _, b, _ in PAPER}
+    res["abc6k"]["partial"] = {"records": 3}
+    res["cifar10"] = {"top1": 0.25}
+    os.makedirs(tmp_path / "scores" / "a")
+    (tmp_path / "scores" / "a" / "results.json").write_text(json.dumps({"results": {"real|clip": res}}))
+    write_summary(cfg, {}, log=lambda *a: None)
+    md = (tmp_path / "summary.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| a |")).split(" | ")
+    assert row[9] == "50.00†" and row[4] == "50.00" and row[-2] == "50.00†"  # ABC, VG-A, the mean
+    assert "- †: resting on part of a benchmark's records" in md
+    assert next(csv.DictReader(open(tmp_path / "summary.csv")))["partial members"] == "abc6k"

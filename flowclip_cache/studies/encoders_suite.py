@@ -206,25 +206,32 @@ def write_summary(cfg, absent: dict[str, str], log) -> dict:
     rows = suite_rows(cfg, absent)
     columns = list(dict.fromkeys(c for c, _, _ in members(cfg.suite)))
     header = ["encoder", "model", "pretrained", *columns, f"{cfg.suite} mean", "zero-shot top-1"]
-    body, partial = [], []  # partial: the encoders whose suite mean lacks a column
+    body, lacking, marked = [], [], []  # lacking: the encoders whose suite mean lacks a column
     for name, r in rows.items():
-        enc, mean = cfg.encoders[name], r["suite"]["mean"]
-        cells = [_pct(r["suite"][c]["value"]) for c in columns] + [_pct(mean["value"]), _pct(r["recognition"])]
+        enc, su = cfg.encoders[name], r["suite"]
+        cells = [_pct(su[c]["value"]) for c in columns] + [_pct(su["mean"]["value"]), _pct(r["recognition"])]
         body.append([name, enc["model"], enc.get("pretrained", "none"), *cells])
-        if mean["missing"] and mean["value"] is not None:
-            partial.append(name)
-    marked = [[*b[:-2], b[-2] + "*" * (b[0] in partial), b[-1]] for b in body]
+        if su["mean"]["missing"] and su["mean"]["value"] is not None:
+            lacking.append(name)
+        # a figure resting on part of a benchmark's records is marked † (scoring/suites.py: "partial")
+        marks = [("†" if su[c]["partial"] else "") for c in columns] + ["*" * (name in lacking), ""]
+        marks[-2] += "†" if su["mean"]["partial"] else ""
+        marked.append([*body[-1][:3], *[v + m if v else v for v, m in zip(cells, marks)]])
     md = [f"# Encoders on the {cfg.suite} suite (frozen, CLIP scorer, real images, %)", ""]
     if cfg.standins is not None:
         md += ["**Stand-ins**: every benchmark is the synthetic world under its name (datasets/paper_standin.py): "
                "the numbers show the pipeline, not the benchmarks.", ""]  # fmt: skip
     md += table(header, marked) + [""]
     md += [f"- {b}: absent ({why})" for b, why in absent.items()]
-    md += ["- \\*: the mean of the columns present, not of the whole suite"] * bool(partial)
+    md += ["- \\*: the mean of the columns present, not of the whole suite"] * bool(lacking)
+    md += ["- †: resting on part of a benchmark's records (its results say which)"] * any(
+        r["suite"]["mean"]["partial"] for r in rows.values()
+    )
     md += [f"- zero-shot top-1: the mean over {', '.join(cfg.recognition)} (empty where one is absent)"]
     write_text(os.path.join(cfg.out, "summary.md"), "\n".join(md) + "\n")
-    write_csv(os.path.join(cfg.out, "summary.csv"), [header + ["mean lacks columns"]] + [
-        [*b, ";".join(rows[b[0]]["suite"]["mean"]["missing"])] for b in body])  # fmt: skip
+    write_csv(os.path.join(cfg.out, "summary.csv"), [header + ["mean lacks columns", "partial members"]] + [
+        [*b, ";".join(rows[b[0]]["suite"]["mean"]["missing"]), ";".join(rows[b[0]]["suite"]["mean"]["partial"])]
+        for b in body])  # fmt: skip
     summary = {"suite": cfg.suite, "absent": absent, "rows": {n: {k: v for k, v in r.items() if k != "results"}
                                                              for n, r in rows.items()}}  # fmt: skip
     write_text(os.path.join(cfg.out, "summary.json"), json.dumps(summary, indent=1) + "\n")
