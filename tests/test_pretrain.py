@@ -63,3 +63,67 @@ def test_pretraining_never_writes_into_a_folder_it_did_not_make(tmp_path):
     with pytest.raises(FlowclipError, match="not a folder flowclip wrote"):
         pretrain(str(tmp_path / "mine"), PretrainConfig.from_dict(dict(SMALL)), log=lambda *_: None, progress=False)
     assert (tmp_path / "mine" / "config.json").read_text() == "my own config"
+
+
+def _filip_by_loops(P, T, mask):
+    """MindFormers' FilipLogit, one image-text pair at a time: padded tokens are zero rows
+    (they take part in the image->text maximum), the text->image sum is over valid tokens."""
+    P = P / P.norm(dim=-1, keepdim=True)
+    T = T / T.norm(dim=-1, keepdim=True) * mask[..., None]
+    s_it, s_ti = torch.zeros(len(P), len(T)), torch.zeros(len(T), len(P))
+    for i in range(len(P)):
+        for t in range(len(T)):
+            s_it[i, t] = sum(max(float(p @ q) for q in T[t]) for p in P[i]) / P.shape[1]
+            s_ti[t, i] = sum(max(float(q @ p) for p in P[i]) for q, m in zip(T[t], mask[t]) if m) / int(mask[t].sum())
+    return s_it, s_ti
+
+
+def test_filip_similarities_equal_the_released_formula_computed_pair_by_pair():
+    from flowclip_cache.training.filip_loss import filip_similarities
+
+    g = torch.Generator().manual_seed(0)
+    P, T = torch.randn(3, 5, 4, generator=g), torch.randn(4, 6, 4, generator=g)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]).bool()
+    s_it, s_ti = filip_similarities(P, T, mask)
+    e_it, e_ti = _filip_by_loops(P, T, mask)
+    assert torch.allclose(s_it, e_it, atol=1e-6) and torch.allclose(s_ti, e_ti, atol=1e-6)
+
+
+def test_filip_loss_is_smoothed_cross_entropy_and_prefers_tokens_on_their_own_patches():
+    from flowclip_cache.training.filip_loss import FilipLoss, smoothed_cross_entropy
+
+    logits, eye = torch.randn(5, 5, generator=torch.Generator().manual_seed(1)), torch.eye(5, dtype=torch.bool)
+    expected = torch.nn.functional.cross_entropy(logits, torch.arange(5), label_smoothing=0.1)
+    assert torch.allclose(smoothed_cross_entropy(logits, eye, 0.1), expected)
+    # each caption's tokens are its own image's patches: matched captions score lower loss than shuffled
+    P = torch.nn.functional.normalize(torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(2)), dim=-1)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    loss = FilipLoss()
+    same = torch.eye(4, dtype=torch.bool)
+    assert loss(P, P[:, :3], mask, same) < loss(P, P[[1, 2, 3, 0], :3], mask, same) - 1.0
+
+
+def test_the_filip_recipe_trains_the_term_resumes_bit_identically_and_records_its_curve(tmp_path, monkeypatch):
+    from flowclip_cache.training import pretrain as pretrain_module
+
+    filip = dict(token_loss="filip", probe_scenes=0)
+    straight = _run(tmp_path, "a", **filip)
+    real_save = pretrain_module._save_state
+
+    def save_then_die(*args):
+        real_save(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretrain_module, "_save_state", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "b", **filip)
+    monkeypatch.setattr(pretrain_module, "_save_state", real_save)
+    resumed = _run(tmp_path, "b", **filip)
+    wa, wb = load_file(straight), load_file(resumed)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)  # the logit scales and their moments resumed too
+    plain = load_file(_run(tmp_path, "c", probe_scenes=0))
+    assert wa.keys() == plain.keys()  # the term's own parameters are not exported
+    assert not torch.equal(wa["visual.proj"], plain["visual.proj"])  # the term changed the training
+    card = json.load(open(straight.replace(".safetensors", ".json")))
+    assert [s for s, _ in card["token_loss_curve"]] == [2, 4] and [s for s, _ in card["loss_curve"]] == [2, 4]
+    assert all(v > 0 for _, v in card["token_loss_curve"])

@@ -30,6 +30,7 @@ from ..extraction.families.openai_clip import OpenAIClip
 from ..progress import bar as progress_bar
 from ..synthetic.world import COLOURS, SHAPES, describe, render, sample_scene
 from . import checkpoint
+from .filip_loss import TOKEN_LOSSES
 
 
 @dataclass
@@ -46,6 +47,9 @@ class PretrainConfig:
     checkpoint_every: int = field(default=250, metadata={"min": 1})
     image_size: int = field(default=64, metadata={"min": 1})
     probe_scenes: int = field(default=0, metadata={"min": 0})  # held-out scenes probed for grounding
+    # a token-patch term added to the global InfoNCE (training/filip_loss.py); "none": the global loss alone
+    token_loss: str = field(default="none", metadata={"choices": tuple(TOKEN_LOSSES)})
+    token_loss_weight: float = field(default=1.0, metadata={"min": 0.0})
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
@@ -115,14 +119,24 @@ def grounding_probe(clip: OpenAIClip, probe, mean, std) -> dict:
     )
 
 
-def _save_state(out: str, model, opt, state: dict) -> None:
-    checkpoint.save(out, model.state_dict(), checkpoint.optimizer_tensors(list(model.parameters()), opt), state)
+def _trained(model, token_loss) -> list:
+    return list(model.parameters()) + (list(token_loss.parameters()) if token_loss is not None else [])
 
 
-def _load_state(out: str, model, opt) -> dict:
+def _save_state(out: str, model, token_loss, opt, state: dict) -> None:
+    # the token loss's own parameters (FILIP's logit scales) travel beside the CLIP's, never exported
+    extra = {f"token_loss.{k}": v for k, v in token_loss.state_dict().items()} if token_loss is not None else {}
+    opt_tensors = checkpoint.optimizer_tensors(_trained(model, token_loss), opt)
+    checkpoint.save(out, model.state_dict() | extra, opt_tensors, state)
+
+
+def _load_state(out: str, model, token_loss, opt) -> dict:
     weights, moments, state = checkpoint.load(out)
+    extra = {k.split(".", 1)[1]: weights.pop(k) for k in [k for k in weights if k.startswith("token_loss.")]}
     model.load_state_dict(weights)
-    checkpoint.load_optimizer(list(model.parameters()), opt, moments)
+    if token_loss is not None:
+        token_loss.load_state_dict(extra)
+    checkpoint.load_optimizer(_trained(model, token_loss), opt, moments)
     return state
 
 
@@ -143,10 +157,12 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     model = open_clip.create_model(cfg.model, pretrained=None)
     tokenizer = open_clip.get_tokenizer(cfg.model)
     clip = OpenAIClip(model, None, tokenizer, {"tokenizer": {"context_length": tokenizer.context_length}})
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    make_token_loss = TOKEN_LOSSES[cfg.token_loss]
+    token_loss = make_token_loss() if make_token_loss is not None else None
+    opt = torch.optim.AdamW(_trained(model, token_loss), lr=cfg.lr, weight_decay=cfg.weight_decay)
     state: dict[str, Any] = {"step": 0, "loss": []}
     if checkpoint.exists(out):
-        state = _load_state(out, model, opt)
+        state = _load_state(out, model, token_loss, opt)
         log(f"resuming at step {state['step']}")
     model.train()
     bar = progress_bar(cfg.steps, "pretrain", "step", progress, state["step"])
@@ -161,10 +177,15 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        img = F.normalize(clip.image_forward(x)[0], dim=-1)
-        txt = F.normalize(clip.text_forward(clip.tokenize(caps))[0], dim=-1)  # cut to the longest caption
+        img, patches = clip.image_forward(x)
+        txt, states, mask = clip.text_forward(clip.tokenize(caps))  # cut to the longest caption
         same = torch.tensor([[a == b for b in caps] for a in caps])
+        img, txt = F.normalize(img, dim=-1), F.normalize(txt, dim=-1)
         loss = soft_contrastive(model.logit_scale.exp() * img @ txt.T, same)
+        if token_loss is not None:
+            term = token_loss(patches, states, mask, same)
+            state.setdefault("token_loss", []).append(round(term.item(), 5))
+            loss = loss + cfg.token_loss_weight * term
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -185,10 +206,15 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
                     f"(chance {100 * g['chance']:.1f}%), object contrast {100 * g['object_hit_rate']:.1f}% "
                     f"(chance {100 * g['object_chance']:.1f}%)"
                 )
-            _save_state(out, model, opt, state)
+            _save_state(out, model, token_loss, opt, state)
             t0 = time.perf_counter()
     bar.close()
     return export(model, cfg, state, export_to or WEIGHTS_DIR)
+
+
+def _curve(losses: list, every: int) -> list:
+    """The loss averaged over each checkpoint interval: [last step of the interval, mean]."""
+    return [[min(i + every, len(losses)), round(float(np.mean(losses[i : i + every])), 5)] for i in range(0, len(losses), every)]
 
 
 def export(model, cfg: PretrainConfig, state: dict, folder: str) -> str:
@@ -206,6 +232,8 @@ def export(model, cfg: PretrainConfig, state: dict, folder: str) -> str:
         "recipe": dataclasses.asdict(cfg),
         "steps": state["step"],
         "final_loss_mean_last_100": float(np.mean(state["loss"][-100:])),
+        "loss_curve": _curve(state["loss"], cfg.checkpoint_every),
+        "token_loss_curve": _curve(state.get("token_loss", []), cfg.checkpoint_every),
         "cpu_seconds": state.get("seconds"),
         "grounding_probe": state.get("grounding", []),
     }
