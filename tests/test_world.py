@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from flowclip_cache.synthetic.world import (
     COLOURS,
@@ -92,7 +93,6 @@ def test_render_is_anti_aliased_and_sized():
 
 
 def test_a_world_with_other_settings_is_refused(tmp_path):
-    import pytest
 
     from flowclip_cache.errors import FlowclipError
 
@@ -119,7 +119,7 @@ def test_grounding_measure_by_hand():
     g = grounding_hits(patches, tokens, ids, objects, decoder, shift=0)
     assert g["words"] == 6
     assert g["colour_hit_rate"] == 1.0 and g["shape_hit_rate"] == 0.5 and g["hit_rate"] == 4 / 6
-    assert abs(g["chance"] - 1 / 9) < 1e-9
+    assert abs(g["chance"] - 1 / 9) < 1e-9 and g["colour_chance"] == pytest.approx(1 / 9) == g["shape_chance"]
     # object contrast: a word's best patch in no object's cell ties them all, which misses
     assert g["object_hit_rate"] == 4 / 6 and g["object_chance"] == 0.5
     # shift=1 (content mask: the start token is not stored) reads token k from row k-1
@@ -147,8 +147,6 @@ def test_the_binding_labs_knobs(tmp_path):
     test_same_seed_same_bytes and a comparison with the code before the knobs). Mutation
     checked: the binding-first branch taken with probability 1 - share fails here."""
     import json
-
-    import pytest
 
     from flowclip_cache.errors import FlowclipError
     from flowclip_cache.synthetic.world import BINDING, _scenes, check_world
@@ -184,7 +182,6 @@ def test_contrast_sets_are_colour_swapped_twins_beside_an_untouched_world(tmp_pa
     the two colours alone (same shapes, cells, background: pixels differ only where the
     objects are), the captions hold the same words bound differently, the gold image's
     place varies, and the world's own files are left as they were."""
-    import pytest
     from PIL import Image
 
     from flowclip_cache.errors import FlowclipError

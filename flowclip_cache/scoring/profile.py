@@ -66,20 +66,23 @@ def profile_rows(profiles: dict[str, dict]) -> tuple[list[str], list[list[str]]]
     from .report import fmt
 
     pct = lambda v: fmt(None if v is None else 100 * v, 1)
-    head = ["", *PROFILE_FAMILIES, "patch in cell", "object contrast"]
+    head = ["", *PROFILE_FAMILIES, "patch in cell", "colour word in cell", "shape word in cell", "object contrast"]
     rows = [
         [
             name,
             *(pct(p["accuracy"][f]) for f in PROFILE_FAMILIES),
-            pct(p["grounding"]["hit_rate"]),
-            pct(p["grounding"].get("object_hit_rate")),
+            *(pct(p["grounding"].get(k)) for k in ("hit_rate", "colour_hit_rate", "shape_hit_rate", "object_hit_rate")),
         ]
         for name, p in profiles.items()
     ]
     last = list(profiles.values())[-1]
     chance, g = last.get("chance", {}), last["grounding"]
     rows.append(
-        ["chance", *(pct(chance.get(f)) for f in PROFILE_FAMILIES), pct(g["chance"]), pct(g.get("object_chance"))]
+        [
+            "chance",
+            *(pct(chance.get(f)) for f in PROFILE_FAMILIES),
+            *(pct(g.get(k)) for k in ("chance", "colour_chance", "shape_chance", "object_chance")),
+        ]
     )
     return head, rows
 

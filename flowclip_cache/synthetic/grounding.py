@@ -39,7 +39,8 @@ def grounding_hits(
         )
 
     hits: dict[str, list] = {"colour": [], "shape": []}
-    chance, obj_hits, obj_chance = [], [], []
+    chances: dict[str, list] = {"colour": [], "shape": []}
+    obj_hits, obj_chance = [], []
     for i, ids in enumerate(token_ids):
         objs = [o.split() for o in objects[i]]
         cells = [cell(o) for o in objs]
@@ -55,7 +56,7 @@ def grounding_hits(
                 sim = patches[i] @ tokens[i][k - shift]
                 inside = cells[owners[0]]
                 hits[kind].append(bool(inside[int(np.argmax(sim))]))
-                chance.append(float(inside.mean()))
+                chances[kind].append(float(inside.mean()))
                 per_object = [sim[c].mean() for c in cells]
                 others = [v for j, v in enumerate(per_object) if j != owners[0]]
                 obj_hits.append(bool(per_object[owners[0]] > max(others, default=-np.inf)))  # a tie misses
@@ -66,7 +67,9 @@ def grounding_hits(
         "hit_rate": rate(allh),
         "colour_hit_rate": rate(hits["colour"]),
         "shape_hit_rate": rate(hits["shape"]),
-        "chance": rate(chance),
+        "chance": rate(chances["colour"] + chances["shape"]),
+        "colour_chance": rate(chances["colour"]),
+        "shape_chance": rate(chances["shape"]),
         "object_hit_rate": rate(obj_hits),
         "object_chance": rate(obj_chance),
         "words": len(allh),

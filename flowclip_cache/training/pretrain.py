@@ -214,7 +214,8 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
 
 def _curve(losses: list, every: int) -> list:
     """The loss averaged over each checkpoint interval: [last step of the interval, mean]."""
-    return [[min(i + every, len(losses)), round(float(np.mean(losses[i : i + every])), 5)] for i in range(0, len(losses), every)]
+    starts = range(0, len(losses), every)
+    return [[min(i + every, len(losses)), round(float(np.mean(losses[i : i + every])), 5)] for i in starts]
 
 
 def export(model, cfg: PretrainConfig, state: dict, folder: str) -> str:
