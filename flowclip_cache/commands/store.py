@@ -1,4 +1,4 @@
-"""`flowclip store`: inspect, verify, compact and upgrade feature stores."""
+"""`flowclip store`: inspect, verify, compact, upgrade and sync feature stores."""
 
 from __future__ import annotations
 
@@ -64,6 +64,19 @@ def store_verify(path, quarantine):
             f"moves the damaged parts aside"
         )
     click.echo(f"ok: {rep.segments} segments, {rep.images} images, {rep.captions} captions")
+
+
+@store.command("sync")
+@click.argument("src")
+@click.argument("dst")
+def store_sync(src, dst):
+    """Copy the committed segments DST lacks from SRC (each a local folder or a URL such
+    as s3://bucket/path; credentials from the storage's usual environment and config
+    files), each checked by its CRC-32s at DST before its commit record is written.
+    Rerun to resume. URLs need `pip install 'flowclip[cloud]'`; HDF5 stores stay local."""
+    from ..store.sync import sync
+
+    sync(src, dst, log=click.echo)
 
 
 @store.command("compact")
