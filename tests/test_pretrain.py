@@ -104,9 +104,12 @@ def test_filip_loss_is_smoothed_cross_entropy_and_prefers_tokens_on_their_own_pa
 
 
 def test_the_filip_recipe_trains_the_term_resumes_bit_identically_and_records_its_curve(tmp_path, monkeypatch):
+    from flowclip_cache.config import find_config, load_yaml
     from flowclip_cache.training import pretrain as pretrain_module
 
-    filip = dict(token_loss="filip", probe_scenes=0)
+    recipe = load_yaml(find_config("pretrain_tiny_clip_filip"))  # the shipped recipe, at a few steps' scale
+    assert recipe["token_loss"] == "filip" and recipe["model"] == "flowclip-tiny-clip-filip"
+    filip = {**recipe, **{k: v for k, v in SMALL.items() if k != "model"}, "probe_scenes": 0}
     straight = _run(tmp_path, "a", **filip)
     real_save = pretrain_module._save_state
 
@@ -121,7 +124,7 @@ def test_the_filip_recipe_trains_the_term_resumes_bit_identically_and_records_it
     resumed = _run(tmp_path, "b", **filip)
     wa, wb = load_file(straight), load_file(resumed)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)  # the logit scales and their moments resumed too
-    plain = load_file(_run(tmp_path, "c", probe_scenes=0))
+    plain = load_file(_run(tmp_path, "c", **{**filip, "token_loss": "none"}))
     assert wa.keys() == plain.keys()  # the term's own parameters are not exported
     assert not torch.equal(wa["visual.proj"], plain["visual.proj"])  # the term changed the training
     card = json.load(open(straight.replace(".safetensors", ".json")))
