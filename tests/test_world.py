@@ -224,3 +224,24 @@ def test_contrast_sets_are_colour_swapped_twins_beside_an_untouched_world(tmp_pa
     assert report.records == 12  # (the contrast sets already there, n=12)
     with pytest.raises(FlowclipError, match="other settings"):
         build_contrasts(root, seed=3, n=13)
+
+
+def test_the_profile_table_reads_each_row_against_its_own_worlds_chance():
+    """Profiles of 2- and 3-object worlds side by side (the binding lab's): object contrast's
+    chance is 1/2 for one and 1/3 for the other, so each world gets its chance row."""
+    from flowclip_cache.scoring.profile import PROFILE_FAMILIES, profile_rows
+
+    def prof(objects):
+        g = {"hit_rate": 0.5, "colour_hit_rate": 0.4, "shape_hit_rate": 0.6, "object_hit_rate": 0.7}
+        g |= {"chance": 1 / 9, "colour_chance": 1 / 9, "shape_chance": 1 / 9, "object_chance": 1 / objects}
+        acc = {f: 0.5 for f in PROFILE_FAMILIES}
+        return {"accuracy": acc, "chance": acc, "grounding": g}
+
+    head, rows = profile_rows({"a, 2 objects": prof(2), "b, 2 objects": prof(2), "c, 3 objects": prof(3)})
+    assert head[-4:] == ["patch in cell", "colour word in cell", "shape word in cell", "object contrast"]
+    assert [(r[0], r[-1]) for r in rows[3:]] == [
+        ("chance (as for a, 2 objects)", "50.0"),
+        ("chance (as for c, 3 objects)", "33.3"),
+    ]
+    assert rows[0][-4:] == ["50.0", "40.0", "60.0", "70.0"]
+    assert profile_rows({"a": prof(2)})[1][-1][0] == "chance"

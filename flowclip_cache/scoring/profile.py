@@ -62,7 +62,8 @@ def clip_profile(store: FeatureStore, paths: dict) -> dict:
 
 def profile_rows(profiles: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     """(header, rows): one row per named profile (accuracy per family, both grounding
-    measures, in %), then the chance row each is read against (order: 1 in 5; pairs: 50%)."""
+    measures, in %), then the chance row each is read against (order: 1 in 5; pairs: 50%):
+    one per distinct world, named by its first profile, when the worlds' chances differ."""
     from .report import fmt
 
     pct = lambda v: fmt(None if v is None else 100 * v, 1)
@@ -75,15 +76,16 @@ def profile_rows(profiles: dict[str, dict]) -> tuple[list[str], list[list[str]]]
         ]
         for name, p in profiles.items()
     ]
-    last = list(profiles.values())[-1]
-    chance, g = last.get("chance", {}), last["grounding"]
-    rows.append(
-        [
-            "chance",
+    chance_rows: dict[tuple, list[str]] = {}  # one chance row per distinct world (2 or 3 objects differ)
+    for name, p in profiles.items():
+        chance, g = p.get("chance", {}), p["grounding"]
+        cells = [
             *(pct(chance.get(f)) for f in PROFILE_FAMILIES),
             *(pct(g.get(k)) for k in ("chance", "colour_chance", "shape_chance", "object_chance")),
         ]
-    )
+        chance_rows.setdefault(tuple(cells), [name])
+    several = len(chance_rows) > 1
+    rows += [[f"chance (as for {names[0]})" if several else "chance", *cells] for cells, names in chance_rows.items()]
     return head, rows
 
 
