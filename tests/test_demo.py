@@ -14,10 +14,11 @@ def test_demo_end_to_end(tmp_path):
     for f in ("summary.md", "summary.json", "profile.json", "score/results.json", "score/records.parquet"):
         assert os.path.exists(os.path.join(out, f)), f
     assert "## Fixed images" in r.output and "| flow_hnb_cimr |" in r.output
-    # SCLIP patches by default (the readout that grounds the tiny CLIP's words)
+    # the grounded tiny CLIP with its own (standard) patches: no patch_readout in the store's encoder
     import json
 
-    assert json.load(open(os.path.join(out, "store", "store.json")))["encoder"]["patch_readout"] == "clearclip"
+    encoder = json.load(open(os.path.join(out, "store", "store.json")))["encoder"]
+    assert encoder["model"] == "flowclip-tiny-clip-filip" and "patch_readout" not in encoder
     # the report links its evidence explorer
     assert "[explain/explorer.html](explain/explorer.html)" in open(os.path.join(out, "summary.md")).read()
     assert os.path.exists(os.path.join(out, "explain", "explorer.html"))
@@ -47,7 +48,7 @@ def test_demo_report_reads_itself(tmp_path):
     assert "**Shuffle**" in md and "## Conclusions" in md and "95% interval" in md
     assert "| chance | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 |" in md and "docs/results-synthetic.md" in md
     # the conclusion points at the binding lab's finding, and names the factors it varied
-    assert "text tower's attention, causal or bidirectional" in md and "none made it clear" in md
+    assert "causal, bidirectional or grounded" in md and "only with the grounded encoder" in md
     assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output
     # the image-choice and group stand-ins are scored (Real only: their controls read n/d, explained)
     import json

@@ -26,24 +26,29 @@ ZOO = {
 }  # --zoo: at the demo's size, with the demo's training settings
 
 
+DEMO_MODEL = "flowclip-tiny-clip-filip"
+
+
 def demo_encoder() -> dict:
-    """The shipped synthetic-world tiny CLIP; random weights if this install has none."""
+    """The grounded tiny CLIP (the causal recipe plus FILIP's token-wise loss,
+    pipelines/pretrain_tiny_clip_filip.yaml): the shipped encoder whose patches ground
+    words, under which the binding lab shows Flow-CLIP's binding gain over Global-M
+    (docs/results-synthetic.md, section 9). Random weights if this install has none."""
     from ..errors import WeightsUnavailable
     from ..extraction.encoders import shipped_weights
 
     try:
-        shipped_weights("flowclip-tiny-clip")
-        return {"model": "flowclip-tiny-clip", "pretrained": "synthetic"}
+        shipped_weights(DEMO_MODEL)
+        return {"model": DEMO_MODEL, "pretrained": "synthetic"}
     except WeightsUnavailable:
-        return {"model": "flowclip-tiny-clip", "pretrained": "none"}
+        return {"model": DEMO_MODEL, "pretrained": "none"}
 
 
-# The tiny CLIP's patch readout in the demo: ClearCLIP's, as released (mc-lan/ClearCLIP),
-# whose patches point at the objects their words name (profile: 46.5% in cell vs 10.9%
-# chance, object contrast 51.1% vs 42.4%; standard: at chance on both), so the token term
-# has local evidence to work with (docs/results-synthetic.md, section 6).
-# --patch-readout standard gives the plain one.
-DEMO_READOUT = "clearclip"
+# The grounded tiny CLIP's own patches (standard readout): with them the binding lab's
+# gain is clear in every world (section 9); ClearCLIP's readout, which grounded the
+# shipped causal tiny CLIP's words (section 6), makes it smaller here.
+# --patch-readout clearclip (or any other) reads its patches anew.
+DEMO_READOUT = "standard"
 
 
 def run_demo(

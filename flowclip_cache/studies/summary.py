@@ -231,9 +231,10 @@ def summary_markdown(summary: dict) -> list[str]:
         md += [
             "How these synthetic-world figures read against the paper, and why the frozen tiny CLIP's "
             "patches limit what they can show: docs/results-synthetic.md in the flowclip repository. Its "
-            "section 8 (`flowclip run binding-lab`: scene complexity, binding negatives, patch readout and the "
-            "text tower's attention, causal or bidirectional, five seeds each) asks under which conditions "
-            "Flow-CLIP's binding gain over Global-M appears, and why: in the project's run, none made it clear.",
+            "sections 8 and 9 (`flowclip run binding-lab`: scene complexity, binding negatives, patch readout "
+            "and the encoder: causal, bidirectional or grounded, five seeds each) ask under which conditions "
+            "Flow-CLIP's binding gain over Global-M appears, and why: in the project's run, only with the "
+            "grounded encoder, whose patches ground words (the demo's), and there in every world.",
             "",
         ]
     if "timing" in summary:
