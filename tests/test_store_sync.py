@@ -198,3 +198,16 @@ def test_a_store_goes_to_s3_and_back_bit_identical(tmp_path, s3_env):
     same_features(src, FeatureStore(str(tmp_path / "node-disk")))
     assert not verify_store(str(tmp_path / "node-disk")).problems
     assert CAPTION and IMAGE  # both kinds were among the six segments (same_features read both)
+
+
+def test_a_missing_bucket_or_an_unreachable_endpoint_is_one_line(tmp_path, s3_env, monkeypatch):
+    src = source(tmp_path)
+    r = CliRunner().invoke(main, ["store", "sync", src.root, "s3://no-such-bucket-here/x"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "bucket" in r.output, r.output
+    for k in ("AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL"):
+        monkeypatch.setenv(k, f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    r = CliRunner().invoke(main, ["store", "sync", src.root, f"s3://{s3_env}/x"])
+    assert r.exit_code == 2 and "EndpointConnectionError" in r.output and len(r.output.strip().splitlines()) == 1

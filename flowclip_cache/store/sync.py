@@ -233,8 +233,42 @@ def _copy_records(src: Location, dst: Location) -> int:
     return n
 
 
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    """What the storage libraries raise for a missing bucket, refused credentials or an
+    unreachable endpoint, beside OSError: botocore's (s3fs) and gcsfs's HTTP errors."""
+    out: list[type[BaseException]] = [OSError]
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        out += [BotoCoreError, ClientError]
+    except ImportError:
+        pass
+    try:
+        from gcsfs.retry import HttpError
+
+        out.append(HttpError)
+    except ImportError:
+        pass
+    return tuple(out)
+
+
 def sync(src_text: str, dst_text: str, log=print) -> dict:
-    """Copy what DST lacks of SRC's committed store; returns the counts."""
+    """Copy what DST lacks of SRC's committed store; returns the counts. A storage error
+    (no such bucket, refused credentials, no endpoint) is one StoreError line."""
+    try:
+        return _sync(src_text, dst_text, log)
+    except StoreError:
+        raise
+    except _storage_errors() as e:
+        if isinstance(e, OSError) and e.errno is not None and not (is_url(src_text) or is_url(dst_text)):
+            raise  # a local disk's error (full, read-only): the command line names its fix
+        raise StoreError(
+            f"sync {src_text} -> {dst_text}: {type(e).__name__}: {e} (check the URL, that the bucket exists, "
+            f"and the storage's credentials and endpoint in its usual environment)"
+        ) from None
+
+
+def _sync(src_text: str, dst_text: str, log) -> dict:
     t0 = time.perf_counter()
     src, dst = locate(src_text), locate(dst_text)
     raw = src.read("store.json")
