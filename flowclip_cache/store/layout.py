@@ -121,11 +121,20 @@ def read_store_json(root: str) -> dict:
         )
     try:
         with open(meta_path, "rb") as f:
-            meta = json.loads(f.read())
-    except (ValueError, OSError) as e:
+            raw = f.read()
+    except OSError as e:
+        raise StoreDamaged(root, [f"store.json is not readable JSON ({e})"]) from None
+    return parse_store_json(raw, root)
+
+
+def parse_store_json(raw: bytes, root: str) -> dict:
+    """store.json's bytes (a local store's or one at a URL, `root` naming it), checked."""
+    try:
+        meta = json.loads(raw)
+    except ValueError as e:
         raise StoreDamaged(root, [f"store.json is not readable JSON ({e})"]) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise StoreError(f"{meta_path}: not a flowclip store file")
+        raise StoreError(f"{root}/store.json: not a flowclip store file")
     version = meta.get("version")
     if not isinstance(version, int):
         raise StoreDamaged(root, [f"store.json: version {version!r} is not an integer"])

@@ -25,13 +25,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SegmentDamaged, StoreError
-from .backends import BACKENDS, ZarrBackend, fsync_dir
-from .layout import COMMITS, FORMAT_NAME, RECORD_FOLDERS, RECORD_NAME, SEGMENT_NAME
+from .backends import BACKENDS, ZarrBackend, fsync_dir, fsync_tree
+from .layout import COMMITS, RECORD_FOLDERS, RECORD_NAME, SEGMENT_NAME, parse_store_json
 
 
 def is_url(where: str) -> bool:
@@ -46,6 +48,7 @@ class Location:
     fs: Any  # an fsspec filesystem
     root: str  # the store's path inside fs
     local: bool
+    scratch: str | None = None  # local: this sync's locked writer folder, where temporaries go
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts]) if not self.local else os.path.join(self.root, *parts)
@@ -71,14 +74,16 @@ class Location:
         return sorted(rel + p[len(base) :].replace(os.sep, "/") for p in self.fs.find(base))
 
     def write(self, rel: str, data: bytes) -> None:
-        """The file whole or absent: locally a temporary renamed into place; an object
-        store writes an object whole or not at all."""
+        """The file whole or absent: an object store writes an object whole or not at all;
+        locally a temporary in the locked writer folder (swept if we die; before the store
+        exists, a dot-file that no reader lists) is renamed into place."""
         if not self.local:
             self.fs.pipe_file(self.path(rel), data)
             return
         final = self.path(rel)
         os.makedirs(os.path.dirname(final), exist_ok=True)
-        tmp = f"{final}.sync-{os.getpid()}.tmp"
+        hidden = f".{os.path.basename(final)}.{uuid.uuid4().hex}"
+        tmp = os.path.join(self.scratch, hidden) if self.scratch else os.path.join(os.path.dirname(final), hidden)
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
@@ -107,23 +112,17 @@ def locate(where: str) -> Location:
     return Location(where, fs, root, False)
 
 
-def _meta(loc: Location) -> dict | None:
+def _meta(loc: Location) -> tuple[bytes, dict] | None:
+    """store.json's bytes and contents, checked as every store's (layout.parse_store_json)."""
     raw = loc.read("store.json")
-    if raw is None:
-        return None
-    try:
-        meta = json.loads(raw)
-    except ValueError as e:
-        raise StoreError(f"{loc.text}/store.json is not readable JSON ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise StoreError(f"{loc.text}/store.json: not a flowclip store file")
-    return meta
+    return None if raw is None else (raw, parse_store_json(raw, loc.text))
 
 
 def _destination(src_meta: dict, dst: Location, src_raw: bytes) -> None:
     """A destination store of the same encoder and backend, or a new one in an empty place."""
-    meta = _meta(dst)
-    if meta is not None:
+    found = _meta(dst)
+    if found is not None:
+        meta = found[1]
         if meta.get("fingerprint") != src_meta["fingerprint"] or meta.get("backend") != src_meta["backend"]:
             raise StoreError(
                 f"{dst.text} holds a store of another encoder configuration or backend "
@@ -178,7 +177,7 @@ def _check_copy(loc: Location, backend: str, name: str, path: str) -> dict:
     return attrs
 
 
-def _copy_segment(src: Location, dst: Location, backend: str, name: str, scratch: str | None) -> int:
+def _copy_segment(src: Location, dst: Location, backend: str, name: str) -> int:
     """One segment's files, checked at the destination, then its commit record. Returns bytes copied."""
     files = src.files(f"segments/{name}")
     if not files:
@@ -187,17 +186,15 @@ def _copy_segment(src: Location, dst: Location, backend: str, name: str, scratch
     if dst.local:  # into this sync's own temporary folder, checked, then renamed into place
         from .core import _commit
 
-        assert scratch is not None
+        assert dst.scratch is not None
         for rel in files:
-            target = os.path.join(scratch, *rel.split("/")[1:])
+            target = os.path.join(dst.scratch, *rel.split("/")[1:])
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            data = src.fs.cat_file(src.path(rel))
-            with open(target, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            copied += len(data)
-        tmp = os.path.join(scratch, name)
+            with src.fs.open(src.path(rel), "rb") as r, open(target, "wb") as w:
+                shutil.copyfileobj(r, w, 16 << 20)  # streamed: an HDF5 segment is one large file
+                copied += w.tell()
+        tmp = os.path.join(dst.scratch, name)
+        fsync_tree(tmp)  # durable before it gets its name, as a writer's segment
         attrs = _check_copy(dst, backend, name, tmp)
         if not _commit(tmp, dst.path("segments", name)):
             BACKENDS[backend].remove(tmp)  # the same keys committed meanwhile: the same bytes
@@ -271,33 +268,31 @@ def sync(src_text: str, dst_text: str, log=print) -> dict:
 def _sync(src_text: str, dst_text: str, log) -> dict:
     t0 = time.perf_counter()
     src, dst = locate(src_text), locate(dst_text)
-    raw = src.read("store.json")
-    meta = _meta(src)
-    if raw is None or meta is None:
+    found = _meta(src)
+    if found is None:
         raise StoreError(f"{src.text}: not a flowclip store (no store.json)")
-    backend = meta.get("backend")
-    if backend not in BACKENDS:
-        raise StoreError(f"{src.text}/store.json: unknown backend {backend!r}")
+    raw, meta = found
+    backend = meta["backend"]
     if backend == "hdf5" and not (src.local and dst.local):
         raise StoreError(
             f"{src.text} is an HDF5 store: HDF5 stores stay on a local disk (HDF5 reads files by byte "
             f"offset, which object storage does not serve); extract a Zarr store (--backend zarr) to sync it"
         )
     _destination(meta, dst, raw)
-    records = _copy_records(src, dst)
-    names = _committed(src, backend)
-    todo = [n for n in names if not _done(dst, n)]
-    log(f"sync {src.text} -> {dst.text}: {len(todo)} of {len(names)} segments to copy, {records} record files copied")
-    store, scratch = None, None
-    if dst.local and todo:
+    store = None
+    if dst.local:
         from .core import FeatureStore
 
         store = FeatureStore(dst.root)  # its writer folder: locked, swept by the next writer if we die
-        scratch = store.writer_dir()
+        dst.scratch = store.writer_dir()
     copied = 0
     try:
+        records = _copy_records(src, dst)
+        names = _committed(src, backend)
+        todo = [n for n in names if not _done(dst, n)]
+        log(f"sync {src.text} -> {dst.text}: {len(todo)} of {len(names)} segments to copy, {records} records copied")
         for i, name in enumerate(todo, 1):
-            copied += _copy_segment(src, dst, backend, name, scratch)
+            copied += _copy_segment(src, dst, backend, name)
             log(f"  [{i}/{len(todo)}] {name}: {copied / 2**20:.1f} MiB so far")
     finally:
         if store is not None:
