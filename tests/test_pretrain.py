@@ -38,6 +38,8 @@ def test_resume_is_bit_identical_and_card_is_written(tmp_path, monkeypatch):
         _run(tmp_path, "b")
     monkeypatch.setattr(pretrain_module, "_save_state", real_save)
     assert checkpoint.read_state(str(tmp_path / "b"))["step"] == 2
+    with pytest.raises(FlowclipError, match=r"another recipe \(differing: lr 0.001 -> 0.002\)"):
+        _run(tmp_path, "b", lr=0.002)  # a resume under another recipe would mix two runs
     resumed = _run(tmp_path, "b")
     wa, wb = load_file(straight), load_file(resumed)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -76,16 +76,16 @@ def profile_rows(profiles: dict[str, dict]) -> tuple[list[str], list[list[str]]]
         ]
         for name, p in profiles.items()
     ]
-    chance_rows: dict[tuple, list[str]] = {}  # one chance row per distinct world (2 or 3 objects differ)
+    chance_rows: dict[tuple, str] = {}  # one chance row per distinct world (2 or 3 objects differ), its first profile
     for name, p in profiles.items():
         chance, g = p.get("chance", {}), p["grounding"]
         cells = [
             *(pct(chance.get(f)) for f in PROFILE_FAMILIES),
             *(pct(g.get(k)) for k in ("chance", "colour_chance", "shape_chance", "object_chance")),
         ]
-        chance_rows.setdefault(tuple(cells), [name])
+        chance_rows.setdefault(tuple(cells), name)
     several = len(chance_rows) > 1
-    rows += [[f"chance (as for {names[0]})" if several else "chance", *cells] for cells, names in chance_rows.items()]
+    rows += [[f"chance (as for {first})" if several else "chance", *cells] for cells, first in chance_rows.items()]
     return head, rows
 
 

@@ -15,9 +15,12 @@ Ours differs in two ways, both forced by the synthetic world and named in the re
 the same is a positive (the targets of `pretrain.soft_contrastive`, then smoothed); and
 the term is *added*, with a weight, to the tiny CLIP's global InfoNCE instead of
 replacing it (FILIP trains on the token-wise logits alone), so the global embedding the
-method calibrates keeps its training. The head of the same name (heads/filip.py) is a
-scoring head over cached features, not this loss: it masks padding out of the maxima
-and averages the two directions into one score."""
+method calibrates keeps its training. One more, of the recipe rather than the loss: the
+tiny CLIP's gradient-norm clip (1.0) covers the CLIP's parameters, not the two logit
+scales (MindFormers clips every gradient); the shipped weights were trained so.
+The head of the same name (heads/filip.py) is a scoring head over cached features, not
+this loss: it masks padding out of the maxima and averages the two directions into one
+score."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from .. import outputs
 from ..config import build
+from ..errors import FlowclipError
 from ..extraction.encoders import OPENAI_MEAN, OPENAI_STD, register_package_configs
 from ..extraction.families.locate import WEIGHTS_DIR
 from ..extraction.families.openai_clip import OpenAIClip
@@ -119,6 +120,22 @@ def grounding_probe(clip: OpenAIClip, probe, mean, std) -> dict:
     )
 
 
+def _claim_config(out: str, cfg: PretrainConfig) -> None:
+    """config.json, whole; a run with a checkpoint resumes only under the recipe it started
+    with (the schedule, the batches and the loss all follow from it)."""
+    path = os.path.join(out, "config.json")
+    if checkpoint.exists(out) and os.path.exists(path):
+        stored = dataclasses.asdict(PretrainConfig.from_dict(json.load(open(path)), path))
+        differ = [k for k, v in dataclasses.asdict(cfg).items() if stored.get(k) != v]
+        if differ:
+            raise FlowclipError(
+                f"{out} holds a pretraining run of another recipe (differing: "
+                + ", ".join(f"{k} {stored.get(k)!r} -> {getattr(cfg, k)!r}" for k in differ)
+                + "); resume it with its own recipe or pass another --out"
+            )
+    outputs.write_text(path, json.dumps(dataclasses.asdict(cfg), indent=1))
+
+
 def _trained(model, token_loss) -> list:
     return list(model.parameters()) + (list(token_loss.parameters()) if token_loss is not None else [])
 
@@ -147,7 +164,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     outputs.require_own(out, "pretrain-run")  # never writes into a folder it did not make
     os.makedirs(out, exist_ok=True)
     outputs.mark(out, "pretrain-run")
-    json.dump(dataclasses.asdict(cfg), open(os.path.join(out, "config.json"), "w"), indent=1)
+    _claim_config(out, cfg)
     torch.manual_seed(cfg.seed)
     log(f"rendering {cfg.scenes} scenes")
     images, scenes = render_pool(cfg)
