@@ -65,3 +65,21 @@ def test_diagnose_averages_records():
         assert d["s_token_gold_minus_foil"][role] == pytest.approx(sum(p[role] for p in per) / 3)
     assert d["attribute_support_on_own_object"]["words"] == 6
     assert d["attribute_support_on_own_object"]["chance"] == pytest.approx(9 / 64)
+
+
+def test_the_support_change_and_its_interval_by_hand():
+    """diagnose keeps each record's mean after - before over its colour words; the interval
+    resamples images: equal changes give a point, and its sign is the change's."""
+    import numpy as np
+
+    from flowclip_cache.scoring.binding_diagnosis import support_change
+
+    head, recs = trained_like(), [record(seed=s) for s in range(3)]
+    d = diagnose(head, recs)
+    want = [np.mean([a - b for b, a in record_figures(head, **r)["moved"]]) for r in recs]
+    assert d["support_change_by_record"] == pytest.approx(want)
+    c = support_change(np.array([0.1, 0.3, np.nan]), np.array([0, 1, 2]), draws=200)
+    assert c["mean_pts"] == pytest.approx(20.0) and 10.0 - 1e-6 <= c["ci95_pts"][0] < c["ci95_pts"][1] <= 30.0 + 1e-6
+    flat = support_change(np.array([-0.05, -0.05, -0.05]), np.array([0, 0, 1]), draws=50)
+    assert flat["mean_pts"] == pytest.approx(-5.0) and flat["ci95_pts"] == pytest.approx([-5.0, -5.0], abs=1e-5)
+    assert np.isnan(support_change(np.array([np.nan]), np.array([0]))["mean_pts"])

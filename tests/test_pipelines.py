@@ -426,6 +426,8 @@ def test_the_binding_labs_world_knobs_are_grid_axes(tmp_path):
     diag = summary["scene_objects 3"]["diagnosis"]
     assert diag["records"] > 0 and diag["seeds"] == 1
     assert sum(diag["share_of_abs_difference"].values()) == pytest.approx(1.0)
+    lo, hi = diag["support_change"]["ci95_pts"]  # the colour words' support change, with its interval
+    assert lo <= diag["support_change"]["mean_pts"] <= hi and "| support change |" in md
     r = CliRunner().invoke(main, ["run", "binding-lab", f"out={tmp_path}/bad", "world={seed: [0, 1]}", "--dry-run"])
     assert r.exit_code == 2 and "world.seed: a list is a study axis only for" in r.output
 

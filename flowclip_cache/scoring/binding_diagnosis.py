@@ -74,7 +74,7 @@ def diagnose(head, records: list[dict]) -> dict:
     per role the mean gold-minus-foil part of s_token (points of s) and its share of the
     summed mean |part|; the attribute words' mean support on their own object's cell
     before and after the refinement, with the cell's share of the patches (chance)."""
-    per = [record_figures(head, **r) for r in records]
+    per = [record_figures(head, **{k: v for k, v in r.items() if k != "image"}) for r in records]
     mean = {r: float(np.mean([p["diff"][r] for p in per])) for r in ROLES}
     absolute = {r: float(np.mean([abs(p["diff"][r]) for p in per])) for r in ROLES}
     total = sum(absolute.values()) or 1.0
@@ -96,7 +96,31 @@ def diagnose(head, records: list[dict]) -> dict:
             "after": float(np.mean([a for _, a in moved])) if moved else float("nan"),
             "chance": chance,
         },
+        # each record's mean after - before over its colour words (NaN: none): support_change's input
+        "support_change_by_record": [
+            float(np.mean([a - b for b, a in p["moved"]])) if p["moved"] else float("nan") for p in per
+        ],
     }
+
+
+def support_change(change: np.ndarray, images: np.ndarray, draws: int = 1000, seed: int = 0) -> dict:
+    """The colour words' mean support change (after - before, points) over records with a
+    colour word, and its 95% interval by the image-cluster bootstrap the studies use
+    (stats.image_weights): change [records] (NaN: no colour word), images [records] the
+    index of each record's image."""
+    from .stats import image_weights
+
+    ok = ~np.isnan(change)
+    c, img = change[ok], np.unique(images[ok], return_inverse=True)[1].ravel()
+    if not len(c):
+        return {"mean_pts": float("nan"), "ci95_pts": [float("nan")] * 2, "draws": 0}
+    stats = []
+    for W in image_weights(int(img.max()) + 1, draws, seed):
+        w = W[:, img]
+        stats.append((w @ c) / np.maximum(w.sum(1), 1e-12))
+    d = 100 * np.concatenate(stats)
+    return {"mean_pts": float(100 * c.mean()), "ci95_pts": [float(np.percentile(d, q)) for q in (2.5, 97.5)],
+            "draws": draws}  # fmt: skip
 
 
 def swap_att_records(store, manifest_path: str, image_root: str | None = None) -> list[dict]:
@@ -121,7 +145,7 @@ def swap_att_records(store, manifest_path: str, image_root: str | None = None) -
         v, P, t, H, mask = bank.features(torch.tensor([uimg.index(key)] * 2), torch.tensor([at[c] for c in caps]), True)
         out.append(
             {"v": v[0], "P": P[0], "t": t, "H": H, "mask": mask, "tokens": [labels[c] for c in caps],
-             "objects": r["objects"]}
+             "objects": r["objects"], "image": key}
         )  # fmt: skip
     return out
 

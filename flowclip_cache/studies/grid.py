@@ -12,6 +12,8 @@ import dataclasses
 import itertools
 import os
 
+import numpy as np
+
 from ..errors import FlowclipError
 
 WORLD_AXES = ("scene_objects", "binding_negatives", "train_scenes")
@@ -183,7 +185,7 @@ def study_diagnosis(study, method: str) -> dict | None:
     """binding_diagnosis.diagnose of a synthetic study's trained `method` runs (every
     seed) on its world's swap-att records, averaged over seeds; None when the study has
     no world or the method is not a Flow-CLIP head."""
-    from ..scoring.binding_diagnosis import diagnose, mean_of, swap_att_records
+    from ..scoring.binding_diagnosis import diagnose, mean_of, support_change, swap_att_records
     from ..store import FeatureStore
     from ..training.run_folder import load_head
     from .study import RunSpec
@@ -197,7 +199,19 @@ def study_diagnosis(study, method: str) -> dict | None:
     world = study.world_folder
     store = FeatureStore(study.store or os.path.join(study.out, "store"))
     records = swap_att_records(store, os.path.join(world, "eval_swap-att.parquet"), os.path.join(world, "images"))
-    return mean_of([diagnose(h, records) for h in heads]) | {"seeds": len(heads)}
+    per_seed = [diagnose(h, records) for h in heads]
+    # each record's change averaged over the seeds, then resampled by image (as every interval of a study)
+    change = np.mean([d.pop("support_change_by_record") for d in per_seed], 0)
+    images = np.unique([r["image"] for r in records], return_inverse=True)[1].ravel()
+    moved = support_change(np.asarray(change, float), images, study.bootstrap) if study.bootstrap else None
+    return mean_of(per_seed) | {"seeds": len(heads), "support_change": moved}
+
+
+def _change(c: dict | None) -> str:
+    if not c:
+        return ""
+    lo, hi = c["ci95_pts"]
+    return f"{c['mean_pts']:+.2f} [{lo:.2f}, {hi:.2f}]" + (" *" if lo > 0 or hi < 0 else "")
 
 
 def diagnosis_section(entries: dict) -> list[str]:
@@ -215,7 +229,8 @@ def diagnosis_section(entries: dict) -> list[str]:
             [label, f"{d['records']:.0f} x {d['seeds']}", f"{d['s_global_gold_minus_foil']['mean_abs']:.4f}",
              f"{d['s_token_mean_abs']:.4f}", *[f"{100 * share[r]:.0f}%" for r in ROLES],
              f"{d['s_token_gold_minus_foil']['object']:+.5f}", f"{d['s_token_gold_minus_foil']['attribute']:+.5f}",
-             f"{100 * sup['before']:.1f} -> {100 * sup['after']:.1f} ({100 * sup['chance']:.1f})"]
+             f"{100 * sup['before']:.1f} -> {100 * sup['after']:.1f} ({100 * sup['chance']:.1f})",
+             _change(d.get("support_change"))]
         )  # fmt: skip
     if not rows:
         return []
@@ -227,9 +242,11 @@ def diagnosis_section(entries: dict) -> list[str]:
         "token role's part of the mean |gold - foil| of s_token (attribute = colour words, object = shape "
         "words). Object / attribute part: the role's mean signed gold-minus-foil part (positive: it prefers the "
         "gold). Support: the colour words' patch-support mass on their own object's cell (%) before -> after "
-        "the refinement (chance: the cell's share of the patches).",
+        "the refinement (chance: the cell's share of the patches); its change, after - before in points, with "
+        "the 95% image-cluster bootstrap interval over records with a colour word (each record's change "
+        "averaged over the seeds; * the interval excludes 0).",
         "",
         *table(["setting", "records x seeds", "|s_global|", "|s_token|", *[f"{r} share" for r in ROLES],
-                "object part", "attribute part", "support before -> after (chance)"], rows),
+                "object part", "attribute part", "support before -> after (chance)", "support change"], rows),
         "",
     ]  # fmt: skip
