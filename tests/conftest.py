@@ -2,6 +2,12 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # the suite never downloads
 os.environ.setdefault("TQDM_DISABLE", "1")
+# Under pytest-xdist, each worker gets its share of the cores as intra-op threads (before
+# torch is imported): two workers of two threads on two cores oversubscribe them (OpenMP
+# waits spin), which more than doubled the slowest tests in CI. Subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 
 import pytest  # noqa: E402
 
