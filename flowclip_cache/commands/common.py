@@ -3,6 +3,8 @@ flag, and the patch readout names (without importing torch)."""
 
 from __future__ import annotations
 
+import click
+
 from ..errors import FlowclipError
 
 # the names of patch_readouts.READOUTS, here without importing torch (a test keeps them equal)
@@ -122,3 +124,21 @@ def tracking(report_to, project: str, group: str | None = None, log=None):
     from ..training.tracking import Tracking, parse_report_to
 
     return Tracking(parse_report_to(report_to), project, group, log or (lambda *_: None))
+
+
+class StorePlace(click.ParamType):
+    """A feature store: an existing folder, or a URL (s3://, gs://, ...) passed as written
+    (a store at a URL is read through FLOWCLIP_CHUNK_CACHE; docs/store-format.md)."""
+
+    name = "folder|url"
+
+    def __init__(self, exists: bool = True):
+        self.exists = exists
+
+    def convert(self, value, param, ctx):
+        if "://" in str(value) and not str(value).startswith("file://"):
+            return str(value)
+        return click.Path(exists=self.exists, file_okay=False).convert(value, param, ctx)
+
+
+STORE = StorePlace()

@@ -8,11 +8,13 @@ import sys
 import click
 
 from ..errors import FlowclipError
-from .common import READOUT_NAMES, device_name
+from .common import READOUT_NAMES, StorePlace, device_name
 
 
 @click.command()
-@click.option("--store", required=True, type=click.Path(file_okay=False), help="Store folder (created if absent).")
+@click.option(
+    "--store", required=True, type=StorePlace(exists=False), help="Store folder or URL (s3://...), created if absent."
+)
 @click.option(
     "--model",
     required=True,

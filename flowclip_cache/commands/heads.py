@@ -7,7 +7,7 @@ import os
 import click
 
 from ..errors import FlowclipError
-from .common import config_and_flags, device_name, plugin_option, report_to_option
+from .common import STORE, config_and_flags, device_name, plugin_option, report_to_option
 
 
 class _HeadOption(click.Option):
@@ -30,7 +30,7 @@ def _train_option(name, typ, help):
 
 
 @click.command("train-head")
-@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--store", required=True, type=STORE)
 @click.option(
     "--train",
     "train_manifest",
@@ -151,7 +151,7 @@ def final_accuracy(state: dict) -> dict[str, float]:
 
 
 @click.command()
-@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--store", required=True, type=STORE)
 @click.option(
     "--manifests",
     "manifests",
@@ -255,7 +255,7 @@ def score(
 
 
 @click.command()
-@click.option("--store", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--store", required=True, type=STORE)
 @click.option(
     "--manifest",
     "manifests",

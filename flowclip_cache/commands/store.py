@@ -8,6 +8,7 @@ import os
 import click
 
 from ..errors import FlowclipError
+from .common import STORE
 
 
 @click.group()
@@ -16,13 +17,13 @@ def store():
 
 
 @store.command("info")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("path", type=STORE)
 @click.option("--json", "as_json", is_flag=True)
 def store_info(path, as_json):
     """Fingerprint, counts and size on disk."""
     from ..store import FeatureStore
 
-    info = FeatureStore(path).info()
+    info = FeatureStore(path, cache=False).info()  # (at a URL: read from the service, nothing cached)
     if as_json:
         click.echo(json.dumps(info, indent=1))
         return
@@ -33,11 +34,12 @@ def store_info(path, as_json):
 
 
 @store.command("verify")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("path", type=STORE)
 @click.option(
     "--quarantine",
     is_flag=True,
-    help="Move damaged segments and record files to PATH/quarantine/; the next extract re-encodes what they held.",
+    help="Move damaged segments and record files to PATH/quarantine/ (at a URL: damaged segments' commit "
+    "records, which hides them); the next extract re-encodes what they held.",
 )
 def store_verify(path, quarantine):
     """Read every byte of the store: checksums, names, shapes, dtypes, NaN, record files.
@@ -51,7 +53,7 @@ def store_verify(path, quarantine):
     for note in rep.notes:
         click.echo(f"note: {note}")
     if rep.problems and quarantine:
-        dest = move_aside(os.path.abspath(path), rep, log=click.echo)
+        dest = move_aside(path if "://" in path else os.path.abspath(path), rep, log=click.echo)
         left = [m for p, m in rep.problems if p is None]
         if dest:
             click.echo(f"quarantined in {dest}; rerun extract with the same manifests to re-encode what it held")
@@ -80,13 +82,21 @@ def store_sync(src, dst):
 
 
 @store.command("compact")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
-def store_compact(path):
+@click.argument("path", type=STORE)
+@click.option(
+    "--uncommitted-after",
+    type=click.FloatRange(min=0),
+    default=24.0,
+    show_default=True,
+    help="At a URL: remove segment uploads without a commit record (killed writers') once their newest object "
+    "is this many hours old (a live writer's upload is seconds old).",
+)
+def store_compact(path, uncommitted_after):
     """Remove rows whose key an earlier segment already holds (left by writers that ran
     at once); every reader keeps reading the same vectors."""
     from ..store.integrity import compact
 
-    n = compact(path, log=click.echo)
+    n = compact(path, log=click.echo, uncommitted_after_s=uncommitted_after * 3600)
     click.echo(f"{n} duplicate rows removed")
 
 

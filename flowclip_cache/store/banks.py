@@ -193,7 +193,7 @@ class StoreBank:
                         offsets[s] = a
                 check.update(1)
         except SegmentDamaged as e:
-            raise StoreDamaged(store.root, [f"{os.path.relpath(e.path, store.root)}: {e.reason}"]) from None
+            raise StoreDamaged(store.root, [f"{store.rel(e.path)}: {e.reason}"]) from None
         check.close()
         return offsets
 

@@ -21,13 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 
 import numpy as np
 
 from ..errors import FingerprintMismatch, SegmentDamaged, StoreDamaged, StoreError
 from ..hashing import diff_configs, fingerprint_of, hex_to_fixed, keys_to_bytes
-from .backends import BACKENDS, crc32, fsync_dir
+from . import remote
+from .backends import BACKENDS, ZarrBackend, crc32, fsync_dir
+from .cache import ChunkCache
+from .creation import _url_store_json, create_store_json
 from .layout import (
     ARRAYS,
     CAPTION,
@@ -45,6 +47,7 @@ from .layout import (
     Segment,
     read_store_json,
 )
+from .location import locate
 from .reading import FeatureReads, _ranges
 from .records import RecordFiles
 from .writer import WriterDir
@@ -69,10 +72,22 @@ __all__ = [
 
 
 class FeatureStore(FeatureReads, RecordFiles):
-    def __init__(self, root: str):
-        self.root = os.path.abspath(root)
-        self.meta = read_store_json(self.root)
-        self.backend = BACKENDS[self.meta["backend"]]
+    def __init__(self, root: str, cache: "ChunkCache | bool | None" = None):
+        """root: a folder, or a URL (s3://, gs://, any fsspec URL) read through a local
+        chunk cache: `cache` (a ChunkCache; None: FLOWCLIP_CHUNK_CACHE's; False: none,
+        every read goes to the service, as `store verify` reads)."""
+        self.loc = locate(str(root))
+        self.cache: ChunkCache | None = None
+        if self.loc.local:
+            self.root = self.loc.root
+            self.meta = read_store_json(self.root)
+            self.backend = BACKENDS[self.meta["backend"]]
+        else:
+            self.root = self.loc.text
+            self.meta = _url_store_json(self.loc)
+            if cache is not False:
+                self.cache = (cache or ChunkCache.from_environment(self.root)).bind(self.loc.fs)
+            self.backend = ZarrBackend(self.cache or self.loc.fs)
         self.segments: list[Segment] = []
         self._index = {IMAGE: KeyIndex(), CAPTION: KeyIndex()}
         self._token_index: KeyIndex | None = None
@@ -88,38 +103,10 @@ class FeatureStore(FeatureReads, RecordFiles):
         refused, naming the fields that differ. A new store is never made in a folder
         holding other files, nor inside a command's output (`owner`: the output folder of
         the command creating it, a study's own store)."""
-        if backend not in BACKENDS:
-            raise StoreError(f"unknown backend {backend!r}; use one of {sorted(BACKENDS)}")
-        root = os.path.abspath(root)
-        meta_path = os.path.join(root, "store.json")
-        if not os.path.exists(meta_path):
-            _check_new_store_place(root, owner)
-            for d in ("segments", COMMITS) + RECORD_FOLDERS:
-                os.makedirs(os.path.join(root, d), exist_ok=True)
-            meta = {
-                "format": FORMAT_NAME,
-                "version": FORMAT_VERSION,
-                "backend": backend,
-                "fingerprint": fingerprint_of(config),
-                "encoder": config,
-                "dim": config["model_cfg"]["embed_dim"],
-                "num_patches": config["num_patches"],
-            }
-            tmp = os.path.join(root, f".store.json.{uuid.uuid4().hex}")
-            with open(tmp, "w") as f:
-                json.dump(meta, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, meta_path)  # fails if another process created it first
-                fsync_dir(root)
-            except FileExistsError:
-                pass
-            finally:
-                os.remove(tmp)
+        root = create_store_json(root, config, backend, owner)
         store = cls(root)
         store.check_fingerprint(config)
-        WriterDir.sweep(store.segment_dir)
+        WriterDir.sweep(store.scratch_root())
         return store
 
     @property
@@ -142,16 +129,26 @@ class FeatureStore(FeatureReads, RecordFiles):
     # -- segments ----------------------------------------------------------------------
     @property
     def segment_dir(self) -> str:
-        return os.path.join(self.root, "segments")
+        return self.loc.path("segments")
+
+    def rel(self, path: str) -> str:
+        """A path inside the store, relative to its root (for messages)."""
+        return self.loc.rel(path)
+
+    def _entries(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(name, path) of each segment readers index: on a disk every entry of segments/
+        not starting with '.'; at a URL the segments commit records name (remote.py)."""
+        if not self.loc.local:
+            return remote.committed(self)
+        names = sorted(n for n in os.listdir(self.segment_dir) if not n.startswith("."))
+        return [(n, os.path.join(self.segment_dir, n)) for n in names], []
 
     def scan(self) -> tuple[list[tuple[Segment, np.ndarray]], list[tuple[str, str]]]:
         """Every committed segment with its keys, checked against its name and checksums;
         and the problems found as (path, reason)."""
-        found, problems = [], []
-        for name in sorted(os.listdir(self.segment_dir)):
-            if name.startswith("."):
-                continue
-            path = os.path.join(self.segment_dir, name)
+        found: list[tuple[Segment, np.ndarray]] = []
+        entries, problems = self._entries()
+        for name, path in entries:
             m = SEGMENT_NAME.match(name)
             if not m or m["suffix"] != self.backend.suffix:
                 problems.append((path, f"stray entry {name!r} (not a {self.meta['backend']} segment name)"))
@@ -170,7 +167,10 @@ class FeatureStore(FeatureReads, RecordFiles):
 
     def _missing_segments(self) -> list[tuple[str, str]]:
         """Commit records whose segment is gone (a deleted Zarr folder or .h5 file), as
-        (the record's path, reason): quarantining the record lets extract redo the rows."""
+        (the record's path, reason): quarantining the record lets extract redo the rows.
+        (At a URL the records are what is indexed: a missing segment fails as it opens.)"""
+        if not self.loc.local:
+            return []
         d = os.path.join(self.root, COMMITS)
         out = []
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
@@ -239,7 +239,7 @@ class FeatureStore(FeatureReads, RecordFiles):
         """Rescan committed segments and rebuild the key index; a damaged one is refused."""
         found, problems = self.scan()
         if problems:
-            raise StoreDamaged(self.root, [f"{os.path.relpath(p, self.root)}: {r}" for p, r in problems])
+            raise StoreDamaged(self.root, [f"{self.rel(p)}: {r}" for p, r in problems])
         self.segments = [s for s, _ in found]
         self._segment_keys = [k for _, k in found]  # kept: keys() needs no second read
         self._paths = None
@@ -315,10 +315,18 @@ class FeatureStore(FeatureReads, RecordFiles):
 
     # -- writing -----------------------------------------------------------------------
     def writer_dir(self) -> str:
-        """This process's temporary folder under segments/, held by a lock while it lives."""
+        """This process's temporary folder, held by a lock while it lives: under segments/,
+        or for a store at a URL under the chunk cache (its name is the writer's prefix there)."""
         if self._writer is None:
-            self._writer = WriterDir.create(self.segment_dir)
+            self._writer = WriterDir.create(self.scratch_root())
         return self._writer.path
+
+    def scratch_root(self) -> str:
+        if self.loc.local:
+            return self.segment_dir
+        if self.cache is None:
+            raise StoreError(f"{self.root}: writing to a store at a URL needs a chunk cache (its local temporaries)")
+        return os.path.join(self.cache.folder, "writers")
 
     def release_writer(self) -> None:
         if self._writer is not None:
@@ -344,6 +352,10 @@ class FeatureStore(FeatureReads, RecordFiles):
         tmp = os.path.join(self.writer_dir(), name)
         attrs = {"kind": kind, "rows": len(keys), "format_version": FORMAT_VERSION, "crc32": crc}
         self.backend.write(tmp, data, attrs | ({"features": "global"} if g else {}))
+        if not self.loc.local:
+            final = remote.upload_segment(self, tmp, name, kind, len(keys))
+            BACKENDS["zarr"].remove(tmp)
+            return Segment(kind, name, final, len(keys), crc, features)
         if not _commit(tmp, final):
             self.backend.remove(tmp)  # another writer committed the same keys; its segment stands
         fsync_dir(self.segment_dir)
@@ -352,6 +364,8 @@ class FeatureStore(FeatureReads, RecordFiles):
 
     # -- inspection --------------------------------------------------------------------
     def size_on_disk(self) -> int:
+        if not self.loc.local:
+            return int(self.loc.fs.du(self.loc.root))
         total = 0
         for dirpath, _, files in os.walk(self.root):
             for f in files:
@@ -381,30 +395,10 @@ class FeatureStore(FeatureReads, RecordFiles):
             "segments": len(self.segments),
             "duplicate_rows": self.duplicates(IMAGE) + self.duplicates(CAPTION),
             "bytes_on_disk": self.size_on_disk(),
-            "temporaries": len([n for n in os.listdir(self.segment_dir) if n.startswith(".tmp-")]),
+            "temporaries": len(remote.uncommitted(self))
+            if not self.loc.local
+            else len([n for n in os.listdir(self.segment_dir) if n.startswith(".tmp-")]),
         }
-
-
-def _check_new_store_place(root: str, owner: str | None) -> None:
-    from ..outputs import KINDS, kind_of, output_at_or_above
-
-    out = output_at_or_above(root)
-    if out is not None and (owner is None or os.path.realpath(out) != os.path.realpath(owner)):
-        what = KINDS.get(kind_of(out) or "", "a command's output")
-        raise StoreError(
-            f"{root}: a new store would go inside {out}, {what}; stores never live "
-            f"inside a command's output (an --overwrite there would delete it). Choose another --store"
-        )
-    if os.path.isdir(root):
-        # store.json here is a peer's (another rank creating the same store since our look):
-        # our link then finds it, and the store is opened and its fingerprint checked
-        own = {"segments", COMMITS, "store.json", *RECORD_FOLDERS}
-        other = sorted(n for n in os.listdir(root) if n not in own and not n.startswith(".store.json."))
-        if other:
-            raise StoreError(
-                f"{root} exists and holds other files ({', '.join(other[:5])}), not a store; create a "
-                f"store in an empty or new folder"
-            )
 
 
 def _commit(tmp: str, final: str) -> bool:

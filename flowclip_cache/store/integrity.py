@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import SegmentDamaged, StoreError
 from ..hashing import KEY_BYTES
+from . import remote
 from .backends import BACKENDS, crc32, fsync_dir
 from .core import (
     ARRAYS,
@@ -33,6 +34,7 @@ from .core import (
     FeatureStore,
     read_store_json,
 )
+from .location import is_url, locate
 from .writer import WriterDir
 
 RECORD_COLUMNS = {
@@ -65,22 +67,22 @@ class _Lenient(FeatureStore):
 
 
 def verify_store(root: str) -> Report:
-    root = os.path.abspath(root)
+    """At a URL every byte is read from the service, not a chunk cache."""
     rep = Report()
     try:
-        store = _Lenient(root)
+        store = _Lenient(root if is_url(root) else os.path.abspath(root), cache=False)
     except StoreError as e:
         rep.problems.append((None, str(e)))
         return rep
-    rel = lambda p: os.path.relpath(p, root)
+    root, rel = store.root, store.rel
     rep.problems += [(p, f"{rel(p)}: {r}") for p, r in store.scan_problems]
     d, P = store.meta["dim"], store.meta["num_patches"]
     for seg in store.segments:
         for msg in _check_segment(store, seg, d, P):
             rep.problems.append((seg.path, f"{rel(seg.path)}: {msg}"))
     for folder in RECORD_FOLDERS:
-        for name in _record_names(root, folder):
-            path = os.path.join(root, folder, name)
+        for name in _record_names(store, folder):
+            path = store.loc.path(folder, name)
             try:
                 store.read_record(folder, name, RECORD_COLUMNS[folder])
             except SegmentDamaged as e:
@@ -93,6 +95,10 @@ def verify_store(root: str) -> Report:
             f"full extract has since covered; legal: a key's full row is read, else its first in name order). "
             f"`flowclip store compact {root}` removes them"
         )
+    if not store.loc.local:
+        rep.notes += _uncommitted_note(store)
+        rep.segments, rep.images, rep.captions = len(store.segments), store.count(IMAGE), store.count(CAPTION)
+        return rep
     temps = [n for n in os.listdir(store.segment_dir) if n.startswith(".tmp-")]
     states = [WriterDir.status(os.path.join(store.segment_dir, n)) for n in temps]
     for state in ("live", "abandoned", "legacy", "unknown"):
@@ -135,9 +141,20 @@ def _global_mismatches(store: FeatureStore) -> list[str]:
     return out
 
 
-def _record_names(root: str, folder: str) -> list[str]:
-    d = os.path.join(root, folder)
-    return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
+def _record_names(store: FeatureStore, folder: str) -> list[str]:
+    return [n for n in store.loc.listdir(folder) if not n.startswith(".")]
+
+
+def _uncommitted_note(store: FeatureStore) -> list[str]:
+    found = remote.uncommitted(store)
+    if not found:
+        return []
+    oldest = max(age for _, age in found) / 3600
+    return [
+        f"{len(found)} segment uploads without a commit record (writers still writing, or killed; the oldest "
+        f"{oldest:.1f} h old): readers never see them; `flowclip store compact {store.root}` removes those older "
+        f"than its --uncommitted-after"
+    ]
 
 
 def _check_segment(store: FeatureStore, seg, d: int, P: int) -> list[str]:
@@ -178,6 +195,8 @@ def quarantine(root: str, report: Report, log=print) -> str | None:
     """Move every damaged part named in the report to <root>/quarantine/<time>/; the next
     extract re-encodes what they held. store.json cannot be moved (nothing could be read
     without it): that problem is reported, not fixed."""
+    if is_url(root):
+        return _quarantine_records(root, report, log)
     movable = [p for p, _ in report.problems if p is not None and os.path.exists(p)]
     if not movable:
         return None
@@ -197,17 +216,41 @@ def quarantine(root: str, report: Report, log=print) -> str | None:
     return dest
 
 
-def compact(root: str, log=print) -> int:
+def _quarantine_records(url: str, report: Report, log) -> str | None:
+    """At a URL a damaged segment is put out of the readers' view by moving its commit
+    record (copied to quarantine/<time>-<pid>/, then removed): its upload is then
+    uncommitted, the next extract re-encodes its rows, and compact removes it later. A
+    damaged record file moves the same way."""
+    loc = locate(url)
+    parts = []
+    for p, _ in report.problems:
+        if p is None:
+            continue
+        r = loc.rel(p)
+        parts.append(f"{COMMITS}/{r.rsplit('/', 1)[-1]}.json" if r.startswith("segments/") else r)
+    parts = [r for r in dict.fromkeys(parts) if loc.exists(r)]
+    if not parts:
+        return None
+    dest = f"quarantine/{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    for r in parts:
+        loc.write(f"{dest}/{r}", loc.read(r) or b"")
+        loc.remove(r)
+        log(f"moved {r} -> {dest}/{r}")
+    return loc.path(dest)
+
+
+def compact(root: str, log=print, uncommitted_after_s: float = 24 * 3600) -> int:
     """Rewrite segments so that each key is held once, keeping the vector every reader
     reads today (its first segment in index order: full segments by name, then
     global-only ones). Segments are processed from last to first, so at every moment each
     key still resolves to the same vector: a reader running meanwhile sees no change.
     Refused while a writer is live."""
     store = FeatureStore(root)
-    live = WriterDir.live(store.segment_dir)
-    if live:
-        raise StoreError(f"{root}: a writer is running ({', '.join(live)}); compact when no extract writes here")
-    WriterDir.sweep(store.segment_dir)
+    if store.loc.local:
+        live = WriterDir.live(store.segment_dir)
+        if live:
+            raise StoreError(f"{root}: a writer is running ({', '.join(live)}); compact when no extract writes here")
+        WriterDir.sweep(store.segment_dir)
     owner: dict[tuple[str, bytes], int] = {}
     for i, (s, k) in enumerate(zip(store.segments, store._segment_keys)):
         for row in k:
@@ -221,17 +264,29 @@ def compact(root: str, log=print) -> int:
                 continue
             if keep.any():
                 store.write_segment(s.kind, [bytes(r).hex() for r in k[keep]], _rows(store, s, keep))
-            trash = os.path.join(store.writer_dir(), "old-" + s.name)
-            if os.path.exists(store.commit_record(s.name)):  # the record first: a segment without one is legal
-                os.remove(store.commit_record(s.name))
-            os.rename(s.path, trash)  # out of the readers' view in one step
-            fsync_dir(store.segment_dir)
-            store.backend.remove(trash)
+            _remove_segment(store, s)
             removed += int((~keep).sum())
             log(f"{s.name}: {int((~keep).sum())} duplicate rows removed")
+        if not store.loc.local:
+            remote.remove_uncommitted(store, uncommitted_after_s, log)
     finally:
         store.release_writer()
     return removed
+
+
+def _remove_segment(store: FeatureStore, s) -> None:
+    """The commit record first (a segment without one is legal on a disk, invisible at a
+    URL), then the segment: on a disk renamed out of the readers' view in one step."""
+    if not store.loc.local:
+        store.loc.remove(f"{COMMITS}/{s.name}.json")
+        store.loc.remove(store.rel(s.path))
+        return
+    trash = os.path.join(store.writer_dir(), "old-" + s.name)
+    if os.path.exists(store.commit_record(s.name)):
+        os.remove(store.commit_record(s.name))
+    os.rename(s.path, trash)
+    fsync_dir(store.segment_dir)
+    store.backend.remove(trash)
 
 
 def _rows(store: FeatureStore, seg, keep: np.ndarray) -> dict[str, np.ndarray]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from typing import Any, Callable
 
 import numpy as np
@@ -34,15 +33,25 @@ class FeatureReads:
     _segment_keys: list[np.ndarray]
     _index: dict[str, KeyIndex]
     backend: Any
+    cache: Any  # a ChunkCache for a store at a URL, else None
+    rel: Callable[[str], str]
 
     def read_array(self, seg: Segment, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """A whole array of a segment, its checksum checked (SegmentDamaged otherwise)."""
         if out is None:
             shape, dtype = self.backend.shape(seg.path, name)
             out = np.empty(shape, dtype)
-        if self.backend.read_into(seg.path, name, out) != seg.crc[name]:
-            raise SegmentDamaged(seg.path, f"{name} fails its checksum (the bytes changed since they were written)")
-        return out
+        try:
+            if self.backend.read_into(seg.path, name, out) == seg.crc[name]:
+                return out
+        except SegmentDamaged:
+            if self.cache is None:
+                raise
+        if self.cache is not None:  # a damaged cached copy is dropped and fetched again, once
+            self.cache.forget(seg.path)
+            if self.backend.read_into(seg.path, name, out) == seg.crc[name]:
+                return out
+        raise SegmentDamaged(seg.path, f"{name} fails its checksum (the bytes changed since they were written)")
 
     def _locate(self, kind: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
         idx = self._index[kind]
@@ -174,7 +183,7 @@ class FeatureReads:
         try:
             yield
         except SegmentDamaged as e:
-            raise StoreDamaged(self.root, [f"{os.path.relpath(e.path, self.root)}: {e.reason}"]) from None
+            raise StoreDamaged(self.root, [f"{self.rel(e.path)}: {e.reason}"]) from None
 
 
 def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import hashlib
 import os
 import time
 import uuid
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import SegmentDamaged
 from .backends import fsync_dir
@@ -19,6 +19,8 @@ class RecordFiles:
     """Mixed into FeatureStore, which provides root, _paths, _damage() and writer_dir()."""
 
     root: str
+    loc: Any  # location.Location
+    cache: Any  # chunk cache (a store at a URL) or None
     _paths: dict | None
     _damage: Callable[[], contextlib.AbstractContextManager]
     writer_dir: Callable[[], str]
@@ -26,8 +28,7 @@ class RecordFiles:
     def read_records(self, folder: str, columns: tuple[str, ...]):
         """(name, table) of each record file of a folder, in name (= time) order, each
         checked against the checksum in its name."""
-        d = os.path.join(self.root, folder)
-        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        for name in self.loc.listdir(folder):
             if not name.startswith("."):
                 with self._damage():
                     yield name, self.read_record(folder, name, columns)
@@ -37,11 +38,13 @@ class RecordFiles:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        path = os.path.join(self.root, folder, name)
+        path = self.loc.path(folder, name)
         m = RECORD_NAME.match(name)
         if not m:
             raise SegmentDamaged(path, "stray file (not <time>-<id>-<checksum>.parquet)")
-        raw = open(path, "rb").read()
+        # at a URL through the chunk cache: a record's name holds its checksum, so its bytes never change
+        with open(path, "rb") if self.cache is None and self.loc.local else _remote_open(self, path) as f:
+            raw = f.read()
         if hashlib.sha256(raw).hexdigest()[:16] != m.group(3):
             raise SegmentDamaged(path, "fails its checksum (the bytes changed since they were written)")
         try:
@@ -66,9 +69,12 @@ class RecordFiles:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         raw = sink.getvalue().to_pybytes()
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}-{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
+        if not self.loc.local:
+            self.loc.write(f"{folder}/{name}", raw)  # an object: whole or absent
+            return self.loc.path(folder, name)
         d = os.path.join(self.root, folder)
         os.makedirs(d, exist_ok=True)
-        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}-{hashlib.sha256(raw).hexdigest()[:16]}.parquet"
         tmp = os.path.join(self.writer_dir(), name)
         with open(tmp, "wb") as f:
             f.write(raw)
@@ -140,3 +146,7 @@ class RecordFiles:
                     }
                 ),
             )
+
+
+def _remote_open(store, path: str):
+    return store.cache.open(path) if store.cache is not None else store.loc.fs.open(path, "rb")

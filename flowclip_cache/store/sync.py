@@ -27,89 +27,11 @@ import json
 import os
 import shutil
 import time
-import uuid
-from dataclasses import dataclass
-from typing import Any
 
 from ..errors import SegmentDamaged, StoreError
 from .backends import BACKENDS, ZarrBackend, fsync_dir, fsync_tree
-from .layout import COMMITS, RECORD_FOLDERS, RECORD_NAME, SEGMENT_NAME, parse_store_json
-
-
-def is_url(where: str) -> bool:
-    return "://" in where and not where.startswith("file://")
-
-
-@dataclass
-class Location:
-    """A store's place: a local folder or an fsspec URL, with the few operations sync needs."""
-
-    text: str  # as the user wrote it (for messages)
-    fs: Any  # an fsspec filesystem
-    root: str  # the store's path inside fs
-    local: bool
-    scratch: str | None = None  # local: this sync's locked writer folder, where temporaries go
-
-    def path(self, *parts: str) -> str:
-        return "/".join([self.root.rstrip("/"), *parts]) if not self.local else os.path.join(self.root, *parts)
-
-    def read(self, rel: str) -> bytes | None:
-        try:
-            return self.fs.cat_file(self.path(rel))
-        except FileNotFoundError:
-            return None
-
-    def listdir(self, rel: str) -> list[str]:
-        try:
-            entries = self.fs.ls(self.path(rel), detail=False)
-        except FileNotFoundError:
-            return []
-        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
-
-    def files(self, rel: str) -> list[str]:
-        """Every file under rel (a folder, or rel itself when it is a file), relative to the root."""
-        base = self.path(rel)
-        if self.fs.isfile(base):
-            return [rel]
-        return sorted(rel + p[len(base) :].replace(os.sep, "/") for p in self.fs.find(base))
-
-    def write(self, rel: str, data: bytes) -> None:
-        """The file whole or absent: an object store writes an object whole or not at all;
-        locally a temporary in the locked writer folder (swept if we die; before the store
-        exists, a dot-file that no reader lists) is renamed into place."""
-        if not self.local:
-            self.fs.pipe_file(self.path(rel), data)
-            return
-        final = self.path(rel)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        hidden = f".{os.path.basename(final)}.{uuid.uuid4().hex}"
-        tmp = os.path.join(self.scratch, hidden) if self.scratch else os.path.join(os.path.dirname(final), hidden)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_dir(os.path.dirname(final))
-
-    def exists(self, rel: str) -> bool:
-        return bool(self.fs.exists(self.path(rel)))
-
-
-def locate(where: str) -> Location:
-    if not is_url(where):
-        from fsspec.implementations.local import LocalFileSystem
-
-        path = where[len("file://") :] if where.startswith("file://") else where
-        return Location(where, LocalFileSystem(), os.path.abspath(path), True)
-    try:
-        from fsspec.core import url_to_fs
-
-        fs, root = url_to_fs(where)
-    except ImportError as e:  # s3fs, gcsfs: the optional extra
-        raise StoreError(f"{where}: {e}; install the cloud extra: pip install 'flowclip[cloud]'") from None
-    except ValueError as e:
-        raise StoreError(f"{where}: not a storage URL fsspec knows ({e})") from None
-    return Location(where, fs, root, False)
+from .layout import COMMITS, RECORD_FOLDERS, RECORD_NAME, parse_store_json
+from .location import Location, is_url, locate, storage_errors
 
 
 def _meta(loc: Location) -> tuple[bytes, dict] | None:
@@ -130,7 +52,7 @@ def _destination(src_meta: dict, dst: Location, src_raw: bytes) -> None:
             )
         return
     if dst.local:
-        from .core import _check_new_store_place
+        from .creation import _check_new_store_place
 
         _check_new_store_place(dst.root, None)
         for d in ("segments", COMMITS, *RECORD_FOLDERS):
@@ -140,16 +62,14 @@ def _destination(src_meta: dict, dst: Location, src_raw: bytes) -> None:
     dst.write("store.json", src_raw)
 
 
-def _committed(src: Location, backend: str) -> list[str]:
-    """The source's committed segments: on a local disk every segment the store reads
-    (checked as it opens: a damaged source is refused); at a URL, those with a commit record."""
-    if src.local:
-        from .core import FeatureStore
+def _committed(src: Location) -> dict[str, str]:
+    """The source's committed segments, name -> path inside the source: every segment
+    the store reads, checked as it opens (a damaged source is refused). At a URL those
+    are the segments commit records name, wherever their writer put them."""
+    from .core import FeatureStore
 
-        return [s.name for s in FeatureStore(src.root).segments]
-    suffix = BACKENDS[backend].suffix
-    names = [n[: -len(".json")] for n in src.listdir(COMMITS) if n.endswith(".json")]
-    return [n for n in names if (m := SEGMENT_NAME.match(n)) and m["suffix"] == suffix]
+    store = FeatureStore(src.root if src.local else src.text, cache=False)
+    return {s.name: src.rel(s.path) for s in store.segments}
 
 
 def _done(dst: Location, name: str) -> bool:
@@ -177,9 +97,10 @@ def _check_copy(loc: Location, backend: str, name: str, path: str) -> dict:
     return attrs
 
 
-def _copy_segment(src: Location, dst: Location, backend: str, name: str) -> int:
-    """One segment's files, checked at the destination, then its commit record. Returns bytes copied."""
-    files = src.files(f"segments/{name}")
+def _copy_segment(src: Location, dst: Location, backend: str, name: str, at: str) -> int:
+    """One segment's files (at `at` in the source), checked at the destination under
+    segments/<name>, then its commit record. Returns bytes copied."""
+    files = [f"segments/{name}" + f[len(at) :] for f in src.files(at)]
     if not files:
         raise StoreError(f"{src.text}: segment {name} has a commit record but no files")
     copied = 0
@@ -190,7 +111,7 @@ def _copy_segment(src: Location, dst: Location, backend: str, name: str) -> int:
         for rel in files:
             target = os.path.join(dst.scratch, *rel.split("/")[1:])
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            with src.fs.open(src.path(rel), "rb") as r, open(target, "wb") as w:
+            with src.fs.open(src.path(at + rel[len(f"segments/{name}") :]), "rb") as r, open(target, "wb") as w:
                 shutil.copyfileobj(r, w, 16 << 20)  # streamed: an HDF5 segment is one large file
                 copied += w.tell()
         tmp = os.path.join(dst.scratch, name)
@@ -201,14 +122,12 @@ def _copy_segment(src: Location, dst: Location, backend: str, name: str) -> int:
         fsync_dir(dst.path("segments"))
     else:
         for rel in files:
-            data = src.fs.cat_file(src.path(rel))
+            data = src.fs.cat_file(src.path(at + rel[len(f"segments/{name}") :]))
             dst.fs.pipe_file(dst.path(rel), data)
             copied += len(data)
         attrs = _check_copy(dst, backend, name, dst.path("segments", name))
-    record = (
-        src.read(f"{COMMITS}/{name}.json")
-        or json.dumps({"segment": name, "kind": attrs.get("kind"), "rows": attrs.get("rows")}).encode()
-    )
+    # the record without `at`: the copy is at segments/<name>, as on a disk
+    record = json.dumps({"segment": name, "kind": attrs.get("kind"), "rows": attrs.get("rows")}).encode()
     dst.write(f"{COMMITS}/{name}.json", record)
     return copied
 
@@ -230,25 +149,6 @@ def _copy_records(src: Location, dst: Location) -> int:
     return n
 
 
-def _storage_errors() -> tuple[type[BaseException], ...]:
-    """What the storage libraries raise for a missing bucket, refused credentials or an
-    unreachable endpoint, beside OSError: botocore's (s3fs) and gcsfs's HTTP errors."""
-    out: list[type[BaseException]] = [OSError]
-    try:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        out += [BotoCoreError, ClientError]
-    except ImportError:
-        pass
-    try:
-        from gcsfs.retry import HttpError
-
-        out.append(HttpError)
-    except ImportError:
-        pass
-    return tuple(out)
-
-
 def sync(src_text: str, dst_text: str, log=print) -> dict:
     """Copy what DST lacks of SRC's committed store; returns the counts. A storage error
     (no such bucket, refused credentials, no endpoint) is one StoreError line."""
@@ -256,7 +156,7 @@ def sync(src_text: str, dst_text: str, log=print) -> dict:
         return _sync(src_text, dst_text, log)
     except StoreError:
         raise
-    except _storage_errors() as e:
+    except storage_errors() as e:
         if isinstance(e, OSError) and e.errno is not None and not (is_url(src_text) or is_url(dst_text)):
             raise  # a local disk's error (full, read-only): the command line names its fix
         raise StoreError(
@@ -288,11 +188,11 @@ def _sync(src_text: str, dst_text: str, log) -> dict:
     copied = 0
     try:
         records = _copy_records(src, dst)
-        names = _committed(src, backend)
+        names = _committed(src)
         todo = [n for n in names if not _done(dst, n)]
         log(f"sync {src.text} -> {dst.text}: {len(todo)} of {len(names)} segments to copy, {records} records copied")
         for i, name in enumerate(todo, 1):
-            copied += _copy_segment(src, dst, backend, name)
+            copied += _copy_segment(src, dst, backend, name, names[name])
             log(f"  [{i}/{len(todo)}] {name}: {copied / 2**20:.1f} MiB so far")
     finally:
         if store is not None:
