@@ -1,4 +1,6 @@
 import os
+import socket
+import uuid
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # the suite never downloads
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -112,3 +114,43 @@ def blip_folder(tmp_path_factory):
     from flowclip_cache.extraction.families.offline import blip_folder as make
 
     return make(str(tmp_path_factory.mktemp("blip")))
+
+
+# -- a real S3-compatible server on the loopback address (moto's; no mocked client) ----------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'flowclip[cloud]')")
+    server_mod = pytest.importorskip("moto.server", reason="moto's server is not installed (the test extra has it)")
+    port = free_port()
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """Credentials and endpoint the way a user gives them: the environment, read by the
+    storage library (never a flowclip flag)."""
+    import boto3
+
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_server,
+        "FSSPEC_S3_ENDPOINT_URL": s3_server,
+    }.items():
+        monkeypatch.setenv(k, v)
+    bucket = f"flowclip-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    return bucket

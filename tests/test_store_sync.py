@@ -5,12 +5,12 @@ speaking S3's HTTP protocol on the loopback address; no mocked client)."""
 
 import json
 import os
-import socket
 import uuid
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import free_port
 from test_store import config, keys, write_captions, write_images
 
 from flowclip_cache.cli import main
@@ -165,45 +165,6 @@ def test_local_hdf5_stores_sync_between_folders(tmp_path):
 # -- S3 itself, on a local S3-compatible server --------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'flowclip[cloud]')")
-    server_mod = pytest.importorskip("moto.server", reason="moto's server is not installed (the test extra has it)")
-    port = _free_port()
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3_env(s3_server, monkeypatch):
-    """Credentials and endpoint the way a user gives them: the environment, read by the
-    storage library (never a flowclip flag)."""
-    import boto3
-
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": s3_server,
-        "FSSPEC_S3_ENDPOINT_URL": s3_server,
-    }.items():
-        monkeypatch.setenv(k, v)
-    bucket = f"flowclip-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    return bucket
-
-
 def test_a_store_goes_to_s3_and_back_bit_identical(tmp_path, s3_env):
     src = source(tmp_path)
     url = f"s3://{s3_env}/stores/tiny"
@@ -231,7 +192,7 @@ def test_a_missing_bucket_or_an_unreachable_endpoint_is_one_line(tmp_path, s3_en
     r = CliRunner().invoke(main, ["store", "sync", src.root, "s3://no-such-bucket-here/x"])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "bucket" in r.output, r.output
     for k in ("AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL"):
-        monkeypatch.setenv(k, f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+        monkeypatch.setenv(k, f"http://127.0.0.1:{free_port()}")  # nothing listens there
     import s3fs
 
     s3fs.S3FileSystem.clear_instance_cache()

@@ -71,14 +71,23 @@ def store_verify(path, quarantine):
 @store.command("sync")
 @click.argument("src")
 @click.argument("dst")
-def store_sync(src, dst):
+@click.option(
+    "--manifest",
+    "manifests",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Copy only the segments these manifests' images and captions are read from (repeatable; "
+    "record files are copied whole).",
+)
+@click.option("--image-root", default=None, help="As for train-head and score: which extracted images a path names.")
+def store_sync(src, dst, manifests, image_root):
     """Copy the committed segments DST lacks from SRC (each a local folder or a URL such
     as s3://bucket/path; credentials from the storage's usual environment and config
     files), each checked by its CRC-32s at DST before its commit record is written.
     Rerun to resume. URLs need `pip install 'flowclip[cloud]'`; HDF5 stores stay local."""
     from ..store.sync import sync
 
-    sync(src, dst, log=click.echo)
+    sync(src, dst, log=click.echo, manifests=manifests, image_root=image_root)
 
 
 @store.command("compact")

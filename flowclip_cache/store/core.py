@@ -97,14 +97,16 @@ class FeatureStore(FeatureReads, RecordFiles):
 
     # -- creation and identity ---------------------------------------------------------
     @classmethod
-    def open_or_create(cls, root: str, config: dict, backend: str = "zarr", owner: str | None = None) -> "FeatureStore":
+    def open_or_create(
+        cls, root: str, config: dict, backend: str = "zarr", owner: str | None = None, cache: "ChunkCache | None" = None
+    ) -> "FeatureStore":
         """Open the store at root, creating it for this encoder config if absent, and
         sweep temporaries that dead writers left. A store of another encoder is
         refused, naming the fields that differ. A new store is never made in a folder
         holding other files, nor inside a command's output (`owner`: the output folder of
         the command creating it, a study's own store)."""
         root = create_store_json(root, config, backend, owner)
-        store = cls(root)
+        store = cls(root, cache)
         store.check_fingerprint(config)
         WriterDir.sweep(store.scratch_root())
         return store

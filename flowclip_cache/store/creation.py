@@ -59,7 +59,9 @@ def create_url_store_json(loc: Location, raw: bytes) -> None:
     objects is refused."""
     if loc.exists("store.json"):
         return
-    other = [n for n in loc.listdir("") if n not in ("segments", COMMITS, *RECORD_FOLDERS)]
+    # store.json here is a peer's, created since our look: ours is then not written, and
+    # the caller checks its fingerprint
+    other = [n for n in loc.listdir("") if n not in ("store.json", "segments", COMMITS, "quarantine", *RECORD_FOLDERS)]
     if other:
         raise StoreError(f"{loc.text} holds other objects ({', '.join(other[:5])}), not a store; use an empty prefix")
     loc.create("store.json", raw)

@@ -3,7 +3,7 @@
 Object storage writes an object whole or not at all, and (S3, GCS) can create an object
 only if its name is free; it has no rename and no locks. So at a URL:
 
-- a writer writes each segment's objects under `segments/.w-<writer>/<segment name>/`,
+- a writer writes each segment's objects under `segments/.w-<host>-<pid>-<id>/<segment name>/`,
   a prefix no other writer uses, then creates `commits/<segment name>.json`
   ({segment, kind, rows, at: that prefix}) only if absent. A writer that finds the
   record taken (another committed the same keys first) deletes its own objects;
@@ -72,7 +72,8 @@ def upload_segment(store, tmp: str, name: str, kind: str, rows: int) -> str:
     record is created; returns where the committed segment is: ours, or (our upload
     removed) the one another writer committed first."""
     loc: Location = store.loc
-    at = f"segments/{WRITER_PREFIX}{os.path.basename(store.writer_dir())}/{name}"
+    writer = os.path.basename(store.writer_dir()).removeprefix(".tmp-")  # <host>-<pid>-<id>
+    at = f"segments/{WRITER_PREFIX}{writer}/{name}"
     for dirpath, _, files in os.walk(tmp):
         for f in sorted(files):
             local = os.path.join(dirpath, f)

@@ -62,14 +62,32 @@ def _destination(src_meta: dict, dst: Location, src_raw: bytes) -> None:
     dst.write("store.json", src_raw)
 
 
-def _committed(src: Location) -> dict[str, str]:
+def _committed(src: Location, manifests: tuple[str, ...] = (), image_root: str | None = None) -> dict[str, str]:
     """The source's committed segments, name -> path inside the source: every segment
     the store reads, checked as it opens (a damaged source is refused). At a URL those
-    are the segments commit records name, wherever their writer put them."""
+    are the segments commit records name, wherever their writer put them. With
+    manifests, only the segments their rows are read from (an image or caption they
+    name that the store lacks is refused, naming the extract command)."""
     from .core import FeatureStore
 
     store = FeatureStore(src.root if src.local else src.text, cache=False)
-    return {s.name: src.rel(s.path) for s in store.segments}
+    names = {s.name: src.rel(s.path) for s in store.segments}
+    if not manifests:
+        return names
+    from ..hashing import caption_key
+    from ..manifest import Manifest
+    from .layout import CAPTION, IMAGE
+    from .manifest_keys import manifest_keys
+
+    needed: set[int] = set()
+    for path in manifests:
+        m = Manifest.read(path)
+        texts = sorted({c.text for c in m.caption_refs()})
+        for kind, ks in ((IMAGE, sorted(set(manifest_keys(store, m, texts, image_root)))),
+                         (CAPTION, [caption_key(t) for t in texts])):  # fmt: skip
+            if ks:
+                needed |= set(store._locate(kind, ks)[0].tolist())
+    return {store.segments[i].name: names[store.segments[i].name] for i in sorted(needed)}
 
 
 def _done(dst: Location, name: str) -> bool:
@@ -149,11 +167,13 @@ def _copy_records(src: Location, dst: Location) -> int:
     return n
 
 
-def sync(src_text: str, dst_text: str, log=print) -> dict:
+def sync(
+    src_text: str, dst_text: str, log=print, manifests: tuple[str, ...] = (), image_root: str | None = None
+) -> dict:
     """Copy what DST lacks of SRC's committed store; returns the counts. A storage error
     (no such bucket, refused credentials, no endpoint) is one StoreError line."""
     try:
-        return _sync(src_text, dst_text, log)
+        return _sync(src_text, dst_text, log, tuple(manifests), image_root)
     except StoreError:
         raise
     except storage_errors() as e:
@@ -165,7 +185,7 @@ def sync(src_text: str, dst_text: str, log=print) -> dict:
         ) from None
 
 
-def _sync(src_text: str, dst_text: str, log) -> dict:
+def _sync(src_text: str, dst_text: str, log, manifests: tuple[str, ...], image_root: str | None) -> dict:
     t0 = time.perf_counter()
     src, dst = locate(src_text), locate(dst_text)
     found = _meta(src)
@@ -188,7 +208,7 @@ def _sync(src_text: str, dst_text: str, log) -> dict:
     copied = 0
     try:
         records = _copy_records(src, dst)
-        names = _committed(src)
+        names = _committed(src, manifests, image_root)
         todo = [n for n in names if not _done(dst, n)]
         log(f"sync {src.text} -> {dst.text}: {len(todo)} of {len(names)} segments to copy, {records} records copied")
         for i, name in enumerate(todo, 1):

@@ -1,0 +1,251 @@
+"""Stores at a URL (issue 44): extract, train-head, score, verify and compact straight on a
+URL (fsspec's memory:// in one process; S3 on moto's server on the loopback address for
+separate processes), read through the local chunk cache, written by concurrent writers
+without locks, some killed at random points; every feature bit-identical to the same
+store built on a disk."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+from test_store import config, keys, write_images
+
+from flowclip_cache.cli import main
+from flowclip_cache.errors import StoreError
+from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+from flowclip_cache.store.cache import ChunkCache, parse_size
+from flowclip_cache.store.integrity import compact, verify_store
+
+
+def memory_url() -> str:
+    return f"memory://flowclip-url-{uuid.uuid4().hex[:8]}/store"
+
+
+def invoke(*args):
+    r = CliRunner().invoke(main, [str(a) for a in args])
+    assert r.exit_code == 0, r.output[-3000:]
+    return r.output
+
+
+def extract_args(sample, store, *extra):
+    return [
+        "extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", sample["training"],
+        "--manifest", sample["candidates"], "--image-root", sample["image_root"], "--workers", "0", "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def assert_same_bits(a: FeatureStore, b: FeatureStore) -> None:
+    """Every key of both stores, every stored array, bit for bit."""
+    a.refresh(), b.refresh()
+    for kind in (IMAGE, CAPTION):
+        assert sorted(a.keys(kind)) == sorted(b.keys(kind)) and a.keys(kind)
+    ik, ck = sorted(a.keys(IMAGE)), sorted(a.keys(CAPTION))
+    x, y = a.load_images(ik), b.load_images(ik)
+    assert x.global_.tobytes() == y.global_.tobytes() and x.patches.tobytes() == y.patches.tobytes()
+    u, v = a.load_captions(ck), b.load_captions(ck)
+    for f in ("global_", "tokens", "offsets", "truncated"):
+        assert getattr(u, f).tobytes() == getattr(v, f).tobytes(), f
+
+
+@pytest.fixture
+def sample(tmp_path):
+    from flowclip_cache.synthetic.sample import make_sample
+
+    return make_sample(str(tmp_path / "sample"), n_images=10)
+
+
+@pytest.fixture
+def chunk_cache(tmp_path, monkeypatch):
+    folder = tmp_path / "chunk-cache"
+    monkeypatch.setenv("FLOWCLIP_CHUNK_CACHE", str(folder))
+    return folder
+
+
+def test_extract_train_and_score_at_a_url_equal_the_same_on_a_disk(tmp_path, sample, chunk_cache):
+    url, disk = memory_url(), str(tmp_path / "disk")
+    invoke(*extract_args(sample, url, "--image-unit", "4"))
+    invoke(*extract_args(sample, disk, "--image-unit", "4"))
+    assert_same_bits(FeatureStore(url), FeatureStore(disk))
+    out = {}
+    for name, store in (("url", url), ("disk", disk)):
+        run, res = tmp_path / f"run-{name}", tmp_path / f"res-{name}"
+        invoke("train-head", "--store", store, "--train", sample["training"], "--out", run, "--epochs", "2", "--quiet")
+        invoke("score", "--store", store, "--manifests", sample["candidates"], "--scorer", "clip",
+               "--scorer", f"flow={run}", "--out", res, "--bootstrap", "0", "--quiet")  # fmt: skip
+        from safetensors.numpy import load_file
+
+        weights = load_file(str(run / "head.safetensors"))
+        results = json.load(open(res / "results.json"))["results"]
+        out[name] = ({k: v.tobytes() for k, v in weights.items()}, json.dumps(results, sort_keys=True))
+    assert out["url"][0] == out["disk"][0]  # the trained head, bit for bit
+    assert out["url"][1].replace("run-url", "run-disk") == out["disk"][1]  # every score
+    assert "ok: " in invoke("store", "verify", url)
+    # a job's node pulls only the segments its manifest is read from: one row, one image
+    import pyarrow as pa
+
+    from flowclip_cache.manifest import Manifest, write_manifest
+
+    part = tmp_path / "part.parquet"
+    write_manifest(part, pa.Table.from_pylist(Manifest.read(sample["candidates"]).table.to_pylist()[:1]), "candidates")
+    node = tmp_path / "node"
+    out = invoke("store", "sync", url, node, "--manifest", part)
+    assert "2 of 2 segments to copy" in out  # its image's segment (of 3) and the caption segment
+    assert len(FeatureStore(url).segments) == 4 and len(FeatureStore(str(node)).segments) == 2
+    invoke("score", "--store", node, "--manifests", part, "--scorer", "clip", "--out", tmp_path / "res-node",
+           "--bootstrap", "0", "--quiet")  # fmt: skip
+
+
+def test_a_warm_cache_reads_nothing_remote_and_the_bound_evicts(tmp_path):
+    url = memory_url()
+    cache = ChunkCache(str(tmp_path / "c"), 1 << 30)
+    s = FeatureStore.open_or_create(url, config(), cache=cache)
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        write_images(s, keys(f"i{i}-", 6), rng)
+    s.release_writer()
+    ik = [k for i in range(4) for k in keys(f"i{i}-", 6)]
+    first = FeatureStore(url, cache=ChunkCache(str(tmp_path / "read"), 1 << 30))
+    a = first.load_images(ik)
+    assert first.cache is not None and first.cache.fetched > 0
+    fetched = first.cache.fetched
+    assert first.load_images(ik).patches.tobytes() == a.patches.tobytes()
+    assert first.cache.fetched == fetched  # a second epoch: every byte from the cache
+    second = FeatureStore(url, cache=ChunkCache(str(tmp_path / "read"), 1 << 30))  # another job on the node
+    assert second.load_images(ik).patches.tobytes() == a.patches.tobytes()
+    assert second.cache is not None and second.cache.fetched == 0 and second.cache.hits > 0
+    small = FeatureStore(url, cache=ChunkCache(str(tmp_path / "small"), fetched // 3))
+    c = small.load_images(ik)
+    assert c.patches.tobytes() == a.patches.tobytes() and small.cache is not None
+    assert small.cache.size() <= fetched // 3  # bounded: the least recently read went
+
+
+def test_a_damaged_cached_chunk_is_fetched_again_and_damage_at_the_url_is_refused(tmp_path):
+    url = memory_url()
+    cache = ChunkCache(str(tmp_path / "c"), 1 << 30)
+    s = FeatureStore.open_or_create(url, config(), cache=cache)
+    write_images(s, keys("i-", 5), np.random.default_rng(0))
+    s.release_writer()
+    ik = keys("i-", 5)
+    good = FeatureStore(url, cache=cache).load_images(ik)
+    seg = FeatureStore(url, cache=cache).segments[0]
+    chunk = cache.where(f"{seg.path}/patches/c/0/0/0")
+    raw = bytearray(open(chunk, "rb").read())
+    raw[7] ^= 1
+    open(chunk, "wb").write(bytes(raw))  # the cached copy damaged: dropped, fetched again
+    again = FeatureStore(url, cache=cache).load_images(ik)
+    assert again.patches.tobytes() == good.patches.tobytes()
+    fs = s.loc.fs
+    remote = f"{seg.path}/patches/c/0/0/0"
+    data = bytearray(fs.cat_file(remote))
+    data[7] ^= 1
+    fs.pipe_file(remote, bytes(data))  # the object itself damaged: refused, never read
+    with pytest.raises(StoreError, match="patches fails its checksum"):
+        FeatureStore(url, cache=ChunkCache(str(tmp_path / "fresh"), 1 << 30)).load_images(ik)
+    problems = [m for _, m in verify_store(url).problems]
+    assert len(problems) == 1 and "patches" in problems[0], problems
+    r = CliRunner().invoke(main, ["store", "verify", "--quarantine", url])
+    assert r.exit_code == 0 and "moved commits/" in r.output, r.output
+    assert FeatureStore(url, cache=cache).count(IMAGE) == 0  # its record moved: uncommitted, re-extracted next
+
+
+def test_refusals_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLOWCLIP_CHUNK_CACHE", raising=False)
+    url = memory_url()
+    FeatureStore.open_or_create(url, config(), cache=ChunkCache(str(tmp_path / "c"), 1 << 20)).release_writer()
+    with pytest.raises(StoreError, match="FLOWCLIP_CHUNK_CACHE"):
+        FeatureStore(url)
+    with pytest.raises(StoreError, match="HDF5 stores stay on a local disk"):
+        FeatureStore.open_or_create(memory_url(), config(), "hdf5")
+    assert parse_size("20G") == 20 << 30 and parse_size("1.5M") == int(1.5 * (1 << 20)) and parse_size("100") == 100
+    with pytest.raises(StoreError, match="not a size"):
+        parse_size("lots")
+    r = CliRunner().invoke(main, ["store", "compact", url])
+    assert r.exit_code == 2 and "FLOWCLIP_CHUNK_CACHE" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_compact_at_a_url_removes_duplicates_and_old_uncommitted_uploads(tmp_path, chunk_cache):
+    url = memory_url()
+    cache = ChunkCache(str(tmp_path / "c"), 1 << 30)
+    s = FeatureStore.open_or_create(url, config(), cache=cache)
+    rng = np.random.default_rng(0)
+    write_images(s, keys("a-", 6), rng)
+    write_images(s, keys("a-", 6)[2:] + keys("b-", 3), rng)  # 4 keys held twice
+    s.loc.fs.pipe_file(s.loc.path("segments/.w-dead-1-x/img-" + "0" * 24 + ".zarr/zarr.json"), b"{}")  # a killed upload
+    s.release_writer()
+    s = FeatureStore(url, cache=cache)
+    before = s.load_images(keys("a-", 6) + keys("b-", 3))
+    assert s.duplicates(IMAGE) == 4
+    assert any("1 segment uploads without a commit record" in n for n in verify_store(url).notes)
+    assert compact(url, log=lambda *_: None, uncommitted_after_s=3600) == 4
+    assert any("without a commit record" in n for n in verify_store(url).notes)  # younger than the bound: kept
+    compact(url, log=lambda *_: None, uncommitted_after_s=0)
+    rep = verify_store(url)
+    assert not rep.problems and not rep.notes and rep.images == 9
+    after = FeatureStore(url, cache=cache)
+    assert after.duplicates(IMAGE) == 0
+    got = after.load_images(keys("a-", 6) + keys("b-", 3))
+    assert got.patches.tobytes() == before.patches.tobytes()  # the vectors readers read before
+
+
+# -- many writers on S3 (moto's server), separate processes, some killed ---------------------
+def _writer(cmd, env):
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_four_writers_on_s3_some_killed_and_rerun_equal_one_local_store(tmp_path, s3_env, monkeypatch):
+    """Four extract processes (ranks 0-3 of 4) into one s3:// store at once, sharing one
+    chunk cache; two are killed (SIGKILL) once their first upload is seen, at a random
+    moment after it, then rerun. The store verifies, compacts, and holds every feature of
+    the same extract on a disk, bit for bit; train-head reads it."""
+    from flowclip_cache.synthetic.sample import make_sample
+
+    sample = make_sample(str(tmp_path / "sample"), n_images=24)
+    url = f"s3://{s3_env}/stores/four"
+    cache = tmp_path / "chunk-cache"
+    monkeypatch.setenv("FLOWCLIP_CHUNK_CACHE", str(cache))
+    env = {**os.environ, "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1"}
+    units = ["--image-unit", "2", "--caption-unit", "4"]
+    base = [sys.executable, "-m", "flowclip_cache", *extract_args(sample, url, *units)]
+    procs = {r: _writer([*base, "--rank", str(r), "--world-size", "4"], env) for r in range(4)}
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    rng = random.Random(0)
+    killed = []
+    for rank in (1, 3):
+        prefix = f"{s3_env}/stores/four/segments/.w-"
+        pid = procs[rank].pid
+        deadline = time.time() + 120
+        while time.time() < deadline and procs[rank].poll() is None:
+            fs.invalidate_cache()
+            if any(f"-{pid}-" in p for p in fs.glob(f"{prefix}*")):
+                break
+            time.sleep(0.2)  # (the server runs in this process: polling takes its time)
+        time.sleep(rng.uniform(0, 0.5))
+        procs[rank].send_signal(signal.SIGKILL)
+        killed.append(procs[rank].wait())
+    for r in (0, 2):
+        assert procs[r].wait(timeout=300) == 0, procs[r].stdout.read()[-2000:]
+    assert -signal.SIGKILL in killed, killed  # at least one died mid-way
+    for rank in (1, 3):  # rerun: commits what the killed writer had not
+        p = subprocess.run([*base, "--rank", str(rank), "--world-size", "4"], env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    disk = str(tmp_path / "disk")
+    invoke(*extract_args(sample, disk, *units))
+    rep = verify_store(url)
+    assert not rep.problems, rep.problems
+    compact(url, log=lambda *_: None, uncommitted_after_s=0)
+    rep = verify_store(url)
+    assert not rep.problems and not rep.notes, (rep.problems, rep.notes)
+    assert_same_bits(FeatureStore(url), FeatureStore(disk))
+    invoke("train-head", "--store", url, "--train", sample["training"], "--out", tmp_path / "run", "--epochs", "1",
+           "--quiet")  # fmt: skip
