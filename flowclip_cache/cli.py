@@ -47,11 +47,36 @@ class _Group(click.Group):
             )
             sys.exit(130)
         except OSError as e:
-            if e.errno not in _OS_HINTS:
-                raise
-            where = f"{e.filename}: " if e.filename else ""
-            click.secho(f"error: {where}{_OS_HINTS[e.errno]} ({e.strerror})", fg="red", err=True)
-            sys.exit(2)
+            if e.errno in _OS_HINTS:
+                where = f"{e.filename}: " if e.filename else ""
+                click.secho(f"error: {where}{_OS_HINTS[e.errno]} ({e.strerror})", fg="red", err=True)
+                sys.exit(2)
+            _storage_failure(e)
+            raise
+        except Exception as e:
+            _storage_failure(e)
+            raise
+
+
+_STORAGE_LIBRARIES = {"s3fs", "gcsfs", "adlfs", "botocore", "aiobotocore", "google"}
+
+
+def _storage_failure(e: BaseException) -> None:
+    """An error raised in an object storage library (a missing bucket, refused
+    credentials, an unreachable endpoint, for a store at a URL): one line, exit 2."""
+    names = {type(e).__module__.split(".")[0]}
+    tb = e.__traceback__
+    while tb is not None:
+        names.add(str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0])
+        tb = tb.tb_next
+    if names & _STORAGE_LIBRARIES:
+        click.secho(
+            f"error: object storage: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (check the URL, "
+            "that the bucket exists, and the storage's credentials and endpoint in its usual environment)",
+            fg="red",
+            err=True,
+        )
+        sys.exit(2)
 
 
 @click.group(cls=_Group)

@@ -249,3 +249,14 @@ def test_four_writers_on_s3_some_killed_and_rerun_equal_one_local_store(tmp_path
     assert_same_bits(FeatureStore(url), FeatureStore(disk))
     invoke("train-head", "--store", url, "--train", sample["training"], "--out", tmp_path / "run", "--epochs", "1",
            "--quiet")  # fmt: skip
+
+
+def test_a_missing_bucket_is_one_line_from_every_command(tmp_path, s3_env, chunk_cache):
+    from flowclip_cache.synthetic.sample import make_sample
+
+    s = make_sample(str(tmp_path / "sample"), n_images=2)
+    r = CliRunner().invoke(main, extract_args(s, "s3://no-such-bucket-here/x"))
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert r.output.strip().splitlines()[-1].startswith("error: object storage: FileNotFoundError: The specified bucket")
+    r = CliRunner().invoke(main, ["store", "verify", "s3://no-such-bucket-here/x"])
+    assert r.exit_code == 2 and "not a flowclip store" in r.output
