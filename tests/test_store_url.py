@@ -257,6 +257,6 @@ def test_a_missing_bucket_is_one_line_from_every_command(tmp_path, s3_env, chunk
     s = make_sample(str(tmp_path / "sample"), n_images=2)
     r = CliRunner().invoke(main, extract_args(s, "s3://no-such-bucket-here/x"))
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
-    assert r.output.strip().splitlines()[-1].startswith("error: object storage: FileNotFoundError: The specified bucket")
+    assert r.output.strip().splitlines()[-1].startswith("error: object storage: FileNotFoundError: The specified")
     r = CliRunner().invoke(main, ["store", "verify", "s3://no-such-bucket-here/x"])
     assert r.exit_code == 2 and "not a flowclip store" in r.output
