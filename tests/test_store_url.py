@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT
+from test_learning import planted  # noqa: F401  (fixture: a store written directly)
 from test_store import config, keys, write_images
 
 from flowclip_cache.cli import main
@@ -260,3 +261,26 @@ def test_a_missing_bucket_is_one_line_from_every_command(tmp_path, s3_env, chunk
     assert r.output.strip().splitlines()[-1].startswith("error: object storage: FileNotFoundError: The specified")
     r = CliRunner().invoke(main, ["store", "verify", "s3://no-such-bucket-here/x"])
     assert r.exit_code == 2 and "not a flowclip store" in r.output
+
+
+def test_every_placement_trains_the_same_weights_from_a_url(planted, tmp_path):  # noqa: F811
+    """device, host and store placements from the planted store's copy at a URL give the
+    disk store's weights bit for bit (the store placement reads rows from the cached files)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from flowclip_cache.store.sync import sync
+    from flowclip_cache.training.loop import TrainConfig, train_head
+
+    fs, man = planted
+    url = memory_url()
+    sync(fs.root, url, log=lambda *_: None)
+    cfg = TrainConfig(head="flow", epochs=1, batch_size=16, lr=1e-3, train_eval_records=64, cimr=0.1)
+    train_head(fs, man, str(tmp_path / "disk"), cfg, placement="device", progress=False, log=lambda *_: None)
+    ref = load_file(str(tmp_path / "disk" / "head.safetensors"))
+    for placement in ("device", "store"):
+        at = FeatureStore(url, cache=ChunkCache(str(tmp_path / f"cache-{placement}"), 1 << 30))
+        out = str(tmp_path / placement)
+        train_head(at, man, out, cfg, placement=placement, progress=False, log=lambda *_: None)
+        got = load_file(os.path.join(out, "head.safetensors"))
+        assert all(torch.equal(ref[k], got[k]) for k in ref), placement

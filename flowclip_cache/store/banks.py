@@ -119,15 +119,19 @@ class FeatureBank:
 class _Files:
     """A few hundred open files at most (a large store has thousands of chunk files)."""
 
-    def __init__(self, limit: int = 256):
+    def __init__(self, limit: int = 256, local=None):
         self.limit, self.lock = limit, threading.Lock()
         self.fds: OrderedDict[str, int] = OrderedDict()
+        self.local = local  # a store at a URL: fn(object path) -> its file in the chunk cache
+
+    def _open(self, path: str) -> int:
+        return os.open(self.local(path) if self.local else path, os.O_RDONLY)
 
     def pread(self, path: str, n: int, offset: int) -> bytes:
         with self.lock:
             fd = self.fds.pop(path, None)
             if fd is None:
-                fd = os.open(path, os.O_RDONLY)
+                fd = self._open(path)
                 if len(self.fds) >= self.limit:
                     os.close(self.fds.popitem(last=False)[1])
             self.fds[path] = fd
@@ -159,7 +163,8 @@ class StoreBank:
     ):
         self.store, self.device, self.need_tokens = store, device, need_tokens
         self.d, self.P = store.meta["dim"], store.meta["num_patches"]
-        self.files = _Files()
+        # at a URL, rows are read from the chunk cache's files (checked below, as every read is)
+        self.files = _Files(local=store.cache.local if store.cache is not None else None)
         self.img_seg, self.img_row = store._locate(IMAGE, image_keys)
         self.cap_seg, self.cap_row = store._locate(CAPTION, [caption_key(c) for c in caption_texts])
         if need_tokens:
