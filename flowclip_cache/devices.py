@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 from .errors import FlowclipError
+
+
+def rank_device(device: str) -> str:
+    """A CUDA device without an index becomes this process's own (LOCAL_RANK) under torchrun."""
+    local = os.environ.get("LOCAL_RANK")
+    return f"cuda:{local}" if device == "cuda" and local is not None else device
 
 
 def resolve_device(name: str, flag: str = "--device") -> str:

@@ -60,3 +60,30 @@ def test_two_ranks_under_torchrun_write_the_one_process_tables(lab, tmp_path):
     assert one == two
     r = CliRunner().invoke(main, [*args, f"out={tmp_path / 'two'}"])
     assert r.exit_code == 0 and "the study is finished (summary in place)" in r.output
+
+
+def test_extract_under_torchrun_puts_each_rank_on_its_own_gpu(monkeypatch, tmp_path):
+    """--device cuda (or auto on a GPU machine) under torchrun is cuda:LOCAL_RANK, as for
+    studies: every rank on cuda:0 was the bug. (No GPU here: the device is faked.)"""
+    from types import SimpleNamespace
+
+    import flowclip_cache.commands.extract as command
+    import flowclip_cache.extraction.extract as extraction
+    from flowclip_cache.synthetic.sample import make_sample
+
+    s = make_sample(str(tmp_path / "s"), n_images=1)
+    seen = {}
+    monkeypatch.setattr(command, "device_name", lambda name: "cuda")
+    monkeypatch.setattr(
+        extraction, "run_extract", lambda *a, **k: seen.update(k) or SimpleNamespace(lines=lambda: [], failures=0)
+    )
+    args = ["extract", "--store", str(tmp_path / "store"), "--model", "flowclip-tiny-clip", "--manifest",
+            s["candidates"], "--image-root", s["image_root"], "--device", "cuda", "--quiet"]  # fmt: skip
+    for local, device in ((None, "cuda"), ("3", "cuda:3")):
+        if local is None:
+            monkeypatch.delenv("LOCAL_RANK", raising=False)
+        else:
+            monkeypatch.setenv("LOCAL_RANK", local)
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        assert seen["device"] == device

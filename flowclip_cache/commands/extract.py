@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..devices import rank_device
 from ..errors import FlowclipError
 from .common import READOUT_NAMES, StorePlace, device_name
 
@@ -140,7 +141,7 @@ def extract(
         enc,
         list(manifests),
         image_root,
-        device=device_name(device),
+        device=rank_device(device_name(device)),  # under torchrun each rank on its own GPU
         batch_size=batch_size,
         text_batch_size=text_batch_size,
         workers=workers,

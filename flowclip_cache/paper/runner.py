@@ -19,8 +19,9 @@ import os
 import shlex
 import time
 
+from ..devices import rank_device
 from ..errors import FlowclipError
-from ..studies.spread import rank_device, study_rank
+from ..studies.spread import study_rank
 
 MARKERS = ".paper-steps"
 RANK_VARIABLES = (

@@ -33,12 +33,6 @@ def study_rank() -> tuple[int, int]:
     return rank, world
 
 
-def rank_device(device: str) -> str:
-    """A CUDA device without an index becomes this process's own (LOCAL_RANK) under torchrun."""
-    local = os.environ.get("LOCAL_RANK")
-    return f"cuda:{local}" if device == "cuda" and local is not None else device
-
-
 def my_groups(groups: list, rank: int, world: int) -> list:
     return [g for i, g in enumerate(groups) if i % world == rank]
 

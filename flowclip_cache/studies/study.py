@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..devices import rank_device
 from ..errors import FlowclipError
 from ..store import FeatureStore
 from ..training import checkpoint
 from ..training.loop import train_heads
 from ..training.training_data import load_training_data
-from .spread import claim, my_groups, one_at_a_time, rank_device, study_rank
+from .spread import claim, my_groups, one_at_a_time, study_rank
 from .summary import mean_std, write_summary
 
 DONE = "STUDY_DONE"
