@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import FlowclipError
 from ..outputs import write_text
+from ..store.location import is_url
 from .study import RunSpec, claim_folder, execute, study_tracking
 from .summary import mean_cell
 
@@ -58,7 +59,7 @@ def check_encoder(name: str, enc: dict) -> str:
             f"encoders.{name}: give model and store (and optionally pretrained)"
             + (f"; unknown keys {unknown}" if unknown else "")
         )
-    if not os.path.isdir(enc["store"]):
+    if not is_url(enc["store"]) and not os.path.isdir(enc["store"]):
         raise FlowclipError(
             f"encoders.{name}: no store at {enc['store']}; build it with: flowclip extract "
             f"--store {enc['store']} --model {enc['model']} --pretrained "
