@@ -86,7 +86,8 @@ class FeatureStore(FeatureReads, RecordFiles):
             self.root = self.loc.text
             self.meta = _url_store_json(self.loc)
             if cache is not False:
-                self.cache = (cache or ChunkCache.from_environment(self.root)).bind(self.loc.fs)
+                given = cache if isinstance(cache, ChunkCache) else ChunkCache.from_environment(self.root)
+                self.cache = given.bind(self.loc.fs)
             self.backend = ZarrBackend(self.cache or self.loc.fs)
         self.segments: list[Segment] = []
         self._index = {IMAGE: KeyIndex(), CAPTION: KeyIndex()}

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import time
+from typing import Any
 
 from .layout import COMMITS, SEGMENT_NAME
 from .location import Location
@@ -110,11 +111,11 @@ def uncommitted(store) -> list[tuple[str, float]]:
 
 
 def _mtime(entry: dict) -> float:
-    t = entry.get("LastModified") or entry.get("mtime") or entry.get("created") or entry.get("updated")
+    t: Any = entry.get("LastModified") or entry.get("mtime") or entry.get("created") or entry.get("updated")
     if hasattr(t, "timestamp"):
         return float(t.timestamp())
     try:
-        return float(t)  # type: ignore[arg-type]
+        return float(t)
     except (TypeError, ValueError):
         return time.time()  # unknown: treated as new (never removed)
 
