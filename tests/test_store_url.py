@@ -289,3 +289,31 @@ def test_every_placement_trains_the_same_weights_from_a_url(planted, tmp_path): 
         train_head(at, man, out, cfg, placement=placement, progress=False, log=lambda *_: None)
         got = load_file(os.path.join(out, "head.safetensors"))
         assert all(torch.equal(ref[k], got[k]) for k in ref), placement
+
+
+def test_a_service_without_conditional_writes_gets_a_look_then_a_write():
+    """Location.create where the filesystem has no mode="create" (TypeError): the name is
+    taken only when free, by a look then a write (docs: two racing writers there both
+    succeed, the last record standing; each names a whole upload)."""
+    import fsspec
+
+    from flowclip_cache.store.location import locate
+
+    loc = locate(memory_url())
+    plain = fsspec.filesystem("memory")
+
+    class NoConditional:
+        def __getattr__(self, name):
+            return getattr(plain, name)
+
+        def pipe_file(self, path, data, **kw):
+            if "mode" in kw:
+                raise TypeError("pipe_file() got an unexpected keyword argument 'mode'")
+            return plain.pipe_file(path, data)
+
+    loc.fs = NoConditional()
+    assert loc.create("commits/a.json", b"first") and not loc.create("commits/a.json", b"second")
+    assert loc.read("commits/a.json") == b"first"
+    loc.fs = plain  # the real conditional write: the same answers
+    assert loc.create("commits/b.json", b"first") and not loc.create("commits/b.json", b"second")
+    assert loc.read("commits/b.json") == b"first"

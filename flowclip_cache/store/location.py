@@ -48,6 +48,9 @@ class Location:
             return None
 
     def listdir(self, rel: str) -> list[str]:
+        if self.local:  # (no stat per entry: a store's record folders hold thousands of files)
+            path = self.path(rel)
+            return sorted(os.listdir(path)) if os.path.isdir(path) else []
         return sorted(self.details(rel))
 
     def details(self, rel: str) -> dict[str, dict]:
