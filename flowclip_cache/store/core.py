@@ -14,6 +14,8 @@ temporary and renames it into place, so writers never share a file. Every array'
 CRC-32 is in the segment's attributes and is checked on every read: damage is
 refused (StoreDamaged), never read as zeros. A key may sit in several segments (two
 writers at once): the first segment in name order is the one read, by every reader.
+At a URL (s3://, gs://, ...) the same layout holds; readers index the segments commit
+records name, through a local chunk cache, and writers commit without locks (remote.py).
 """
 
 from __future__ import annotations
