@@ -317,3 +317,18 @@ def test_a_service_without_conditional_writes_gets_a_look_then_a_write():
     loc.fs = plain  # the real conditional write: the same answers
     assert loc.create("commits/b.json", b"first") and not loc.create("commits/b.json", b"second")
     assert loc.read("commits/b.json") == b"first"
+
+
+def test_two_services_never_share_cached_objects(tmp_path, monkeypatch):
+    """The same bucket and key at AWS and at an S3-compatible service are other objects."""
+    from types import SimpleNamespace
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    cache = ChunkCache(str(tmp_path), 1 << 20)
+    where = lambda fs: cache.bind(fs).where("bucket/store/commits/a.json")  # noqa: E731
+    aws = where(SimpleNamespace(protocol=("s3", "s3a"), endpoint_url=None))
+    minio = where(SimpleNamespace(protocol=("s3", "s3a"), endpoint_url="http://minio:9000"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:9000")
+    from_env = where(SimpleNamespace(protocol=("s3", "s3a"), endpoint_url=None))
+    assert aws != minio == from_env and aws.startswith(str(tmp_path / "objects" / "s3" / "default"))

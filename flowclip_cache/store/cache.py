@@ -3,7 +3,8 @@
 Every object of a segment (its zarr.json files and chunk files) is immutable once
 written: a writer at a URL writes each segment under a prefix no other writer uses, and
 a synced segment's name is the hash of its keys. So an object is fetched once, whole,
-into <folder>/objects/<protocol>/<its path>, and read from there by every later read
+into <folder>/objects/<protocol>/<service>/<its path> (<service>: a hash of the
+endpoint, or `default`), and read from there by every later read
 (a second epoch, a second score, another job on the node), with no request to the
 service. The bytes are still checked as everywhere: every array read is matched
 against its CRC-32, and a cached copy that fails is dropped and fetched again once
@@ -21,6 +22,7 @@ with K, M, G or T; 20G if unset), or FeatureStore(url, cache=ChunkCache(...)).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import uuid
@@ -68,6 +70,19 @@ class ChunkCache:
         self.fs = fs
         return self
 
+    def _service(self) -> str:
+        """The service the filesystem talks to, as a short hash: two services (AWS and an
+        S3-compatible one) may hold the same bucket and key with other bytes."""
+        fs = self.fs
+        proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+        if not url and proto in ("s3", "s3a"):
+            url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        elif not url and proto in ("gs", "gcs"):
+            url = os.environ.get("STORAGE_EMULATOR_HOST")
+        service = hashlib.sha256(str(url).encode()).hexdigest()[:12] if url else "default"
+        return os.path.join(proto, service)
+
     # -- what the backends call (ZarrBackend's `fs`) ---------------------------------------
     def open(self, path: str, mode: str = "rb"):
         assert mode == "rb"
@@ -81,11 +96,10 @@ class ChunkCache:
 
     # -- the cache -------------------------------------------------------------------------
     def where(self, path: str) -> str:
-        proto = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         parts = [p for p in path.strip("/").split("/") if p]
         if any(p in (".", "..") for p in parts):
             raise StoreError(f"{path}: an object name with '.' or '..' parts is not cached")
-        return os.path.join(self.folder, "objects", proto, *parts)
+        return os.path.join(self.folder, "objects", self._service(), *parts)
 
     def local(self, path: str, version: str = "") -> str:
         """The cached file of an object, fetched whole first if absent (FileNotFoundError
