@@ -181,11 +181,12 @@ def test_compact_at_a_url_removes_duplicates_and_old_uncommitted_uploads(tmp_pat
     write_images(s, keys("a-", 6), rng)
     write_images(s, keys("a-", 6)[2:] + keys("b-", 3), rng)  # 4 keys held twice
     s.loc.fs.pipe_file(s.loc.path("segments/.w-dead-1-x/img-" + "0" * 24 + ".zarr/zarr.json"), b"{}")  # a killed upload
+    s.loc.fs.pipe_file(s.loc.path("segments/img-" + "1" * 24 + ".zarr/zarr.json"), b"{}")  # an interrupted sync's
     s.release_writer()
     s = FeatureStore(url, cache=cache)
     before = s.load_images(keys("a-", 6) + keys("b-", 3))
     assert s.duplicates(IMAGE) == 4
-    assert any("1 segment uploads without a commit record" in n for n in verify_store(url).notes)
+    assert any("2 segment uploads without a commit record" in n for n in verify_store(url).notes)
     assert compact(url, log=lambda *_: None, uncommitted_after_s=3600) == 4
     assert any("without a commit record" in n for n in verify_store(url).notes)  # younger than the bound: kept
     compact(url, log=lambda *_: None, uncommitted_after_s=0)

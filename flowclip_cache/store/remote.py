@@ -121,11 +121,24 @@ def _mtime(entry: dict) -> float:
 
 
 def remove_uncommitted(store, older_than_s: float, log=print) -> int:
-    """Remove segment uploads no record names whose newest object is older than the bound."""
+    """Remove segment uploads no record names whose newest object is older than the bound.
+    Each one's record is looked at again just before (a writer stalled past the bound
+    may have committed it since the listing)."""
     n = 0
     for rel, age in uncommitted(store):
-        if age >= older_than_s:
+        if age >= older_than_s and not _named_now(store.loc, rel):
             store.loc.remove(rel)
             log(f"{rel}: uncommitted upload removed ({age / 3600:.1f} h old)")
             n += 1
     return n
+
+
+def _named_now(loc: Location, rel: str) -> bool:
+    """Whether the commit record of this upload's segment names it at this moment."""
+    name = rel.rsplit("/", 1)[-1]
+    raw = loc.read(f"{COMMITS}/{name}.json")
+    try:
+        rec = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return False
+    return isinstance(rec, dict) and rec.get("at", f"segments/{name}") == rel
