@@ -58,18 +58,28 @@ class _Group(click.Group):
             raise
 
 
-_STORAGE_LIBRARIES = {"s3fs", "gcsfs", "adlfs", "botocore", "aiobotocore", "google"}
+# (google's storage libraries by name: google.protobuf, under tensorboard, is not one)
+_STORAGE_LIBRARIES = (
+    "s3fs",
+    "gcsfs",
+    "adlfs",
+    "botocore",
+    "aiobotocore",
+    "google.auth",
+    "google.cloud",
+    "google.api_core",
+)
 
 
 def _storage_failure(e: BaseException) -> None:
     """An error raised in an object storage library (a missing bucket, refused
     credentials, an unreachable endpoint, for a store at a URL): one line, exit 2."""
-    names = {type(e).__module__.split(".")[0]}
+    names = [type(e).__module__]
     tb = e.__traceback__
     while tb is not None:
-        names.add(str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0])
+        names.append(str(tb.tb_frame.f_globals.get("__name__", "")))
         tb = tb.tb_next
-    if names & _STORAGE_LIBRARIES:
+    if any(n == lib or n.startswith(lib + ".") for n in names for lib in _STORAGE_LIBRARIES):
         click.secho(
             f"error: object storage: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (check the URL, "
             "that the bucket exists, and the storage's credentials and endpoint in its usual environment)",
