@@ -333,3 +333,38 @@ def test_two_services_never_share_cached_objects(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:9000")
     from_env = where(SimpleNamespace(protocol=("s3", "s3a"), endpoint_url=None))
     assert aws != minio == from_env and aws.startswith(str(tmp_path / "objects" / "s3" / "default"))
+
+
+def test_the_readmes_cluster_commands_on_cpu(tmp_path, s3_env):
+    """The README's two cluster commands as written but for the machine: torchrun (two CPU
+    processes, standalone) extracting into s3:// on moto's server, then train-head from the
+    URL through FLOWCLIP_CHUNK_CACHE; the store equals a one-process extract on a disk."""
+    from flowclip_cache.synthetic.sample import make_sample
+
+    s = make_sample(str(tmp_path / "sample"), n_images=8)
+    url = f"s3://{s3_env}/stores/vitb32"
+    env = {**os.environ, "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env["FLOWCLIP_CHUNK_CACHE"] = str(tmp_path / "chunks")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    extract = [*torchrun, "-m", "flowclip_cache", *extract_args(s, url, "--image-unit", "2", "--device", "cpu")]
+    p = subprocess.run(extract, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    env["FLOWCLIP_CHUNK_CACHE_SIZE"] = "200M"
+    train = [sys.executable, "-m", "flowclip_cache", "train-head", "--store", url, "--train", s["training"],
+             "--out", str(tmp_path / "runs" / "flow_s0"), "--epochs", "1", "--quiet"]  # fmt: skip
+    p = subprocess.run(train, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert os.path.exists(tmp_path / "runs" / "flow_s0" / "head.safetensors")
+    disk = str(tmp_path / "disk")
+    invoke(*extract_args(s, disk, "--image-unit", "2", "--device", "cpu"))
+    cache = ChunkCache(str(tmp_path / "chunks"), 200 << 20)
+    assert_same_bits(FeatureStore(url, cache=cache), FeatureStore(disk))
+    writers = {p.split("/.w-")[1].split("/")[0] for p in s3fs_listing(s3_env, "stores/vitb32/segments/")}
+    assert len(writers) == 2  # both ranks wrote segments
+
+
+def s3fs_listing(bucket: str, prefix: str) -> list[str]:
+    import boto3
+
+    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
