@@ -368,3 +368,17 @@ def s3fs_listing(bucket: str, prefix: str) -> list[str]:
 
     pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def test_a_killed_fetchs_temporary_is_swept_a_live_ones_kept(tmp_path):
+    url = memory_url()
+    s = FeatureStore.open_or_create(url, config(), cache=ChunkCache(str(tmp_path / "w"), 1 << 30))
+    write_images(s, keys("i-", 3), np.random.default_rng(0))
+    s.release_writer()
+    tmp = tmp_path / "c" / "tmp"
+    tmp.mkdir(parents=True)
+    (tmp / "dead").write_bytes(b"x" * 10)
+    (tmp / "live").write_bytes(b"x" * 10)
+    os.utime(tmp / "dead", (time.time() - 7200, time.time() - 7200))  # two hours old
+    FeatureStore(url, cache=ChunkCache(str(tmp_path / "c"), 1 << 30)).load_images(keys("i-", 3))
+    assert sorted(os.listdir(tmp)) == ["live"]

@@ -124,6 +124,8 @@ class ChunkCache:
                 os.remove(tmp)
         with self._lock:
             self.fetched += size
+            if self._size is None:  # this process's first fetch: count the folder, sweep dead fetches
+                self._sweep_temporaries()
             self._size = (self._size if self._size is not None else self._scan()) + size
             if self._size > self.max_bytes:
                 self._evict(keep=target)
@@ -137,6 +139,18 @@ class ChunkCache:
         shutil.rmtree(self.where(prefix), ignore_errors=True)
         with self._lock:
             self._size = None
+
+    def _sweep_temporaries(self, older_than_s: float = 3600) -> None:
+        """Fetch temporaries a killed process left (a live fetch's is seconds old)."""
+        import time
+
+        tmp = os.path.join(self.folder, "tmp")
+        for name in os.listdir(tmp) if os.path.isdir(tmp) else []:
+            try:
+                if time.time() - os.stat(os.path.join(tmp, name)).st_mtime > older_than_s:
+                    os.remove(os.path.join(tmp, name))
+            except FileNotFoundError:
+                pass
 
     def _files(self) -> list[tuple[float, int, str]]:
         out = []
