@@ -382,3 +382,22 @@ def test_a_killed_fetchs_temporary_is_swept_a_live_ones_kept(tmp_path):
     os.utime(tmp / "dead", (time.time() - 7200, time.time() - 7200))  # two hours old
     FeatureStore(url, cache=ChunkCache(str(tmp_path / "c"), 1 << 30)).load_images(keys("i-", 3))
     assert sorted(os.listdir(tmp)) == ["live"]
+
+
+def test_a_study_runs_from_a_store_at_a_url(tmp_path, sample, chunk_cache):
+    """`flowclip run ablation store=URL`: its dry run checks the store at the URL, and the
+    study trains and scores from it."""
+    import shutil
+
+    url = memory_url()
+    invoke("extract", "--store", url, "--model", "flowclip-tiny-vit", "--manifest", sample["training"], "--manifest",
+           sample["candidates"], "--image-root", sample["image_root"], "--workers", "0", "--quiet")  # fmt: skip
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    shutil.copy(sample["candidates"], evals / "sample.parquet")
+    args = ["run", "ablation", f"store={url}", f"train={sample['training']}", f"eval=[{evals}]",
+            f"out={tmp_path}/study", "seeds=[0]", "train_config.epochs=1", "train_config.batch_size=4", "bootstrap=0"]  # fmt: skip
+    assert "dry run: every check passed" in invoke(*args, "--dry-run")
+    invoke(*args, "--quiet")
+    summary = json.load(open(tmp_path / "study" / "summary.json"))
+    assert summary and os.path.exists(tmp_path / "study" / "score" / "results.json")
