@@ -396,7 +396,8 @@ def test_a_study_runs_from_a_store_at_a_url(tmp_path, sample, chunk_cache):
     evals.mkdir()
     shutil.copy(sample["candidates"], evals / "sample.parquet")
     args = ["run", "ablation", f"store={url}", f"train={sample['training']}", f"eval=[{evals}]",
-            f"out={tmp_path}/study", "seeds=[0]", "train_config.epochs=1", "train_config.batch_size=4", "bootstrap=0"]  # fmt: skip
+            f"out={tmp_path}/study", "seeds=[0]", "train_config.epochs=1", "train_config.batch_size=4",
+            "bootstrap=0"]  # fmt: skip
     assert "dry run: every check passed" in invoke(*args, "--dry-run")
     invoke(*args, "--quiet")
     summary = json.load(open(tmp_path / "study" / "summary.json"))
