@@ -17,15 +17,11 @@ import tempfile
 import numpy as np
 
 from flowclip_cache.hashing import caption_key
-from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
+from flowclip_cache.store import CAPTION, IMAGE
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _synthetic import synthetic_store  # noqa: E402
 from _timing import abab  # noqa: E402
-
-
-def unit(rng, *shape):
-    x = rng.standard_normal(shape, dtype=np.float32)
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float16)
 
 
 def main():
@@ -36,34 +32,9 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--parts", action="store_true", help="also time the checked read's parts, one thread each")
     a = ap.parse_args()
-    d, P, L = 512, 49, 14
-    rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as root:
-        cfg = {
-            "model": "synthetic",
-            "model_cfg": {"embed_dim": d},
-            "num_patches": P,
-            "token_mask": "nonpad",
-            "weights": {"source": "random-init", "init_seed": 0},
-        }
-        fs = FeatureStore.open_or_create(f"{root}/s", cfg, a.backend)
-        for s in range(0, a.images, 256):
-            ks = [caption_key(f"i{i}") for i in range(s, min(a.images, s + 256))]
-            fs.write_segment(IMAGE, ks, {"global": unit(rng, len(ks), d), "patches": unit(rng, len(ks), P, d)})
-        for s in range(0, a.captions, 4096):
-            ks = [caption_key(f"c{i}") for i in range(s, min(a.captions, s + 4096))]
-            fs.write_segment(
-                CAPTION,
-                ks,
-                {
-                    "global": unit(rng, len(ks), d),
-                    "tokens": unit(rng, len(ks) * L, d),
-                    "offsets": np.arange(0, L * len(ks) + 1, L, dtype=np.int64),
-                    "truncated": np.zeros(len(ks), np.uint8),
-                },
-            )
-        fs.release_writer()
-        fs.refresh()
+        images = [caption_key(f"i{i}") for i in range(a.images)]
+        fs = synthetic_store(f"{root}/s", images, [caption_key(f"c{i}") for i in range(a.captions)], a.backend)
         ik, ck = fs.keys(IMAGE), fs.keys(CAPTION)
         im, cp = fs.load_images(ik), fs.load_captions(ck)
         arrays = {"ig": im.global_, "ip": im.patches, "cg": cp.global_, "ct": cp.tokens}

@@ -25,17 +25,10 @@ import uuid
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _synthetic import synthetic_store  # noqa: E402
 from _timing import alternate, ratio  # noqa: E402
-
-D, P, L = 512, 49, 14
-
-
-def unit(rng, *shape):
-    x = rng.standard_normal(shape, dtype=np.float32)
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float16)
 
 
 def build(root: str, n: int) -> tuple[str, str]:
@@ -44,35 +37,10 @@ def build(root: str, n: int) -> tuple[str, str]:
 
     from flowclip_cache.hashing import caption_key
     from flowclip_cache.manifest import write_manifest
-    from flowclip_cache.store import CAPTION, IMAGE, FeatureStore
 
-    cfg = {
-        "model": "synthetic",
-        "model_cfg": {"embed_dim": D},
-        "num_patches": P,
-        "token_mask": "nonpad",
-        "weights": {"source": "random-init", "init_seed": 0},
-    }
-    rng = np.random.default_rng(0)
-    fs = FeatureStore.open_or_create(os.path.join(root, "disk"), cfg)
     ikeys = [caption_key(f"img{i}") for i in range(n)]
-    for s in range(0, n, 256):
-        k = ikeys[s : s + 256]
-        fs.write_segment(IMAGE, k, {"global": unit(rng, len(k), D), "patches": unit(rng, len(k), P, D)})
     texts = [f"{kind} {i}" for i in range(n) for kind in ("gold", "foil")]
-    for s in range(0, len(texts), 4096):
-        t = texts[s : s + 4096]
-        fs.write_segment(
-            CAPTION,
-            [caption_key(x) for x in t],
-            {
-                "global": unit(rng, len(t), D),
-                "tokens": unit(rng, len(t) * L, D),
-                "offsets": np.arange(0, L * len(t) + 1, L, dtype=np.int64),
-                "truncated": np.zeros(len(t), np.uint8),
-            },
-        )
-    fs.release_writer()
+    fs = synthetic_store(os.path.join(root, "disk"), ikeys, [caption_key(t) for t in texts])
     man = os.path.join(root, "train.parquet")
     rows = [
         {"record_id": f"r{i}", "image": f"img{i}", "image_key": ikeys[i], "positive": f"gold {i}",
