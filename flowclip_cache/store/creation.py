@@ -10,15 +10,16 @@ import uuid
 from ..errors import StoreError
 from ..hashing import fingerprint_of
 from .backends import BACKENDS, fsync_dir
-from .layout import COMMITS, FORMAT_NAME, FORMAT_VERSION, RECORD_FOLDERS, parse_store_json
-from .location import Location, is_url, locate
+from .layout import COMMITS, FORMAT_NAME, FORMAT_VERSION, RECORD_FOLDERS, STORE_ENTRIES, parse_store_json
+from .location import is_url, locate
 
 
 def create_store_json(root: str, config: dict, backend: str, owner: str | None) -> str:
-    """store.json for this encoder config where none is (a peer creating the same store
-    meanwhile wins; the caller then checks the fingerprint); returns the root to open."""
+    """store.json for this encoder config where none is; returns the root to open."""
     if backend not in BACKENDS:
         raise StoreError(f"unknown backend {backend!r}; use one of {sorted(BACKENDS)}")
+    if is_url(root) and backend != "zarr":
+        raise StoreError(f"{root}: {HDF5_AT_URL}")
     meta = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -28,10 +29,18 @@ def create_store_json(root: str, config: dict, backend: str, owner: str | None) 
         "dim": config["model_cfg"]["embed_dim"],
         "num_patches": config["num_patches"],
     }
+    return place_store_json(root, json.dumps(meta, indent=1, sort_keys=True).encode(), owner)
+
+
+def place_store_json(root: str, raw: bytes, owner: str | None) -> str:
+    """A new store's store.json (these bytes) where none is, on a disk or at a URL, once:
+    a peer making the same store meanwhile wins (the caller then checks its fingerprint).
+    A place holding anything but a store's own entries is refused. Returns the root to open."""
     if is_url(root):
-        if backend != "zarr":
-            raise StoreError(f"{root}: {HDF5_AT_URL}")
-        create_url_store_json(locate(root), json.dumps(meta, indent=1, sort_keys=True).encode())
+        loc = locate(root)
+        if not loc.exists("store.json"):
+            _refuse_others(root, loc.listdir(""), "objects", "an empty prefix")
+            loc.create("store.json", raw)  # only if absent: a peer's stands
         return root
     root = os.path.abspath(root)
     meta_path = os.path.join(root, "store.json")
@@ -40,8 +49,8 @@ def create_store_json(root: str, config: dict, backend: str, owner: str | None) 
         for d in ("segments", COMMITS) + RECORD_FOLDERS:
             os.makedirs(os.path.join(root, d), exist_ok=True)
         tmp = os.path.join(root, f".store.json.{uuid.uuid4().hex}")
-        with open(tmp, "w") as f:
-            json.dump(meta, f, indent=1, sort_keys=True)
+        with open(tmp, "wb") as f:
+            f.write(raw)
             f.flush()
             os.fsync(f.fileno())
         try:
@@ -54,17 +63,12 @@ def create_store_json(root: str, config: dict, backend: str, owner: str | None) 
     return root
 
 
-def create_url_store_json(loc: Location, raw: bytes) -> None:
-    """store.json of a new store at a URL, created only if absent. A prefix holding other
-    objects is refused."""
-    if loc.exists("store.json"):
-        return
-    # store.json here is a peer's, created since our look: ours is then not written, and
-    # the caller checks its fingerprint
-    other = [n for n in loc.listdir("") if n not in ("store.json", "segments", COMMITS, "quarantine", *RECORD_FOLDERS)]
+def _refuse_others(root: str, names: list[str], what: str, instead: str) -> None:
+    """A new store goes only where nothing but a store's own entries is (store.json among
+    them: a peer's, made since our look)."""
+    other = sorted(n for n in names if n not in STORE_ENTRIES and not n.startswith(".store.json."))
     if other:
-        raise StoreError(f"{loc.text} holds other objects ({', '.join(other[:5])}), not a store; use an empty prefix")
-    loc.create("store.json", raw)
+        raise StoreError(f"{root} holds other {what} ({', '.join(other[:5])}), not a store; use {instead}")
 
 
 HDF5_AT_URL = (
@@ -96,12 +100,4 @@ def _check_new_store_place(root: str, owner: str | None) -> None:
             f"inside a command's output (an --overwrite there would delete it). Choose another --store"
         )
     if os.path.isdir(root):
-        # store.json here is a peer's (another rank creating the same store since our look):
-        # our link then finds it, and the store is opened and its fingerprint checked
-        own = {"segments", COMMITS, "store.json", *RECORD_FOLDERS}
-        other = sorted(n for n in os.listdir(root) if n not in own and not n.startswith(".store.json."))
-        if other:
-            raise StoreError(
-                f"{root} exists and holds other files ({', '.join(other[:5])}), not a store; create a "
-                f"store in an empty or new folder"
-            )
+        _refuse_others(root, os.listdir(root), "files", "an empty or new folder")

@@ -28,6 +28,7 @@ SEGMENT_NAME = re.compile(r"^(?P<kind>img|cap)-(?P<g>g-)?(?P<hash>[0-9a-f]{24})(
 RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
 RECORD_FOLDERS = ("paths", "hashes", "failures")
 COMMITS = "commits"  # commits/<segment>.json: the segment was committed; its absence is damage
+STORE_ENTRIES = ("store.json", "segments", COMMITS, *RECORD_FOLDERS, "quarantine")  # what a store's top level holds
 READ_THREADS = min(4, os.cpu_count() or 1)  # segments read (and checksummed) at once
 
 

@@ -132,22 +132,3 @@ def locate(where: str) -> Location:
     except ValueError as e:
         raise StoreError(f"{where}: not a storage URL fsspec knows ({e})") from None
     return Location(where.rstrip("/"), fs, root.rstrip("/"), False)
-
-
-def storage_errors() -> tuple[type[BaseException], ...]:
-    """What the storage libraries raise for a missing bucket, refused credentials or an
-    unreachable endpoint, beside OSError: botocore's (s3fs) and gcsfs's HTTP errors."""
-    out: list[type[BaseException]] = [OSError]
-    try:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        out += [BotoCoreError, ClientError]
-    except ImportError:
-        pass
-    try:
-        from gcsfs.retry import HttpError
-
-        out.append(HttpError)
-    except ImportError:
-        pass
-    return tuple(out)

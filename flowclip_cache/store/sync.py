@@ -30,8 +30,9 @@ import time
 
 from ..errors import SegmentDamaged, StoreError
 from .backends import BACKENDS, ZarrBackend, fsync_dir, fsync_tree
+from .creation import place_store_json
 from .layout import COMMITS, RECORD_FOLDERS, RECORD_NAME, parse_store_json
-from .location import Location, is_url, locate, storage_errors
+from .location import Location, locate
 
 
 def _meta(loc: Location) -> tuple[bytes, dict] | None:
@@ -41,25 +42,17 @@ def _meta(loc: Location) -> tuple[bytes, dict] | None:
 
 
 def _destination(src_meta: dict, dst: Location, src_raw: bytes) -> None:
-    """A destination store of the same encoder and backend, or a new one in an empty place."""
-    found = _meta(dst)
-    if found is not None:
-        meta = found[1]
-        if meta.get("fingerprint") != src_meta["fingerprint"] or meta.get("backend") != src_meta["backend"]:
-            raise StoreError(
-                f"{dst.text} holds a store of another encoder configuration or backend "
-                f"({meta.get('backend')}, fingerprint {str(meta.get('fingerprint'))[:12]}); sync into a new place"
-            )
-        return
-    if dst.local:
-        from .creation import _check_new_store_place
-
-        _check_new_store_place(dst.root, None)
-        for d in ("segments", COMMITS, *RECORD_FOLDERS):
-            os.makedirs(dst.path(d), exist_ok=True)
-    elif dst.listdir(""):
-        raise StoreError(f"{dst.text} holds other objects, not a store; sync into an empty prefix")
-    dst.write("store.json", src_raw)
+    """A destination store of the same encoder and backend, or a new one (SRC's store.json)
+    where nothing else is (creation.place_store_json, as every new store)."""
+    if _meta(dst) is None:
+        place_store_json(dst.root if dst.local else dst.text, src_raw, None)
+    found = _meta(dst)  # ours, or a peer's made meanwhile
+    meta = found[1] if found else {}
+    if meta.get("fingerprint") != src_meta["fingerprint"] or meta.get("backend") != src_meta["backend"]:
+        raise StoreError(
+            f"{dst.text} holds a store of another encoder configuration or backend "
+            f"({meta.get('backend')}, fingerprint {str(meta.get('fingerprint'))[:12]}); sync into a new place"
+        )
 
 
 def _committed(src: Location, manifests: tuple[str, ...] = (), image_root: str | None = None) -> dict[str, str]:
@@ -118,30 +111,30 @@ def _check_copy(loc: Location, backend: str, name: str, path: str) -> dict:
 def _copy_segment(src: Location, dst: Location, backend: str, name: str, at: str) -> int:
     """One segment's files (at `at` in the source), checked at the destination under
     segments/<name>, then its commit record. Returns bytes copied."""
-    files = [f"segments/{name}" + f[len(at) :] for f in src.files(at)]
-    if not files:
+    suffixes = [f[len(at) :] for f in src.files(at)]  # each file's path inside the segment
+    if not suffixes:
         raise StoreError(f"{src.text}: segment {name} has a commit record but no files")
     copied = 0
     if dst.local:  # into this sync's own temporary folder, checked, then renamed into place
         from .core import _commit
 
         assert dst.scratch is not None
-        for rel in files:
-            target = os.path.join(dst.scratch, *rel.split("/")[1:])
+        tmp = os.path.join(dst.scratch, name)
+        for suffix in suffixes:
+            target = tmp + suffix.replace("/", os.sep)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            with src.fs.open(src.path(at + rel[len(f"segments/{name}") :]), "rb") as r, open(target, "wb") as w:
+            with src.fs.open(src.path(at + suffix), "rb") as r, open(target, "wb") as w:
                 shutil.copyfileobj(r, w, 16 << 20)  # streamed: an HDF5 segment is one large file
                 copied += w.tell()
-        tmp = os.path.join(dst.scratch, name)
         fsync_tree(tmp)  # durable before it gets its name, as a writer's segment
         attrs = _check_copy(dst, backend, name, tmp)
         if not _commit(tmp, dst.path("segments", name)):
             BACKENDS[backend].remove(tmp)  # the same keys committed meanwhile: the same bytes
         fsync_dir(dst.path("segments"))
     else:
-        for rel in files:
-            data = src.fs.cat_file(src.path(at + rel[len(f"segments/{name}") :]))
-            dst.fs.pipe_file(dst.path(rel), data)
+        for suffix in suffixes:
+            data = src.fs.cat_file(src.path(at + suffix))
+            dst.fs.pipe_file(dst.path(f"segments/{name}{suffix}"), data)
             copied += len(data)
         attrs = _check_copy(dst, backend, name, dst.path("segments", name))
     # the record without `at`: the copy is at segments/<name>, as on a disk
@@ -170,22 +163,8 @@ def _copy_records(src: Location, dst: Location) -> int:
 def sync(
     src_text: str, dst_text: str, log=print, manifests: tuple[str, ...] = (), image_root: str | None = None
 ) -> dict:
-    """Copy what DST lacks of SRC's committed store; returns the counts. A storage error
-    (no such bucket, refused credentials, no endpoint) is one StoreError line."""
-    try:
-        return _sync(src_text, dst_text, log, tuple(manifests), image_root)
-    except StoreError:
-        raise
-    except storage_errors() as e:
-        if isinstance(e, OSError) and e.errno is not None and not (is_url(src_text) or is_url(dst_text)):
-            raise  # a local disk's error (full, read-only): the command line names its fix
-        raise StoreError(
-            f"sync {src_text} -> {dst_text}: {type(e).__name__}: {e} (check the URL, that the bucket exists, "
-            f"and the storage's credentials and endpoint in its usual environment)"
-        ) from None
-
-
-def _sync(src_text: str, dst_text: str, log, manifests: tuple[str, ...], image_root: str | None) -> dict:
+    """Copy what DST lacks of SRC's committed store; returns the counts. (A storage
+    library's error, a missing bucket say, is the command line's one line: cli.py.)"""
     t0 = time.perf_counter()
     src, dst = locate(src_text), locate(dst_text)
     found = _meta(src)
