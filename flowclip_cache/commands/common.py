@@ -136,7 +136,9 @@ class StorePlace(click.ParamType):
         self.exists = exists
 
     def convert(self, value, param, ctx):
-        if "://" in str(value) and not str(value).startswith("file://"):
+        from ..store.location import is_url
+
+        if is_url(str(value)):
             return str(value)
         return click.Path(exists=self.exists, file_okay=False).convert(value, param, ctx)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
@@ -53,7 +52,7 @@ def store_verify(path, quarantine):
     for note in rep.notes:
         click.echo(f"note: {note}")
     if rep.problems and quarantine:
-        dest = move_aside(path if "://" in path else os.path.abspath(path), rep, log=click.echo)
+        dest = move_aside(path, rep, log=click.echo)
         left = [m for p, m in rep.problems if p is None]
         if dest:
             click.echo(f"quarantined in {dest}; rerun extract with the same manifests to re-encode what it held")

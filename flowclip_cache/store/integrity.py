@@ -197,6 +197,7 @@ def quarantine(root: str, report: Report, log=print) -> str | None:
     without it): that problem is reported, not fixed."""
     if is_url(root):
         return _quarantine_records(root, report, log)
+    root = os.path.abspath(root)
     movable = [p for p, _ in report.problems if p is not None and os.path.exists(p)]
     if not movable:
         return None
@@ -244,7 +245,8 @@ def compact(root: str, log=print, uncommitted_after_s: float = 24 * 3600) -> int
     reads today (its first segment in index order: full segments by name, then
     global-only ones). Segments are processed from last to first, so at every moment each
     key still resolves to the same vector: a reader running meanwhile sees no change.
-    Refused while a writer is live."""
+    On a disk refused while a writer is live; at a URL (no locks to see writers by) it
+    also removes uploads without a commit record older than `uncommitted_after_s`."""
     store = FeatureStore(root)
     if store.loc.local:
         live = WriterDir.live(store.segment_dir)

@@ -41,17 +41,16 @@ class FeatureReads:
         if out is None:
             shape, dtype = self.backend.shape(seg.path, name)
             out = np.empty(shape, dtype)
-        try:
-            if self.backend.read_into(seg.path, name, out) == seg.crc[name]:
-                return out
-        except SegmentDamaged:
-            if self.cache is None:
-                raise
-        if self.cache is not None:  # a damaged cached copy is dropped and fetched again, once
-            self.cache.forget(seg.path)
-            if self.backend.read_into(seg.path, name, out) == seg.crc[name]:
-                return out
-        raise SegmentDamaged(seg.path, f"{name} fails its checksum (the bytes changed since they were written)")
+        for attempt in range(2 if self.cache is not None else 1):
+            if attempt:  # a damaged cached copy is dropped and fetched again, once
+                self.cache.forget(seg.path)
+            try:
+                if self.backend.read_into(seg.path, name, out) == seg.crc[name]:
+                    return out
+                damage = SegmentDamaged(seg.path, f"{name} fails its checksum (the bytes changed since written)")
+            except SegmentDamaged as e:
+                damage = e
+        raise damage
 
     def _locate(self, kind: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
         idx = self._index[kind]

@@ -43,7 +43,7 @@ class RecordFiles:
         if not m:
             raise SegmentDamaged(path, "stray file (not <time>-<id>-<checksum>.parquet)")
         # at a URL through the chunk cache: a record's name holds its checksum, so its bytes never change
-        with open(path, "rb") if self.cache is None and self.loc.local else _remote_open(self, path) as f:
+        with open(path, "rb") if self.loc.local else _remote_open(self, path) as f:
             raw = f.read()
         if hashlib.sha256(raw).hexdigest()[:16] != m.group(3):
             raise SegmentDamaged(path, "fails its checksum (the bytes changed since they were written)")
