@@ -50,7 +50,9 @@ class ChunkCache:
     def __init__(self, folder: str, max_bytes: int, fs=None):
         self.folder = os.path.abspath(folder)
         self.max_bytes = int(max_bytes)
-        self.fs = fs
+        self.fs, self._objects = None, ""
+        if fs is not None:
+            self.bind(fs)
         self.fetched = 0  # bytes fetched from the service by this process (benchmarks, progress)
         self.hits = 0
         self._lock = threading.Lock()
@@ -68,20 +70,8 @@ class ChunkCache:
 
     def bind(self, fs) -> "ChunkCache":
         self.fs = fs
+        self._objects = os.path.join(self.folder, "objects", _service(fs))  # once: where() is on every read
         return self
-
-    def _service(self) -> str:
-        """The service the filesystem talks to, as a short hash: two services (AWS and an
-        S3-compatible one) may hold the same bucket and key with other bytes."""
-        fs = self.fs
-        proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
-        if not url and proto in ("s3", "s3a"):
-            url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        elif not url and proto in ("gs", "gcs"):
-            url = os.environ.get("STORAGE_EMULATOR_HOST")
-        service = hashlib.sha256(str(url).encode()).hexdigest()[:12] if url else "default"
-        return os.path.join(proto, service)
 
     # -- what the backends call (ZarrBackend's `fs`) ---------------------------------------
     def open(self, path: str, mode: str = "rb"):
@@ -99,7 +89,7 @@ class ChunkCache:
         parts = [p for p in path.strip("/").split("/") if p]
         if any(p in (".", "..") for p in parts):
             raise StoreError(f"{path}: an object name with '.' or '..' parts is not cached")
-        return os.path.join(self.folder, "objects", self._service(), *parts)
+        return os.path.join(self._objects, *parts)
 
     def local(self, path: str, version: str = "") -> str:
         """The cached file of an object, fetched whole first if absent (FileNotFoundError
@@ -185,3 +175,16 @@ class ChunkCache:
 
     def size(self) -> int:
         return self._scan()
+
+
+def _service(fs) -> str:
+    """<protocol>/<service>: the service a filesystem talks to, as a short hash of its
+    endpoint (`default`: the library's own), since two services (AWS and an S3-compatible
+    one) may hold the same bucket and key with other bytes."""
+    proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+    if not url and proto in ("s3", "s3a"):
+        url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    elif not url and proto in ("gs", "gcs"):
+        url = os.environ.get("STORAGE_EMULATOR_HOST")
+    return os.path.join(proto, hashlib.sha256(str(url).encode()).hexdigest()[:12] if url else "default")
