@@ -26,6 +26,7 @@ import hashlib
 import os
 import threading
 import uuid
+from typing import Any
 
 from ..errors import StoreError
 
@@ -50,7 +51,8 @@ class ChunkCache:
     def __init__(self, folder: str, max_bytes: int, fs=None):
         self.folder = os.path.abspath(folder)
         self.max_bytes = int(max_bytes)
-        self.fs, self._objects = None, ""
+        self.fs: Any = None  # the fsspec filesystem (bind)
+        self._objects = ""
         if fs is not None:
             self.bind(fs)
         self.fetched = 0  # bytes fetched from the service by this process (benchmarks, progress)
