@@ -166,6 +166,17 @@ def test_refusals_are_one_line(tmp_path, monkeypatch):
         FeatureStore(url)
     with pytest.raises(StoreError, match="HDF5 stores stay on a local disk"):
         FeatureStore.open_or_create(memory_url(), config(), "hdf5")
+    cache = ChunkCache(str(tmp_path / "c"), 1 << 20)
+    loc = FeatureStore(url, cache=cache).loc
+    seg = "img-" + "0" * 24 + ".zarr"
+    for bad in (b"not json", json.dumps({"segment": seg, "at": "../elsewhere/" + seg}).encode()):
+        loc.write(f"commits/{seg}.json", bad)  # a record that is not one, or that points outside the store
+        with pytest.raises(StoreError, match="not a commit record of this segment"):
+            FeatureStore(url, cache=cache)
+    other = memory_url()
+    loc.fs.pipe_file(other.removeprefix("memory://") + "/notes.txt", b"x")
+    with pytest.raises(StoreError, match="holds other objects"):  # a new store only where nothing else is
+        FeatureStore.open_or_create(other, config(), cache=cache)
     assert parse_size("20G") == 20 << 30 and parse_size("1.5M") == int(1.5 * (1 << 20)) and parse_size("100") == 100
     with pytest.raises(StoreError, match="not a size"):
         parse_size("lots")

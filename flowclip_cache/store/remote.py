@@ -45,16 +45,26 @@ def committed(store) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
             problems.append((path, f"stray entry {name!r} (not <segment name>.json)"))
             continue
         try:
-            rec = json.loads(_read_record(store, path, entry))
-            at = rec.get("at", f"segments/{seg}")
-            m = AT.match(at) if isinstance(at, str) else None
-        except (ValueError, AttributeError, FileNotFoundError):
-            rec, m = None, None
-        if not isinstance(rec, dict) or rec.get("segment") != seg or not m or m["seg"] != seg:
+            at = record_at(_read_record(store, path, entry), seg)
+        except FileNotFoundError:  # removed since the listing (compact)
+            continue
+        if at is None:
             problems.append((path, "not a commit record of this segment ({segment, kind, rows[, at]})"))
             continue
         entries.append((seg, loc.path(at)))
     return entries, problems
+
+
+def record_at(raw: bytes | None, seg: str) -> str | None:
+    """Where a commit record says its segment is, inside the store (`segments/<name>` when
+    it names no writer's prefix); None for a record that is not this segment's."""
+    try:
+        rec = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    at = rec.get("at", f"segments/{seg}") if isinstance(rec, dict) and rec.get("segment") == seg else None
+    m = AT.match(at) if isinstance(at, str) else None
+    return at if m and m["seg"] == seg else None
 
 
 def _read_record(store, path: str, entry: dict) -> bytes:
@@ -84,8 +94,7 @@ def upload_segment(store, tmp: str, name: str, kind: str, rows: int) -> str:
     if loc.create(f"{COMMITS}/{name}.json", record):
         return loc.path(at)
     loc.remove(at)  # the same keys were committed first; that segment stands
-    standing = json.loads(loc.read(f"{COMMITS}/{name}.json") or b"{}")
-    return loc.path(standing.get("at", f"segments/{name}"))
+    return loc.path(record_at(loc.read(f"{COMMITS}/{name}.json"), name) or f"segments/{name}")
 
 
 def uncommitted(store) -> list[tuple[str, float]]:
@@ -136,9 +145,4 @@ def remove_uncommitted(store, older_than_s: float, log=print) -> int:
 def _named_now(loc: Location, rel: str) -> bool:
     """Whether the commit record of this upload's segment names it at this moment."""
     name = rel.rsplit("/", 1)[-1]
-    raw = loc.read(f"{COMMITS}/{name}.json")
-    try:
-        rec = json.loads(raw) if raw is not None else None
-    except ValueError:
-        return False
-    return isinstance(rec, dict) and rec.get("at", f"segments/{name}") == rel
+    return record_at(loc.read(f"{COMMITS}/{name}.json"), name) == rel
