@@ -140,6 +140,7 @@ class Manifest:
                 f"flowclip.meta (one list of prompts per class)"
             )
         self._check_types()
+        self._check_no_null_text()
         for _ in self.image_refs():  # empty paths, NUL bytes, bad UTF-8, bad crops: refused on read
             pass
         if "record_id" in cols:
@@ -207,6 +208,23 @@ class Manifest:
             if col in schema.names and not ok(schema.field(col).type):
                 raise ManifestError(f"{self.path}: column {col!r} is {schema.field(col).type}, expected {what}")
 
+    def _check_no_null_text(self) -> None:
+        """A null caption (or a null in a caption list) is refused on read, naming its row:
+        `manifest check` says so, not the extract that meets it."""
+        import pyarrow.compute as pc
+        import pyarrow.types as pt
+
+        for col in self.spec.text_columns:
+            values = self.table.column(col)
+            rows = pc.is_null(values)
+            if pt.is_list(values.type) or pt.is_large_list(values.type):
+                items = pc.is_null(pc.list_flatten(values))
+                if pc.any(items).as_py():  # the row of the first null item
+                    row = pc.list_parent_indices(values)[pc.index(items, True).as_py()].as_py()
+                    raise ManifestError(f"{self.path}: row {row}: a null caption in column {col!r}")
+            if pc.any(rows).as_py():
+                raise ManifestError(f"{self.path}: row {pc.index(rows, True).as_py()}: null caption in column {col!r}")
+
     # -- what extract needs ----------------------------------------------------------
     def row_images(self) -> list[list[str]]:
         """Each row's image paths, in order (one for most kinds, several for image
@@ -255,6 +273,20 @@ class Manifest:
             for prompts in self.meta["prompts"]:
                 for t in prompts:
                     yield CaptionRef(-1, "meta.prompts", t)
+
+
+def image_path_problem(path) -> str | None:
+    """Why PATH cannot be a converter's image path (None when it can): it must be
+    non-empty text, relative, and stay under the image root ('..' never leads out)."""
+    if not isinstance(path, str) or not path.strip():
+        return "is not a path (empty or not text)"
+    if "\x00" in path:
+        return "holds a NUL byte"
+    if os.path.isabs(path) or path.startswith(("/", "\\")) or (path[0].isalpha() and path[1:2] == ":"):
+        return "is absolute: a benchmark's image path is relative to the image root"
+    if ".." in path.replace("\\", "/").split("/"):
+        return "leads outside the image root ('..')"
+    return None
 
 
 def _decode(path: str, row: int, col: str, raw: bytes) -> str:

@@ -38,6 +38,7 @@ def forget_plugins():
     for kind in [k for k, c in REGISTRY.items() if "plugin_origin" in c.__dict__ and issubclass(c, Head)]:
         del REGISTRY[kind]
     plugins._files.clear()
+    plugins._deferred.clear()
 
 
 def test_a_head_file_trains_scores_and_a_run_folder_imports_nothing(lab, tmp_path, monkeypatch):
@@ -64,9 +65,11 @@ def test_a_head_file_trains_scores_and_a_run_folder_imports_nothing(lab, tmp_pat
     assert mark.read_text() == "x"  # imported once, because --plugin named it
     head_file.write_text(MARKED + "# edited after training\n")
     forget_plugins()
+    mark.unlink()
     r = cli(*score, "--plugin", head_file, "--out", tmp_path / "again")  # another sha256: refused, one line
     assert r.exit_code == 2 and "is not the one it was trained with" in r.stderr
-    assert "--allow-changed-plugin" in r.stderr
+    assert "--allow-changed-plugin" in r.stderr and "before importing it" in r.stderr
+    assert not mark.exists()  # the changed file was refused by its sha256 before it ran (issue 53)
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "again").exists()
     r = cli(*score, "--plugin", head_file, "--allow-changed-plugin", "--out", tmp_path / "again")  # the user's word
     assert r.exit_code == 0 and "is not the one it was trained with" in r.stderr and "its scores may differ" in r.stderr

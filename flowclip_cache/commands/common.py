@@ -59,10 +59,10 @@ def device_name(name: str) -> str:
 
 def _load_plugins(ctx, param, values):
     if values:
-        from ..heads.plugins import load_plugin
+        from ..heads.plugins import defer_plugin
 
         for target in values:
-            load_plugin(target)
+            defer_plugin(target)  # imported when a head kind is first needed, after any run's sha256 check
     return values
 
 

@@ -1,7 +1,8 @@
 """What the group benchmarks published as Hugging Face datasets share (Winoground,
 ColorSwap, BiVLC): each row two images and two captions, image i's own caption i,
 read from the user's copy (_hf) and written as a `groups` manifest. The images of a
-copy that embeds them go to images_out, named by the benchmark's own ids."""
+copy that embeds them go to images_out, named by flowclip from the row number
+(<benchmark>-<row>-<0|1>), never by anything in the copy."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from ._hf import ImageExport, read_split
 from .base import BuildReport, RowErrors, write_records
 
 # a row of the split -> (record id, [image 0 value, image 1 value], [caption 0, caption 1],
-# [image 0 name, image 1 name] for exported images, extra manifest columns)
-RowFn = Callable[[int, dict], tuple[str, list, list, list[str], dict]]
+# extra manifest columns)
+RowFn = Callable[[int, dict], tuple[str, list, list, dict]]
 
 
 def build_groups(
@@ -23,14 +24,16 @@ def build_groups(
     name: str,
     what: str,
     split: str,
+    columns: tuple[str, ...],
     row: RowFn,
     images_out: str | None,
     count_by: str | None = None,
     meta: dict | None = None,
 ) -> BuildReport:
-    """Read the split, export embedded images (or name the files a copy holds as paths),
-    and write the groups manifest; an export is published only with its manifest."""
-    table = read_split(source, split, what)
+    """Read the split (refused without COLUMNS), export embedded images (or name the files
+    a copy holds as paths), and write the groups manifest; an export is published only
+    with its manifest."""
+    table = read_split(source, split, what, columns)
     data = table.to_pylist()
     embedded = any(isinstance(v, dict) for v in data[0].values()) if data else False
     export = ImageExport(images_out, what) if embedded else None
@@ -40,16 +43,16 @@ def build_groups(
     try:
         for i, rec in enumerate(data):
             where = f"{source}: {split} row {i}"
-            rid, imgs, caps, names, extra = row(i, rec)
+            rid, imgs, caps, extra = row(i, rec)
             if any(not isinstance(c, str) or not c.strip() for c in caps):
-                errors(source, f"{split} row {i}", "an empty or missing caption")
+                errors(source, f"{split} row {i}", "an empty, missing or non-text caption")
                 continue
             if export is not None:
-                imgs = [export.add(n, v, where) for n, v in zip(names, imgs)]
+                imgs = [export.add(f"{name}-{i:06d}-{k}", v, where) for k, v in enumerate(imgs)]
             elif any(not isinstance(p, str) or not p for p in imgs):
                 errors(source, f"{split} row {i}", "an image that is neither embedded nor a path")
                 continue
-            rows.append({"record_id": rid, "images": imgs, "captions": caps, **extra})
+            rows.append({"record_id": rid, "images": imgs, "captions": caps, **extra, "_at": where})
             images.update(imgs)
             if count_by:
                 counts[str(extra[count_by])] = counts.get(str(extra[count_by]), 0) + 1

@@ -18,7 +18,7 @@ from typing import Callable
 import pyarrow as pa
 
 from ..errors import ManifestError
-from ..manifest import write_manifest
+from ..manifest import KINDS, image_path_problem, write_manifest
 
 
 @dataclass(frozen=True)
@@ -227,11 +227,46 @@ def text_field(row: dict, key: str, path: str, where, errors: RowErrors) -> str 
 def write_records(
     out: str, rows: list[dict], kind: str, benchmark: str, report: BuildReport, extra_meta: dict | None = None
 ) -> BuildReport:
+    """Check every row (check_rows), then write the manifest whole. A row's "_at" (the
+    source file and row it came from) names it in a refusal and is not written."""
     if not rows:
         raise ManifestError(f"{benchmark}: no records could be built (see the skipped rows)")
+    at = [str(r.pop("_at", "")) or f"{benchmark}: record {i}" for i, r in enumerate(rows)]
+    check_rows(rows, kind, at)
     meta = {"benchmark": benchmark, "counts": report.counts, "records": report.records, **(extra_meta or {})}
     write_manifest(out, pa.Table.from_pylist(rows), kind, meta)
     return report
+
+
+def check_rows(rows: list[dict], kind: str, at: list[str]) -> None:
+    """What a converter's rows must hold before any is written, whatever file they came
+    from: each caption non-empty text (a list column: a list of such), each image path
+    relative and inside the image root, each record id once (both rows named)."""
+    spec = KINDS[kind]
+    first: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        for col in spec.text_columns:
+            if col in row and not _texts_ok(row[col], empty_list=kind == "training" and col == "negatives"):
+                raise ManifestError(f"{at[i]}: {col!r} must be non-empty text (a list of it), got {row[col]!r:.80}")
+        paths = row.get(spec.image_column)
+        for p in paths if isinstance(paths, list) and paths else [paths]:
+            problem = image_path_problem(p)
+            if problem:
+                raise ManifestError(f"{at[i]}: image {p!r:.120} {problem}")
+        if "record_id" in row:
+            rid = str(row["record_id"])
+            if rid in first:
+                raise ManifestError(
+                    f"{at[first[rid]]} and {at[i]}: both are record {rid!r}; each record needs its own id "
+                    f"(a copy with repeated ids would score one record on another's data)"
+                )
+            first[rid] = i
+
+
+def _texts_ok(value, empty_list: bool = False) -> bool:
+    if isinstance(value, list):
+        return (empty_list or bool(value)) and all(_texts_ok(v) for v in value)
+    return isinstance(value, str) and bool(value.strip())
 
 
 def copy_manifest(src: str, out: str) -> None:

@@ -2,8 +2,8 @@
 2,933 test instances, each a COCO 2017 val image with its caption, a SugarCrepe negative
 caption and an image generated from it. Read from the user's copy (save_to_disk or the
 hub's Parquet files), split "test", fields image, caption, negative_caption,
-negative_image, type, subtype; the embedded images go to images_out as <row>_image /
-<row>_negative_image.
+negative_image, type, subtype; the embedded images go to images_out as
+bivlc-<row>-0 (image) / bivlc-<row>-1 (negative_image).
 
 Score: as IMirandaM/BiVLC's `evaluate_BiVLC` (src/CLIP_fine_tuning/CLIP_utils.py) counts
 it, every comparison strict: Ipos_2T (the image prefers its caption), Ineg_2T (the
@@ -18,9 +18,8 @@ from .base import Benchmark, BuildReport, RowErrors, Scoring
 def build(source: str, out: str, errors: RowErrors, images_out: str | None = None) -> BuildReport:
     return build_groups(
         source, out, errors, name="bivlc", what="BiVLC (imirandam/BiVLC)", split="test", images_out=images_out,
-        count_by="type",
+        count_by="type", columns=("image", "caption", "negative_caption", "negative_image"),
         row=lambda i, r: (str(i), [r["image"], r["negative_image"]], [r["caption"], r["negative_caption"]],
-                          [f"{i}_image", f"{i}_negative_image"],
                           {"type": str(r.get("type", "")), "subtype": str(r.get("subtype", ""))}),
     )  # fmt: skip
 

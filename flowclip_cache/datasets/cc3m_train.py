@@ -26,6 +26,7 @@ import re
 import tarfile
 
 from ..errors import ManifestError
+from ._hf import MAX_IMAGE_BYTES
 from ._negclip import training_benchmark
 from .base import Benchmark, BuildReport, RowErrors, read_text, write_records
 
@@ -133,6 +134,9 @@ def build(
                 sample_key = str(json.loads(parts["json"])["key"]) if "json" in parts else os.path.basename(key)
             except (ValueError, KeyError, TypeError):
                 errors(path, where, "its .json has no 'key'")
+                continue
+            if len(parts[ext]) > MAX_IMAGE_BYTES:
+                errors(path, where, f"an image over the {MAX_IMAGE_BYTES // 2**20} MiB flowclip writes for one image")
                 continue
             if not SAFE_KEY.match(sample_key):  # the key names a file: never a path from the archive
                 errors(path, where, f"key {sample_key[:80]!r} is not a plain file name (letters, digits, . _ -)")

@@ -2,7 +2,7 @@
 groups of two images and two captions that swap a colour between two objects. Read
 from the user's copy of the dataset (save_to_disk or the hub's Parquet files), split
 "test" (300 groups), fields id, image_1, image_2, caption_1, caption_2; the embedded
-images go to images_out as <id>_1 / <id>_2.
+images go to images_out as colorswap-<row>-<0|1> (names flowclip makes).
 
 Score: text, image and group under Winoground's strict rule (the authors' evaluation
 code was not available to read: their paper defines the three scores as Winoground's);
@@ -15,9 +15,8 @@ from .base import Benchmark, BuildReport, RowErrors, Scoring
 def build(source: str, out: str, errors: RowErrors, images_out: str | None = None) -> BuildReport:
     return build_groups(
         source, out, errors, name="colorswap", what="ColorSwap (stanfordnlp/colorswap)", split="test",
-        images_out=images_out,
-        row=lambda i, r: (str(r.get("id", i)), [r["image_1"], r["image_2"]], [r["caption_1"], r["caption_2"]],
-                          [f"{r.get('id', i)}_1", f"{r.get('id', i)}_2"], {}),
+        images_out=images_out, columns=("id", "image_1", "image_2", "caption_1", "caption_2"),
+        row=lambda i, r: (str(r["id"]), [r["image_1"], r["image_2"]], [r["caption_1"], r["caption_2"]], {}),
     )  # fmt: skip
 
 

@@ -33,7 +33,7 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
             p1, p2, neg, fn = texts
             rid = rec.get("id", i)
             rows.append({"record_id": f"{subset}/{rid}", "image": fn, "positives": [p1, p2], "negative": neg,
-                         "subset": subset})  # fmt: skip
+                         "subset": subset, "_at": f"{path}: record {i}"})  # fmt: skip
             images.add(fn)
             kept += 1
         counts[subset] = kept

@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from ..manifest import image_path_problem
 from .base import Benchmark, BuildReport, RowErrors, Scoring, load_json, pairwise_rows, text_field, write_records
 
 PIECES = (
@@ -105,6 +106,10 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
                 continue
             gold, foil, fn = texts
             image = f"{folder}/{fn}"
+            problem = image_path_problem(image)
+            if problem:
+                errors(path, where, f"image_file {image[:120]!r} {problem}")
+                continue
             items.append((f"{piece}/{key}", image, gold, foil, {"piece": piece}))
             images.add(image)
             kept += 1

@@ -14,6 +14,7 @@ category > source > file."""
 
 import os
 
+from ..manifest import image_path_problem
 from .base import Benchmark, BuildReport, RowErrors, Scoring, load_json, write_records
 
 MAX_NUM = 2000  # configs/sample.yaml
@@ -76,6 +77,10 @@ def build(source: str, out: str, errors: RowErrors, images: str | None = None, m
             if pair is None:
                 continue
             image = os.path.normpath(os.path.join(cfg["IMG_ROOT"], pair[0])).replace(os.sep, "/")
+            problem = image_path_problem(image)
+            if problem:  # (an image is looked for under the image root only)
+                errors(anno, f"record {i}", f"image {image[:120]!r} {problem}")
+                continue
             if not os.path.exists(os.path.join(images, image)):
                 gone += 1
                 continue

@@ -2,7 +2,7 @@
 400 groups of two images and two captions made of the same words. Read from the user's
 copy: the hub repository's data/examples.jsonl (images from data/images.zip, unzipped:
 <image_0>.png under the image root), or a copy `datasets` saved or converted to Parquet,
-whose embedded images go to images_out as ex_<id>_img_<0|1>.
+whose embedded images go to images_out as winoground-<row>-<0|1> (names flowclip makes).
 
 Score: text, image and group, Winoground's text_correct / image_correct / group_correct
 (strict `>`: a tie is wrong); the headline is group, as vl_compo reports it. Breakdown
@@ -38,9 +38,8 @@ def build(source: str, out: str, errors: RowErrors, images_out: str | None = Non
     if jsonl is None:
         return build_groups(
             source, out, errors, name="winoground", what=WHAT, split="test", images_out=images_out,
-            count_by="collapsed_tag",
-            row=lambda i, r: (str(r["id"]), [r["image_0"], r["image_1"]], [r["caption_0"], r["caption_1"]],
-                              [f"ex_{r['id']}_img_0", f"ex_{r['id']}_img_1"], _extra(r)),
+            count_by="collapsed_tag", columns=("id", "image_0", "image_1", "caption_0", "caption_1"),
+            row=lambda i, r: (str(r["id"]), [r["image_0"], r["image_1"]], [r["caption_0"], r["caption_1"]], _extra(r)),
         )  # fmt: skip
     rows: list[dict] = []
     counts: dict[str, int] = {}
@@ -50,14 +49,18 @@ def build(source: str, out: str, errors: RowErrors, images_out: str | None = Non
         rec = load_json_line(jsonl, line_no, line, errors)
         if rec is None:
             continue
-        try:
-            images = [f"{rec['image_0']}.png", f"{rec['image_1']}.png"]
-            caps = [rec["caption_0"], rec["caption_1"]]
-            rid = str(rec["id"])
-        except KeyError as e:
-            errors(jsonl, f"line {line_no}", f"missing key {e}")
+        missing = [k for k in ("id", "image_0", "image_1", "caption_0", "caption_1") if k not in rec]
+        if missing:
+            errors(jsonl, f"line {line_no}", f"missing key {missing[0]!r}")
             continue
-        rows.append({"record_id": rid, "images": images, "captions": caps, **_extra(rec)})
+        if not all(
+            isinstance(rec[k], str) and rec[k].strip() for k in ("image_0", "image_1", "caption_0", "caption_1")
+        ):
+            errors(jsonl, f"line {line_no}", "image_0, image_1, caption_0 and caption_1 must be non-empty text")
+            continue
+        images = [f"{rec['image_0']}.png", f"{rec['image_1']}.png"]
+        rows.append({"record_id": str(rec["id"]), "images": images, "captions": [rec["caption_0"], rec["caption_1"]],
+                     **_extra(rec), "_at": f"{jsonl}: line {line_no}"})  # fmt: skip
         counts[rows[-1]["collapsed_tag"]] = counts.get(rows[-1]["collapsed_tag"], 0) + 1
     report = BuildReport(len(rows), len({p for r in rows for p in r["images"]}), counts, errors.skipped)
     report.notes.append("images: unzip data/images.zip; the folder holding ex_<id>_img_<k>.png is the image root")

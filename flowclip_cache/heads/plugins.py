@@ -26,6 +26,7 @@ GROUP = "flowclip.heads"
 KIND = re.compile(r"^[a-z][a-z0-9_.-]*$")
 _files: dict[str, object] = {}  # absolute path -> the module imported from it (each file once)
 _entry_points_loaded = False
+_deferred: list[str] = []  # --plugin targets not imported yet (a run's recorded sha256 is checked first)
 _allow_changed = False  # --allow-changed-plugin: score a run with a plug-in file changed since training
 
 
@@ -147,9 +148,59 @@ def load_plugin(target: str) -> list[str]:
     return [register(c, label) for c in found]
 
 
+def defer_plugin(target: str) -> None:
+    """--plugin FILE_OR_MODULE from the command line: imported only when a head kind is
+    first looked for (load_entry_points), and after check_deferred has compared the file's
+    sha256 with the run that needs it, so a changed file is refused before it runs."""
+    if is_file_target(target) and not os.path.isfile(target):
+        raise FlowclipError(f"--plugin {target}: no such file")
+    if target not in _deferred:
+        _deferred.append(target)
+
+
+def _target_sha256(target: str) -> tuple[str | None, str | None]:
+    """(source file, sha256) of a --plugin target, found without importing it (a module's
+    file by its import spec; its parent packages are imported, the module is not)."""
+    from ..hashing import file_sha256
+
+    path: str | None = target if is_file_target(target) else None
+    if path is None:
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            spec = None
+        path = spec.origin if spec is not None and spec.origin not in (None, "built-in", "frozen") else None
+    if path is None or not os.path.isfile(path):
+        return None, None
+    return os.path.abspath(path), file_sha256(path)
+
+
+def check_deferred(origin: dict, where: str) -> None:
+    """Before any deferred --plugin is imported for a run that records a plug-in head's
+    sha256: one of them must be that file, unchanged (or the user said
+    --allow-changed-plugin); otherwise refused here, with nothing imported."""
+    want = origin.get("sha256")
+    if not want or not _deferred or _allow_changed:
+        return
+    found = [_target_sha256(t) for t in _deferred]
+    if any(sha == want for _, sha in found):
+        return
+    if any(sha is None for _, sha in found):  # a module whose file cannot be found: judged after import
+        return
+    said = ", ".join(f"{src} has sha256 {sha[:12]}" for src, sha in found if sha)
+    raise FlowclipError(
+        f"{where}: its head {origin.get('class')!r} is not the one it was trained with (sha256 {want[:12]} then; "
+        f"{said} now); refused before importing it (pass --allow-changed-plugin to score it with this code)"
+    )
+
+
 def load_entry_points() -> None:
-    """The heads installed packages declare (entry-point group flowclip.heads), once."""
+    """The --plugin targets deferred so far, then the heads installed packages declare
+    (entry-point group flowclip.heads), once."""
     global _entry_points_loaded
+    while _deferred:
+        load_plugin(_deferred[0])
+        _deferred.pop(0)
     if _entry_points_loaded:
         return
     _entry_points_loaded = True

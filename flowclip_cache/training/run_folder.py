@@ -61,7 +61,7 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, di
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from ..heads.plugins import check_origin, plugin_hint
+    from ..heads.plugins import check_deferred, check_origin, plugin_hint
 
     where = f"run folder {run_dir}"
     try:
@@ -73,6 +73,8 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, di
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
     origin = hp.get("plugin")
+    if isinstance(origin, dict) and isinstance(kind, str) and kind not in REGISTRY:
+        check_deferred(origin, where)  # before any --plugin file is imported
     if not isinstance(kind, str) or (kind not in REGISTRY and kind not in available_kinds()):
         hint = plugin_hint(kind, origin if isinstance(origin, dict) else None, available_kinds())
         raise FlowclipError(f"{where}: {hint}")
