@@ -29,12 +29,17 @@ _OS_HINTS = {
 
 
 class _Group(click.Group):
-    """Prints FlowclipError messages, and the OS errors a user can fix (full disk,
-    read-only or forbidden folder), in one line without a traceback; exit code 2."""
+    """Prints FlowclipError messages, a command line's usage errors, and the OS errors a
+    user can fix (full disk, read-only or forbidden folder), in one line without a
+    traceback; exit code 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else ctx.command_path
+            click.secho(f"error: {e.format_message()} (see {where} --help)", fg="red", err=True)
+            sys.exit(2)
         except FlowclipError as e:
             click.secho(f"error: {e}", fg="red", err=True)
             sys.exit(2)

@@ -190,7 +190,9 @@ def legacy_kind(folder: str) -> str | None:
 def foreign_entries(folder: str) -> list[str]:
     """Entries of an owned folder that its marker does not list, at any depth: someone
     else's (a file a user put inside a run's checkpoint folder counts as much as one
-    beside it). A marked output nested inside is judged by its own marker."""
+    beside it). A marked output nested inside is judged by its own marker where this
+    folder's marker lists it (a study's runs); one it does not list is foreign whole, its
+    own marker notwithstanding (another command's output copied in)."""
     marker = _read_marker(folder)
     listed = set(marker["files"]) if marker else set()
     known = set(marker["paths"]) if marker else set()
@@ -205,10 +207,10 @@ def foreign_entries(folder: str) -> list[str]:
             continue
         for rel in _tree(folder, name):
             path = os.path.join(folder, rel)
-            if kind_of(path) is not None and not os.path.islink(path):
+            if rel not in known:
+                out.append(rel)  # (a marked output nested where this command wrote none is another's)
+            elif kind_of(path) is not None and not os.path.islink(path):
                 out += [f"{rel}/{x}" for x in foreign_entries(path)]
-            elif rel not in known:
-                out.append(rel)
     return out
 
 

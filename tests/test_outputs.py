@@ -403,16 +403,40 @@ def test_overwrite_checks_the_whole_tree_not_just_the_top(scored_world, tmp):
     with pytest.raises(FlowclipError, match=r"did not write there \(records/notes.txt\)"):
         outputs.publish(str(tmp / "t3"), res, "explain", overwrite=True)
     assert (tmp / "res" / "records" / "notes.txt").read_text() == "mine"
-    # a marked output inside a listed folder (a study's runs/<run>/) is judged by its own marker
+    # a marked output inside a listed folder (a study's runs/<run>/) is judged by its own
+    # marker where the outer marker lists it; one copied in unlisted is foreign whole (issue 53)
     outer = tmp / "outer"
     (outer / "runs").mkdir(parents=True)
     outputs.mark(str(outer), "study", ["runs"])
     os.rename(run, outer / "runs" / "r0")
+    assert outputs.foreign_entries(str(outer)) == ["runs/r0"]
+    outputs.mark(str(outer), "study", ["runs"])  # (as a study records the runs it wrote)
     assert outputs.foreign_entries(str(outer)) == [f"runs/r0/{ckpt}/notes.txt"]
     os.remove(outer / "runs" / "r0" / ckpt / "notes.txt")
     assert outputs.foreign_entries(str(outer)) == []
     (outer / "runs" / "stray.txt").write_text("x")
     assert outputs.foreign_entries(str(outer)) == ["runs/stray.txt"]
+
+
+def test_overwrite_never_deletes_an_output_copied_into_a_checkpoint(scored_world, tmp):
+    """A flowclip output (its own marker inside) copied by the user into RUN/ckpt-N/:
+    train-head --out RUN --overwrite refuses, naming it, and deletes nothing (issue 53:
+    before, the copy answered for itself by its marker, and went with the checkpoint)."""
+    fs, s, _, _ = scored_world
+    run = str(tmp / "run")
+    cfg = TrainConfig(head="flow", epochs=1, batch_size=8)
+    train_head(fs, s["training"], run, cfg, progress=False, **quiet)
+    ckpt = next(n for n in os.listdir(run) if n.startswith("ckpt-"))
+    copy = os.path.join(run, ckpt, "my-scores")
+    os.makedirs(os.path.join(copy, "figures"))
+    for name in ("results.json", "figures/a.png"):
+        open(os.path.join(copy, name), "w").write("mine")
+    from flowclip_cache import outputs
+
+    outputs.mark(copy, "score-results", ["results.json", "figures"])
+    with pytest.raises(FlowclipError, match=rf"did not write there \({ckpt}/my-scores\)"):
+        train_head(fs, s["training"], run, cfg, overwrite=True, progress=False, **quiet)
+    assert open(os.path.join(copy, "figures", "a.png")).read() == "mine"
 
 
 def test_a_strangers_nested_paths_never_leave_the_folder(tmp):

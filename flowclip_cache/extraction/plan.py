@@ -50,6 +50,37 @@ class Collected:
     new_digests: list[tuple] = field(default_factory=list)  # (file, (size, mtime_ns, inode), sha256) hashed now
 
 
+def check_inputs(
+    manifest_paths: list[str], image_root: str | None, allow_outside_root: bool = False, on_error: str = "skip"
+) -> list[Manifest]:
+    """What can be refused before a store is created: an unreadable manifest, a missing
+    image root, and an image root under which none of the manifests' images exists (or,
+    with on_error "fail", any one is missing): a refused extract leaves no store behind."""
+    if image_root is not None and not os.path.isdir(image_root):
+        raise FlowclipError(f"image root {image_root} does not exist or is not a folder (--image-root)")
+    manifests = [Manifest.read(mp) for mp in manifest_paths]
+    paths = {ref.path: m.path for m in manifests for ref in m.image_refs()}
+    if not paths:
+        return manifests
+    if image_root is None:
+        raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")
+    missing = []
+    for rel, mp in paths.items():
+        try:
+            if not os.path.exists(resolve_image_path(image_root, rel, allow_outside_root)):
+                missing.append((rel, mp))
+        except BadImage:
+            pass  # (a failure row of its own, as collect reports it)
+    if missing and (len(missing) == len(paths) or on_error == "fail"):
+        rel, mp = missing[0]
+        whole = "none of the" if len(missing) == len(paths) else f"{len(missing)} of the"
+        raise FlowclipError(
+            f"{whole} {len(paths)} images the manifests name exist under --image-root {image_root} "
+            f"(first: {rel!r}, from {mp}); is it the folder their paths are relative to?"
+        )
+    return manifests
+
+
 def collect(
     manifest_paths: list[str],
     image_root: str | None,

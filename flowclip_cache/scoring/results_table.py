@@ -78,6 +78,13 @@ def select(rows: list[dict], controls: list[str], where: list[str], sort: str | 
         if not sep:
             raise FlowclipError(f"--where {w!r}: expected COLUMN=VALUE (e.g. --where head=flow)")
         tests.append((key, value))
+    known = {c for r in rows for c in r}
+    for key, _ in tests:
+        if key not in known:
+            raise FlowclipError(
+                f"--where {key}=...: no such column in these results; the columns are "
+                f"{', '.join(sorted(known)) or '(none: no results found)'}"
+            )
     out = [r for r in rows if r["control"] in controls and all(str(r.get(k)) == v for k, v in tests)]
     if sort:
         col = sort if sort in {c for r in rows for c in r} else f"score:{sort}"
