@@ -132,6 +132,21 @@ def test_corrupt_record_files_are_refused(filled, folder):
         fs.path_index() if folder == "paths" else fs.file_digests()
 
 
+def test_a_commit_record_that_miscounts_its_segment_is_reported(filled):
+    """A commit record's rows and kind are checked against its segment (issue 53: they
+    were never compared); the record is what is damaged, and quarantine moves it."""
+    seg = next(s for s in filled.segments if s.kind == IMAGE)
+    path = filled.commit_record(seg.name)
+    rec = json.load(open(path))
+    assert rec["rows"] == seg.rows == 6
+    json.dump({**rec, "rows": 5}, open(path, "w"))
+    rep = verify_store(filled.root)
+    assert [msg for _, msg in rep.problems] == [
+        f"commits/{seg.name}.json: the record says kind 'img', rows 5; the segment holds 6 img rows"
+    ]
+    assert rep.problems[0][0] == path
+
+
 def test_verify_reports_every_problem_in_one_run(filled):
     """A stray segment name, bad segment metadata, a bad Parquet file and a damaged
     array: all four in one report, no traceback."""

@@ -184,7 +184,11 @@ def test_refusals_are_one_line(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "FLOWCLIP_CHUNK_CACHE" in r.output and len(r.output.strip().splitlines()) == 1
 
 
-def test_compact_at_a_url_removes_duplicates_and_old_uncommitted_uploads(tmp_path, chunk_cache):
+def test_compact_at_a_url_removes_duplicates_and_old_uncommitted_uploads(tmp_path, chunk_cache, monkeypatch):
+    """A bound under an hour is refused (issue 53: 0 beside a live writer removed part of its
+    upload); the test then lowers the floor to see old uploads go without waiting an hour."""
+    from flowclip_cache.store import remote
+
     url = memory_url()
     cache = ChunkCache(str(tmp_path / "c"), 1 << 30)
     s = FeatureStore.open_or_create(url, config(), cache=cache)
@@ -200,6 +204,11 @@ def test_compact_at_a_url_removes_duplicates_and_old_uncommitted_uploads(tmp_pat
     assert any("2 segment uploads without a commit record" in n for n in verify_store(url).notes)
     assert compact(url, log=lambda *_: None, uncommitted_after_s=3600) == 4
     assert any("without a commit record" in n for n in verify_store(url).notes)  # younger than the bound: kept
+    with pytest.raises(StoreError, match="at least 1 h old"):
+        compact(url, log=lambda *_: None, uncommitted_after_s=0)
+    r = CliRunner().invoke(main, ["store", "compact", url, "--uncommitted-after", "0.5"])
+    assert r.exit_code == 2 and "at least 1 h" in r.output, r.output
+    monkeypatch.setattr(remote, "MIN_UNCOMMITTED_AFTER_S", 0)
     compact(url, log=lambda *_: None, uncommitted_after_s=0)
     rep = verify_store(url)
     assert not rep.problems and not rep.notes and rep.images == 9
@@ -255,6 +264,9 @@ def test_writers_on_s3_some_killed_and_rerun_equal_one_local_store(tmp_path, s3_
     invoke(*extract_args(sample, disk, *units))
     rep = verify_store(url)
     assert not rep.problems, rep.problems
+    from flowclip_cache.store import remote
+
+    monkeypatch.setattr(remote, "MIN_UNCOMMITTED_AFTER_S", 0)  # (every writer has ended: no wait of an hour)
     compact(url, log=lambda *_: None, uncommitted_after_s=0)
     rep = verify_store(url)
     assert not rep.problems and not rep.notes, (rep.problems, rep.notes)

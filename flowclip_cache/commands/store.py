@@ -93,11 +93,11 @@ def store_sync(src, dst, manifests, image_root):
 @click.argument("path", type=STORE)
 @click.option(
     "--uncommitted-after",
-    type=click.FloatRange(min=0),
+    type=float,
     default=24.0,
     show_default=True,
     help="At a URL: remove segment uploads without a commit record (killed writers') once their newest object "
-    "is this many hours old (a live writer's upload is seconds old).",
+    "is this many hours old (at least 1: a live writer's upload is seconds old).",
 )
 def store_compact(path, uncommitted_after):
     """Remove rows whose key an earlier segment already holds (left by writers that ran

@@ -88,6 +88,7 @@ def verify_store(root: str) -> Report:
             except SegmentDamaged as e:
                 rep.problems.append((path, f"{folder}/{name}: {e.reason}"))
     rep.problems += [(None, msg) for msg in _global_mismatches(store)]
+    rep.problems += _record_mismatches(store)
     dup = store.duplicates(IMAGE) + store.duplicates(CAPTION)
     if dup:
         rep.notes.append(
@@ -138,6 +139,28 @@ def _global_mismatches(store: FeatureStore) -> list[str]:
         differ = int((here.view(np.uint16) != there.view(np.uint16)).any(1).sum())
         if differ:
             out.append(f"{seg.name}: {differ} rows' global features differ from the same keys' full rows")
+    return out
+
+
+def _record_mismatches(store: FeatureStore) -> list[tuple[str | None, str]]:
+    """Each segment's commit record must say the kind and row count the segment holds (its
+    own attributes, checked with its arrays' CRC-32s); a record that says otherwise is the
+    damaged part (on a disk a segment without its record is legal, and still read)."""
+    out: list[tuple[str | None, str]] = []
+    for seg in store.segments:
+        rel = f"{COMMITS}/{seg.name}.json"
+        raw = store.loc.read(rel)
+        if raw is None:
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict) or rec.get("kind") != seg.kind or rec.get("rows") != seg.rows:
+            said = f"kind {rec.get('kind')!r}, rows {rec.get('rows')!r}" if isinstance(rec, dict) else "no JSON object"
+            out.append(
+                (store.loc.path(rel), f"{rel}: the record says {said}; the segment holds {seg.rows} {seg.kind} rows")
+            )
     return out
 
 
@@ -246,7 +269,13 @@ def compact(root: str, log=print, uncommitted_after_s: float = 24 * 3600) -> int
     global-only ones). Segments are processed from last to first, so at every moment each
     key still resolves to the same vector: a reader running meanwhile sees no change.
     On a disk refused while a writer is live; at a URL (no locks to see writers by) it
-    also removes uploads without a commit record older than `uncommitted_after_s`."""
+    also removes uploads without a commit record older than `uncommitted_after_s` (at
+    least remote.MIN_UNCOMMITTED_AFTER_S: a shorter bound could take a live writer's)."""
+    if uncommitted_after_s < remote.MIN_UNCOMMITTED_AFTER_S:
+        raise StoreError(
+            f"an uncommitted upload is removed once at least {remote.MIN_UNCOMMITTED_AFTER_S / 3600:g} h old "
+            f"(a live writer's is younger, and shorter bounds could take it); got {uncommitted_after_s / 3600:g} h"
+        )
     store = FeatureStore(root)
     if store.loc.local:
         live = WriterDir.live(store.segment_dir)

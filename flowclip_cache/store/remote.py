@@ -28,6 +28,10 @@ from .layout import COMMITS, SEGMENT_NAME
 from .location import Location
 
 WRITER_PREFIX = ".w-"
+# compact's bound on an uncommitted upload's age may not be shorter: a live writer's newest
+# object is at most one object's upload plus one record creation old (seconds; minutes on a
+# stalled link), so an hour never takes a live writer's upload for a killed one's
+MIN_UNCOMMITTED_AFTER_S = 3600
 AT = re.compile(r"^segments/(\.w-[A-Za-z0-9_.-]+/)?(?P<seg>[^/]+)$")
 
 
