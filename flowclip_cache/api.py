@@ -267,6 +267,7 @@ class OnlineScorer:
         score `flowclip score` gives that pair from a store of the same encoder."""
         from .extraction.features import encode_images, encode_texts
         from .extraction.images import to_rgb
+        from .heads.fixed_shapes import matched_scores
         from .store.banks import finish
 
         x = torch.stack([self.encoder.preprocess(to_rgb(im)) for im in images]).to(self.device)
@@ -280,18 +281,15 @@ class OnlineScorer:
         for i in range(len(captions)):
             H[i, : int(lengths[i])] = f.tokens[i][f.mask[i]].half()
         feats = finish(g.half(), p.half(), f.sentence.half(), H, mask, self.device)
-        tokens = self.head.uses_tokens
-        # every pair scored as flowclip score scores a record's candidates (score_matched, pair by
-        # pair): the same bits as its records.parquet; the head's all-pairs forward sums in
-        # another order (within ~4e-7)
+        # every pair scored as flowclip score scores a record's candidates (matched_scores): the
+        # same bits as its records.parquet, whatever else this call holds
         rows, cols = torch.meshgrid(torch.arange(len(images)), torch.arange(len(captions)), indexing="ij")
-        pairs = zip(rows.reshape(-1).to(self.device).split(512), cols.reshape(-1).to(self.device).split(512))
-        pick = lambda x, k: x[k] if tokens else None  # noqa: E731
-        out = [
-            self.head.score_matched(feats[0][a], pick(feats[1], a), feats[2][b], pick(feats[3], b), pick(feats[4], b))
-            for a, b in pairs
-        ]
-        return torch.cat(out).float().cpu().reshape(len(images), len(captions))
+        a, b = rows.reshape(-1).to(self.device), cols.reshape(-1).to(self.device)
+        pick = lambda x, k: x[k] if self.head.uses_tokens else None  # noqa: E731
+        out = matched_scores(
+            self.head, feats[0][a], pick(feats[1], a), feats[2][b], pick(feats[3], b), pick(feats[4], b)
+        )
+        return out.float().cpu().reshape(len(images), len(captions))
 
 
 def sweep(out: str, store: str, train: str, space: dict, *, quiet: bool = False, **settings) -> dict:

@@ -9,7 +9,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from conftest import TINY
+from conftest import SHARED_BENCHMARKS, TINY, needs_shared
 
 from flowclip_cache.cli import main
 from flowclip_cache.errors import FlowclipError
@@ -210,3 +210,35 @@ def test_a_figure_resting_on_part_of_its_records_is_marked(tmp_path):
     assert row[9] == "50.00†" and row[4] == "50.00" and row[-2] == "50.00†"  # ABC, VG-A, the mean
     assert "- †: resting on part of a benchmark's records" in md
     assert next(csv.DictReader(open(tmp_path / "summary.csv")))["partial members"] == "abc6k"
+
+
+@needs_shared("sugarcrepe", "add_att.json")
+def test_vl_compos_sugarcrepe_weights_are_our_headlines(tmp_path):
+    """vl_compo's SugarCrepe column, fitted to its published rows, weights the seven subsets
+    .1432 .0683 .1219 .0896 .2437 .2496 .0838 (docs/method.md): each subset's share of its
+    family's records over 3, i.e. the mean of Add, Replace and Swap pooled over records,
+    which is flowclip's headline; derived here from the released files' counts (issue 53:
+    the docs said the two figures differ)."""
+    import numpy as np
+
+    from flowclip_cache.datasets import get
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.scoring.aggregation import aggregate
+
+    b = get("sugarcrepe")
+    r = b.build(os.path.join(SHARED_BENCHMARKS, "sugarcrepe"), str(tmp_path / "sc.parquet"), RowErrors())
+    family = {m: name for name, members in b.scoring.groups if name in b.scoring.headline_groups for m in members}
+    total = {f: sum(n for s, n in r.counts.items() if family[s] == f) for f in set(family.values())}
+    weights = {s: n / total[family[s]] / 3 for s, n in r.counts.items()}
+    published = {"replace_obj": 0.1432, "replace_att": 0.0683, "replace_rel": 0.1219, "swap_obj": 0.0896,
+                 "swap_att": 0.2437, "add_obj": 0.2496, "add_att": 0.0838}  # fmt: skip
+    assert {s: round(w, 4) for s, w in weights.items()} == published
+    # and the headline is that weighted sum of the subsets' accuracies, on planted decisions
+    from flowclip_cache.manifest import Manifest
+
+    cols = Manifest.read(tmp_path / "sc.parquet").table.to_pydict()
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(len(cols["subset"]), 2)).astype(np.float32)
+    res = aggregate(b.scoring, s, np.zeros(len(s), np.int64), cols)
+    by = res["by_subset"]
+    assert res["score"] == pytest.approx(sum(weights[k] * by[k] for k in weights), abs=1e-12)

@@ -40,6 +40,10 @@ class Scoring:
     # aggregate "nested": columns from the top grouping down (VL-CheckList: kind, category, source,
     # file); the score is the mean over the top groups of the means of their subgroups, and so down
     nest: tuple[str, ...] = ()
+    # the official code rounds each finest group's accuracy to this many decimals before it
+    # averages them (VL-CheckList: evaluate.py writes total_acc = round(acc, 4), radar.py
+    # averages those); None: unrounded
+    finest_digits: int | None = None
     recall_at: tuple[int, ...] = (1,)
     # cross-task means this benchmark feeds: (mean name, group name or "" for the official score);
     # binding7 = the paper's 7-task binding mean, all11 = its 11-task mean, aro = the ARO mean,

@@ -7,8 +7,9 @@ As vl_checklist/data_loader.py's load_itc_samples and evaluate.py's `itc` task r
 a record whose image is missing is skipped (here: counted per file and reported), then
 the first MAX_NUM/2 records of each file are kept (configs/sample.yaml: MAX_NUM 2000);
 each record compares its first POS with its first NEG (strict: a tie is wrong). Accuracy
-per file; each of the 13 categories as radar.py averages it (the mean over its sources
-of the mean over each source's files); vl_compo's column is the mean of Object (6
+per file, rounded to 4 decimals as evaluate.py writes it (total_acc = round(accuracy, 4));
+each of the 13 categories as radar.py's generate_chart averages those rounded figures
+(the mean over its sources of the mean over each source's files); vl_compo's column is the mean of Object (6
 categories), Attribute (5) and Relation (2): the score, means of means down kind >
 category > source > file."""
 
@@ -113,6 +114,7 @@ BENCHMARK = Benchmark(
         aggregate="nested",
         group_by="file",
         nest=("kind", "category", "source", "file"),
+        finest_digits=4,  # evaluate.py's total_acc = round(accuracy, 4), which radar.py averages
     ),  # fmt: skip
     options={
         "images": "the folder holding each corpus entry's IMG_ROOT (vg/, swig/, hake/, ...); required",

@@ -148,6 +148,9 @@ def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
     I, N, d = P.shape
     T, L, _ = H.shape
     TL = T * L
+    step = max(1, CHUNK_BYTES // (16 * N * TL))
+    if I % step:  # every chunk of exactly `step` images: an image's bits never depend on the chunk it met
+        return _token_scores_inference(torch.cat([P, P[-1:].expand((-I) % step, -1, -1)]), H, mask, M_tok, W, tau_p)[:I]
     q = F.normalize(H @ M_tok.T, dim=-1).reshape(TL, d)
     w = q @ W.T
     Y = (P - P.mean(dim=1, keepdim=True)) @ W.T
@@ -157,7 +160,6 @@ def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
     q_pbar = P.mean(1) @ q.T  # [I, TL]: mean_j q . p_j
     qq, qw, ww = (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1)
     e = torch.empty(I, TL, dtype=P.dtype, device=P.device)
-    step = max(1, CHUNK_BYTES // (16 * N * TL))
 
     def chunk(i0: int) -> None:
         n = min(step, I - i0)

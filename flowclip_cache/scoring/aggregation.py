@@ -117,7 +117,7 @@ def _official(sc: Scoring, c: np.ndarray, cols: dict, keep: np.ndarray) -> dict:
         res["score"] = res["pooled"]
     elif sc.aggregate == "nested":
         levels = [np.asarray(cols[col])[keep].astype(str) for col in sc.nest]
-        res["score"], per_level = metrics.nested_means(c, levels)
+        res["score"], per_level = metrics.nested_means(c, levels, sc.finest_digits)
         res.update({f"nested_{col}": means for col, means in zip(sc.nest[:-1], per_level)})
     elif sc.aggregate == "group_means":  # a group with no record scored is left out, and named
         there = [n for n in sc.headline_groups if not np.isnan(res["named_groups"][n])]
@@ -170,7 +170,8 @@ def bootstrap_task(name: str, sc: Scoring, cols: dict, ikeys: np.ndarray, correc
     keep = ~np.asarray(cols[sc.exclude_column], bool) if sc.exclude_column else np.ones(n, bool)
     keep_idx, levels = _bootstrap_levels(sc, cols, np.flatnonzero(keep))
     idx = np.array([all_images.setdefault(k, len(all_images)) for k in ikeys[keep_idx]], np.int64)
-    return {"name": name, "image_index": idx, "groups": levels, "correct": {r: c[keep_idx] for r, c in correct.items()}}
+    return {"name": name, "image_index": idx, "groups": levels, "correct": {r: c[keep_idx] for r, c in correct.items()},
+            "digits": sc.finest_digits}  # fmt: skip
 
 
 def _bootstrap_levels(sc: Scoring, cols: dict, keep_idx: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from ..hashing import caption_key
 from ..heads import Head
+from ..heads.fixed_shapes import all_pair_scores, matched_scores
 from ..manifest import Manifest
 from ..store.banks import FeatureBank
 from ..store.manifest_keys import manifest_keys
@@ -32,7 +33,7 @@ def _chunked_matched(
     out = []
     with torch.no_grad():
         for s in range(0, len(imgs), chunk):
-            out.append(head.score_matched(*bank.features(imgs[s : s + chunk], caps[s : s + chunk], head.uses_tokens)))
+            out.append(matched_scores(head, *bank.features(imgs[s : s + chunk], caps[s : s + chunk], head.uses_tokens)))
     return torch.cat(out).cpu().numpy() if out else np.zeros(0, np.float32)
 
 
@@ -49,8 +50,7 @@ def score_candidates(
 ):
     """Scores [records, candidates] per (control, scorer). Records are scored in chunks
     whose features (own and control images, captions) fit max_memory_mb; a record's
-    scores depend on its own features only (chunking moves them by FP32 round-off, from
-    batches of another size)."""
+    scores depend on its own features only, bit for bit (heads/fixed_shapes.py)."""
     t = m.table.to_pydict()
     captions = t["captions"]
     texts = sorted({c for cs in captions for c in cs})
@@ -179,7 +179,7 @@ def _score_matrix(head, bank, shape, img_of: np.ndarray, text_of: np.ndarray, bu
             for t0 in range(0, n_ut, bt):
                 tc = tid[t0 : t0 + bt]
                 rows[i0 - r0 : i0 - r0 + len(ii), t0 : t0 + len(tc)] = (
-                    head(*bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
+                    all_pair_scores(head, *bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
                 )
         if sim is not None:
             sim[r0 : r0 + len(rows)] = rows
@@ -270,7 +270,8 @@ def classification_scores(store, m: Manifest, scorer: Scorer, device, image_root
                 v = bank.features(ii, cid[:1], False)[0].float()
                 per_class[i0 : i0 + len(ii)] = (100.0 * v @ classifier).cpu().numpy()[:, first]
             else:  # a pairwise head: the mean of its per-prompt scores, each text scored once
-                logits = scorer.head(*bank.features(ii, every_text, scorer.head.uses_tokens)).cpu().numpy()
+                scored = all_pair_scores(scorer.head, *bank.features(ii, every_text, scorer.head.uses_tokens))
+                logits = scored.cpu().numpy()
                 logits = logits[:, cid.cpu().numpy()]
                 per_class[i0 : i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
     img_row = {k: i for i, k in enumerate(uimg)}

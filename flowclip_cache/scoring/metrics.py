@@ -67,35 +67,38 @@ def group_accuracies(correct: np.ndarray, groups: np.ndarray, min_count: int = 0
     return out
 
 
-def nested_mean(correct: np.ndarray, W: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
+def nested_mean(correct: np.ndarray, W: np.ndarray, levels: list[np.ndarray], digits: int | None = None) -> np.ndarray:
     """The mean of means down a hierarchy of groups: levels[0] the top grouping, each
     further level nested in it (VL-CheckList: kind > category > source > file; VALSE:
     instrument > piece), the last level's groups pooled over their records. With record
     weights W [D, n] (a bootstrap's draws; one row of ones for the plain figure) -> [D].
     A group with no weight in a draw is left out of its parent's mean (NaN when none is
-    left). levels [] is the pooled mean; [groups] the unweighted macro mean over groups."""
+    left). levels [] is the pooled mean; [groups] the unweighted macro mean over groups.
+    digits: each finest group's accuracy rounded so (Python's round) before the means
+    above it, as an official script that averages rounded figures does (VL-CheckList)."""
     if not levels:
         tot = W.sum(1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(tot > 0, (W @ correct.astype(W.dtype)) / np.where(tot > 0, tot, 1), np.nan)
+            pooled = np.where(tot > 0, (W @ correct.astype(W.dtype)) / np.where(tot > 0, tot, 1), np.nan)
+        return pooled if digits is None else np.array([round(float(x), digits) for x in pooled])
     if not len(correct):
         return np.full(len(W), np.nan)
     parts = []
     for g in np.unique(levels[0]):
         m = levels[0] == g
-        parts.append(nested_mean(correct[m], W[:, m], [lv[m] for lv in levels[1:]]))
+        parts.append(nested_mean(correct[m], W[:, m], [lv[m] for lv in levels[1:]], digits))
     per = np.stack(parts, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a draw with every group empty: NaN
         return np.nanmean(per, 1)
 
 
-def nested_means(correct: np.ndarray, levels: list[np.ndarray]) -> tuple[float, list[dict]]:
+def nested_means(correct: np.ndarray, levels: list[np.ndarray], digits: int | None = None) -> tuple[float, list[dict]]:
     """nested_mean of the plain records, and each level's group means ({value: mean} per
     level, the value named by its path down the hierarchy where a name recurs under two
     parents: "Object/vg")."""
     one = np.ones((1, len(correct)))
-    score = float(nested_mean(correct, one, levels)[0])
+    score = float(nested_mean(correct, one, levels, digits)[0])
     per_level: list[dict] = []
     for depth in range(len(levels)):
         path = np.array(["/".join(str(lv[i]) for lv in levels[: depth + 1]) for i in range(len(correct))])
@@ -103,7 +106,8 @@ def nested_means(correct: np.ndarray, levels: list[np.ndarray]) -> tuple[float, 
         unique_names = len(set(names.values())) == len(names)
         per_level.append({
             (names[p] if unique_names else p): float(nested_mean(correct[path == p], one[:, path == p],
-                                                                   [lv[path == p] for lv in levels[depth + 1 :]])[0])
+                                                                   [lv[path == p] for lv in levels[depth + 1 :]],
+                                                                   digits)[0])
             for p in names
         })  # fmt: skip
     return score, per_level

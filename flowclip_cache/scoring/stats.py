@@ -35,13 +35,13 @@ def levels_of(groups) -> tuple[list[np.ndarray], np.ndarray]:
     return levels, finest.ravel()
 
 
-def weighted_stat(correct: np.ndarray, W: np.ndarray, groups, finest: np.ndarray | None = None):
+def weighted_stat(correct: np.ndarray, W: np.ndarray, groups, finest: np.ndarray | None = None, digits=None):
     """correct [n], W [D, n] record weights, groups: levels_of's levels (or what it takes)
     -> ([D] statistic (metrics.nested_mean), [D] bool lost-a-group: some group of the
     finest level had no weight in the draw)."""
     if finest is None:
         groups, finest = levels_of(groups)
-    stat = metrics.nested_mean(correct, W, groups)
+    stat = metrics.nested_mean(correct, W, groups, digits)
     if not len(groups):
         return stat, W.sum(1) == 0
     onehot = np.zeros((len(finest), int(finest.max()) + 1), W.dtype)
@@ -70,7 +70,7 @@ def paired_bootstrap(
             for m, runs in methods.items():
                 vals = []
                 for r in runs:
-                    v, missing = weighted_stat(t["correct"][r], W, *grouping[t["name"]])
+                    v, missing = weighted_stat(t["correct"][r], W, *grouping[t["name"]], t.get("digits"))
                     vals.append(v)
                 stat[m] = np.mean(vals, 0)
             lost[t["name"]] += int(missing.sum())

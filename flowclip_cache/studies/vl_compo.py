@@ -36,8 +36,6 @@ SUBMETRICS = {  # individual_results.csv column -> (our benchmark, the figure in
     "elevator::cifar10": ("cifar10", "top1"), "elevator::cifar100": ("cifar100", "top1"),
 }  # fmt: skip
 EXPECTED = {  # where a difference is expected: the column (or its prefix) -> why
-    "sugarcrepe": "vl_compo's SugarCrepe column weights the seven subsets unequally (docs/method.md); ours is the "
-    "mean of Add, Replace and Swap",
     "svo_probes": "vl_compo's code is not public; flowclip's pairwise rule is its own (docs/method.md)",
     "elevator::": "vl_compo classifies with ELEVATER's prompts and class names; flowclip's zero-shot prompts differ",
     "coco_karpathy::": "vl_compo's retrieval code is not public (ties, caption handling)",

@@ -11,6 +11,7 @@ import torch
 
 from ..errors import FlowclipError
 from ..heads import Head
+from ..heads.fixed_shapes import matched_scores
 from ..manifest import Manifest
 from ..store import FeatureStore
 from ..store.banks import choose_placement, make_bank, memory_need
@@ -107,8 +108,8 @@ def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk
                 continue
             img = data.rec_image[rk]
             pos, neg = data.rec_pos[rk], data.rec_neg[rk, k]
-            sp = head.score_matched(*data.features(img, pos, head.uses_tokens))
-            sn = head.score_matched(*data.features(img, neg, head.uses_tokens))
+            sp = matched_scores(head, *data.features(img, pos, head.uses_tokens))
+            sn = matched_scores(head, *data.features(img, neg, head.uses_tokens))
             ok = (sp > sn).cpu().numpy()
             for rec, o in zip(rk.cpu().numpy(), ok):
                 kind = data.rec_neg_kind[rec][k] or "all"

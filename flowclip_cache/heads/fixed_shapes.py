@@ -1,0 +1,92 @@
+"""A pair's score as a function of the pair alone, whatever else a call holds.
+
+A matrix product's rows, and a reduction's outputs, can come out in other bits when the
+call's shapes change: a BLAS picks another kernel for a few rows than for many (MKL: a
+one-row product differs from the same row among sixteen), and a sum over a caption's
+tokens padded to another length associates in another order. So every score flowclip
+computes goes through fixed shapes, as extract's forwards do (features.py):
+
+- matched pairs (matched_scores): grouped by their caption's own token count, scored in
+  blocks of exactly PAIR_BLOCK pairs (the last block filled with copies of its first pair);
+- all pairs (all_pair_scores): captions grouped by token count, in blocks of exactly
+  TEXT_BLOCK captions, against images in blocks of exactly IMAGE_BLOCK.
+
+Every product and reduction a pair meets then has the same shape wherever the pair is
+scored, and its position in a block does not change its bits (a product's rows are
+computed alike: tests/test_pair_alone.py checks both on the machine that runs it)."""
+
+from __future__ import annotations
+
+import torch
+
+PAIR_BLOCK = 32  # matched pairs per call of a head's score_matched
+TEXT_BLOCK = 64  # captions per all-pairs call
+IMAGE_BLOCK = 16  # images per all-pairs call
+
+
+def _lengths(mask: torch.Tensor | None, n: int, device) -> torch.Tensor:
+    """Each caption's own token count (its valid tokens come first), or 0 for every caption
+    of a head that reads no tokens."""
+    if mask is None:
+        return torch.zeros(n, dtype=torch.long, device=device)
+    return mask.sum(1)
+
+
+def _groups(lengths: torch.Tensor, block: int):
+    """(token count, indices padded to whole blocks with copies of each block's first, how
+    many are real) per token count, in increasing count."""
+    for ell in torch.unique(lengths).tolist():
+        idx = torch.nonzero(lengths == ell).flatten()
+        pad = (-len(idx)) % block
+        if pad:
+            idx = torch.cat([idx, idx[-1:].expand(pad)])
+        yield max(int(ell), 1), idx, len(idx) - pad
+
+
+def _take(x, idx, ell=None):
+    if x is None:
+        return None
+    x = x[idx]
+    return x if ell is None else x[:, :ell].contiguous()
+
+
+def matched_scores(head, v, P, t, H, mask) -> torch.Tensor:
+    """head.score_matched over any number of pairs (row i of each input together): [n],
+    each pair's score the bits it has alone."""
+    n = len(v)
+    out = torch.empty(n, dtype=torch.float32, device=v.device)
+    for ell, idx, real in _groups(_lengths(mask, n, v.device), PAIR_BLOCK):
+        tok = mask is not None
+        for b in range(0, len(idx), PAIR_BLOCK):
+            k = idx[b : b + PAIR_BLOCK]
+            s = head.score_matched(
+                v[k], _take(P, k), t[k], _take(H, k, ell if tok else None), _take(mask, k, ell if tok else None)
+            )
+            keep = min(PAIR_BLOCK, real - b)
+            if keep > 0:
+                out[k[:keep]] = s[:keep].float()
+    return out
+
+
+def all_pair_scores(head, v, P, t, H, mask) -> torch.Tensor:
+    """head(v, P, t, H, mask) over every image x caption: [I, T], each pair's score the
+    bits it has in a gallery of that one image and that one caption."""
+    I, T = len(v), len(t)
+    out = torch.empty(I, T, dtype=torch.float32, device=v.device)
+    pad = (-I) % IMAGE_BLOCK
+    rows = torch.arange(I, device=v.device)
+    rows = torch.cat([rows, rows[-1:].expand(pad)]) if pad else rows
+    tok = mask is not None
+    for ell, idx, real in _groups(_lengths(mask, T, v.device), TEXT_BLOCK):
+        for b in range(0, len(idx), TEXT_BLOCK):
+            k = idx[b : b + TEXT_BLOCK]
+            keep = min(TEXT_BLOCK, real - b)
+            if keep <= 0:
+                continue
+            t_k, H_k, m_k = t[k], _take(H, k, ell if tok else None), _take(mask, k, ell if tok else None)
+            for i0 in range(0, len(rows), IMAGE_BLOCK):
+                r = rows[i0 : i0 + IMAGE_BLOCK]
+                s = head(v[r], _take(P, r), t_k, H_k, m_k).float()
+                n_r = min(IMAGE_BLOCK, I - i0)
+                out[r[:n_r, None], k[None, :keep]] = s[:n_r, :keep]
+    return out
