@@ -69,6 +69,15 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
         f"--out {tmp_path}/cache/dac_sam-merged.safetensors" in out
     )
     assert f"--pretrained {tmp_path}/cache/tsvlc-merged.safetensors" in out
+    # FSC-CLIP as its authors built it (QuickGELU: `--pretrained openai` in their open_clip 2.24); the others
+    # as their own loaders build them; each step labelled with the tables it feeds (issue 53)
+    extracts = {line.split("$ ", 1)[1] for line in out.splitlines() if "$ flowclip extract" in line}
+    fsc = [c for c in extracts if "fsc-clip-ViT-B-32.pt" in c]
+    assert len(fsc) > 2 and all("--model ViT-B-32-quickgelu " in c for c in fsc), fsc  # (one per image folder)
+    assert all("--model ViT-B-32 " in c for c in extracts if "negclip.pth" in c or "ce-clip.pt" in c)
+    labels = {n: next(line for line in steps if f" extract {n} " in line) for n in ("fsc_clip", "ce_clip", "negclip")}
+    assert "Tabs. 1, 4" in labels["fsc_clip"] and "Tabs. 1, 4, 7" in labels["negclip"]
+    assert "Tab. 1" in labels["ce_clip"] and "Tabs." not in labels["ce_clip"]
     for table in ("Tab. 1", "Tab. 2", "Tab. 3", "Tab. 4", "Tab. 5", "Tab. 6", "Tab. 7", "Figs. 3, 7"):
         assert table in out
     assert "written by `flowclip run paper` (this config) once every step is done" in out

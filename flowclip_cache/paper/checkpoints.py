@@ -35,9 +35,13 @@ class Release:
     where: str
     fetch: str  # the command that fetches it into {dir} ("" where a folder's file must be picked by hand)
     file: str  # the name the fetch gives it
-    row: str  # its row in Tabs. 1 and 4 (and column in Tab. 7)
+    row: str  # its row in the tables it feeds
     block: str  # Tab. 1's training-source block: COCO or CC3M
     form: str = "open_clip"  # extraction/released.py FORMS
+    tables: str = "Tab. 1"  # the tables it feeds (the plan's step labels)
+    # built with QuickGELU as its authors' code builds it (FSC-CLIP fine-tunes `--pretrained openai`,
+    # which their open_clip 2.24 loads with load_openai_model: QuickGELU); extracted so
+    quick_gelu: bool = False
 
 
 _HF = "huggingface-cli download ytaek-oh/fsc-clip {file} --local-dir {{dir}}"
@@ -47,16 +51,18 @@ RELEASED = {
     "fsc_clip": Release(
         "FSC-CLIP, ViT-B-32, OpenAI CLIP fine-tuned on COCO",
         "huggingface.co/ytaek-oh/fsc-clip, file coco_fsc-clip-ViT-B-32.pt",
-        _HF.format(file="coco_fsc-clip-ViT-B-32.pt"), "coco_fsc-clip-ViT-B-32.pt", "FSC-CLIP", "COCO"),
+        _HF.format(file="coco_fsc-clip-ViT-B-32.pt"), "coco_fsc-clip-ViT-B-32.pt", "FSC-CLIP", "COCO",
+        tables="Tabs. 1, 4", quick_gelu=True),
     "fsc_clip_cc3m": Release(
         "FSC-CLIP, ViT-B-32, fine-tuned on CC3M-100K",
         "huggingface.co/ytaek-oh/fsc-clip, file cc3m_fsc-clip-ViT-B-32.pt",
-        _HF.format(file="cc3m_fsc-clip-ViT-B-32.pt"), "cc3m_fsc-clip-ViT-B-32.pt", "FSC-CLIP", "CC3M"),
+        _HF.format(file="cc3m_fsc-clip-ViT-B-32.pt"), "cc3m_fsc-clip-ViT-B-32.pt", "FSC-CLIP", "CC3M",
+        quick_gelu=True),
     "negclip": Release(
         "NegCLIP as released (ViT-B-32, COCO)",
         "the ARO repository's Google Drive file 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ",
         "gdown --id 1ooVVPxB-tvptgmHlIMMFGV3Cg-IrhbRZ -O {dir}/negclip.pth", "negclip.pth",
-        "NegCLIP (released)", "COCO"),
+        "NegCLIP (released)", "COCO", tables="Tabs. 1, 4, 7"),
     "ce_clip": Release(
         "CE-CLIP, ViT-B-32, COCO", "the Google Drive file 1DWPw3CtGh5cHz9bW_-iXRSG7BBUVl13K "
         "(github.com/lezhang7/Enhance-FineGrained; also huggingface.co/le723z/CE_CLIP)",
@@ -78,6 +84,15 @@ def release(name: str) -> Release:
     """A configured checkpoint's entry; a name the catalogue does not know is an open_clip
     checkpoint with a row of its own name (in the COCO block)."""
     return RELEASED.get(name) or Release(name, "", "", "", name, "COCO")
+
+
+def extract_model(cfg, name: str, model: str) -> str:
+    """The open_clip config a release is extracted with: its authors' activation (a
+    QuickGELU release of an OpenAI-style config as MODEL-quickgelu); a stand-in's is the
+    stand-in encoder's own."""
+    if release(name).quick_gelu and cfg.standins is None and not model.endswith("-quickgelu"):
+        return f"{model}-quickgelu"
+    return model
 
 
 def how_to_get(name: str, path: str) -> str:

@@ -17,7 +17,7 @@ from shlex import quote as q
 from typing import Any
 
 from ..errors import FlowclipError
-from .checkpoints import how_to_get, loadable, standin_command
+from .checkpoints import extract_model, how_to_get, loadable, release, standin_command
 from .paths import TRAINING_SOURCES, manifest_path, store_path, table_of
 
 COCO_RECIPE = {"epochs": 5, "batch_size": 32, "lr": 8.0e-5, "tau_p": 0.05}  # §4.1: COCO, five epochs
@@ -180,9 +180,10 @@ def extract_steps(cfg: PaperConfig) -> list[Step]:
         if cfg.standins is not None:
             steps.append(_standin_checkpoint(cfg, name, path))
         weights, make, made = loadable(cfg, name, path, base)
-        cmds = make + extract_commands(cfg, store_path(cfg, name), base["model"], weights, evals)
+        model = extract_model(cfg, name, base["model"])
+        cmds = make + extract_commands(cfg, store_path(cfg, name), model, weights, evals)
         steps.append(
-            Step("extract", name, "Tabs. 1, 4", store_path(cfg, name), cmds, done_when=made + [""] * (len(cmds) - 1),
+            Step("extract", name, release(name).tables, store_path(cfg, name), cmds, done_when=made + [""] * (len(cmds) - 1),
                  needs=[path, *[manifest_path(cfg, n) for n in evals]],
                  raw={} if cfg.standins else {path: how_to_get(name, path)})
         )  # fmt: skip
@@ -198,12 +199,12 @@ def _standin_checkpoint(cfg: PaperConfig, name: str, path: str) -> Step:
     note = "a stand-in for the released checkpoint"
     if os.path.basename(path) != "encoder.safetensors":  # each release a stand-in of its own
         cmd = standin_command(name, path, enc, seed + list(cfg.checkpoints).index(name))
-        return Step("standin", f"{name}-standin", "Tabs. 1, 4 (stand-in checkpoint)", path, [cmd], done_when=[path],
-                    note=note)  # fmt: skip
+        return Step("standin", f"{name}-standin", f"{release(name).tables} (stand-in checkpoint)", path, [cmd],
+                    done_when=[path], note=note)  # fmt: skip
     src = "cc3m-train" if "cc3m" in name and "cc3m-train" in cfg.sources else "coco-train"
     cmd = _adapt_command(cfg, enc, src, "--head none", {**cfg.recipe(src), "epochs": 1}, seed, os.path.dirname(path))
     done = os.path.join(os.path.dirname(path), "DONE")
-    return Step("standin", f"{name}-standin", "Tabs. 1, 4 (stand-in checkpoint)", path, [cmd],
+    return Step("standin", f"{name}-standin", f"{release(name).tables} (stand-in checkpoint)", path, [cmd],
                 needs=[manifest_path(cfg, src)], done_when=[done], note=note)  # fmt: skip
 
 
@@ -345,7 +346,7 @@ def adapted_steps(cfg: PaperConfig) -> list[Step]:
             f"flowclip score --store {q(store_path(cfg, name))} --manifests {q(_eval_folder(cfg))} --scorer clip "
             f"--controls real,shuffle,fixed --device {cfg.device} --bootstrap 0{_no_figures(cfg)} --out {q(out)}"
         )
-        steps.append(Step("score", name, "Tabs. 1, 4", out, [cmd], needs=[store_path(cfg, name)]))
+        steps.append(Step("score", name, release(name).tables, out, [cmd], needs=[store_path(cfg, name)]))
     return steps
 
 
