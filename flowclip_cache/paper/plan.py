@@ -182,8 +182,9 @@ def extract_steps(cfg: PaperConfig) -> list[Step]:
         weights, make, made = loadable(cfg, name, path, base)
         model = extract_model(cfg, name, base["model"])
         cmds = make + extract_commands(cfg, store_path(cfg, name), model, weights, evals)
+        done = made + [""] * (len(cmds) - 1)
         steps.append(
-            Step("extract", name, release(name).tables, store_path(cfg, name), cmds, done_when=made + [""] * (len(cmds) - 1),
+            Step("extract", name, release(name).tables, store_path(cfg, name), cmds, done_when=done,
                  needs=[path, *[manifest_path(cfg, n) for n in evals]],
                  raw={} if cfg.standins else {path: how_to_get(name, path)})
         )  # fmt: skip
