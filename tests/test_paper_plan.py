@@ -313,6 +313,41 @@ def test_the_dry_run_measures_each_cost_once_and_nothing_after_its_deadline(monk
     assert Costs("cpu", enabled=False).step((8, 4), head) == ""  # measure: false
 
 
+def test_the_dry_run_measures_the_encoders_before_the_heads(tmp_path, monkeypatch):
+    """Extraction and adaptation (the biggest steps) are priced first: with time for one
+    measurement only, the encoder's forward is it, and every extract and adapt step has
+    an estimate (issue 53: the head steps spent the 30 s and those had none)."""
+    from flowclip_cache.paper import costs as costs_module
+
+    calls = []
+
+    def forward(model, device):
+        calls.append(("forward", model))
+        return (1.0, 0.5)
+
+    monkeypatch.setattr(costs_module, "measure_forward", forward)
+    monkeypatch.setattr(costs_module, "measure_step", lambda *a: calls.append(("step",)) or 0.25)
+    monkeypatch.setattr(costs_module.Costs, "_get", _one_measurement(costs_module.Costs._get))
+    encs = "encoders={tiny: {model: flowclip-tiny-clip, pretrained: none}}"
+    sources = "sources={coco-train: {source: c.json, images: coco}, sugarcrepe: {source: s, images: coco/val2017}}"
+    out = _dry(tmp_path, "device=cpu", encs, sources, "checkpoints={}", "seeds=[0]")
+    assert calls == [("forward", "flowclip-tiny-clip")]
+    for kind in ("extract", "adapt"):
+        lines = [line for line in out.splitlines() if line.startswith(f"[waits    ] {kind} ")]
+        assert lines and all("encoder forward measured here" in line for line in lines), lines[:1]
+
+
+def _one_measurement(get):
+    """Costs._get with the measuring time spent after its first measurement."""
+
+    def one(self, key, measure):
+        if self.got and key not in self.got:
+            self.deadline = 0.0
+        return get(self, key, measure)
+
+    return one
+
+
 def test_scoring_pairs_by_task_kind(tmp_path):
     """A candidate set's pairs are its captions; a retrieval set's every image with every
     caption; a zero-shot set's none (its prompts are unknown before it is built)."""

@@ -52,6 +52,11 @@ def test_dry_run_and_errors(tmp_path):
     # the world is not built yet: its records are estimated, a step timed on random features
     assert "training records: about" in r.output and "epochs x ~" in r.output and "x ? steps" not in r.output
     assert "time left: about" in r.output and "an estimate" in r.output
+    # a cap on steps is the plan (issue 53: it printed the epochs' steps where max_steps was 5)
+    r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/s", "--dry-run", *REDUCED, "train_config.max_steps=5"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("5 steps (max_steps; 1 epochs x ~") == 4 and "(40 steps," not in r.output, r.output
+    assert "time left: about" in r.output and "(20 steps," in r.output, r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seedz=[0]"])
     assert r.exit_code == 2 and "unknown keys ['seedz']" in r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seeds=zero"])

@@ -196,12 +196,14 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
         d = run_dirs[r.folder]
         done = checkpoint.read_state(d)["global_step"] if checkpoint.exists(d) else 0
         steps = (max(1, n_train // cfg.batch_size) if n_train else 0) * cfg.epochs
-        status = run_status(d)
         per_epoch = (("~" if checked.estimated else "") + str(steps // max(1, cfg.epochs))) if n_train else "?"
+        planned = f"{cfg.epochs} epochs x {per_epoch} steps"
+        if cfg.max_steps is not None and (not n_train or cfg.max_steps < steps):  # the run ends at its cap
+            steps, planned = cfg.max_steps, f"{cfg.max_steps} steps (max_steps; {planned})"
+        status = run_status(d)
         log(
-            f"  [{status:7s}] {r.method:16s} {r.folder}: {cfg.head} head, {cfg.epochs} epochs x "
-            f"{per_epoch} steps, batch {cfg.batch_size}, {checked.device}"
-            + (f"; {done} steps done" if status == "partial" else "")
+            f"  [{status:7s}] {r.method:16s} {r.folder}: {cfg.head} head, {planned}, batch {cfg.batch_size}, "
+            f"{checked.device}" + (f"; {done} steps done" if status == "partial" else "")
         )
         if status != "done":
             left += max(0, steps - done)
