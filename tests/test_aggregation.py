@@ -148,7 +148,10 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     overall = body.index("**Overall.** Of 2 paired comparisons, 1 has a 95% interval")
     assert overall < body.index("- synthetic-swap-att: flow - clip")
     assert "- Binding (1 comparison): no interval excludes 0" in body
-    assert "- Word order (1 comparison): flow - clip on synthetic-order -5.50 [-9.00, -2.00]." in body
+    assert (
+        "- Word order (1 comparison): 1 of 1 excludes 0: flow - clip on synthetic-order -5.50 [-9.00, -2.00]." in body
+    )
+    assert "1 or more by chance alone has probability 0.098" in body and "each is weak evidence" in body
     assert "CLIP scores synthetic-add 85.00 (chance 50)" in body and "on its text alone" in body
     # 10 of 100 against chance 20%: exact binomial P(X <= 10) = 0.005696 (exact fractions); CLIP is at 50
     assert (
@@ -164,6 +167,35 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     score["results"][f"fixed|{runs[0].folder}"]["synthetic-add"]["score"] = 0.9  # keeps the preference
     body = "\n".join(summary_markdown(summarise(score, runs) | {"encoder_profile": summary["encoder_profile"]}))
     assert "flow keeps at least CLIP's text-alone preference, so part of a gain there may be the text's" in body
+
+
+def test_a_reports_sentences_follow_its_figures():
+    """Issue 53: 15 of 22 intervals excluding 0 is not 'weak evidence'; a question listing
+    only its significant comparisons says how many of how many; the binding lab's sentence
+    names what the project's run found for this encoder and readout, and only for those;
+    the wall time counts the invocation from its start. Each checked by hand."""
+    from flowclip_cache.studies.summary import _beyond_chance, _binding_lab_pointer, _wall_time, binomial_tail, overall
+
+    p15 = 1 - binomial_tail(14, 22, 0.05)
+    assert p15 < 1e-12 and "more than chance" in _beyond_chance(15, 22) and "weak" not in _beyond_chance(15, 22)
+    assert "weak evidence" in _beyond_chance(1, 22) and _beyond_chance(0, 22) == "None does."
+    ci = lambda lo, hi: {"mean_pts": (lo + hi) / 2, "ci95_pts": [lo, hi]}  # noqa: E731
+    boot = {f"synthetic-add-{i}": {"a - b": ci(1, 2) if i < 7 else ci(-1, 2)} for i in range(14)}
+    lines = overall({"bootstrap": boot, "controls": {}, "table": {}})
+    other = next(line for line in lines if line.startswith("- Other tasks"))
+    assert other.startswith("- Other tasks (14 comparisons): 7 of 14 exclude 0: ") and other.endswith(
+        "; the other 7 include 0."
+    )
+    standard = _binding_lab_pointer({"model": "flowclip-tiny-clip-filip", "patch_readout": "standard"})
+    clear = _binding_lab_pointer({"model": "flowclip-tiny-clip-filip", "patch_readout": "clearclip"})
+    other_enc = _binding_lab_pointer({"model": "flowclip-tiny-clip", "patch_readout": "standard"})
+    assert "all 12 of its binding intervals were above 0" in standard and "4 of its 12" in clear
+    assert "holds no figures for flowclip-tiny-clip with standard patches" in other_enc and "above 0" not in other_enc
+    timing = {"this_invocation_seconds": 2108.4, "study_seconds": 1672.0, "train_seconds_per_run": {"a": 10.0},
+              "score_seconds": 55.0}  # fmt: skip
+    assert _wall_time(timing).startswith(
+        "Wall time: 2108 s for this invocation, from its start (the study's training and scoring: 1672 s of it)"
+    )
 
 
 def _bank(v, t, caps_per_record):

@@ -185,7 +185,7 @@ def models(show_all, as_json):
             family = e.family
             click.echo(f"{family}:")
         tags = [t + ("*" if t in e.local else "") for t in e.tags] + (
-            ["synthetic* (ships with flowclip)"] if e.shipped else []
+            [f"synthetic* (ships with flowclip: {e.about})"] if e.shipped else []
         )
         click.echo(f"  {e.model:28s} {', '.join(tags) or '(random weights only: --pretrained none)'}")
     click.echo(

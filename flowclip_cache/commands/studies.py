@@ -61,7 +61,7 @@ def profile(config, overrides, overwrite):
     encoder.patch_readout=[standard,sclip,...] one row per readout (and per model with
     encoder.model=[...])."""
     from ..config import apply_overrides, build, find_config, load_yaml, parse_overrides
-    from ..scoring.profile import profile_rows
+    from ..scoring.profile import PROFILE_NOTE, profile_rows
     from ..scoring.report import table
     from ..studies import ablation
     from ..studies.grid import WORLD_AXES, study_grid
@@ -85,7 +85,7 @@ def profile(config, overrides, overwrite):
         profiles[f"{sub.encoder.get('model')} ({name})"] = ablation.write_profile(
             sub, store, paths, lambda *_: None, recompute=True, overwrite=overwrite
         )
-    click.echo("\n".join(table(*profile_rows(profiles))))
+    click.echo("\n".join(table(*profile_rows(profiles))) + "\n\n" + PROFILE_NOTE)
 
 
 @click.command("pretrain-tiny-clip")

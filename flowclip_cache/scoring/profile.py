@@ -89,8 +89,19 @@ def profile_rows(profiles: dict[str, dict]) -> tuple[list[str], list[list[str]]]
     return head, rows
 
 
+PROFILE_NOTE = (
+    "Columns: each task family's accuracy (%) of the frozen encoder's global score; then its patch grounding, "
+    "over the colour and shape words of captions naming one object: *patch in cell*, how often a word's "
+    "best-matching patch lies in its object's grid cell (colour words and shape words apart in the next two "
+    "columns); *object contrast*, how often, of the scene's objects, the named one's cell has the highest mean "
+    "word-patch similarity (what binding needs). The chance row: each accuracy's chance, and each grounding "
+    "measure's (a cell's share of the patches; one over the objects)."
+)
+
+
 def profile_table(prof: dict, name: str) -> str:
-    """The encoder's row above the chance row (profile_rows for one profile)."""
+    """The encoder's row above the chance row (profile_rows for one profile), and what the
+    columns measure."""
     from .report import table
 
-    return "\n".join(table(*profile_rows({name: prof})))
+    return "\n".join(table(*profile_rows({name: prof}))) + "\n\n" + PROFILE_NOTE

@@ -137,7 +137,7 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
 
 def write_combined(out: str, combined: dict, label: str = "encoder", extra: tuple[str, ...] | list[str] = ()) -> None:
     """summary.json and summary.md of studies side by side; extra: more summary.md lines."""
-    from ..scoring.profile import profile_rows
+    from ..scoring.profile import PROFILE_NOTE, profile_rows
     from ..scoring.report import table
 
     cols = next(iter(combined["encoders"].values()))["columns"]
@@ -157,7 +157,7 @@ def write_combined(out: str, combined: dict, label: str = "encoder", extra: tupl
     profiles = {n: e["encoder_profile"] for n, e in combined["encoders"].items() if e.get("encoder_profile")}
     if profiles:
         head, body = profile_rows(profiles)
-        md += ["## The frozen encoders' profiles (%)", "", *table(head, body), ""]
+        md += ["## The frozen encoders' profiles (%)", "", *table(head, body), "", PROFILE_NOTE, ""]
     write_text(os.path.join(out, "summary.json"), json.dumps(combined, indent=1))
     write_text(os.path.join(out, "summary.md"), "\n".join([*md, *extra]))
 

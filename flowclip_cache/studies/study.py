@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import STARTED
 from ..devices import rank_device
 from ..errors import FlowclipError
 from ..store import FeatureStore
@@ -400,10 +401,13 @@ def score_and_summarise(
         track_scores(tracking, run_dirs[r.folder], score["results"].get(f"real|{r.folder}", {}))
     summary = summarise(score, runs, run_dirs)
     summary["timing"] = {
-        "this_invocation_seconds": time.perf_counter() - t0,
+        "this_invocation_seconds": time.perf_counter() - STARTED,
+        "study_seconds": time.perf_counter() - t0,
         "train_seconds_per_run": {r.folder: checkpoint.read_state(run_dirs[r.folder]).get("seconds") for r in runs},
         "score_seconds": score["seconds"],
     }
+    enc = store.encoder_config
+    summary["encoder"] = {"model": enc.get("model"), "patch_readout": enc.get("patch_readout", "standard")}
     profile = os.path.join(out, "profile.json")
     if os.path.exists(profile):
         summary["encoder_profile"] = json.load(open(profile))

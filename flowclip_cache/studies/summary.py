@@ -52,8 +52,8 @@ def overall(summary: dict) -> list[str]:
     excl = [(t, k, v) for t, k, v in comps if v["ci95_pts"][0] > 0 or v["ci95_pts"][1] < 0]
     lines = [
         f"**Overall.** Of {len(comps)} paired comparisons, {len(excl)} {'has' if len(excl) == 1 else 'have'} a 95% "
-        f"interval that excludes 0; "
-        f"about {len(comps) / 20:.1f} would by chance alone, so a single one is weak evidence."
+        f"interval that excludes 0; about {len(comps) / 20:.1f} would by chance alone. "
+        + _beyond_chance(len(excl), len(comps))
     ]
     for q in [q for q, _ in QUESTIONS] + ["other tasks"]:
         mine = [(t, k, v) for t, k, v in comps if _question(t) == q]
@@ -61,12 +61,32 @@ def overall(summary: dict) -> list[str]:
             continue
         hits = [f"{k} on {t} {v['mean_pts']:+.2f} [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]"
                 for t, k, v in excl if _question(t) == q]  # fmt: skip
+        shown = f"{len(hits)} of {len(mine)} exclude{'s' if len(hits) == 1 else ''} 0"
         lines.append(
             f"- {q.capitalize()} ({len(mine)} comparison{'' if len(mine) == 1 else 's'}): "
-            + ("; ".join(hits) + "." if hits else "no interval excludes 0: no difference shown.")
-        )
+            + (f"{shown}: " + "; ".join(hits) + (f"; the other {len(mine) - len(hits)} include 0." if len(hits) <
+               len(mine) else ".") if hits else "no interval excludes 0: no difference shown.")
+        )  # fmt: skip
     lines += _against_chance(summary)
     return lines + [""]
+
+
+def _beyond_chance(k: int, n: int) -> str:
+    """Whether k intervals of n excluding 0 are more than chance: the probability of k or
+    more under n independent comparisons at 5% each (the study's intervals share records,
+    so they are not independent: a guide, said so)."""
+    if k == 0:
+        return "None does."
+    p = 1.0 if k == 0 else 1.0 - binomial_tail(k - 1, n, 0.05)
+    if p < 0.01:
+        return (
+            f"{k} or more by chance alone has probability {p:.2g} (were the comparisons independent, which they "
+            "are not quite: they share records), so these are more than chance."
+        )
+    return (
+        f"{k} or more by chance alone has probability {p:.2g} (were the comparisons independent): no more than "
+        "chance would often give, so each is weak evidence."
+    )
 
 
 def _against_chance(summary: dict) -> list[str]:
@@ -228,23 +248,48 @@ def summary_markdown(summary: dict) -> list[str]:
         "",
     ]
     if "encoder_profile" in summary:
-        md += [
-            "How these synthetic-world figures read against the paper, and why the frozen tiny CLIP's "
-            "patches limit what they can show: docs/results-synthetic.md in the flowclip repository. Its "
-            "sections 8 and 9 (`flowclip run binding-lab`: scene complexity, binding negatives, patch readout "
-            "and the encoder: causal, bidirectional or grounded, five seeds each) ask under which conditions "
-            "Flow-CLIP's binding gain over Global-M appears, and why: in the project's run, only with the "
-            "grounded encoder, whose patches ground words (the demo's), and there in every world.",
-            "",
-        ]
+        md += [_binding_lab_pointer(summary.get("encoder")), ""]
     if "timing" in summary:
-        per_run = [v for v in summary["timing"]["train_seconds_per_run"].values() if v]
-        md += [
-            f"Wall time: {summary['timing']['this_invocation_seconds']:.0f} s for this invocation; "
-            f"each run's training wall time {np.mean(per_run) if per_run else 0:.1f} s on average (runs trained "
-            f"side by side share theirs); scoring {summary['timing']['score_seconds']:.0f} s."
-        ]
+        md += [_wall_time(summary["timing"])]
     return md
+
+
+# what the project's binding-lab run recorded (docs/results-synthetic.md, section 9) for an encoder
+# and patch readout: the binding intervals of Flow-CLIP (HNB + CIMR) minus Global-M above 0
+LAB_RUNS = {
+    ("flowclip-tiny-clip-filip", "standard"): "all 12 of its binding intervals were above 0",
+    ("flowclip-tiny-clip-filip", "clearclip"): "4 of its 12 binding intervals were above 0",
+}
+
+
+def _binding_lab_pointer(encoder: dict | None) -> str:
+    """Where the binding lab answers for this study's encoder and readout: the recorded
+    figure where the project's run holds that pair, and only there."""
+    said = (
+        "How these synthetic-world figures read against the paper, and why a frozen tiny CLIP's patches limit "
+        "what they can show: docs/results-synthetic.md in the flowclip repository; sections 8 and 9 (`flowclip "
+        "run binding-lab`) ask under which encoder, readout and world Flow-CLIP's binding gain over Global-M appears."
+    )
+    if not encoder:
+        return said
+    key = (encoder.get("model"), encoder.get("patch_readout", "standard"))
+    found = LAB_RUNS.get(key)
+    if found is None:
+        return said + f" The project's run holds no figures for {key[0]} with {key[1]} patches."
+    return said + f" In the project's run with {key[0]} and {key[1]} patches (this study's), {found} (section 9)."
+
+
+def _wall_time(timing: dict) -> str:
+    """The invocation's wall time (from the process's start: the world, extraction and the
+    profile before the study included), and the study's training and scoring within it."""
+    per_run = [v for v in timing["train_seconds_per_run"].values() if v]
+    study = timing.get("study_seconds")
+    return (
+        f"Wall time: {timing['this_invocation_seconds']:.0f} s for this invocation, from its start"
+        + (f" (the study's training and scoring: {study:.0f} s of it)" if study is not None else "")
+        + f"; each run's training wall time {np.mean(per_run) if per_run else 0:.1f} s on average (runs trained "
+        f"side by side share theirs); scoring {timing['score_seconds']:.0f} s."
+    )
 
 
 def _control_tables(summary: dict) -> list[str]:

@@ -19,6 +19,7 @@ class ModelEntry:
     tags: list[str] = field(default_factory=list)
     local: list[str] = field(default_factory=list)  # tags whose weights are in a local cache
     shipped: bool = False  # flowclip ships weights for it (--pretrained synthetic)
+    about: str = ""  # what the shipped weights are, read from their card and config
 
 
 def list_models(with_tags_only: bool = True, torch_free: bool = True) -> list[ModelEntry]:
@@ -38,9 +39,31 @@ def list_models(with_tags_only: bool = True, torch_free: bool = True) -> list[Mo
         if family is None or (with_tags_only and not tags and not shipped):
             continue
         local = [t for t, tag_cfg in tags.items() if local_pretrained(tag_cfg)]
-        out.append(ModelEntry(model, family, list(tags), local, shipped))
+        out.append(ModelEntry(model, family, list(tags), local, shipped, shipped_about(model, cfg) if shipped else ""))
     order = {name: i for i, (name, _) in enumerate(claims.CONFIG_FAMILIES)}
     return sorted(out, key=lambda e: (e.family != "openai-clip", order[e.family], e.model))  # CLIP first
+
+
+def shipped_about(model: str, cfg: dict) -> str:
+    """What a shipped tiny CLIP is, from its weights card and its config: its text tower,
+    its pretraining loss and (where the card holds its grounding probe) how often its
+    colour words' best patch lies in their object's cell at the last probe."""
+    import json
+
+    from .locate import shipped_weights
+
+    card = json.load(open(shipped_weights(model)[: -len(".safetensors")] + ".json"))
+    tower = "bidirectional" if cfg.get("text_cfg", {}).get("no_causal_mask") else "causal"
+    recipe = card.get("recipe") if isinstance(card.get("recipe"), dict) else {}
+    loss = recipe.get("token_loss")
+    what = f"{tower} text tower, " + (
+        f"grounded: global InfoNCE + {loss.upper()}'s token-wise loss" if loss else "global InfoNCE alone"
+    )
+    probe = card.get("grounding_probe") or []
+    if probe and isinstance(probe[-1], dict) and "colour_hit_rate" in probe[-1]:
+        last = probe[-1]
+        what += f"; colour words in their object's cell {100 * last['colour_hit_rate']:.0f}% at step {last['step']}"
+    return what
 
 
 def _from_open_clip() -> tuple[dict, dict]:
