@@ -272,7 +272,7 @@ def _binding_lab_pointer(encoder: dict | None) -> str:
     )
     if not encoder:
         return said
-    key = (encoder.get("model"), encoder.get("patch_readout", "standard"))
+    key = (str(encoder.get("model")), str(encoder.get("patch_readout", "standard")))
     found = LAB_RUNS.get(key)
     if found is None:
         return said + f" The project's run holds no figures for {key[0]} with {key[1]} patches."
