@@ -73,3 +73,41 @@ def test_every_package_folder_is_in_the_wheel_list():
     }
     assert found <= listed, sorted(found - listed)
     assert {"flowclip_cache._shipped.pipelines", "flowclip_cache._shipped.manifests"} <= listed
+
+
+@pytest.mark.slow
+def test_the_wheel_and_sdist_pass_twine_and_run_the_demo_from_a_venv(tmp_path):
+    """Ready to publish (issue 53): `python -m build` makes the sdist and, from it, the
+    wheel; `twine check` passes both; the wheel installs into a new virtual environment and
+    `flowclip demo` runs there, from a folder with no checkout, on the weights, model configs
+    and pipelines the wheel carries. (The venv sees this machine's site-packages for torch
+    and the other dependencies: nothing can be downloaded here; flowclip itself is the
+    wheel's copy, checked.)"""
+    pytest.importorskip("build", reason="pip install 'flowclip[test]' installs build and twine")
+    dist = tmp_path / "dist"
+    r = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), ROOT],
+                       capture_output=True, text=True, cwd=str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "deprecated" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    files = sorted(dist.iterdir())
+    assert [f.name for f in files] == ["flowclip-0.1.0-py3-none-any.whl", "flowclip-0.1.0.tar.gz"]
+    r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, files)], capture_output=True,
+                       text=True)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.count("PASSED") == 2, r.stdout + r.stderr
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
+                        str(files[0])], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([str(py), "-c", "import flowclip_cache; print(flowclip_cache.__file__)"], cwd=str(away),
+                       env=env, capture_output=True, text=True)  # fmt: skip
+    assert r.stdout.startswith(str(venv)), (r.stdout, r.stderr[-2000:])
+    r = subprocess.run([str(venv / "bin" / "flowclip"), "demo", "--out", "demo", "--scenes", "200", "--epochs", "1",
+                        "--quiet"], cwd=str(away), env=env, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = (away / "demo" / "summary.md").read_text()
+    assert "## Conclusions" in summary and "flowclip-tiny-clip-filip" in summary
