@@ -6,10 +6,7 @@ The Python API (docs/python-api.md) is exported here and imported on first use, 
 named like the package's modules or stage packages: importing a submodule binds its name here,
 which would hide a function of that name.)"""
 
-import time as _time
-
 __version__ = "0.1.0"
-STARTED = _time.perf_counter()  # when this process imported flowclip: an invocation's start (reports' wall time)
 
 __all__ = [
     "open_store",

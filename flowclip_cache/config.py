@@ -131,6 +131,13 @@ def _check_range(value, meta: dict, where: str) -> None:
 
 def build(cls, data: dict, source: str):
     """A dataclass from a dict: unknown keys and wrong types are errors naming the key."""
+    return cls(**check_fields(cls, data, source))
+
+
+def check_fields(cls, data: dict, source: str) -> dict:
+    """build's checks without making the instance (its __post_init__ may import what a
+    check before torch must not): unknown, missing, mistyped and out-of-range keys are
+    errors naming the key; -> the checked values."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -148,4 +155,4 @@ def build(cls, data: dict, source: str):
     ]
     if missing:
         raise FlowclipError(f"{source}: missing keys {missing} (set them in the file or as KEY=VALUE)")
-    return cls(**kwargs)
+    return kwargs

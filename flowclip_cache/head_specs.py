@@ -5,6 +5,7 @@ is answered here, at once, before the commands import torch."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 from .errors import FlowclipError
@@ -19,6 +20,46 @@ def is_file_target(target: str) -> bool:
     """A plug-in target read as a file path (anything ending in .py or holding a path
     separator), not a dotted module name."""
     return target.endswith(".py") or os.sep in target or "/" in target
+
+
+@functools.cache
+def builtin_kinds() -> tuple[str, ...]:
+    """The built-in head kinds in the registry's order, read from heads/__init__.py's
+    REGISTRY line and each class's `kind = "..."` in heads/*.py, without importing them
+    (which imports torch): the same files the registry is built from."""
+    import ast
+
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heads")
+    kind_of: dict[str, str] = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
+            for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+                for st in cls.body:
+                    if not (isinstance(st, ast.Assign) and len(st.targets) == 1):
+                        continue
+                    target = st.targets[0]
+                    if isinstance(target, ast.Name) and target.id == "kind" and isinstance(st.value, ast.Constant):
+                        kind_of[cls.name] = str(st.value.value)
+    init = ast.parse(open(os.path.join(folder, "__init__.py"), encoding="utf-8").read())
+    calls = [n for n in ast.walk(init) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "update"]
+    names = [
+        e.id for c in calls for g in ast.walk(c) if isinstance(g, ast.Tuple) for e in g.elts if isinstance(e, ast.Name)
+    ]
+    return tuple(kind_of[n] for n in names if kind_of.get(n))
+
+
+def plugins_possible() -> bool:
+    """Whether a head kind outside the built-in ones could be known in this process: a
+    --plugin waiting, one loaded, or an installed package declaring flowclip.heads (read
+    from package metadata: nothing is imported)."""
+    import importlib.metadata
+    import sys
+
+    plugins = sys.modules.get("flowclip_cache.heads.plugins")
+    if plugins is not None and (plugins._deferred or set(plugins.REGISTRY) - set(builtin_kinds())):
+        return True
+    return bool(importlib.metadata.entry_points(group="flowclip.heads"))
 
 
 def check_head_name(head: object, where: str) -> None:

@@ -485,6 +485,8 @@ def test_the_bootstrap_statistic_at_unit_weights_is_each_official_score():
         res = aggregate(sc, s, np.zeros(n, np.int64), cols)
         correct = {"r": s[:, 0] > s[:, 1]}
         t = bootstrap_task(name, sc, cols, np.array([f"i{i}" for i in range(n)]), correct, {})
-        stat, lost = weighted_stat(t["correct"]["r"], np.ones((1, len(t["image_index"]))), t["groups"])
+        stat, lost = weighted_stat(
+            t["correct"]["r"], np.ones((1, len(t["image_index"]))), t["groups"], None, t["digits"]
+        )
         assert stat[0] == pytest.approx(res["score"], abs=1e-12), name
         assert not lost[0]

@@ -57,3 +57,52 @@ def test_unknown_where_column_and_a_missing_store_are_one_line(tmp_path):
     r = CliRunner().invoke(main, ["score", "--store", str(tmp_path / "no-store"), "--manifests", str(tmp_path),
                                   "--scorer", "clip", "--out", str(tmp_path / "s")])  # fmt: skip
     _one_line_refusal(r, "--store", "does not exist", "score --help")
+
+
+MISTAKES = {  # a typical mistake -> what its one line says; each refused before torch is imported
+    "head kind typo": (["train-head", "--store", "{d}", "--train", "{m}", "--out", "{d}/r", "--head", "flwo"],
+                       "must be one of ['clip', 'global', 'flow'"),
+    "negative lr": (["train-head", "--store", "{d}", "--train", "{m}", "--out", "{d}/r", "--lr", "-1"],
+                    "key 'lr': must be at least 0.0"),
+    "a missing head file": (["train-head", "--store", "{d}", "--train", "{m}", "--out", "{d}/r", "--head",
+                             "{d}/nohead.py:Mine"], "no such file"),
+    "unknown key in a config file": (["train-head", "--store", "{d}", "--train", "{m}", "--out", "{d}/r", "--config",
+                                      "{d}/head.yaml"], "unknown keys ['lrr']"),
+    "scorer typo": (["score", "--store", "{d}", "--manifests", "{m}", "--scorer", "clpi", "--out", "{d}/o"],
+                    "the folder clpi does not exist"),
+    "controls typo": (["score", "--store", "{d}", "--manifests", "{m}", "--scorer", "clip", "--controls",
+                       "real,shufle", "--out", "{d}/o"], "unknown ['shufle']"),
+    "suite typo": (["score", "--store", "{d}", "--manifests", "{m}", "--scorer", "clip", "--suite", "feild",
+                    "--out", "{d}/o"], "no such suite"),
+    "explain's scorer": (["explain", "--store", "{d}", "--manifest", "{m}", "--scorer", "a={d}/x", "--scorer",
+                          "clip", "--out", "{d}/e"], "does not exist"),
+    "study key typo": (["run", "synthetic", "seedz=[0]", "--dry-run"], "unknown keys ['seedz']"),
+    "study file key typo": (["run", "{d}/study.yaml", "--dry-run"], "unknown keys ['trian']"),
+    "sweep key typo": (["sweep", "{d}/sweep.yaml"], "unknown keys ['trails']"),
+    "model typo": (["extract", "--store", "{d}/s", "--model", "ViT-B-3", "--manifest", "{m}"],
+                   "unknown model config 'ViT-B-3'; did you mean ViT-B-32"),
+    "pretrained typo": (["extract", "--store", "{d}/s", "--model", "ViT-B-32", "--pretrained", "opnai",
+                         "--manifest", "{m}"], "no pretrained tag 'opnai'"),
+}  # fmt: skip
+
+
+def test_typical_mistakes_are_refused_before_torch_is_imported(tmp_path, sample):
+    """Issue 53: 16 of 20 typical mistakes answered only after torch was imported (1.9-6.5
+    CPU-s each). Each now: exit 2, one line, and torch never imported (checked in a fresh
+    process per mistake)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "head.yaml").write_text("lrr: 1\n")
+    (tmp_path / "study.yaml").write_text(f"kind: ablation\nstore: {tmp_path}\ntrian: {sample['training']}\n")
+    (tmp_path / "sweep.yaml").write_text(f"store: {tmp_path}\ntrain: {sample['training']}\ntrails: 3\n")
+    probe = (
+        "import sys\nfrom flowclip_cache.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+        "    print('EXIT', e.code, 'torch' in sys.modules)\n"
+    )
+    for name, (args, says) in MISTAKES.items():
+        argv = [a.format(d=tmp_path, m=sample["training"]) for a in args]
+        r = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, cwd=str(tmp_path))
+        assert r.stdout.strip().splitlines()[-1] == "EXIT 2 False", (name, r.stdout, r.stderr[-1500:])
+        lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith("WARNING")]
+        assert len(lines) == 1 and says in lines[0], (name, lines)

@@ -20,7 +20,7 @@ def config_and_flags(cls, config_file, flags: dict) -> tuple[dict, str]:
     if config_file:
         values = load_yaml(config_file)
         head = {"head": flags["head"]} if flags.get("head") else {}  # the file's head_options are that head's
-        cls.from_dict({**values, **head}, config_file)
+        (getattr(cls, "precheck", None) or cls.from_dict)({**values, **head}, config_file)  # (before torch)
     for key in ("head_options", "loss_weights"):  # --head-option / --loss-weight: over the file's, name by name
         given = flags.pop(key, None)
         if given:

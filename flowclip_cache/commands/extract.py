@@ -128,11 +128,13 @@ def extract(
     """Encode every image and caption the manifests name, once, into a feature store."""
     from ..extraction.encoders import EncoderSpec, resolve
     from ..extraction.extract import run_extract
+    from ..extraction.families.listing import check_encoder_name
     from ..extraction.plan import check_inputs
     from ..store import FeatureStore
 
     if not 0 <= rank < world_size:
         raise FlowclipError(f"--rank {rank} must lie in [0, --world-size {world_size})")
+    check_encoder_name(model, pretrained)  # a mistyped name, before torch is imported
     check_inputs(list(manifests), image_root, allow_outside_root, on_error)  # refused before a store exists
     enc = resolve(
         EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer, patch_readout=patch_readout)

@@ -6,7 +6,6 @@ import os
 
 import click
 
-from ..errors import FlowclipError
 from .common import STORE, config_and_flags, device_name, plugin_option, report_to_option
 
 
@@ -115,16 +114,19 @@ def train_head_cmd(
 ):
     """Train a Flow-CLIP (or Global-M) head from cached features."""
     from ..head_specs import check_head_name
+    from ..training.train_config import TrainConfig
     from .common import name_values, tracking
 
     check_head_name(flags.get("head"), "flags: key 'head'")  # at once, before torch is imported
-    track = tracking(report_to, wandb_project, log=click.echo)
-    from ..store import FeatureStore
-    from ..training.loop import TrainConfig, train_head
-
     flags["head_options"] = name_values(head_option, "--head-option")
     flags["loss_weights"] = name_values(loss_weight, "--loss-weight")
-    cfg = TrainConfig.from_dict(*config_and_flags(TrainConfig, config_file, flags))
+    settings, source = config_and_flags(TrainConfig, config_file, flags)
+    TrainConfig.precheck(settings, source)  # every mistake a name, key or value can be, before torch
+    track = tracking(report_to, wandb_project, log=click.echo)
+    from ..store import FeatureStore
+    from ..training.loop import train_head
+
+    cfg = TrainConfig.from_dict(settings, source)
     with track:
         state = train_head(
             FeatureStore(store),
@@ -211,13 +213,16 @@ def score(
     suite,
 ):
     """Score every benchmark manifest with every scorer, from one store."""
-    from ..scoring.score import CONTROLS, run_score
+    from ..scoring.scorer_specs import check_scorers, parse_controls
+    from ..scoring.suites import members
+
+    ctl = parse_controls(controls)  # every mistake in a name, before torch is imported
+    check_scorers(scorers)
+    if suite:
+        members(suite)
+    from ..scoring.score import run_score
     from ..store import FeatureStore
 
-    ctl = tuple(c.strip() for c in controls.split(",") if c.strip())
-    bad = [c for c in ctl if c not in CONTROLS]
-    if bad:
-        raise FlowclipError(f"--controls: unknown {bad}; use {', '.join(CONTROLS)}")
     run_score(
         FeatureStore(store),
         list(manifests),
@@ -292,6 +297,9 @@ def explain(store, manifests, scorers, records, limit, image_root, out, device, 
     """Where each word found its evidence: token->patch maps before and after the
     refinement, patch sensitivity of the gold-foil margin, every scorer's margins; PNGs and
     one self-contained HTML explorer (explorer.html)."""
+    from ..scoring.scorer_specs import check_scorers
+
+    check_scorers(scorers)  # before torch is imported
     from ..scoring.explain import run_explain
     from ..store import FeatureStore
 

@@ -7,6 +7,7 @@ import os
 import click
 
 from ..errors import FlowclipError
+from ..head_specs import is_head_spec
 from .common import READOUT_NAMES, plugin_option
 
 
@@ -41,7 +42,6 @@ def run_pipeline(config, overrides, dry_run, jobs, quiet):
     if "kind" not in data:
         raise FlowclipError(f"{config}: a pipeline file is a mapping with a 'kind' key")
     data = apply_overrides(data, parse_overrides(list(overrides)))
-    from ..heads.plugins import study_heads
 
     data = study_heads(data, config)  # plug-in heads: `plugins:` loaded, head: FILE.py:Class values as kinds
     module = pipeline_module(data["kind"])
@@ -133,3 +133,37 @@ def demo(out, scenes, epochs, quiet, zoo, patch_readout):
     run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo, patch_readout=patch_readout)
     click.echo(open(os.path.join(out, "summary.md")).read())
     click.echo(f"report: {os.path.join(out, 'summary.md')} (tables), {os.path.join(out, 'score')} (every record)")
+
+
+def study_heads(data: dict, source: str) -> dict:
+    """A study config with its `plugins:` loaded (and removed) and every `head:` value
+    that names a class (FILE.py:Class) replaced by the kind it registers: the runs'
+    folders are then named by kind, as built-in heads' are. A config with neither imports
+    nothing (its keys are checked before torch is)."""
+    plugins = data.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise FlowclipError(f"{source}: key 'plugins': expected a list of files or modules, got {plugins!r}")
+
+    def specs(node) -> bool:
+        if isinstance(node, dict):
+            return any((k == "head" and is_head_spec(v)) or specs(v) for k, v in node.items())
+        return isinstance(node, list) and any(specs(x) for x in node)
+
+    rest = {k: v for k, v in data.items() if k != "plugins"}
+    if not plugins and not specs(rest):
+        return rest
+    from ..heads.plugins import load_plugin, resolve_head
+
+    def walk(node):
+        if isinstance(node, dict):
+            return {k: resolve_head(v) if k == "head" and is_head_spec(v) else walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        return node
+
+    try:
+        for target in plugins:
+            load_plugin(target)
+        return walk(rest)
+    except FlowclipError as e:
+        raise FlowclipError(f"{source}: {e}") from None

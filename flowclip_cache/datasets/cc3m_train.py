@@ -44,6 +44,16 @@ def _member_bytes(tf: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return f.read()
 
 
+def _write_once(dest: str, data: bytes) -> int:
+    """An image written whole (temporary, then rename) unless there already: 1 if written."""
+    if os.path.exists(dest):
+        return 0
+    with open(dest + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(dest + ".tmp", dest)
+    return 1
+
+
 def shard_folder(source: str) -> str:
     for cand in (source, os.path.join(source, "train_subset_100K")):
         if os.path.isdir(cand) and any(f.endswith(".tar") for f in os.listdir(cand)):
@@ -152,12 +162,7 @@ def build(
                     errors(path, where, "empty or missing .txt caption")
                     continue
             name = f"{sample_key}.{ext}"
-            dest = os.path.join(images_out, name)
-            if not os.path.exists(dest):  # written once, atomically
-                with open(dest + ".tmp", "wb") as f:
-                    f.write(parts[ext])
-                os.replace(dest + ".tmp", dest)
-                written += 1
+            written += _write_once(os.path.join(images_out, name), parts[ext])
             split = "val" if sample_key in val else "train"
             if split == "val":
                 seen_val.add(sample_key)

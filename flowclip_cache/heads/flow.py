@@ -149,8 +149,10 @@ def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
     T, L, _ = H.shape
     TL = T * L
     step = max(1, CHUNK_BYTES // (16 * N * TL))
+    given = I
     if I % step:  # every chunk of exactly `step` images: an image's bits never depend on the chunk it met
-        return _token_scores_inference(torch.cat([P, P[-1:].expand((-I) % step, -1, -1)]), H, mask, M_tok, W, tau_p)[:I]
+        P = torch.cat([P, P[-1:].expand((-I) % step, -1, -1)])
+        I = len(P)
     q = F.normalize(H @ M_tok.T, dim=-1).reshape(TL, d)
     w = q @ W.T
     Y = (P - P.mean(dim=1, keepdim=True)) @ W.T
@@ -180,7 +182,7 @@ def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
         e[i0 : i0 + n] = torch.logsumexp(res, 1).sub_(m[:, 0] / tau_p + z[:, 0].log()).mul_(tau_p)
 
     run_chunks(chunk, range(0, I, step), P.device.type == "cpu")
-    return masked_token_mean(e.reshape(I, T, L), mask[None])
+    return masked_token_mean(e[:given].reshape(given, T, L), mask[None])
 
 
 class FlowHead(GlobalHead):

@@ -250,26 +250,3 @@ def check_origin(cls: type[Head], recorded: dict, where: str, warn) -> None:
         if not _allow_changed:
             raise FlowclipError(f"{where}: {said}; refused (pass --allow-changed-plugin to score it with this code)")
         warn(f"warning: {where}: {said}; its scores may differ")
-
-
-def study_heads(data: dict, source: str) -> dict:
-    """A study config with its `plugins:` loaded (and removed) and every `head:` value
-    that names a class (FILE.py:Class) replaced by the kind it registers: the runs'
-    folders are then named by kind, as built-in heads' are."""
-    plugins = data.get("plugins", [])
-    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
-        raise FlowclipError(f"{source}: key 'plugins': expected a list of files or modules, got {plugins!r}")
-
-    def walk(node):
-        if isinstance(node, dict):
-            return {k: resolve_head(v) if k == "head" and is_head_spec(v) else walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(x) for x in node]
-        return node
-
-    try:
-        for target in plugins:
-            load_plugin(target)
-        return walk({k: v for k, v in data.items() if k != "plugins"})
-    except FlowclipError as e:
-        raise FlowclipError(f"{source}: {e}") from None

@@ -18,8 +18,7 @@ from ..heads import Head, build_head
 from ..manifest import Manifest
 from ..store import FeatureStore
 from ..training.train_config import recorded_settings
-
-CONTROLS = ("real", "shuffle", "fixed")
+from .scorer_specs import CONTROLS, scorer_folder  # noqa: F401  (CONTROLS: score.py's callers import it here)
 
 
 @dataclass
@@ -41,25 +40,10 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str
 
     out, seen, given = [], set(), []
     for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or "/" in name or os.path.exists(spec):  # a bare path
-            name, path = "", spec
-        from ..hub import hub_folder, is_hub_spec
-
-        hub = is_hub_spec(path)
-        if hub:  # a published head (sharing.py): its local snapshot, labelled by its NAME
-            name, path = name or path.rsplit("/", 1)[-1].split("@")[0], hub_folder(path)
+        name, path, hub = scorer_folder(spec)
         if path == "clip":
             scorer = Scorer(name or "clip", "clip", build_head("clip", store.meta["dim"]).to(device), "frozen")
         else:
-            if not os.path.isdir(path):
-                raise FlowclipError(f"--scorer {spec}: the folder {path} does not exist" + _nearest(path))
-            if not os.path.exists(os.path.join(path, "head.safetensors")) and not os.path.exists(
-                os.path.join(path, "DONE")
-            ):
-                raise FlowclipError(f"--scorer {spec}: {path} is not a finished train-head run folder")
-            if not os.path.exists(os.path.join(path, "DONE")):
-                raise FlowclipError(f"--scorer {spec}: {path} is an unfinished run")
             head, cfg = load_head(path, device)
             if cfg["store_fingerprint"] != store.fingerprint:
                 raise FlowclipError(
@@ -83,17 +67,6 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str
         seen.add(s.run)
     _same_method(out)
     return out
-
-
-def _nearest(path: str) -> str:
-    import difflib
-
-    parent = os.path.dirname(os.path.normpath(path)) or "."
-    if not os.path.isdir(parent):
-        return f" (nor does {parent})"
-    names = [n for n in os.listdir(parent) if os.path.isdir(os.path.join(parent, n))]
-    near = difflib.get_close_matches(os.path.basename(os.path.normpath(path)), names, n=3, cutoff=0.6)
-    return f"; did you mean {', '.join(os.path.join(parent, n) for n in near)}?" if near else ""
 
 
 def _same_method(scorers: list[Scorer]) -> None:

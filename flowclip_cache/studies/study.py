@@ -12,13 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import STARTED
 from ..devices import rank_device
 from ..errors import FlowclipError
+from ..progress import invocation_seconds
 from ..store import FeatureStore
 from ..training import checkpoint
-from ..training.loop import train_heads
-from ..training.training_data import load_training_data
 from .spread import claim, my_groups, one_at_a_time, study_rank
 from .summary import mean_std, write_summary
 
@@ -326,6 +324,8 @@ def train_missing(
         log(f"  rank {rank[0]} of {rank[1]}: {len(todo)} runs to train here")
     if todo:
         from ..manifest import Manifest
+        from ..training.loop import train_heads
+        from ..training.training_data import load_training_data
 
         # one in-memory copy of the features serves every run (patches kept if any head needs them)
         need_patches = any(cfgs[r.folder].uses_tokens for r in todo)
@@ -401,7 +401,7 @@ def score_and_summarise(
         track_scores(tracking, run_dirs[r.folder], score["results"].get(f"real|{r.folder}", {}))
     summary = summarise(score, runs, run_dirs)
     summary["timing"] = {
-        "this_invocation_seconds": time.perf_counter() - STARTED,
+        "this_invocation_seconds": invocation_seconds(),
         "study_seconds": time.perf_counter() - t0,
         "train_seconds_per_run": {r.folder: checkpoint.read_state(run_dirs[r.folder]).get("seconds") for r in runs},
         "score_seconds": score["seconds"],

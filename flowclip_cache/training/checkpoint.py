@@ -19,11 +19,13 @@ import json
 import os
 import re
 import shutil
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import FlowclipError
 from ..store.backends import fsync_dir, fsync_tree
+
+if TYPE_CHECKING:  # (torch is imported where a tensor is made: reading a run's state needs none)
+    import torch
 
 POINTER = "checkpoint.json"
 
@@ -53,6 +55,8 @@ def claim_run(out: str, kind: str, noun: str, resume: bool, overwrite: bool, fin
 
 
 def optimizer_tensors(params, opt) -> dict[str, torch.Tensor]:
+    import torch
+
     out = {}
     for i, p in enumerate(params):
         for name, v in (opt.state.get(p, {}) if opt is not None else {}).items():
@@ -63,6 +67,8 @@ def optimizer_tensors(params, opt) -> dict[str, torch.Tensor]:
 def rng_tensors() -> dict[str, torch.Tensor]:
     """torch's RNG states (the CPU's, each initialised CUDA device's): whatever a run draws
     (dropout, say) resumes where it stopped."""
+    import torch
+
     out = {"rng.torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out |= {f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
@@ -70,6 +76,8 @@ def rng_tensors() -> dict[str, torch.Tensor]:
 
 
 def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
+    import torch
+
     if "rng.torch" in tensors:
         torch.set_rng_state(tensors["rng.torch"].cpu())
     cuda = sorted((k for k in tensors if k.startswith("rng.cuda.")), key=lambda k: int(k.rsplit(".", 1)[1]))

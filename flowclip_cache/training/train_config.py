@@ -5,18 +5,43 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import build
+from ..config import build, check_fields
 from ..errors import FlowclipError
-from ..heads import Head, available_kinds, build_head, head_class
+from ..head_specs import builtin_kinds, check_head_name, is_head_spec, plugins_possible
+
+if TYPE_CHECKING:  # (the heads import torch: a config is checked before they are)
+    from ..heads import Head
+
+
+class HeadKinds:
+    """The head kinds a config may name (config's `choices`): a built-in kind is answered
+    from the files, without torch; the registry (plug-ins) is imported only where a
+    plug-in could be the answer."""
+
+    def __contains__(self, kind: object) -> bool:
+        if kind in builtin_kinds():
+            return True
+        if not plugins_possible():
+            return False
+        from ..heads import available_kinds
+
+        return kind in available_kinds()
+
+    def __iter__(self):
+        if not plugins_possible():
+            return iter(builtin_kinds())
+        from ..heads import available_kinds
+
+        return iter(available_kinds())
 
 
 @dataclass
 class TrainConfig:
     # a registered kind (flow, global, ..., an installed or loaded plug-in's), or FILE.py:Class /
     # package.module:Class, which from_dict imports and registers (docs/plugins.md)
-    head: str = field(default="flow", metadata={"choices": available_kinds})
+    head: str = field(default="flow", metadata={"choices": HeadKinds()})
     epochs: int = field(default=5, metadata={"min": 0})
     batch_size: int = field(default=32, metadata={"min": 1})  # records per batch (each brings one negative)
     lr: float = field(default=8e-5, metadata={"min": 0.0})
@@ -38,15 +63,20 @@ class TrainConfig:
     loss_weights: dict[str, float] = field(default_factory=dict)  # weights of the head's own loss terms
 
     def __post_init__(self):
+        from ..heads import available_kinds, head_class
+
         if self.cimr is None:  # each head kind's default: its row of the paper's Tab. 2
             self.cimr = head_class(self.head).default_cimr if self.head in available_kinds() else 0.0
 
     def build_head(self, dim: int) -> Head:
+        from ..heads import build_head
+
         return build_head(self.head, dim, **dataclasses.asdict(self))
 
     def check_contract(self, dim: int) -> None:
         """The head meets the head contract on random features (heads/contract.py); a
         plug-in head must also have parameters that its scores depend on."""
+        from ..heads import head_class
         from ..heads.contract import check_head
 
         plugin = "plugin_origin" in head_class(self.head).__dict__
@@ -54,6 +84,8 @@ class TrainConfig:
 
     @property
     def uses_tokens(self) -> bool:
+        from ..heads import head_class
+
         return head_class(self.head).uses_tokens
 
     @classmethod
@@ -65,10 +97,23 @@ class TrainConfig:
         check_head_settings(cfg, source)
         return cfg
 
+    @classmethod
+    def precheck(cls, d: dict, source: str = "config") -> None:
+        """What from_dict refuses that needs no head imported (torch): a head name no kind
+        or file can be, unknown keys, wrong types, out-of-range values. A plug-in class
+        (FILE.py:Class) is imported later, by from_dict."""
+        if isinstance(d, dict):
+            check_head_name(d.get("head"), f"{source}: key 'head'")
+            if is_head_spec(d.get("head")):
+                d = {k: v for k, v in d.items() if k != "head"}
+        check_fields(cls, d, source)
+
     def describe(self) -> str:
         """The settings in force, one line: a head's options with its declared defaults
         filled in (the config records only those given)."""
         d = dataclasses.asdict(self)
+        from ..heads import head_class
+
         options = head_class(self.head).options
         if options:
             d["head_options"] = {**options, **self.head_options}
@@ -78,8 +123,8 @@ class TrainConfig:
 def with_head_defaults(d, source: str):
     """A config dict with its head resolved to a kind (a FILE.py:Class plug-in imported and
     registered) and that head's published defaults under its keys."""
-    from ..head_specs import check_head_name
-    from ..heads.plugins import is_head_spec, resolve_head
+    from ..heads import available_kinds, head_class
+    from ..heads.plugins import resolve_head
 
     if not isinstance(d, dict):
         return d
@@ -98,6 +143,8 @@ def with_head_defaults(d, source: str):
 
 def check_head_settings(cfg: TrainConfig, source: str) -> None:
     """head_options and loss_weights name what the head declares (Head.options, Head.loss_terms)."""
+    from ..heads import head_class
+
     cls = head_class(cfg.head)
     cfg.head_options = cls.check_options(cfg.head_options, f"{source}: key 'head_options'") if cfg.head_options else {}
     unknown = sorted(set(cfg.loss_weights) - set(cls.loss_terms))

@@ -66,6 +66,37 @@ def shipped_about(model: str, cfg: dict) -> str:
     return what
 
 
+def check_encoder_name(model: str, pretrained: str) -> None:
+    """extract's --model and --pretrained, checked from open_clip's files read as data (no
+    torch): an unknown config, or a tag its model does not have, is refused at once. What
+    the tables cannot judge (blip:, hf-hub:, tables laid out otherwise) is left to resolve."""
+    import os
+
+    from ...errors import FlowclipError
+
+    if model.startswith(("blip:", "hf-hub:")):
+        return
+    try:
+        configs, table = model_configs([str(_CONFIG_DIR)]), pretrained_table()
+    except (TableUnreadable, OSError, SyntaxError, ValueError):
+        return
+    if model not in configs:
+        import difflib
+
+        near = difflib.get_close_matches(model, list(configs), n=3, cutoff=0.6)
+        raise FlowclipError(
+            f"unknown model config {model!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
+            + " (`flowclip models` lists them, or blip:<repo or folder>)"
+        )  # fmt: skip
+    given = pretrained.lower() in ("none", "random", "") or pretrained in ("synthetic", "hf")
+    if not given and not os.path.isfile(pretrained) and pretrained not in table.get(model, {}):
+        tags = list(table.get(model, {})) + (["synthetic (ships with flowclip)"] if _has_shipped(model) else [])
+        raise FlowclipError(
+            f"{model}: no pretrained tag {pretrained!r} and no such file; known tags: {', '.join(tags) or 'none'} "
+            f"(and 'none' for random weights); or pass a local checkpoint path"
+        )
+
+
 def _from_open_clip() -> tuple[dict, dict]:
     """(model configs, pretrained table) from open_clip itself (imports torch)."""
     import open_clip
