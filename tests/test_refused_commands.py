@@ -106,3 +106,12 @@ def test_typical_mistakes_are_refused_before_torch_is_imported(tmp_path, sample)
         assert r.stdout.strip().splitlines()[-1] == "EXIT 2 False", (name, r.stdout, r.stderr[-1500:])
         lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith("WARNING")]
         assert len(lines) == 1 and says in lines[0], (name, lines)
+
+
+def test_the_kinds_read_without_torch_are_the_registrys():
+    """head_specs.builtin_kinds reads heads/ as text: the same kinds, in the same order, as
+    the registry the imported heads build (a new head file and its registry line are all)."""
+    from flowclip_cache.head_specs import builtin_kinds
+    from flowclip_cache.heads import HEAD_KINDS
+
+    assert builtin_kinds() == HEAD_KINDS
