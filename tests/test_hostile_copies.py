@@ -70,32 +70,28 @@ def _refused(r, *words):
 
 
 def test_ids_and_paths_in_a_copy_never_name_a_written_file(tmp_path):
-    """The reported copies: an id that climbs out (id="../../escaped"), an absolute id,
-    and a non-image blob whose own path says .sh. Before the fix the first wrote
-    escaped_1.png two folders above images_out, exit 0."""
-    src = _hub_copy(tmp_path / "copy", _colorswap_rows(id="../../escaped"))
-    before = _files(tmp_path)
-    r, work = _build(tmp_path, "colorswap", src)
+    """The reported copies: an id that climbs out (id="../../escaped"), an absolute id, and
+    a non-image blob whose own path says .sh. Before the fix the first wrote escaped_1.png
+    two folders above images_out, exit 0. Now each is refused in one line, exit 2, nothing
+    written anywhere; a plain copy's images are named by flowclip, never by its ids."""
+    script = b"#!/bin/sh\necho planted\n"
+    for label, over, says in (
+        ("climb", {"id": "../../escaped"}, "not a plain id"),
+        ("abs", {"id": str(tmp_path / "abs_escaped")}, "not a plain id"),
+        ("sh", {"image_1": _image(script, "planted.sh")}, "not an image"),
+    ):
+        src = _hub_copy(tmp_path / f"copy-{label}", _colorswap_rows(**over))
+        before = _files(tmp_path)
+        r, work = _build(tmp_path / label, "colorswap", src)
+        _refused(r, says, "row 0")
+        assert _files(tmp_path) == before, _files(tmp_path) - before
+        assert not list(tmp_path.rglob("*escaped*")) and not list(tmp_path.rglob("planted*"))
+    src = _hub_copy(tmp_path / "copy", _colorswap_rows(id="my-id.1"))
+    r, work = _build(tmp_path / "plain", "colorswap", src)
     assert r.exit_code == 0, r.output
-    written = _files(tmp_path) - before
-    assert all(f.startswith(os.path.relpath(work, tmp_path)) for f in written), written
     assert sorted(os.listdir(work / "images")) == [f"colorswap-00000{i}-{k}.png" for i in range(2) for k in range(2)]
     m = Manifest.read(work / "m.parquet").table.to_pylist()
-    assert m[0]["record_id"] == "../../escaped" and m[0]["images"] == [
-        "colorswap-000000-0.png",
-        "colorswap-000000-1.png",
-    ]
-
-    src = _hub_copy(tmp_path / "abs", _colorswap_rows(id=str(tmp_path / "abs_escaped")))
-    r, work = _build(tmp_path / "2", "colorswap", src)
-    assert r.exit_code == 0 and not list(tmp_path.rglob("abs_escaped*")), r.output
-
-    script = b"#!/bin/sh\necho planted\n"
-    src = _hub_copy(tmp_path / "sh", _colorswap_rows(id="../../planted", image_1=_image(script, "planted.sh")))
-    before = _files(tmp_path)
-    r, work = _build(tmp_path / "3", "colorswap", src)
-    _refused(r, "not an image", "row 0")
-    assert _files(tmp_path) == before and not list(tmp_path.rglob("*planted*"))
+    assert m[0]["record_id"] == "my-id.1" and m[0]["images"] == ["colorswap-000000-0.png", "colorswap-000000-1.png"]
 
 
 def test_repeated_ids_are_refused_naming_both_rows(tmp_path):

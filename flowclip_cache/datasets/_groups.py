@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Callable
 
 from ._hf import ImageExport, read_split
-from .base import BuildReport, RowErrors, write_records
+from .base import BuildReport, RowErrors, plain_id, write_records
 
-# a row of the split -> (record id, [image 0 value, image 1 value], [caption 0, caption 1],
-# extra manifest columns)
+# a row of the split -> (record id as the copy has it, [image 0 value, image 1 value],
+# [caption 0, caption 1], extra manifest columns)
 RowFn = Callable[[int, dict], tuple[str, list, list, dict]]
 
 
@@ -44,6 +44,7 @@ def build_groups(
         for i, rec in enumerate(data):
             where = f"{source}: {split} row {i}"
             rid, imgs, caps, extra = row(i, rec)
+            rid = plain_id(rid, where)  # a copy's id is text of its own, never a path
             if any(not isinstance(c, str) or not c.strip() for c in caps):
                 errors(source, f"{split} row {i}", "an empty, missing or non-text caption")
                 continue

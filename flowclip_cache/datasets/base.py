@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -240,6 +241,19 @@ def write_records(
     meta = {"benchmark": benchmark, "counts": report.counts, "records": report.records, **(extra_meta or {})}
     write_manifest(out, pa.Table.from_pylist(rows), kind, meta)
     return report
+
+
+# an id or key a stranger's copy gives, where flowclip takes it as it is: letters, digits, . _ -
+# (never a path: no separator, no '..', nothing absolute)
+PLAIN_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
+
+
+def plain_id(value, where: str) -> str:
+    """A copy's id as text, refused unless plain (PLAIN_ID), naming where it was read."""
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    if text is None or not PLAIN_ID.match(text):
+        raise ManifestError(f"{where}: id {str(value)[:80]!r} is not a plain id (letters, digits, . _ -)")
+    return text
 
 
 def check_rows(rows: list[dict], kind: str, at: list[str]) -> None:

@@ -28,11 +28,10 @@ import tarfile
 from ..errors import ManifestError
 from ._hf import MAX_IMAGE_BYTES
 from ._negclip import training_benchmark
-from .base import Benchmark, BuildReport, RowErrors, read_text, write_records
+from .base import PLAIN_ID, Benchmark, BuildReport, RowErrors, read_text, write_records
 
 _TSV = training_benchmark("cc3m-train", "CC3M-100K (training)", "")
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
-SAFE_KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
 _MEMBER = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's key / extension split
 
 
@@ -148,7 +147,7 @@ def build(
             if len(parts[ext]) > MAX_IMAGE_BYTES:
                 errors(path, where, f"an image over the {MAX_IMAGE_BYTES // 2**20} MiB flowclip writes for one image")
                 continue
-            if not SAFE_KEY.match(sample_key):  # the key names a file: never a path from the archive
+            if not PLAIN_ID.match(sample_key):  # the key names a file: never a path from the archive
                 errors(path, where, f"key {sample_key[:80]!r} is not a plain file name (letters, digits, . _ -)")
                 continue
             if coca is not None:

@@ -16,7 +16,7 @@ def build(source: str, out: str, errors: RowErrors, images_out: str | None = Non
     return build_groups(
         source, out, errors, name="colorswap", what="ColorSwap (stanfordnlp/colorswap)", split="test",
         images_out=images_out, columns=("id", "image_1", "image_2", "caption_1", "caption_2"),
-        row=lambda i, r: (str(r["id"]), [r["image_1"], r["image_2"]], [r["caption_1"], r["caption_2"]], {}),
+        row=lambda i, r: (r["id"], [r["image_1"], r["image_2"]], [r["caption_1"], r["caption_2"]], {}),
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ Series, ...; a record may hold several, comma-separated, and counts under each).
 import os
 
 from ._groups import build_groups
-from .base import Benchmark, BuildReport, RowErrors, Scoring, read_text, write_records
+from .base import Benchmark, BuildReport, RowErrors, Scoring, plain_id, read_text, write_records
 
 WHAT = "Winoground (facebook/winoground)"
 
@@ -39,7 +39,7 @@ def build(source: str, out: str, errors: RowErrors, images_out: str | None = Non
         return build_groups(
             source, out, errors, name="winoground", what=WHAT, split="test", images_out=images_out,
             count_by="collapsed_tag", columns=("id", "image_0", "image_1", "caption_0", "caption_1"),
-            row=lambda i, r: (str(r["id"]), [r["image_0"], r["image_1"]], [r["caption_0"], r["caption_1"]], _extra(r)),
+            row=lambda i, r: (r["id"], [r["image_0"], r["image_1"]], [r["caption_0"], r["caption_1"]], _extra(r)),
         )  # fmt: skip
     rows: list[dict] = []
     counts: dict[str, int] = {}
@@ -59,7 +59,8 @@ def build(source: str, out: str, errors: RowErrors, images_out: str | None = Non
             errors(jsonl, f"line {line_no}", "image_0, image_1, caption_0 and caption_1 must be non-empty text")
             continue
         images = [f"{rec['image_0']}.png", f"{rec['image_1']}.png"]
-        rows.append({"record_id": str(rec["id"]), "images": images, "captions": [rec["caption_0"], rec["caption_1"]],
+        rid = plain_id(rec["id"], f"{jsonl}: line {line_no}")
+        rows.append({"record_id": rid, "images": images, "captions": [rec["caption_0"], rec["caption_1"]],
                      **_extra(rec), "_at": f"{jsonl}: line {line_no}"})  # fmt: skip
         counts[rows[-1]["collapsed_tag"]] = counts.get(rows[-1]["collapsed_tag"], 0) + 1
     report = BuildReport(len(rows), len({p for r in rows for p in r["images"]}), counts, errors.skipped)
