@@ -9,7 +9,10 @@ The matmul and every scorer alternate repetition by repetition (ABAB...); each f
 and ratio is the median of the per-repetition values with their min-max, so load that
 moves during the run widens the spread instead of moving the figure. Sides: the
 inference kernel (what `score` runs), the layout autograd differentiates (training), and
-the direct formula on a quarter of the images.
+the direct formula on a quarter of the images. Then the price of fixed shapes
+(heads/fixed_shapes.py: every pair's bits the same alone as in any gallery): the
+Flow-CLIP head over IMAGE_BLOCK images x the captions, in one call and through
+all_pair_scores (blocks of IMAGE_BLOCK images x TEXT_BLOCK captions of one token count).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from flowclip_cache.heads import build_head
+from flowclip_cache.heads.fixed_shapes import IMAGE_BLOCK, all_pair_scores
 from flowclip_cache.heads.flow import _token_scores_autograd, _token_scores_inference, token_scores_direct
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +54,11 @@ def main():
     A = torch.randn(MM[0], MM[1], generator=g).to(dev)
     B = torch.randn(MM[1], MM[2], generator=g).to(dev)
     quarter = max(1, I // 4)
+    head = build_head("flow", D).to(dev)
+    with torch.no_grad():
+        head.M_tok.copy_(Mt), head.W.copy_(W)
+    P2 = F.normalize(torch.randn(IMAGE_BLOCK, N, D, generator=g), dim=-1).to(dev)
+    v2, t2 = P2.mean(1), H.mean(1)
     with torch.no_grad():
         t = alternate(
             {
@@ -56,6 +66,8 @@ def main():
                 "kernel": lambda: _token_scores_inference(P, H, mask, Mt, W, 0.05),
                 "autograd": lambda: _token_scores_autograd(P, H, mask, Mt, W, 0.05),
                 "direct": lambda: token_scores_direct(P[:quarter], H, mask, Mt, W, 0.05),
+                "one call": lambda: head(v2, P2, t2, H, mask),
+                "fixed shapes": lambda: all_pair_scores(head, v2, P2, t2, H, mask),
             },
             args.reps,
         )
@@ -79,6 +91,11 @@ def main():
     m, lo, hi = ratio([x * I / quarter for x in t["direct"]], t["kernel"])
     rate = quarter * T / med("direct")
     print(f"direct      : {rate:10.0f} pairs/s | the kernel is {m:.1f}x [{lo:.1f}, {hi:.1f}] faster")
+    m, lo, hi = ratio(t["one call"], t["fixed shapes"])
+    print(
+        f"fixed shapes: {IMAGE_BLOCK * T / med('fixed shapes'):10.0f} pairs/s through all_pair_scores | "
+        f"{m:.2f} [{lo:.2f}, {hi:.2f}] of the head's one call over the same {IMAGE_BLOCK} x {T} pairs"
+    )
     coco = 5000 * 25000 / (I * T / med("kernel"))
     print(
         f"coco-5k     : 5,000 images x 25,000 captions at the kernel's median rate ~ {coco / 60:.1f} min "

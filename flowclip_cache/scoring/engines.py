@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ..hashing import caption_key
 from ..heads import Head
-from ..heads.fixed_shapes import all_pair_scores, matched_scores
+from ..heads.fixed_shapes import IMAGE_BLOCK, TEXT_BLOCK, all_pair_scores, matched_scores
 from ..manifest import Manifest
 from ..store.banks import FeatureBank
 from ..store.manifest_keys import manifest_keys
@@ -152,22 +152,24 @@ def retrieval_scores(store, ikeys: list, caps: list[str], scorer: Scorer, device
         return _score_matrix(scorer.head, bank, (len(uimg), len(texts)), img_of, text_of, budget, device, spill_dir)
 
 
-def _pair_blocks(head, bank, n_i: int, n_t: int, budget: int) -> tuple[int, int]:
-    """Images x captions per block so that the head's intermediates fit the budget."""
-    per_pair = head.pair_bytes(bank.max_tokens(), bank.img_patches.shape[1] if head.uses_tokens else 1, bank.dim)
-    block = max(1, int(budget / 2 / per_pair))
-    bi = max(1, min(n_i, int(block**0.5)))
-    return bi, max(1, min(n_t, block // bi))
+def _pair_blocks(head, bank, n_t: int, budget: int) -> tuple[int, int]:
+    """Images x captions gathered per call of all_pair_scores, which bounds the head's own
+    intermediates by scoring in fixed blocks: images a whole IMAGE_BLOCK, captions as many
+    whole TEXT_BLOCKs as their gathered features fit in a quarter of the budget."""
+    per_caption = 4 * bank.dim * ((bank.max_tokens() if head.uses_tokens else 0) + 1)
+    bt = max(TEXT_BLOCK, int(budget / 4 / per_caption) // TEXT_BLOCK * TEXT_BLOCK)
+    return IMAGE_BLOCK, min(n_t, bt)
 
 
 def _score_matrix(head, bank, shape, img_of: np.ndarray, text_of: np.ndarray, budget: int, device, spill_dir):
     """Scores of the bank's distinct images x distinct texts (shape), kept in memory when they take
     at most a quarter of the budget, else spilled to a file; returned as row_blocks() of the
     gallery's [len(img_of), len(text_of)] matrix (row r is image img_of[r], column j text
-    text_of[j])."""
+    text_of[j]). Captions go in order of their token count, so that all_pair_scores' blocks
+    of one count are full."""
     n_ui, n_ut = shape
-    tid = torch.arange(n_ut, device=device)
-    bi, bt = _pair_blocks(head, bank, n_ui, n_ut, budget)
+    order = torch.argsort(bank.token_lengths(), stable=True) if head.uses_tokens else torch.arange(n_ut)
+    bi, bt = _pair_blocks(head, bank, n_ut, budget)
     rows_per_block = max(bi, int(budget / 4 / (4 * max(n_ut, len(text_of)))) // bi * bi or bi)
     in_memory = 4 * n_ui * n_ut <= budget / 4 or spill_dir is None
     path = None if in_memory else os.path.join(spill_dir, f".retrieval-{uuid.uuid4().hex[:8]}.f32")
@@ -177,9 +179,9 @@ def _score_matrix(head, bank, shape, img_of: np.ndarray, text_of: np.ndarray, bu
         for i0 in range(r0, r0 + len(rows), bi):
             ii = torch.arange(i0, min(r0 + len(rows), i0 + bi), device=device)
             for t0 in range(0, n_ut, bt):
-                tc = tid[t0 : t0 + bt]
-                rows[i0 - r0 : i0 - r0 + len(ii), t0 : t0 + len(tc)] = (
-                    all_pair_scores(head, *bank.features(ii, tc, head.uses_tokens)).cpu().numpy()
+                tc = order[t0 : t0 + bt]
+                rows[i0 - r0 : i0 - r0 + len(ii), tc.numpy()] = (
+                    all_pair_scores(head, *bank.features(ii, tc.to(device), head.uses_tokens)).cpu().numpy()
                 )
         if sim is not None:
             sim[r0 : r0 + len(rows)] = rows

@@ -95,8 +95,12 @@ class FeatureBank:
     def has_patches(self) -> bool:
         return self.img_patches.numel() > 0
 
+    def token_lengths(self) -> torch.Tensor:
+        """Each caption's token count, in the bank's order."""
+        return (self.cap_offsets[1:] - self.cap_offsets[:-1]).cpu()
+
     def max_tokens(self) -> int:
-        return int((self.cap_offsets[1:] - self.cap_offsets[:-1]).max())
+        return int(self.token_lengths().max())
 
     def gather(self, imgs: torch.Tensor, caps: torch.Tensor, need_tokens: bool) -> tuple[Any, ...]:
         """FP16 rows of a batch where the bank lives; tokens padded to the batch's longest."""
