@@ -47,8 +47,9 @@ def test_demo_report_reads_itself(tmp_path):
     assert "± 0.00" not in md and "one seed, so no spread" in md
     assert "**Shuffle**" in md and "## Conclusions" in md and "95% interval" in md
     assert "| chance | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 |" in md and "docs/results-synthetic.md" in md
-    # the conclusion points at the binding lab's finding, and names the factors it varied
-    assert "causal, bidirectional or grounded" in md and "only with the grounded encoder" in md
+    # the conclusion points at the binding lab, and states its finding for this encoder and readout only
+    assert "ask under which encoder, readout and world" in md
+    assert "with flowclip-tiny-clip-filip and standard patches (this study's), all 12 of its binding" in md
     assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output
     # the image-choice and group stand-ins are scored (Real only: their controls read n/d, explained)
     import json

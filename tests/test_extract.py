@@ -216,7 +216,9 @@ def test_on_error_fail_exits_non_zero(tmp_path, tiny_encoder):
             "--quiet",
         ],
     )
-    assert r.exit_code != 0 and "missing file" in r.output
+    # refused before any store is made (issue 53), naming the image and the manifest
+    assert r.exit_code == 2 and "none of the 1 images the manifests name exist" in r.output, r.output
+    assert "'missing.png'" in r.output and not (tmp_path / "st").exists()
 
 
 def test_manifest_errors_name_file_column_row(tmp_path, tiny_encoder):

@@ -508,6 +508,6 @@ def test_an_open_clip_hub_model_extracts_as_its_config_and_weights(lab, tmp_path
     for name in ("image_global", "image_patches", "caption_global", "caption_tokens"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     args = ["extract", "--store", str(tmp_path / "x"), "--model", "hf-hub:me/tiny-clip", "--pretrained", "openai",
-            "--manifest", lab["candidates"]]  # fmt: skip
+            "--manifest", lab["candidates"], "--image-root", lab["image_root"]]  # fmt: skip
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 2 and "--pretrained hf (the repository's weights) or none" in r.output
