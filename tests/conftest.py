@@ -90,6 +90,15 @@ def lab(tmp_path_factory):
     return {"root": root, "store": str(root / "store"), **s}
 
 
+def assert_refused(result, *words):
+    """A CliRunner result refused as every command refuses: exit 2, one line holding each word."""
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
 def needs_shared(*parts):
     path = os.path.join(SHARED_BENCHMARKS, *parts)
     return pytest.mark.skipif(

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from conftest import assert_refused
 from PIL import Image
 
 from flowclip_cache.cli import main as cli
@@ -61,14 +62,6 @@ def _files(root) -> set[str]:
     return {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
 
 
-def _refused(r, *words):
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    for w in words:
-        assert w in lines[0], lines[0]
-
-
 def test_ids_and_paths_in_a_copy_never_name_a_written_file(tmp_path):
     """The reported copies: an id that climbs out (id="../../escaped"), an absolute id, and
     a non-image blob whose own path says .sh. Before the fix the first wrote escaped_1.png
@@ -83,7 +76,7 @@ def test_ids_and_paths_in_a_copy_never_name_a_written_file(tmp_path):
         src = _hub_copy(tmp_path / f"copy-{label}", _colorswap_rows(**over))
         before = _files(tmp_path)
         r, work = _build(tmp_path / label, "colorswap", src)
-        _refused(r, says, "row 0")
+        assert_refused(r, says, "row 0")
         assert _files(tmp_path) == before, _files(tmp_path) - before
         assert not list(tmp_path.rglob("*escaped*")) and not list(tmp_path.rglob("planted*"))
     src = _hub_copy(tmp_path / "copy", _colorswap_rows(id="my-id.1"))
@@ -98,7 +91,7 @@ def test_repeated_ids_are_refused_naming_both_rows(tmp_path):
     rows = _colorswap_rows(3)
     rows[2]["id"] = "0"
     r, work = _build(tmp_path, "colorswap", _hub_copy(tmp_path / "copy", rows))
-    _refused(r, "test row 0", "test row 2", "'0'")
+    assert_refused(r, "test row 0", "test row 2", "'0'")
     assert not (work / "m.parquet").exists() and not (work / "images").exists()
     assert not [f for f in os.listdir(work) if ".tmp" in f]
 
@@ -111,16 +104,16 @@ def test_a_huge_blob_a_missing_column_and_wrong_types_are_one_line(tmp_path, mon
     r, work = _build(
         tmp_path / "big", "colorswap", _hub_copy(tmp_path / "big-copy", _colorswap_rows(image_2=_image(big)))
     )
-    _refused(r, "MiB", "row 0")
+    assert_refused(r, "MiB", "row 0")
     assert not (work / "images").exists()
 
     rows = [{k: v for k, v in row.items() if k != "caption_2"} for row in _colorswap_rows()]
     r, _ = _build(tmp_path / "col", "colorswap", _hub_copy(tmp_path / "col-copy", rows))
-    _refused(r, "no column 'caption_2'", "it has")
+    assert_refused(r, "no column 'caption_2'", "it has")
     rows = [{k: v for k, v in row.items() if k != "negative_image"} for row in _colorswap_rows()]
     bivlc = [{"image": x["image_1"], "caption": x["caption_1"], "negative_caption": x["caption_2"]} for x in rows]
     r, _ = _build(tmp_path / "bivlc", "bivlc", _hub_copy(tmp_path / "bivlc-copy", bivlc))
-    _refused(r, "no column 'negative_image'")
+    assert_refused(r, "no column 'negative_image'")
 
     wino = lambda **o: {"id": 0, "image_0": _image(_png()), "image_1": _image(_png()), "caption_0": "a dog",  # noqa: E731
                         "caption_1": "a cat", "collapsed_tag": "Object", **o}  # fmt: skip
@@ -128,7 +121,7 @@ def test_a_huge_blob_a_missing_column_and_wrong_types_are_one_line(tmp_path, mon
         r, work = _build(
             tmp_path / f"w{word}{bad}", "winoground", _hub_copy(tmp_path / f"wc{bad}", [wino(caption_0=bad)])
         )
-        _refused(r, word, "row 0")
+        assert_refused(r, word, "row 0")
         assert not (work / "m.parquet").exists()
 
 
@@ -145,7 +138,7 @@ def test_winoground_jsonl_fields_are_checked_at_build(tmp_path):
         assert not (tmp_path / "w.parquet").exists()
 
 
-def test_a_state_json_naming_a_file_outside_the_copy_is_refused(tmp_path):
+def test_a_state_json_naming_a_file_outside_the_copy_isassert_refused(tmp_path):
     """save_to_disk's layout (state.json listing Arrow files): a data file named by a path
     (here an Arrow file beside the copy, which it would otherwise read) is refused."""
     table = pa.Table.from_pylist(_colorswap_rows())
@@ -157,7 +150,7 @@ def test_a_state_json_naming_a_file_outside_the_copy_is_refused(tmp_path):
     for name in ("../../outside.arrow", str(tmp_path / "outside.arrow")):
         (copy / "test" / "state.json").write_text(json.dumps({"_data_files": [{"filename": name}]}))
         r, work = _build(tmp_path / name.replace("/", "_"), "colorswap", copy)
-        _refused(r, "state.json", "not a plain file name")
+        assert_refused(r, "state.json", "not a plain file name")
         assert not os.listdir(work)
 
 
@@ -198,4 +191,4 @@ def test_manifest_check_refuses_a_null_caption(tmp_path):
     )
     write_manifest(tmp_path / "g.parquet", table, "groups")
     r = CliRunner().invoke(cli, ["manifest", "check", str(tmp_path / "g.parquet")])
-    _refused(r, "row 1", "null caption")
+    assert_refused(r, "row 1", "null caption")
