@@ -144,6 +144,7 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
         "chance": chance, "accuracy": {f: 0.5 for f in PROFILE_FAMILIES}, "grounding": {"hit_rate": 0.1, "chance": 0.1}
     }  # fmt: skip
     md = "\n".join(summary_markdown(summary))
+    assert "Columns: each task family's accuracy" in md  # the profile's columns explained (issue 53)
     body = md[md.index("## Conclusions") :]
     overall = body.index("**Overall.** Of 2 paired comparisons, 1 has a 95% interval")
     assert overall < body.index("- synthetic-swap-att: flow - clip")

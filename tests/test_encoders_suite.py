@@ -233,6 +233,9 @@ def test_vl_compos_sugarcrepe_weights_are_our_headlines(tmp_path):
     published = {"replace_obj": 0.1432, "replace_att": 0.0683, "replace_rel": 0.1219, "swap_obj": 0.0896,
                  "swap_att": 0.2437, "add_obj": 0.2496, "add_att": 0.0838}  # fmt: skip
     assert {s: round(w, 4) for s, w in weights.items()} == published
+    from flowclip_cache.studies.vl_compo import expected
+
+    assert expected("sugarcrepe") == ""  # so the comparison expects no difference there (it said one)
     # and the headline is that weighted sum of the subsets' accuracies, on planted decisions
     from flowclip_cache.manifest import Manifest
 
