@@ -23,30 +23,42 @@ def is_file_target(target: str) -> bool:
 
 
 @functools.cache
-def builtin_kinds() -> tuple[str, ...]:
-    """The built-in head kinds in the registry's order, read from heads/__init__.py's
-    REGISTRY line and each class's `kind = "..."` in heads/*.py, without importing them
-    (which imports torch): the same files the registry is built from."""
+def _builtin_classes() -> tuple[tuple[str, dict], ...]:
+    """(kind, {attribute: constant}) of each built-in head in the registry's order, read
+    from heads/__init__.py's REGISTRY line and each class's constant attributes in
+    heads/*.py, without importing them (which imports torch): the files the registry is
+    built from."""
     import ast
 
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heads")
-    kind_of: dict[str, str] = {}
+    attrs: dict[str, dict] = {}
     for name in sorted(os.listdir(folder)):
         if name.endswith(".py"):
             tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
             for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+                attrs[cls.name] = {}
                 for st in cls.body:
-                    if not (isinstance(st, ast.Assign) and len(st.targets) == 1):
-                        continue
-                    target = st.targets[0]
-                    if isinstance(target, ast.Name) and target.id == "kind" and isinstance(st.value, ast.Constant):
-                        kind_of[cls.name] = str(st.value.value)
+                    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Constant):
+                        target = st.targets[0]
+                        if isinstance(target, ast.Name):
+                            attrs[cls.name][target.id] = st.value.value
     init = ast.parse(open(os.path.join(folder, "__init__.py"), encoding="utf-8").read())
     calls = [n for n in ast.walk(init) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "update"]
     names = [
         e.id for c in calls for g in ast.walk(c) if isinstance(g, ast.Tuple) for e in g.elts if isinstance(e, ast.Name)
     ]
-    return tuple(kind_of[n] for n in names if kind_of.get(n))
+    return tuple((str(attrs[n]["kind"]), attrs[n]) for n in names if attrs.get(n, {}).get("kind"))
+
+
+def builtin_kinds() -> tuple[str, ...]:
+    """The built-in head kinds, in the registry's order (read without importing them)."""
+    return tuple(kind for kind, _ in _builtin_classes())
+
+
+def training_free_kinds() -> tuple[str, ...]:
+    """The built-in scorers with no parameters (`training_free = True`): what --scorer takes
+    by name, as it takes 'clip'."""
+    return tuple(kind for kind, a in _builtin_classes() if a.get("training_free") is True)
 
 
 def plugins_possible() -> bool:

@@ -9,13 +9,15 @@ from .base import REGISTRY, Head, TokenMapHead, masked_token_mean, token_shares
 from .clip import ClipHead
 from .dcsm import DcsmHead
 from .filip import FilipHead
+from .filip_score import FilipScore, FilipScoreI2T
 from .flow import FlowHead, token_scores, token_scores_direct
 from .fsc_local import FscLocalHead
 from .global_m import GlobalHead, global_scores
 from .labclip import LabclipHead
 from .plugins import load_entry_points
 
-REGISTRY.update({h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead, FscLocalHead, DcsmHead)})
+REGISTRY.update({h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead, FscLocalHead, DcsmHead,
+                                     FilipScore, FilipScoreI2T)})  # fmt: skip
 HEAD_KINDS = tuple(REGISTRY)  # the built-in kinds
 
 
@@ -61,6 +63,8 @@ __all__ = [
     "LabclipHead",
     "FscLocalHead",
     "DcsmHead",
+    "FilipScore",
+    "FilipScoreI2T",
     "global_scores",
     "token_scores",
     "token_scores_direct",

@@ -37,6 +37,7 @@ class Head(nn.Module):
     kind: str = ""  # the registry name (train-head --head KIND)
     title: str = ""  # one line for --help and docs
     uses_tokens: bool = False  # needs patches and token states
+    training_free: bool = False  # a scorer of the encoder's own features with no parameters (--scorer KIND)
     # the stores' token masks (extract --token-mask) the method is defined on; None: any
     store_token_masks: tuple[str, ...] | None = None
     default_cimr: float = 0.0  # lambda_CIMR when a config does not set one (the paper's row)

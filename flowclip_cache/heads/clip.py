@@ -8,6 +8,7 @@ from .base import Head
 class ClipHead(Head):
     kind = "clip"
     title = "the frozen encoder: v . t (no parameters)"
+    training_free = True
 
     def forward_terms(self, v, P, t, H, mask):
         return v @ t.T, {}

@@ -1,4 +1,5 @@
-"""A scorer as the command line names it ('clip', a run folder, NAME=folder, hf:OWNER/NAME)
+"""A scorer as the command line names it ('clip' or another training-free scorer by its
+kind, a run folder, NAME=folder, hf:OWNER/NAME)
 and the image controls, read and checked without importing torch: a mistake in either is
 refused at once, before a head or the store's features are loaded."""
 
@@ -21,8 +22,10 @@ def parse_controls(text: str) -> tuple[str, ...]:
 
 
 def scorer_folder(spec: str) -> tuple[str, str, bool]:
-    """(the NAME given or '', 'clip' or a finished run folder, whether it is a published
-    head's snapshot) of one --scorer; a folder that is missing or unfinished is refused."""
+    """(the NAME given or '', a training-free scorer's kind ('clip', 'filip-score', ...) or
+    a finished run folder, whether it is a published head's snapshot) of one --scorer; a
+    folder that is missing or unfinished is refused."""
+    from ..head_specs import training_free_kinds
     from ..hub import hub_folder, is_hub_spec
 
     name, sep, path = spec.partition("=")
@@ -31,7 +34,7 @@ def scorer_folder(spec: str) -> tuple[str, str, bool]:
     hub = is_hub_spec(path)
     if hub:  # a published head (sharing.py): its local snapshot, labelled by its NAME
         name, path = name or path.rsplit("/", 1)[-1].split("@")[0], hub_folder(path)
-    if path == "clip":
+    if path in training_free_kinds():
         return name, path, hub
     if not os.path.isdir(path):
         raise FlowclipError(f"--scorer {spec}: the folder {path} does not exist" + _nearest(path))

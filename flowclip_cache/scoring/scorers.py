@@ -14,6 +14,7 @@ from ..datasets import all_benchmarks
 from ..datasets import get as get_benchmark
 from ..datasets.base import Scoring
 from ..errors import FlowclipError
+from ..head_specs import training_free_kinds
 from ..heads import Head, build_head
 from ..manifest import Manifest
 from ..store import FeatureStore
@@ -41,8 +42,8 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str
     out, seen, given = [], set(), []
     for spec in specs:
         name, path, hub = scorer_folder(spec)
-        if path == "clip":
-            scorer = Scorer(name or "clip", "clip", build_head("clip", store.meta["dim"]).to(device), "frozen")
+        if path in training_free_kinds():  # the encoder's own features, scored (a kind, never a folder)
+            scorer = Scorer(name or path, path, build_head(path, store.meta["dim"]).to(device), "frozen")
         else:
             head, cfg = load_head(path, device)
             if cfg["store_fingerprint"] != store.fingerprint:
