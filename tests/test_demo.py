@@ -37,6 +37,12 @@ def test_demo_end_to_end(tmp_path):
     assert r.exit_code == 0 and open(summary).read() == without + EXPLORER_LINK
 
 
+def json_of(out: str) -> dict:
+    import json
+
+    return json.load(open(os.path.join(out, "summary.json")))
+
+
 def test_demo_report_reads_itself(tmp_path):
     """One seed: no spread; the controls explained; a conclusion from the intervals; the
     profile as a table with chance levels."""
@@ -51,6 +57,8 @@ def test_demo_report_reads_itself(tmp_path):
     assert "ask under which encoder, readout and world" in md
     assert "with flowclip-tiny-clip-filip and standard patches (this study's), all 12 of its binding" in md
     assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output
+    # the encoder's own local evidence, untrained, is a row and is compared with Flow-CLIP (issue 55)
+    assert "| filip-score |" in md and "filip-score" in json_of(out)["bootstrap"]["synthetic-swap-att"].__repr__()
     # the image-choice and group stand-ins are scored (Real only: their controls read n/d, explained)
     import json
 

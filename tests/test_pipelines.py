@@ -57,6 +57,8 @@ def test_dry_run_and_errors(tmp_path):
     assert r.exit_code == 0, r.output
     assert r.output.count("5 steps (max_steps; 1 epochs x ~") == 4 and "(40 steps," not in r.output, r.output
     assert "time left: about" in r.output and "(20 steps," in r.output, r.output
+    r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", f"out={tmp_path}/s", "training_free=[flow]"])
+    assert r.exit_code == 2 and "['flow'] are not training-free scorers; use filip-score" in r.output, r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seedz=[0]"])
     assert r.exit_code == 2 and "unknown keys ['seedz']" in r.output
     r = CliRunner().invoke(main, ["run", SYNTH, "--dry-run", "seeds=zero"])

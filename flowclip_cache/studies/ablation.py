@@ -47,6 +47,9 @@ class AblationConfig:
     side_by_side: bool = True  # heads sharing a data order train on the same batches
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
     suite: str | None = None  # score only a named suite's members among eval (flowclip score --suite)
+    # training-free scorers scored beside CLIP and the runs, each a row of its own (filip-score:
+    # the encoder's own token-patch evidence as FILIP's authors score it); compare may name them
+    training_free: list[str] = field(default_factory=list)
 
 
 def plan(cfg: AblationConfig) -> list[RunSpec]:
@@ -181,6 +184,7 @@ def _execute(cfg: AblationConfig, spec, dry_run: bool, jobs: int, progress: bool
         progress=progress,
         figures=cfg.figures,
         suite=cfg.suite,
+        training_free=cfg.training_free,
         tracking=tracking,
         log=log,
     )

@@ -83,7 +83,8 @@ def run_demo(
         train_config={"epochs": epochs, "batch_size": 32, "lr": 1e-3},
         controls=["real", "shuffle", "fixed"],
         bootstrap=bootstrap_draws,
-        compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"]]
+        training_free=["filip-score"],  # the encoder's own local evidence, untrained: the baseline to beat
+        compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"], ["filip-score", "flow_hnb_cimr"]]
         + ([["flow_hnb_cimr", k] for k in ZOO] if zoo else []),
     )
     summary = run(cfg, dry_run=False, jobs=1, log=log, progress=progress)

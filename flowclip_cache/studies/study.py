@@ -68,16 +68,17 @@ def execute(
     placement: str = "auto",
     figures: bool = True,
     suite: str | None = None,
+    training_free=(),
     tracking=None,
     log=print,
 ) -> dict | None:
     """suite: score only that suite's members among eval_manifests (flowclip score --suite).
-    tracking: a training.tracking.Tracking every run's records and final scores go to."""
+    training_free: scorers with no parameters (filip-score, ...) scored beside CLIP, each a
+    method of its own. tracking: a training.tracking.Tracking every run's records and final
+    scores go to."""
     from .. import outputs
-    from ..scoring.suites import members
 
-    if suite:
-        members(suite)  # an unknown suite name fails here, before any training
+    _check_names(suite, training_free)  # before any training
     from .checks import check_study, plan_lines
 
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
@@ -103,6 +104,8 @@ def execute(
     what = done_key(runs, eval_manifests, controls, bootstrap, compare)
     if suite:
         what["suite"] = suite  # (absent otherwise: summaries written before suites stay current)
+    if training_free:
+        what["training_free"] = list(training_free)  # (likewise)
     finished = summary_is_current(out, what, log)
     if checked.problems:
         raise FlowclipError(
@@ -134,11 +137,24 @@ def execute(
         rank=(rank, ranks),
         **shared,
     )
-    scoring = {**shared, "figures": figures, "suite": suite}
+    scoring = {**shared, "figures": figures, "suite": suite, "training_free": list(training_free)}
     summarise = lambda: _summarise(  # noqa: E731
         store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, scoring
     )
     return summarise() if ranks == 1 else _summarise_last_rank(rank, ranks, out, runs, run_dirs, what, summarise, log)
+
+
+def _check_names(suite: str | None, training_free) -> None:
+    """An unknown suite or training-free scorer, refused at once (CLIP is always scored)."""
+    from ..head_specs import training_free_kinds
+    from ..scoring.suites import members
+
+    if suite:
+        members(suite)
+    known = [k for k in training_free_kinds() if k != "clip"]
+    unknown = [k for k in training_free if k not in known]
+    if unknown:
+        raise FlowclipError(f"training_free: {unknown} are not training-free scorers; use {', '.join(known)}")
 
 
 def _summarise_last_rank(rank: int, ranks: int, out, runs, run_dirs, what, summarise, log) -> dict | None:
@@ -207,12 +223,13 @@ def summary_is_current(out: str, what: dict, log) -> bool:
     return False
 
 
-def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None) -> dict:
+def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None, training_free=()) -> dict:
     """Mean +- sample std across seeds of each task's official score, per image control;
-    change from CLIP; each head's pairwise accuracy on its own training records."""
+    change from CLIP; each head's pairwise accuracy on its own training records. A
+    training-free scorer is a method with one 'run' (it has no seeds)."""
     from ..scoring.score import headline
 
-    by_method: dict[str, list[str]] = {}
+    by_method: dict[str, list[str]] = {k: [k] for k in training_free}
     for r in runs:
         by_method.setdefault(r.method, []).append(r.folder)
     res, ctm = score["results"], score["cross_task_means"]
@@ -258,7 +275,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
     for method, folders in by_method.items():
         per: dict = {}
         for f in folders:
-            if run_dirs and checkpoint.exists(run_dirs[f]):
+            if run_dirs and f in run_dirs and checkpoint.exists(run_dirs[f]):
                 last = checkpoint.read_state(run_dirs[f])["metrics"][-1]["train_sample"]
                 for k, v in last.items():
                     if k != "pairs":
@@ -372,14 +389,15 @@ def score_and_summarise(
     log,
     figures: bool = True,
     suite: str | None = None,
+    training_free=(),
     tracking=None,
 ) -> dict:
-    """Score CLIP and every run on every manifest (or a suite's members among them); the
-    summary across seeds with timings. Each run's official scores (Real) go to its tracking
-    summary."""
+    """Score CLIP, the training-free scorers and every run on every manifest (or a suite's
+    members among them); the summary across seeds with timings. Each run's official scores
+    (Real) go to its tracking summary."""
     from ..scoring.score import run_score
 
-    specs = ["clip"] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
+    specs = ["clip", *training_free] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
     pairs = [tuple(p) for p in compare]
     score = run_score(
         store,
@@ -399,7 +417,7 @@ def score_and_summarise(
     )
     for r in runs if tracking else []:
         track_scores(tracking, run_dirs[r.folder], score["results"].get(f"real|{r.folder}", {}))
-    summary = summarise(score, runs, run_dirs)
+    summary = summarise(score, runs, run_dirs, training_free)
     summary["timing"] = {
         "this_invocation_seconds": invocation_seconds(),
         "study_seconds": time.perf_counter() - t0,
