@@ -153,6 +153,10 @@ def test_bootstrap_by_hand_and_groups():
     assert out["t"]["B - A"]["ci95_pts"] == [0.0, 0.0]  # identical decisions: no difference
     lo, hi = out["t"]["C - A"]["ci95_pts"]
     assert 0 <= lo <= 50 <= hi <= 100
+    # the difference printed is the observed one (C 100%, A 50%: exactly 50 points), not the
+    # draws' mean beside it (issue 55: 6.97 was printed for an observed 6.92)
+    c_a = out["t"]["C - A"]
+    assert c_a["mean_pts"] == 50.0 and c_a["bootstrap_mean_pts"] != 50.0
 
 
 @pytest.fixture
@@ -281,6 +285,8 @@ def test_embedding_scorers_score_v_dot_their_caption_embedding():
         "filip": False,
         "fsc-local": False,
         "dcsm": False,
+        "filip-score": False,
+        "filip-score-i2t": False,
     }
 
 

@@ -65,7 +65,7 @@ def record_figures(head, v, P, t, H, mask, tokens: list[list[str]], objects: lis
         cell = cell_mask(P.shape[0], int(parts[3]), int(parts[4]))
         before = ev["maps"]["before"][0, k].float().cpu().numpy()
         after = ev["maps"]["after"][0, k].float().cpu().numpy()
-        moved.append((float(before[cell].sum()), float(after[cell].sum())))
+        moved.append((float(before[cell].sum()), float(after[cell].sum()), float(cell.mean())))
     return {"diff": diff, "moved": moved, "global": float(s_global[0] - s_global[1])}
 
 
@@ -73,14 +73,14 @@ def diagnose(head, records: list[dict]) -> dict:
     """records: record_figures' inputs, one dict per record (keys of record_figures) ->
     per role the mean gold-minus-foil part of s_token (points of s) and its share of the
     summed mean |part|; the attribute words' mean support on their own object's cell
-    before and after the refinement, with the cell's share of the patches (chance)."""
+    before and after the refinement, with chance: the mean over those words of their own
+    cell's share of the patches (cells differ in size: a corner cell's share is not it)."""
     per = [record_figures(head, **{k: v for k, v in r.items() if k != "image"}) for r in records]
     mean = {r: float(np.mean([p["diff"][r] for p in per])) for r in ROLES}
     absolute = {r: float(np.mean([abs(p["diff"][r]) for p in per])) for r in ROLES}
     total = sum(absolute.values()) or 1.0
     moved = [m for p in per for m in p["moved"]]
-    n = records[0]["P"].shape[0] if records else 0
-    chance = float(cell_mask(n, 0, 0).mean()) if n else float("nan")
+    chance = float(np.mean([share for _, _, share in moved])) if moved else float("nan")
     return {
         "records": len(per),
         "s_global_gold_minus_foil": {
@@ -92,13 +92,13 @@ def diagnose(head, records: list[dict]) -> dict:
         "share_of_abs_difference": {r: absolute[r] / total for r in ROLES},
         "attribute_support_on_own_object": {
             "words": len(moved),
-            "before": float(np.mean([b for b, _ in moved])) if moved else float("nan"),
-            "after": float(np.mean([a for _, a in moved])) if moved else float("nan"),
+            "before": float(np.mean([b for b, _, _ in moved])) if moved else float("nan"),
+            "after": float(np.mean([a for _, a, _ in moved])) if moved else float("nan"),
             "chance": chance,
         },
         # each record's mean after - before over its colour words (NaN: none): support_change's input
         "support_change_by_record": [
-            float(np.mean([a - b for b, a in p["moved"]])) if p["moved"] else float("nan") for p in per
+            float(np.mean([a - b for b, a, _ in p["moved"]])) if p["moved"] else float("nan") for p in per
         ],
     }
 

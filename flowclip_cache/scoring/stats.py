@@ -59,7 +59,9 @@ def paired_bootstrap(
 ) -> dict:
     """tasks: [{name, image_index [n] (into the shared image list), groups [n] or None,
                correct: {run: [n] bool}}]
-    methods: method -> its runs (seeds). Returns {task: {"a - b": {mean, lo, hi, draws_missing_groups}}}."""
+    methods: method -> its runs (seeds). Returns {task: {"b - a": {mean_pts: the observed difference
+    (every record once), ci95_pts: the draws' 2.5 and 97.5 percentiles, bootstrap_mean_pts: the
+    draws' mean, draws, draws_missing_a_group}}}."""
     diffs: dict[str, dict[str, list]] = {t["name"]: {f"{b} - {a}": [] for a, b in pairs} for t in tasks}
     grouping = {t["name"]: levels_of(t["groups"]) for t in tasks}
     lost = {t["name"]: 0 for t in tasks}
@@ -79,11 +81,17 @@ def paired_bootstrap(
     out: dict[str, dict] = {}
     for t in tasks:
         out[t["name"]] = {}
-        for key, chunks in diffs[t["name"]].items():
+        one = np.ones((1, len(t["image_index"])))
+        observed = {
+            m: np.mean([weighted_stat(t["correct"][r], one, *grouping[t["name"]], t.get("digits"))[0][0] for r in runs])
+            for m, runs in methods.items()
+        }
+        for (a, b), (key, chunks) in zip(pairs, diffs[t["name"]].items()):
             d = np.concatenate(chunks) * 100
             ok = d[~np.isnan(d)]
             out[t["name"]][key] = {
-                "mean_pts": float(ok.mean()) if len(ok) else float("nan"),
+                "mean_pts": float(100 * (observed[b] - observed[a])),  # the observed difference, not the draws'
+                "bootstrap_mean_pts": float(ok.mean()) if len(ok) else float("nan"),
                 "ci95_pts": [float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))]
                 if len(ok)
                 else [float("nan")] * 2,

@@ -242,7 +242,8 @@ def diagnosis_section(entries: dict) -> list[str]:
         "token role's part of the mean |gold - foil| of s_token (attribute = colour words, object = shape "
         "words). Object / attribute part: the role's mean signed gold-minus-foil part (positive: it prefers the "
         "gold). Support: the colour words' patch-support mass on their own object's cell (%) before -> after "
-        "the refinement (chance: the cell's share of the patches); its change, after - before in points, with "
+        "the refinement (chance: each colour word's own cell's share of the patches, averaged); its change, "
+        "after - before in points, with "
         "the 95% image-cluster bootstrap interval over records with a colour word (each record's change "
         "averaged over the seeds; * the interval excludes 0).",
         "",
