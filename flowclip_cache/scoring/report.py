@@ -329,7 +329,7 @@ def _bootstrap(summary, scorers, benches, name):
         "",
         BOOTSTRAP_NOTE,
         "",
-        *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows),
+        *table(["task", "difference", "observed", "95% CI", "draws missing a group"], rows),
         "",
         *notes,
     ], []

@@ -358,7 +358,7 @@ def _bootstrap_table(summary: dict) -> list[str]:
         "",
         BOOTSTRAP_NOTE,
         "",
-        *table(["task", "difference", "mean", "95% CI", "draws missing a group"], rows),
+        *table(["task", "difference", "observed", "95% CI", "draws missing a group"], rows),
         "",
         *(
             [PARTIAL_NOTE, ""]
