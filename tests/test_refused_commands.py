@@ -29,18 +29,23 @@ def test_a_refused_extract_leaves_no_store(tmp_path, sample):
     assert os.path.isfile(store / "store.json")
 
 
-def test_unknown_where_column_and_a_missing_store_are_one_line(tmp_path):
-    """Before: an empty table and exit 0 (and --out wrote it)."""
+def _scored(scored):
+    """A score output as flowclip score marks it: one scorer's SugarCrepe headline."""
     import json
 
     from flowclip_cache import outputs
 
-    scored = tmp_path / "scored"
     scored.mkdir()
     summary = {"scorers": [{"run": "flow", "kind": "flow", "train": {"lr": 0.001}}],
                "results": {"real|flow": {"sugarcrepe": {"score": 0.5}}}}  # fmt: skip
     (scored / "results.json").write_text(json.dumps(summary))
     outputs.mark(str(scored), "score-results", ["results.json"])
+
+
+def test_unknown_where_column_and_a_missing_store_are_one_line(tmp_path):
+    """Before: an empty table and exit 0 (and --out wrote it)."""
+    scored = tmp_path / "scored"
+    _scored(scored)
     r = CliRunner().invoke(main, ["results", str(scored), "--where", "head=flow"])
     assert r.exit_code == 0 and "| 50.00 |" in r.output, r.output
     for where in ("nosuch=1", "head.kind=flow"):
@@ -76,6 +81,7 @@ MISTAKES = {  # a typical mistake -> what its one line says; each refused before
                    "unknown model config 'ViT-B-3'; did you mean ViT-B-32"),
     "pretrained typo": (["extract", "--store", "{d}/s", "--model", "ViT-B-32", "--pretrained", "opnai",
                          "--manifest", "{m}"], "no pretrained tag 'opnai'"),
+    "results column typo": (["results", "{d}/scored", "--where", "hed=flow"], "no such column"),
 }  # fmt: skip
 
 
@@ -87,6 +93,7 @@ def test_typical_mistakes_are_refused_before_torch_is_imported(tmp_path, sample)
     import sys
 
     (tmp_path / "head.yaml").write_text("lrr: 1\n")
+    _scored(tmp_path / "scored")
     (tmp_path / "study.yaml").write_text(f"kind: ablation\nstore: {tmp_path}\ntrian: {sample['training']}\n")
     (tmp_path / "sweep.yaml").write_text(f"store: {tmp_path}\ntrain: {sample['training']}\ntrails: 3\n")
     probe = (

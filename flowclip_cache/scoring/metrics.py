@@ -297,3 +297,10 @@ def paraphrase_decisions(s: np.ndarray, text: np.ndarray | None = None) -> dict[
         out[TOT] = (text[:, 0] > text[:, 1]) & (text[:, 0] > text[:, 2])
         out["tot_tie"] = (text[:, 0] == text[:, 1]) | (text[:, 0] == text[:, 2])
     return out
+
+
+def headline(res: dict) -> float:
+    """The one number a task reports: its official score, or R@1 / top-1."""
+    if "score" in res:
+        return res["score"]
+    return res.get("i2t_R@1", res.get("top1", float("nan")))

@@ -45,7 +45,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 def result_rows(folder: str, base: str) -> list[dict]:
     """One row per (control, scorer) of one score output: its settings and figures (%)."""
-    from .score import headline
+    from .metrics import headline
 
     path = os.path.join(folder, "results.json")
     try:

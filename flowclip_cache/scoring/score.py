@@ -29,6 +29,7 @@ from . import metrics
 from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
 from .matrix_tasks import MATRIX_TASKS, score_matrix_task
+from .metrics import headline  # noqa: F401  (callers import it here)
 from .paraphrase_task import score_paraphrase_task
 from .report import partial_tasks, results_markdown
 from .report_field import group_section, paraphrase_section, suite_section, threshold_section
@@ -317,13 +318,6 @@ def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str
         if a not in methods or b not in methods:
             raise FlowclipError(f"bootstrap comparison {a} vs {b}: no such scorer (have {', '.join(methods)})")
     return methods, pairs
-
-
-def headline(res: dict) -> float:
-    """The one number a task reports: its official score, or R@1 / top-1."""
-    if "score" in res:
-        return res["score"]
-    return res.get("i2t_R@1", res.get("top1", float("nan")))
 
 
 def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches, figures=True) -> None:
