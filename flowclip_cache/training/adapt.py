@@ -52,9 +52,11 @@ class AdaptConfig(TrainConfig):
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "AdaptConfig":
         """head: none (NegCLIP-style: the encoders alone, stored as the 'clip' head), global or flow."""
-        if isinstance(d, dict) and d.get("head") == "none":
-            d = {**d, "head": "clip"}
-        return build(cls, with_head_defaults(d, source), source)  # the field's choices refuse other heads
+        return build(cls, with_head_defaults(_none_is_clip(d), source), source)  # the choices refuse other heads
+
+    @classmethod
+    def precheck(cls, d: dict, source: str = "config") -> None:
+        super().precheck(_none_is_clip(d), source)
 
 
 # -- records: the training manifest, as train-head reads it ----------------------------------------
@@ -379,3 +381,8 @@ def _export(out, model, enc, cfg, state, ranks, log) -> None:
         import torch.distributed as dist
 
         dist.barrier()
+
+
+def _none_is_clip(d):
+    """adapt's `head: none` (the encoders alone) is stored as the 'clip' head."""
+    return {**d, "head": "clip"} if isinstance(d, dict) and d.get("head") == "none" else d
