@@ -106,7 +106,7 @@ def test_the_wheel_and_sdist_pass_twine_and_run_the_demo_from_a_venv(tmp_path):
     r = subprocess.run([str(py), "-c", "import flowclip_cache; print(flowclip_cache.__file__)"], cwd=str(away),
                        env=env, capture_output=True, text=True)  # fmt: skip
     assert r.stdout.startswith(str(venv)), (r.stdout, r.stderr[-2000:])
-    r = subprocess.run([str(venv / "bin" / "flowclip"), "demo", "--out", "demo", "--scenes", "200", "--epochs", "1",
+    r = subprocess.run([str(venv / "bin" / "flowclip"), "demo", "--out", "demo", "--scenes", "60", "--epochs", "1",
                         "--quiet"], cwd=str(away), env=env, capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     summary = (away / "demo" / "summary.md").read_text()
