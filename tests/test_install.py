@@ -10,17 +10,21 @@ import pytest
 from conftest import ROOT
 
 
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    """The sdist and, built from it, the wheel, as `python -m build` makes them (once for
+    this file); the build's output, for the deprecation check."""
+    pytest.importorskip("build", reason="pip install 'flowclip[test]' installs build and twine")
+    out = tmp_path_factory.mktemp("dist")
+    r = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), ROOT],
+                       capture_output=True, text=True, cwd=str(out))  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out, r.stdout + r.stderr
+
+
 @pytest.mark.slow
-def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), ROOT],
-        capture_output=True,
-        text=True,
-    )
-    if r.returncode != 0 and "No module named" in r.stderr and "setuptools" in r.stderr:
-        pytest.skip("setuptools is not installed here, so no wheel can be built without the network")
-    assert r.returncode == 0, r.stderr[-2000:]
-    wheel = next((tmp_path / "dist").glob("flowclip-*.whl"))
+def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path, dist):
+    wheel = next(dist[0].glob("flowclip-*.whl"))
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
@@ -76,20 +80,16 @@ def test_every_package_folder_is_in_the_wheel_list():
 
 
 @pytest.mark.slow
-def test_the_wheel_and_sdist_pass_twine_and_run_the_demo_from_a_venv(tmp_path):
+def test_the_wheel_and_sdist_pass_twine_and_run_the_demo_from_a_venv(tmp_path, dist):
     """Ready to publish (issue 53): `python -m build` makes the sdist and, from it, the
     wheel; `twine check` passes both; the wheel installs into a new virtual environment and
     `flowclip demo` runs there, from a folder with no checkout, on the weights, model configs
     and pipelines the wheel carries. (The venv sees this machine's site-packages for torch
     and the other dependencies: nothing can be downloaded here; flowclip itself is the
     wheel's copy, checked.)"""
-    pytest.importorskip("build", reason="pip install 'flowclip[test]' installs build and twine")
-    dist = tmp_path / "dist"
-    r = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), ROOT],
-                       capture_output=True, text=True, cwd=str(tmp_path))  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "deprecated" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
-    files = sorted(dist.iterdir())
+    folder, said = dist
+    assert "deprecated" not in said, said[-3000:]
+    files = sorted(folder.iterdir())
     assert [f.name for f in files] == ["flowclip-0.1.0-py3-none-any.whl", "flowclip-0.1.0.tar.gz"]
     r = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, files)], capture_output=True,
                        text=True)  # fmt: skip
