@@ -13,7 +13,7 @@ from .base import BuildReport, RowErrors, plain_id, write_records
 
 # a row of the split -> (record id as the copy has it, [image 0 value, image 1 value],
 # [caption 0, caption 1], extra manifest columns)
-RowFn = Callable[[int, dict], tuple[str, list, list, dict]]
+RowFn = Callable[[int, dict], tuple[object, list, list, dict]]
 
 
 def build_groups(
