@@ -291,6 +291,33 @@ def test_side_by_side_equals_one_by_one(world, tmp_path):
         )
 
 
+def test_an_evaluation_is_computed_once_per_head_weights_and_records(world, tmp_path, monkeypatch):
+    """Issue 54: runs that start from the same weights (two Flow-CLIP heads, CIMR 0 and 0.1)
+    share their start evaluation, computed once per record set; after a step their weights
+    differ and each is evaluated. The logged figures equal the solo run's, bit for bit.
+    (A key of the head's class alone would share the end evaluations too: the count fails.)"""
+    import json
+
+    from flowclip_cache.training import training_data
+    from flowclip_cache.training.loop import train_heads
+
+    calls = []
+    real = training_data._pairwise_accuracy
+    monkeypatch.setattr(training_data, "_pairwise_accuracy", lambda *a: calls.append(1) or real(*a))
+    cfgs = {"f": cfg(head="flow", cimr=0.0, epochs=1), "fc": cfg(head="flow", cimr=0.1, epochs=1)}
+    runs = [(str(tmp_path / k), c) for k, c in cfgs.items()]
+    train_heads(world["store"], world["manifest"], runs, progress=False, log=lambda *_: None)
+    # start: train sample + val, once for both runs; end of the epoch: each run's own two
+    assert len(calls) == 2 + 2 * 2, len(calls)
+    logged = {k: [json.loads(x) for x in open(tmp_path / k / "log.jsonl")] for k in cfgs}
+    evals = {k: [r["eval"] for r in recs if "eval" in r] for k, recs in logged.items()}
+    assert evals["f"][0] == evals["fc"][0] and len(evals["f"]) == len(evals["fc"]) == 2
+    train_head(world["store"], world["manifest"], str(tmp_path / "solo"), cfgs["fc"], progress=False,
+               log=lambda *_: None)  # fmt: skip
+    solo = [json.loads(x)["eval"] for x in open(tmp_path / "solo" / "log.jsonl") if "eval" in json.loads(x)]
+    assert solo == evals["fc"]
+
+
 def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):
     """Tab. 2: Global-M trains with HNB alone, complete Flow-CLIP with HNB + CIMR 0.1."""
     assert TrainConfig(head="global").cimr == 0.0 and TrainConfig(head="flow").cimr == 0.1

@@ -28,6 +28,9 @@ class TrainingData:
     split: np.ndarray  # [R] str
     placement: str = "device"
     skipped: list = field(default_factory=list)  # [{record, row, reason}] left out: failed at extract
+    # pairwise accuracies computed on these data, by what decides them (evaluation_key): runs
+    # that start from the same weights (every head starts as the frozen encoder) share theirs
+    evaluations: dict = field(default_factory=dict, repr=False, compare=False)
 
     def features(self, imgs, caps, need_tokens: bool):
         return self.bank.features(imgs, caps, need_tokens)
@@ -96,9 +99,33 @@ def load_training_data(
 
 
 # -- evaluation: pairwise accuracy (positive vs each of its negatives) -----------------------
-@torch.no_grad()
+def evaluation_key(head: Head, records: np.ndarray) -> str:
+    """What decides an evaluation on given data: the head's class, settings and every bit of
+    its weights, and the records (each pair's score is a function of the pair and the head
+    alone: heads/fixed_shapes.py)."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256(f"{type(head).__module__}.{type(head).__qualname__}".encode())
+    h.update(json.dumps(head.hparams(), sort_keys=True, default=str).encode())
+    for name, t in sorted(head.state_dict().items()):
+        h.update(name.encode() + str(t.dtype).encode() + str(tuple(t.shape)).encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    h.update(np.ascontiguousarray(records, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
 def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
-    """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
+    """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too.
+    Computed once per evaluation_key on these data (a copy of it returned)."""
+    key = evaluation_key(head, records)
+    if key not in data.evaluations:
+        data.evaluations[key] = _pairwise_accuracy(head, data, records, chunk)
+    return dict(data.evaluations[key])
+
+
+@torch.no_grad()
+def _pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int) -> dict:
     correct: dict[str, list[int]] = {}
     for s in range(0, len(records), chunk):
         r = torch.as_tensor(records[s : s + chunk], device=data.rec_image.device)
