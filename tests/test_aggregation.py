@@ -161,7 +161,7 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
     )
     # the trained head's own Fixed accuracy beside CLIP's: its +40 with real images is not the text's
     assert (
-        "- synthetic-add, the trained heads against CLIP's 85.00 under Fixed: flow +40.00 with real images, 55.00 "
+        "- synthetic-add, the other scorers against CLIP's 85.00 under Fixed: flow +40.00 with real images, 55.00 "
         "under Fixed: each keeps less of the text-alone preference than CLIP, so its gain with real images rests "
         "on the image." in body
     )
@@ -192,6 +192,13 @@ def test_a_reports_sentences_follow_its_figures():
     other_enc = _binding_lab_pointer({"model": "flowclip-tiny-clip", "patch_readout": "standard"})
     assert "all 12 of its binding intervals were above 0" in standard and "4 of its 12" in clear
     assert "holds no figures for flowclip-tiny-clip with standard patches" in other_enc and "above 0" not in other_enc
+    # a training-free scorer below chance is not said to have learnt anything; a trained head is
+    from flowclip_cache.studies.summary import _below_chance
+
+    table = {"clip": {"t": {"mean": 44.59}}, "filip-score": {"t": {"mean": 30.0}}, "flow": {"t": {"mean": 30.0}}}
+    low = {"records": {"t": 222}, "table": table, "training_free": ["filip-score"]}
+    said = _below_chance(low, lambda t: 50.0)
+    assert len(said) == 1 and said[0].startswith("- Below chance: flow 30.00") and "learnt" in said[0]
     timing = {"this_invocation_seconds": 2108.4, "study_seconds": 1672.0, "train_seconds_per_run": {"a": 10.0},
               "score_seconds": 55.0}  # fmt: skip
     assert _wall_time(timing).startswith(

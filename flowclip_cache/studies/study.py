@@ -292,6 +292,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "table": tables["real"] if "real" in tables else {},
         "controls": tables,
         "own_training_accuracy": own,
+        "training_free": list(training_free),  # methods nothing trained (no 'learnt' said of them)
         "bootstrap": score["bootstrap"],
         "decision_changes": score["decision_changes"],
         "store_fingerprint": score["store_fingerprint"],

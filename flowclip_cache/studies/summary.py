@@ -130,7 +130,7 @@ def _below_chance(summary: dict, chance) -> list[str]:
     for m, row in table.items():
         for t, v in row.items():
             n, c = records.get(t), chance(t)
-            if m == "clip" or not n or not c == c or v["mean"] >= c:
+            if m == "clip" or m in summary.get("training_free", ()) or not n or not c == c or v["mean"] >= c:
                 continue
             k = int(round(v["mean"] * n / 100))
             p = binomial_tail(k, n, c / 100)
@@ -151,8 +151,9 @@ def _below_chance(summary: dict, chance) -> list[str]:
 
 
 def _text_preference_of_heads(summary: dict, tasks: list[str]) -> list[str]:
-    """Where CLIP prefers the gold on its text alone, whether a trained head's gain with real
-    images keeps that preference: its own Fixed accuracy beside CLIP's."""
+    """Where CLIP prefers the gold on its text alone, whether another scorer's gain with real
+    images keeps that preference (a trained head's, or a training-free one's): its own Fixed
+    accuracy beside CLIP's."""
     fixed, real = summary["controls"].get("fixed", {}), summary["table"]
     out = []
     for t in tasks:
@@ -169,7 +170,7 @@ def _text_preference_of_heads(summary: dict, tasks: list[str]) -> list[str]:
             "part of a gain there may be the text's"
         )
         out.append(
-            f"- {t}, the trained heads against CLIP's {fixed['clip'][t]['mean']:.2f} under Fixed: {said}: {verdict}."
+            f"- {t}, the other scorers against CLIP's {fixed['clip'][t]['mean']:.2f} under Fixed: {said}: {verdict}."
         )
     return out
 
