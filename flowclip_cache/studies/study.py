@@ -224,16 +224,14 @@ def summary_is_current(out: str, what: dict, log) -> bool:
 
 
 def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None, training_free=()) -> dict:
-    """Mean +- sample std across seeds of each task's official score, per image control;
-    change from CLIP; each head's pairwise accuracy on its own training records. A
-    training-free scorer is a method with one 'run' (it has no seeds)."""
+    """Mean +- sample std across seeds of each task's official score, per image control; change from
+    CLIP; each head's own training accuracy. A training-free scorer: a method of one 'run'."""
     from ..scoring.score import headline
 
     by_method: dict[str, list[str]] = {k: [k] for k in training_free}
     for r in runs:
         by_method.setdefault(r.method, []).append(r.folder)
-    res, ctm = score["results"], score["cross_task_means"]
-    controls = score["controls"]
+    res, ctm, controls = score["results"], score["cross_task_means"], score["controls"]
     tasks = sorted({t for k, v in res.items() if k.startswith("real|") for t in v})
     means = sorted({m for k, v in ctm.items() if k.startswith("real|") for m in v})
 
