@@ -50,20 +50,27 @@ class Collected:
     new_digests: list[tuple] = field(default_factory=list)  # (file, (size, mtime_ns, inode), sha256) hashed now
 
 
+def _check_root(image_root: str | None, names_images: bool) -> None:
+    """The image root exists where given, and is given where the manifests name images."""
+    if image_root is not None and not os.path.isdir(image_root):
+        raise FlowclipError(f"image root {image_root} does not exist or is not a folder (--image-root)")
+    if names_images and image_root is None:
+        raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")
+
+
 def check_inputs(
     manifest_paths: list[str], image_root: str | None, allow_outside_root: bool = False, on_error: str = "skip"
-) -> list[Manifest]:
+) -> None:
     """What can be refused before a store is created: an unreadable manifest, a missing
     image root, and an image root under which none of the manifests' images exists (or,
     with on_error "fail", any one is missing): a refused extract leaves no store behind."""
-    if image_root is not None and not os.path.isdir(image_root):
-        raise FlowclipError(f"image root {image_root} does not exist or is not a folder (--image-root)")
+    _check_root(image_root, False)
     manifests = [Manifest.read(mp) for mp in manifest_paths]
     paths = {ref.path: m.path for m in manifests for ref in m.image_refs()}
+    _check_root(image_root, bool(paths))
     if not paths:
-        return manifests
-    if image_root is None:
-        raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")
+        return
+    assert image_root is not None
     missing = []
     for rel, mp in paths.items():
         try:
@@ -78,7 +85,6 @@ def check_inputs(
             f"{whole} {len(paths)} images the manifests name exist under --image-root {image_root} "
             f"(first: {rel!r}, from {mp}); is it the folder their paths are relative to?"
         )
-    return manifests
 
 
 def collect(
@@ -92,8 +98,7 @@ def collect(
     known_digests (FeatureStore.file_digests): a file whose size, mtime and inode are
     unchanged keeps its digest without being read."""
     known_digests = known_digests or {}
-    if image_root is not None and not os.path.isdir(image_root):
-        raise FlowclipError(f"image root {image_root} does not exist or is not a folder (--image-root)")
+    _check_root(image_root, False)
     out = Collected()
     refs: list[tuple[str, ImageRef]] = []
     for mp in manifest_paths:
@@ -108,8 +113,7 @@ def collect(
             out.captions.setdefault(k, c.text)
             out.caption_source.setdefault(k, f"{mp}:{c.row}:{c.column}")
         refs.extend((mp, r) for r in m.image_refs())
-    if refs and image_root is None:
-        raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")
+    _check_root(image_root, bool(refs))
     root = image_root or ""  # (no image is resolved when no manifest names one)
 
     resolved: dict[str, str | BadImage] = {}
