@@ -287,8 +287,9 @@ class OnlineScorer:
         a, b = rows.reshape(-1).to(self.device), cols.reshape(-1).to(self.device)
         pick = lambda x, k: x[k] if self.head.uses_tokens else None  # noqa: E731
         out = matched_scores(
-            self.head, feats[0][a], pick(feats[1], a), feats[2][b], pick(feats[3], b), pick(feats[4], b)
-        )
+            self.head, feats[0], feats[1] if self.head.uses_tokens else None, feats[2][b], pick(feats[3], b),
+            pick(feats[4], b), image_of=a,
+        )  # fmt: skip
         return out.float().cpu().reshape(len(images), len(captions))
 
 

@@ -123,6 +123,45 @@ def test_one_token_caption_by_hand(impl):
     assert abs(impl(P, H, mask, M_tok, W, tau).item() - want) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_matched_pairs_from_image_parts_equal_direct(dtype):
+    """Matched pairs through each image's parts computed once (Y, G, pbar: what scoring
+    and training's evaluation run) equal the ICER equations as written, in float64 to
+    1e-12; every image met by several captions, every caption by several images."""
+    P, H, mask, M_tok, W = case(I=3, T=4, dtype=dtype)
+    image_of = torch.tensor([0, 1, 2, 0, 2, 1, 1, 0])
+    cap_of = torch.tensor([0, 1, 2, 3, 0, 3, 2, 1])
+    Y, G, pbar = flow.image_parts(P, W)
+    fast = flow.matched_token_scores(
+        P[image_of], Y[image_of], G[image_of], pbar[image_of], H[cap_of], mask[cap_of], M_tok, W, 0.05
+    )
+    want = token_scores_direct(P, H, mask, M_tok, W, 0.05)[image_of, cap_of]
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(fast, want, rtol=tol, atol=tol)
+    assert want.abs().min() > 1e-3  # no pair trivially zero
+
+
+def test_matched_scores_share_an_image_without_changing_a_bit():
+    """matched_scores given distinct images and each pair's image index gives the bits it
+    gives each pair with its image copied in (the image's parts are computed once)."""
+    from flowclip_cache.heads.fixed_shapes import matched_scores
+
+    P, H, mask, M_tok, W = case(I=3, T=4, d=32)
+    head = build_head("flow", 32)
+    with torch.no_grad():
+        head.M_tok.copy_(M_tok)
+        head.W.copy_(W)
+        v, t = F.normalize(P.mean(1), dim=-1), F.normalize(H.mean(1), dim=-1)
+        image_of = torch.tensor([0, 1, 2, 0, 2, 1, 1, 0])
+        cap_of = torch.tensor([0, 1, 2, 3, 0, 3, 2, 1])
+        caps = (t[cap_of], H[cap_of], mask[cap_of])
+        shared = matched_scores(head, v, P, *caps, image_of=image_of)
+        copied = matched_scores(head, v[image_of], P[image_of], *caps)
+        want = head(v, P, t, H, mask)[image_of, cap_of]
+    assert torch.equal(shared, copied)
+    torch.testing.assert_close(shared, want, rtol=1e-5, atol=1e-6)
+
+
 def test_paired_equals_diagonal():
     P, H, mask, M_tok, W = case(I=4, T=4)
     full = token_scores(P, H, mask, M_tok, W, 0.05)

@@ -75,6 +75,17 @@ class Head(nn.Module):
             [self(row(v, i), row(P, i), row(t, i), row(H, i), row(mask, i))[0, 0] for i in range(len(v))]
         )
 
+    def image_parts(self, v, P) -> tuple:
+        """What matched pairs sharing an image share: tensors whose row i is image i's
+        (heads/fixed_shapes.py computes them once per image, in blocks of a fixed size). By
+        default the image's own features; Flow-CLIP adds its projected patches."""
+        return v, P
+
+    def score_matched_parts(self, parts: tuple, t, H, mask) -> torch.Tensor:
+        """score_matched from each pair's image parts (image_parts' rows, one per pair)."""
+        v, P = parts
+        return self.score_matched(v, P, t, H, mask)
+
     def caption_embedding(self, t: torch.Tensor) -> torch.Tensor | None:
         """For a head whose score is v . e(t) (an embedding scorer): e(t) [T, d]. Zero-shot
         classification then ensembles prompts as CLIP does (mean of the normalised prompt

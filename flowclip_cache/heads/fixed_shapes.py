@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from .base import Head
+
 PAIR_BLOCK = 32  # matched pairs per call of a head's score_matched
 TEXT_BLOCK = 64  # captions per all-pairs call
 IMAGE_BLOCK = 128  # images per all-pairs call (each call recomputes its images' and captions' own
@@ -52,17 +54,35 @@ def _take(x, idx, ell=None):
     return x if ell is None else x[:, :ell].contiguous()
 
 
-def matched_scores(head, v, P, t, H, mask) -> torch.Tensor:
-    """head.score_matched over any number of pairs (row i of each input together): [n],
-    each pair's score the bits it has alone."""
-    n = len(v)
-    out = torch.empty(n, dtype=torch.float32, device=v.device)
-    for ell, idx, real in _groups(_lengths(mask, n, v.device), PAIR_BLOCK):
-        tok = mask is not None
+def _image_parts(head, v, P) -> tuple:
+    """head.image_parts of every image, in blocks of exactly IMAGE_BLOCK (the last filled
+    with copies): [I, ...] each."""
+    if type(head).image_parts is Head.image_parts:  # the features themselves: nothing to compute
+        return v, P
+    I = len(v)
+    rows = torch.arange(I, device=v.device)
+    pad = (-I) % IMAGE_BLOCK
+    rows = torch.cat([rows, rows[-1:].expand(pad)]) if pad else rows
+    blocks = [head.image_parts(v[r], _take(P, r)) for r in rows.split(IMAGE_BLOCK)]
+    return tuple(None if x[0] is None else torch.cat(x)[:I] for x in zip(*blocks))
+
+
+def matched_scores(head, v, P, t, H, mask, image_of: torch.Tensor | None = None) -> torch.Tensor:
+    """head.score_matched over any number of pairs (row i of t, H, mask with image
+    image_of[i] of v, P; row i's own image without image_of): [n], each pair's score the
+    bits it has alone. What pairs share of an image (head.image_parts) is computed once."""
+    n = len(t)
+    parts = _image_parts(head, v, P)
+    if image_of is None:
+        image_of = torch.arange(n, device=t.device)
+    out = torch.empty(n, dtype=torch.float32, device=t.device)
+    tok = mask is not None
+    for ell, idx, real in _groups(_lengths(mask, n, t.device), PAIR_BLOCK):
         for b in range(0, len(idx), PAIR_BLOCK):
             k = idx[b : b + PAIR_BLOCK]
-            s = head.score_matched(
-                v[k], _take(P, k), t[k], _take(H, k, ell if tok else None), _take(mask, k, ell if tok else None)
+            own = tuple(_take(x, image_of[k]) for x in parts)
+            s = head.score_matched_parts(
+                own, t[k], _take(H, k, ell if tok else None), _take(mask, k, ell if tok else None)
             )
             keep = min(PAIR_BLOCK, real - b)
             if keep > 0:

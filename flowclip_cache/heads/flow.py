@@ -155,34 +155,63 @@ def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
         I = len(P)
     q = F.normalize(H @ M_tok.T, dim=-1).reshape(TL, d)
     w = q @ W.T
-    Y = (P - P.mean(dim=1, keepdim=True)) @ W.T
+    Y, G, pbar = image_parts(P, W)  # G [I, 2N, N]: p_j . Y_k, then Y_j . Y_k
     R = torch.cat([P, Y], 1)  # [I, 2N, d]
-    G = R @ Y.transpose(1, 2)  # [I, 2N, N]: p_j . Y_k, then Y_j . Y_k
     lhs_t = torch.cat([q, w], 0).T  # [d, 2TL]
-    q_pbar = P.mean(1) @ q.T  # [I, TL]: mean_j q . p_j
+    q_pbar = pbar @ q.T  # [I, TL]: mean_j q . p_j
     qq, qw, ww = (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1)
     e = torch.empty(I, TL, dtype=P.dtype, device=P.device)
 
     def chunk(i0: int) -> None:
         n = min(step, I - i0)
         S = (R[i0 : i0 + n].reshape(n * 2 * N, d) @ lhs_t).reshape(n, 2 * N, 2 * TL)
-        s_qp, s_wp, s_qy, s_wy = S[:, :N, :TL], S[:, :N, TL:], S[:, N:, :TL], S[:, N:, TL:]
-        m = s_qp.amax(1, keepdim=True)
-        a = torch.sub(s_qp, m).div_(tau_p).exp_()
-        z = a.sum(1, keepdim=True)
-        a.div_(z)  # softmax_j
-        qc = (a * s_qp).sum(1).sub_(q_pbar[i0 : i0 + n])  # q . c
-        q_wc = (a * s_qy).sum(1)  # q . Wc
-        wc_w = (a * s_wy).sum(1)  # w . Wc
-        g_a = torch.bmm(G[i0 : i0 + n], a)  # [(W c) . p_j ; Y_j . W c]
-        wc_sq = (g_a[:, N:] * a).sum(1)
-        norm_sq = qq + wc_sq + qc**2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
-        res = g_a[:, :N].add_(s_qp).addcmul_(s_wp, qc[:, None], value=-1)  # qres . p_j, unnormalised
-        res.mul_((norm_sq.clamp_min(1e-12).rsqrt() / tau_p)[:, None])
-        e[i0 : i0 + n] = torch.logsumexp(res, 1).sub_(m[:, 0] / tau_p + z[:, 0].log()).mul_(tau_p)
+        e[i0 : i0 + n] = _evidence_change(S, G[i0 : i0 + n], q_pbar[i0 : i0 + n], qq, qw, ww, tau_p)
 
     run_chunks(chunk, range(0, I, step), P.device.type == "cpu")
     return masked_token_mean(e[:given].reshape(given, T, L), mask[None])
+
+
+def _evidence_change(S, G, q_pbar, qq, qw, ww, tau_p):
+    """E(qres_l, P) - E(q_l, P) for n images from their pair products, in place: S [n, 2N, 2K]
+    (rows p_j then Y_k, columns q then w of K tokens), G [n, 2N, N] = [P; Y] Y^T, q_pbar
+    [n, K] = mean_j q . p_j, and qq, qw, ww (each token's q.q, q.w, w.w, broadcastable to
+    [n, K]) -> [n, K]. The scoring kernel's chunk (one caption set for all n images) and
+    matched pairs (one caption per image) both end here."""
+    N, K = G.shape[2], S.shape[2] // 2
+    s_qp, s_wp, s_qy, s_wy = S[:, :N, :K], S[:, :N, K:], S[:, N:, :K], S[:, N:, K:]
+    m = s_qp.amax(1, keepdim=True)
+    a = torch.sub(s_qp, m).div_(tau_p).exp_()
+    z = a.sum(1, keepdim=True)
+    a.div_(z)  # softmax_j
+    qc = (a * s_qp).sum(1).sub_(q_pbar)  # q . c
+    q_wc = (a * s_qy).sum(1)  # q . Wc
+    wc_w = (a * s_wy).sum(1)  # w . Wc
+    g_a = torch.bmm(G, a)  # [(W c) . p_j ; Y_j . W c]
+    wc_sq = (g_a[:, N:] * a).sum(1)
+    norm_sq = qq + wc_sq + qc**2 * ww + 2 * q_wc - 2 * qc * qw - 2 * qc * wc_w
+    res = g_a[:, :N].add_(s_qp).addcmul_(s_wp, qc[:, None], value=-1)  # qres . p_j, unnormalised
+    res.mul_((norm_sq.clamp_min(1e-12).rsqrt() / tau_p)[:, None])
+    return torch.logsumexp(res, 1).sub_(m[:, 0] / tau_p + z[:, 0].log()).mul_(tau_p)
+
+
+def image_parts(P, W):
+    """What ICER computes once per image: (Y = (P - pbar) W^T [I,N,d], G = [P; Y] Y^T
+    [I,2N,N], pbar [I,d])."""
+    pbar = P.mean(dim=1)
+    Y = (P - pbar[:, None]) @ W.T
+    return Y, torch.bmm(torch.cat([P, Y], 1), Y.transpose(1, 2)), pbar
+
+
+def matched_token_scores(P, Y, G, pbar, H, mask, M_tok, W, tau_p):
+    """s_token of matched pairs (row i of each input together) from their images' parts
+    (image_parts), without autograd: [n]. Each pair costs its caption's two projections
+    and the four products {q, Wq} x {p, Y} (one batched product); W never meets a patch."""
+    q = F.normalize(H @ M_tok.T, dim=-1)  # [n,L,d]
+    w = q @ W.T
+    S = torch.bmm(torch.cat([P, Y], 1), torch.cat([q, w], 1).transpose(1, 2))  # [n, 2N, 2L]
+    q_pbar = torch.bmm(q, pbar[:, :, None])[..., 0]
+    e = _evidence_change(S, G, q_pbar, (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1), tau_p)
+    return masked_token_mean(e, mask)
 
 
 class FlowHead(GlobalHead):
@@ -215,6 +244,18 @@ class FlowHead(GlobalHead):
         return super().score_matched(v, P, t, H, mask) + self.alpha * token_scores(
             P, H, mask, self.M_tok, self.W, self.tau_p, paired=True
         )
+
+    def image_parts(self, v, P):
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (P, self.M_tok, self.W)):
+            return v, P  # autograd: score_matched's layout
+        return (v, P, *image_parts(P, self.W))
+
+    def score_matched_parts(self, parts, t, H, mask):
+        if len(parts) == 2:
+            return self.score_matched(*parts[:2], t, H, mask)
+        v, P, Y, G, pbar = parts
+        s_token = matched_token_scores(P, Y, G, pbar, H, mask, self.M_tok, self.W, self.tau_p)
+        return GlobalHead.score_matched(self, v, P, t, H, mask) + self.alpha * s_token
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         # the autograd layout's [I, T, L, N] intermediates; the scoring kernel holds a few

@@ -33,7 +33,9 @@ def _chunked_matched(
     out = []
     with torch.no_grad():
         for s in range(0, len(imgs), chunk):
-            out.append(matched_scores(head, *bank.features(imgs[s : s + chunk], caps[s : s + chunk], head.uses_tokens)))
+            images, image_of = torch.unique(imgs[s : s + chunk], return_inverse=True)  # each image's parts once
+            v, P, t, H, mask = bank.features(images, caps[s : s + chunk], head.uses_tokens)
+            out.append(matched_scores(head, v, P, t, H, mask, image_of=image_of))
     return torch.cat(out).cpu().numpy() if out else np.zeros(0, np.float32)
 
 

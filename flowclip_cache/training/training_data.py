@@ -129,20 +129,28 @@ def _pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chun
     correct: dict[str, list[int]] = {}
     for s in range(0, len(records), chunk):
         r = torch.as_tensor(records[s : s + chunk], device=data.rec_image.device)
-        for k in range(data.rec_neg.shape[1]):
-            rk = r[data.rec_neg[r, k] >= 0]
-            if len(rk) == 0:
-                continue
-            img = data.rec_image[rk]
-            pos, neg = data.rec_pos[rk], data.rec_neg[rk, k]
-            sp = matched_scores(head, *data.features(img, pos, head.uses_tokens))
-            sn = matched_scores(head, *data.features(img, neg, head.uses_tokens))
-            ok = (sp > sn).cpu().numpy()
-            for rec, o in zip(rk.cpu().numpy(), ok):
-                kind = data.rec_neg_kind[rec][k] or "all"
-                correct.setdefault(kind, []).append(int(o))
+        caps = torch.cat([data.rec_pos[r][:, None], data.rec_neg[r]], 1)  # [n, 1 + K]: positive, negatives
+        scores = _record_scores(head, data, data.rec_image[r], caps)
+        ok = (scores[:, 1:] > scores[:, :1]).cpu().numpy()
+        for i, rec in enumerate(r.cpu().numpy()):
+            for k in np.nonzero(caps[i, 1:].cpu().numpy() >= 0)[0]:
+                correct.setdefault(data.rec_neg_kind[rec][k] or "all", []).append(int(ok[i, k]))
     out = {kind: float(np.mean(v)) for kind, v in sorted(correct.items())}
     allv = [x for v in correct.values() for x in v]
     out["all"] = float(np.mean(allv)) if allv else float("nan")
     out["pairs"] = len(allv)
+    return out
+
+
+def _record_scores(head: Head, data: TrainingData, img: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
+    """Scores [n, C] of each record's image against its captions caps [n, C] (-1: none,
+    NaN): each distinct (image, caption) pair scored once, each distinct image's parts
+    computed once (a positive is not rescored for each of its negatives)."""
+    valid = caps >= 0
+    pair_img, pair_cap = img[:, None].expand_as(caps)[valid], caps[valid]
+    pairs, pair_of = torch.unique(torch.stack([pair_img, pair_cap], 1), dim=0, return_inverse=True)
+    images, image_of = torch.unique(pairs[:, 0], return_inverse=True)
+    v, P, t, H, mask = data.features(images, pairs[:, 1], head.uses_tokens)
+    out = torch.full(caps.shape, float("nan"), device=caps.device)
+    out[valid] = matched_scores(head, v, P, t, H, mask, image_of=image_of).to(out.device)[pair_of]
     return out
