@@ -493,3 +493,35 @@ def test_a_training_manifest_with_failed_rows_trains_on_the_rest(tmp_path, tiny_
     with pytest.raises(FlowclipError, match="features missing from the store"):
         train_head(fs, str(man), str(tmp_path / "r2"), TrainConfig(head="flow", epochs=1, batch_size=4),
                    progress=False, log=lambda *_: None)  # fmt: skip
+
+
+def test_adamw_is_torchs_without_the_compiler_stack(world, tmp_path):
+    """Issue 54: training's AdamW steps, saves and loads as torch.optim.AdamW does, bit for
+    bit, and a train-head process never imports torch._dynamo or torch._inductor (torch's
+    optimiser wrappers and use_deterministic_algorithms did: +1.5-1.9 s a process)."""
+    from flowclip_cache.training.adamw import AdamW
+
+    g = torch.Generator().manual_seed(0)
+    p, q = (torch.nn.Parameter(torch.randn(5, 5, generator=torch.Generator().manual_seed(1))) for _ in range(2))
+    ours, theirs = AdamW([p], lr=1e-2, weight_decay=0.1), torch.optim.AdamW([q], lr=1e-2, weight_decay=0.1)
+    for _ in range(4):
+        grad = torch.randn(5, 5, generator=g)
+        for param, opt in ((p, ours), (q, theirs)):
+            opt.zero_grad(set_to_none=True)
+            param.grad = grad.clone()
+            opt.step()
+    assert torch.equal(p, q)
+    theirs.load_state_dict(ours.state_dict())
+    assert str(ours.state_dict()) == str(theirs.state_dict())
+    code = (
+        "import sys; from flowclip_cache.cli import main\n"
+        "try: main()\nexcept SystemExit as e: assert not e.code, e.code\n"
+        "bad = [m for m in sys.modules if m.startswith(('torch._dynamo', 'torch._inductor'))]\n"
+        "assert not bad, bad[:3]\n"
+    )
+    args = ["train-head", "--store", world["store"].root, "--train", world["manifest"], "--out", str(tmp_path / "r")]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args, "--epochs", "1", "--batch-size", "8", "--quiet"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -45,6 +45,7 @@ class AblationConfig:
     wandb_group: str | None = None  # the runs' group (default: the study folder's name)
     data_placement: str = "auto"  # where training features live: auto | device | host | store
     side_by_side: bool = True  # heads sharing a data order train on the same batches
+    stack: bool = False  # side-by-side heads of one class and settings take one batched step (stacked.py)
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
     suite: str | None = None  # score only a named suite's members among eval (flowclip score --suite)
     # training-free scorers scored beside CLIP and the runs, each a row of its own (filip-score:
@@ -177,7 +178,7 @@ def _execute(cfg: AblationConfig, spec, dry_run: bool, jobs: int, progress: bool
         dry_run=dry_run,
         jobs=jobs,
         device=cfg.device,
-        side_by_side=cfg.side_by_side,
+        side_by_side="stacked" if cfg.side_by_side and cfg.stack else cfg.side_by_side,
         placement=cfg.data_placement,
         world=cfg.world,
         feature_dims=_dims(spec) if cfg.world is not None and not cfg.store else None,

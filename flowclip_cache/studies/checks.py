@@ -179,9 +179,9 @@ def run_status(path: str) -> str:
     return "todo"
 
 
-def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> None:
-    """Runs, epochs, steps, device, what is done, and (measure) the time left from a
-    measured step."""
+def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True, stacked: bool = False) -> None:
+    """Runs, epochs, steps, device, what is done, the groups that take one batched step
+    (stacked), and (measure) the time left from a measured step."""
     from ..manifest import Manifest
     from ..training.loop import seconds_per_step
     from ..training.training_data import load_training_data
@@ -209,6 +209,8 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
             left += max(0, steps - done)
             step_time.setdefault(cfg.head, (cfg, 0))
             step_time[cfg.head] = (cfg, step_time[cfg.head][1] + max(0, steps - done))
+    if stacked:
+        stack_lines(runs, checked, log)
     if not (measure and left and not checked.problems):
         return
     batch = 4 * max(c.batch_size for c, _ in step_time.values())
@@ -227,6 +229,22 @@ def plan_lines(runs, run_dirs, checked: Checked, log, measure: bool = True) -> N
         f"  time left: about {total / 60:.1f} min of training ({left} steps, {how}; runs that share a "
         f"data order train side by side and share batches)"
     )
+
+
+def stack_lines(runs, checked: Checked, log) -> None:
+    """The stacked groups a study will train: runs sharing a data order whose heads stack."""
+    from ..training.stacked import planned_groups
+
+    dim = checked.store.meta["dim"] if checked.store is not None else (checked.feature_dims or (None,))[0]
+    cfgs = {r.folder: checked.cfgs[r.folder] for r in runs if r.folder in checked.cfgs}
+    if dim is None or not cfgs:
+        return
+    order = lambda f: (cfgs[f].seed, cfgs[f].batch_size, cfgs[f].epochs)  # noqa: E731
+    for data_order in dict.fromkeys(map(order, cfgs)):
+        same = {f: c for f, c in cfgs.items() if order(f) == data_order}
+        for group in planned_groups(same, dim):
+            how = f"one batched step for {len(group)} runs" if len(group) > 1 else "alone (nothing to stack with)"
+            log(f"  stacked: {', '.join(group)}: {how}")
 
 
 def random_training_data(d: int, patches: int, records: int, device: str, tokens: int = 12):

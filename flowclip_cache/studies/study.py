@@ -61,7 +61,7 @@ def execute(
     dry_run: bool,
     jobs: int = 1,
     device: str = "cpu",
-    side_by_side: bool = True,
+    side_by_side: bool | str = True,  # "stacked": side by side, batched where heads can stack
     world=None,
     feature_dims: tuple[int, int] | None = None,
     progress: bool = True,
@@ -100,7 +100,7 @@ def execute(
     )
     for line in checked.lines:
         log(f"  {line}")
-    plan_lines(runs, run_dirs, checked, log, measure=dry_run)
+    plan_lines(runs, run_dirs, checked, log, measure=dry_run, stacked=side_by_side == "stacked")
     what = done_key(runs, eval_manifests, controls, bootstrap, compare)
     if suite:
         what["suite"] = suite  # (absent otherwise: summaries written before suites stay current)
@@ -307,7 +307,7 @@ def train_missing(
     *,
     device: str,
     jobs: int,
-    side_by_side: bool,
+    side_by_side: bool | str,
     placement: str,
     progress: bool,
     log,
@@ -359,6 +359,7 @@ def train_missing(
                 progress=progress,
                 data=data,
                 watch=tracking.watch if tracking else None,
+                stack=side_by_side == "stacked",
                 log=lambda m: log(f"  {m}"),
             )
 

@@ -33,6 +33,7 @@ from ..config import build
 from ..errors import FlowclipError
 from ..manifest import Manifest
 from . import checkpoint
+from .adamw import AdamW
 from .loop import TrainConfig, epoch_order, steps_per_epoch
 from .losses import batch_loss
 from .ranks import Ranks, init_ranks
@@ -201,7 +202,7 @@ def run_adapt(
     groups = [{"params": enc_params, "lr": cfg.encoder_lr}] + (
         [{"params": head_params, "lr": cfg.lr}] if head_params else []
     )
-    opt = torch.optim.AdamW(groups, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    opt = AdamW(groups, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     params = enc_params + head_params
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "loss": [], "seconds": 0.0}
     if checkpoint.exists(out):

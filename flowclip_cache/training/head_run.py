@@ -17,6 +17,7 @@ from ..errors import FlowclipError
 from ..hashing import file_sha256
 from ..store import FeatureStore
 from . import checkpoint
+from .adamw import AdamW
 from .losses import batch_loss
 from .run_folder import git_revision, load_checkpoint, save_checkpoint, write_finished_head
 from .train_config import recorded_settings
@@ -117,7 +118,7 @@ class HeadRun:
         self.params = list(self.head.parameters())
         log(f"{cfg.head} head at d={store.meta['dim']}: {sum(p.numel() for p in self.params):,} parameters")
         self.opt = (
-            torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+            AdamW(self.params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
             if self.params
             else None
         )
@@ -166,17 +167,26 @@ class HeadRun:
 
     def step(self, img, pos, neg, feats) -> None:
         """One optimiser step on a batch whose features are already gathered."""
-        cfg = self.cfg
-        loss, terms, parts = batch_loss(self.head, cfg, img, pos, neg, feats)
-        epoch, step = self.position
+        loss, terms, parts = batch_loss(self.head, self.cfg, img, pos, neg, feats)
+        self.check_loss(loss)
+        assert self.opt is not None, "a head without parameters takes no step"
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.take_step(img, loss, terms, parts)
+
+    def check_loss(self, loss) -> None:
         if not torch.isfinite(loss):
+            epoch, step = self.position
             raise FlowclipError(
                 f"non-finite loss ({loss.item()}) at epoch {epoch} step {step}; "
                 f"the last good checkpoint in {self.out} is kept (try a lower --lr)"
             )
-        assert self.opt is not None, "a head without parameters takes no step"
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+
+    def take_step(self, img, loss, terms: dict, parts: dict) -> None:
+        """Clip the gradients the parameters hold, step AdamW, log the step (stacked.py
+        hands gradients it computed for several runs at once to each run's own here)."""
+        cfg, (epoch, step) = self.cfg, self.position
+        assert self.opt is not None
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
         self.opt.step()
         self.state["step_in_epoch"], self.state["global_step"] = step + 1, self.state["global_step"] + 1

@@ -30,8 +30,10 @@ from ..progress import bar as progress_bar
 from ..store import FeatureStore
 from ..store.banks import prefetch
 from . import checkpoint
+from .adamw import AdamW
 from .head_run import HeadRun
 from .losses import batch_loss
+from .stacked import Stacker
 from .train_config import TrainConfig
 from .training_data import TrainingData, load_training_data
 
@@ -41,7 +43,7 @@ def seconds_per_step(data: TrainingData, cfg: TrainConfig, device: str, repeats:
     (the dry run's time estimate): best of a few, after one warm-up."""
     head = cfg.build_head(data.bank.dim).to(device)
     params = list(head.parameters())
-    opt = torch.optim.AdamW(params, lr=cfg.lr) if params else None
+    opt = AdamW(params, lr=cfg.lr) if params else None
     rec = torch.as_tensor(np.nonzero(data.split == "train")[0][: cfg.batch_size], device=data.rec_image.device)
     img, pos, neg = data.rec_image[rec], data.rec_pos[rec], data.rec_neg[rec, 0]
     best = float("inf")
@@ -73,6 +75,7 @@ def train_heads(
     placement: str = "auto",
     initial_weights: list[dict | None] | None = None,
     watch=None,
+    stack: bool = False,
     log=print,
 ) -> list[dict]:
     """Train several heads side by side on the same batches: each batch is gathered once
@@ -80,7 +83,8 @@ def train_heads(
     epochs (the data order); each ends exactly as it would alone. initial_weights: a
     state_dict per run that a new run starts from instead of its head's own initialisation
     (the Python API's train_head(head=instance)). watch(out, record): every record a run
-    logs, as it is logged (tracking.py; a sweep's pruner)."""
+    logs, as it is logged (tracking.py; a sweep's pruner). stack: runs that can stack take
+    one batched step (stacked.py)."""
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
@@ -118,6 +122,7 @@ def train_heads(
             placement,
             initial_weights or [None] * len(runs),
             watch,
+            stack,
             log,
         )
     except BaseException:
@@ -133,13 +138,16 @@ def train_heads(
 
 def _train(
     store, manifest, manifest_path, runs, started_flags, device, image_root, progress, stop_after, data, placement,
-    initial, watch, log,
+    initial, watch, stack, log,
 ):  # fmt: skip
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     torch.manual_seed(ref.seed)
     if device == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        # torch.use_deterministic_algorithms sets this same flag, and first imports the compiler
+        # stack (torch._inductor, torch._dynamo: +1.8 s and +150 MiB a process) to set inductor's
+        # own flag, which only compiled code reads: flowclip compiles nothing
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
     for out, c in runs:  # a head refuses a store its method is not defined on, before any loading
         check_token_mask(head_class(c.head), store.encoder_config["token_mask"], out)
     # 1. data, once, on the device
@@ -167,8 +175,9 @@ def _train(
     groups: dict[tuple, list[HeadRun]] = {}
     for h in trainable:  # runs resumed at different points go side by side from where each stopped
         groups.setdefault(h.position, []).append(h)
+    stacker = Stacker(stack)
     for group in groups.values():
-        if not _lockstep(group, data, train_rec, ref, device, progress, stop_after):
+        if not _lockstep(group, data, train_rec, ref, device, progress, stop_after, stacker):
             return [h.state for h in heads]  # stopped early (stop_after, for tests of resume)
     # 4. finished: the marker last
     return [h.finish() for h in heads]
@@ -196,6 +205,7 @@ def _lockstep(
     device: str,
     progress: bool,
     stop_after: int | None,
+    stacker: Stacker,
 ) -> bool:
     """Epochs of batches for heads at the same position; False if stop_after cut it short."""
     B = ref.batch_size
@@ -223,8 +233,7 @@ def _lockstep(
         # the in-device bank gathers in no time; the others read ahead on a worker thread
         batches = map(batch, steps) if data.placement == "device" else prefetch(batch, steps, 2, device)
         for img, pos, neg, feats in batches:
-            for h in group:
-                h.step(img, pos, neg, feats)
+            stacker.step(group, img, pos, neg, feats)
             for h in [h for h in group if h.at_max_steps]:  # max_steps reached: that run is done
                 h.stop_at_max_steps()
                 group.remove(h)

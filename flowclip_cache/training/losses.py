@@ -41,8 +41,11 @@ def hnb_loss(S: torch.Tensor, tau_c: float, image_ids, pos_ids, neg_ids) -> torc
     U = S / tau_c
     i2t_mask, t2i_mask = hnb_masks(image_ids, pos_ids, neg_ids)
     target = torch.arange(B, device=S.device)
-    l_i2t = F.cross_entropy(U.masked_fill(i2t_mask, float("-inf")), target)
-    l_t2i = F.cross_entropy(U[:, :B].T.masked_fill(t2i_mask.T, float("-inf")), target)
+    # the mean taken outside cross_entropy: its own reduction sums in another order under
+    # vmap, and a stacked run's logged loss would differ from its solo run's in the last bit
+    ce = lambda x: F.cross_entropy(x, target, reduction="none").mean()  # noqa: E731
+    l_i2t = ce(U.masked_fill(i2t_mask, float("-inf")))
+    l_t2i = ce(U[:, :B].T.masked_fill(t2i_mask.T, float("-inf")))
     return 0.5 * (l_i2t + l_t2i)
 
 
@@ -76,22 +79,30 @@ def cimr_loss(S: torch.Tensor, tau_c: float, donors: torch.Tensor) -> torch.Tens
 # -- one step's loss: what train-head, adapt, studies and the dry run's timing share -----------
 def batch_loss(head: "Head", cfg: "TrainConfig", img, pos, neg, feats):
     """(loss, its named terms, the head's parts) of one batch whose features are gathered.
-    The loss is a weighted sum of named terms: HNB (weight 1), CIMR (lambda_CIMR, cfg.cimr)
-    and each loss term the head declares (Head.loss_terms; its weight from cfg.loss_weights
-    or the head's default), which the head returns among its parts. The head scores all
-    pairs itself; the loop never recombines a head's parts."""
+    The head scores all pairs itself; the loop never recombines a head's parts."""
     v, P, t, H, mask = feats
     S, parts = head.forward_terms(v, P if head.uses_tokens else None, t, H if head.uses_tokens else None, mask)
     cimr = cfg.cimr or 0.0  # None was resolved to the head's default by TrainConfig
+    donors = donor_map(img) if cimr > 0 else None
+    loss, terms = objective(head, S, parts, cfg.tau_c, cimr, cfg.loss_weights, img, pos, neg, donors)
+    return loss, terms, parts
+
+
+def objective(head: "Head", S, parts, tau_c, cimr, loss_weights: dict, img, pos, neg, donors):
+    """(loss, its named terms) from a batch's scores S [B, 2B]: a weighted sum of HNB
+    (weight 1), CIMR (weight lambda_CIMR = cimr; left out where donors is None) and each
+    loss term the head declares (Head.loss_terms; its weight from loss_weights or the
+    head's default), which the head returns among its parts. tau_c and cimr may be
+    tensors (stacked training takes one per run)."""
     terms = {
-        "hnb": hnb_loss(S, cfg.tau_c, img, pos, neg),
-        "cimr": cimr_loss(S, cfg.tau_c, donor_map(img)) if cimr > 0 else S.new_zeros(()),
+        "hnb": hnb_loss(S, tau_c, img, pos, neg),
+        "cimr": cimr_loss(S, tau_c, donors) if donors is not None else S.new_zeros(()),
     }
     weights = {"hnb": 1.0, "cimr": cimr}
     for name, default in head.loss_terms.items():
         terms[name] = parts[name]
-        weights[name] = cfg.loss_weights.get(name, default)
+        weights[name] = loss_weights.get(name, default)
     loss = terms["hnb"]
     for name in list(terms)[1:]:
         loss = loss + weights[name] * terms[name]
-    return loss, terms, parts
+    return loss, terms

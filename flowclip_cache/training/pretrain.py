@@ -31,6 +31,7 @@ from ..extraction.families.openai_clip import OpenAIClip
 from ..progress import bar as progress_bar
 from ..synthetic.world import COLOURS, SHAPES, describe, render, sample_scene
 from . import checkpoint
+from .adamw import AdamW
 from .filip_loss import TOKEN_LOSSES
 
 
@@ -176,7 +177,7 @@ def pretrain(out: str, cfg: PretrainConfig, log=print, progress: bool = True, ex
     clip = OpenAIClip(model, None, tokenizer, {"tokenizer": {"context_length": tokenizer.context_length}})
     make_token_loss = TOKEN_LOSSES[cfg.token_loss]
     token_loss = make_token_loss() if make_token_loss is not None else None
-    opt = torch.optim.AdamW(_trained(model, token_loss), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = AdamW(_trained(model, token_loss), lr=cfg.lr, weight_decay=cfg.weight_decay)
     state: dict[str, Any] = {"step": 0, "loss": []}
     if checkpoint.exists(out):
         state = _load_state(out, model, token_loss, opt)

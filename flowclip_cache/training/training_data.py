@@ -131,7 +131,7 @@ def _pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chun
         r = torch.as_tensor(records[s : s + chunk], device=data.rec_image.device)
         caps = torch.cat([data.rec_pos[r][:, None], data.rec_neg[r]], 1)  # [n, 1 + K]: positive, negatives
         scores = _record_scores(head, data, data.rec_image[r], caps)
-        ok = (scores[:, 1:] > scores[:, :1]).cpu().numpy()
+        ok = (scores[:, :1] > scores[:, 1:]).cpu().numpy()  # the positive above each negative (a tie: wrong)
         for i, rec in enumerate(r.cpu().numpy()):
             for k in np.nonzero(caps[i, 1:].cpu().numpy() >= 0)[0]:
                 correct.setdefault(data.rec_neg_kind[rec][k] or "all", []).append(int(ok[i, k]))

@@ -1,0 +1,27 @@
+"""torch's AdamW without the compiler stack (issue 54).
+
+torch.optim wraps add_param_group, zero_grad, state_dict, load_state_dict and step in
+guards for torch.compile that import torch._dynamo (and with it torch._inductor) on first
+call: +1.5 s and over 100 MiB in every training process, for code flowclip never
+compiles. This AdamW calls the same methods unwrapped, so its arithmetic, state and
+state_dict are torch's own (tests/test_train.py checks the bits against torch.optim.AdamW).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_O = torch.optim.Optimizer
+_STEP = torch.optim.AdamW.step.__wrapped__  # type: ignore[attr-defined]  # Adam.step without its graph-break wrapper
+
+
+class AdamW(torch.optim.AdamW):
+    add_param_group = _O.add_param_group.__wrapped__  # type: ignore[attr-defined]
+    zero_grad = _O.zero_grad.__wrapped__  # type: ignore[attr-defined]
+    state_dict = _O.state_dict.__wrapped__  # type: ignore[attr-defined]
+    load_state_dict = _O.load_state_dict.__wrapped__  # type: ignore[attr-defined]
+
+    def step(self, closure=None):
+        # what the wrapper did besides its graph breaks: no autograd in the update
+        with torch.no_grad():
+            return _STEP(self, closure)
