@@ -13,6 +13,13 @@ prints the median of the per-repetition ratios with their [min, max]:
 - matched: Flow-CLIP's matched-pair evaluation (heads/fixed_shapes.matched_scores, 4
   captions per image, each image's parts once) against the all-pairs scoring kernel, in
   pairs/s. Target: >= 0.5 of the kernel's per-pair rate.
+- end to end (--end-to-end ROOT): a 1/20-COCO store of ViT-B/32 shapes (5,664 images,
+  28,321 records; bench_scale.py's generator, kept under ROOT) and a 250-image retrieval
+  gallery; 8 variants (Tab. 2's four rows at two learning rates), 20 steps each, trained
+  and scored as 16 commands, as one `flowclip run ablation` study, and as one stacked
+  study (stack=true), alternated; beside them the arithmetic alone (the 8 heads' 20 steps
+  and their gallery scores, in-process). Targets: overhead (wall - arithmetic) <= 15% of
+  the study's wall; the study >= 2.5x faster than the 16 commands.
 - imports: a fresh process that builds training's AdamW and sets the deterministic flag,
   as train-head does, against the same with torch.optim.AdamW and
   torch.use_deterministic_algorithms (which import torch's compiler stack).
@@ -149,12 +156,125 @@ def bench_imports(reps: int) -> None:
     )
 
 
+VARIANTS = {
+    f"{name}_lr{i}": {"head": head, "cimr": cimr, "lr": lr}
+    for name, head, cimr in [("global", "global", 0.0), ("global_cimr", "global", 0.1),
+                             ("flow_hnb", "flow", 0.0), ("flow_hnb_cimr", "flow", 0.1)]
+    for i, lr in enumerate((8e-5, 3e-4))
+}  # fmt: skip
+STEPS = 20
+
+
+def _flowclip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "flowclip_cache", *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def _commands(store: str, train: str, gallery: str, out: str) -> None:
+    """Each variant as train-head then score, one process each."""
+    for name, v in VARIANTS.items():
+        run = os.path.join(out, name)
+        _flowclip("train-head", "--store", store, "--train", train, "--out", run, "--head", v["head"],
+                  "--cimr", str(v["cimr"]), "--lr", str(v["lr"]), "--epochs", "1", "--max-steps", str(STEPS),
+                  "--device", "cpu", "--quiet")  # fmt: skip
+        _flowclip("score", "--store", store, "--manifests", gallery, "--scorer", run, "--out", run + "-scores",
+                  "--bootstrap", "0", "--no-figures", "--device", "cpu", "--quiet")  # fmt: skip
+
+
+def _study(store: str, train: str, gallery: str, out: str, stack: bool) -> None:
+    heads = (
+        "{"
+        + ", ".join(f"{k}: {{head: {v['head']}, cimr: {v['cimr']}, lr: {v['lr']:.6f}}}" for k, v in VARIANTS.items())
+        + "}"
+    )
+    _flowclip("run", "ablation", f"store={store}", f"train={train}", f"eval=[{gallery}]", f"out={out}", "seeds=[0]",
+              f"heads={heads}", f"train_config={{epochs: 1, batch_size: 32, max_steps: {STEPS}}}", "bootstrap=0",
+              "compare=[]", "figures=false", "device=cpu", f"stack={str(stack).lower()}")  # fmt: skip
+
+
+def _arithmetic(store: str, train: str, gallery: str) -> float:
+    """Seconds of the 8 variants' 20 steps and gallery scores alone, on loaded data."""
+    import time
+
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.store.banks import FeatureBank
+    from flowclip_cache.training.training_data import load_training_data
+
+    fs = FeatureStore(store)
+    data = load_training_data(fs, Manifest.read(train), True, "cpu", log=lambda *_: None)
+    g = Manifest.read(gallery).table.to_pydict()
+    texts = sorted({c for cs in g["captions"] for c in cs})
+    n_images = len(set(g["image_key"]))
+    bank = FeatureBank.load(fs, sorted(set(g["image_key"])), texts, True, "cpu")
+    total = 0.0
+    for v in VARIANTS.values():
+        cfg = TrainConfig(head=v["head"], cimr=v["cimr"], lr=v["lr"])
+        head = cfg.build_head(D)
+        opt = AdamW(list(head.parameters()), lr=cfg.lr)
+        rec = torch.arange(STEPS * 32)
+        t0 = time.perf_counter()
+        for s in range(STEPS):
+            r = rec[s * 32 : (s + 1) * 32]
+            img, pos, neg = data.rec_image[r], data.rec_pos[r], data.rec_neg[r, 0]
+            loss = batch_loss(head, cfg, img, pos, neg, data.features(img, torch.cat([pos, neg]), head.uses_tokens))[0]
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(head.parameters()), cfg.grad_clip)
+            opt.step()
+        with torch.no_grad():
+            order = torch.argsort(bank.token_lengths(), stable=True)  # as retrieval orders them
+            all_pair_scores(head, *bank.features(torch.arange(n_images), order, head.uses_tokens))
+        total += time.perf_counter() - t0
+    return total
+
+
+def bench_end_to_end(root: str, reps: int) -> None:
+    import shutil
+    import tempfile
+
+    from bench_scale import gallery as make_gallery
+    from bench_scale import write_store
+
+    store, train = write_store(root, 0.05)
+    gallery = make_gallery(root, store, 250)
+    arith = _arithmetic(store, train, gallery)
+
+    def fresh(fn):
+        def side():
+            out = tempfile.mkdtemp(dir=root)
+            try:
+                fn(out)
+            finally:
+                shutil.rmtree(out)
+
+        return side
+
+    times = alternate(
+        {
+            "commands": fresh(lambda o: _commands(store, train, gallery, o)),
+            "study": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), False)),
+            "stacked": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), True)),
+        },
+        reps,
+    )
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    print(f"end-to-end: 8 variants x {STEPS} steps + 250-image gallery; arithmetic alone {arith:.1f} s")
+    for side in times:
+        wall = med(times[side])
+        share = 100 * (wall - arith) / wall
+        print(f"  {side:9s}: wall {wall:6.1f} s | overhead {share:4.0f}% of the wall (target <= 15%)")
+    for side in ("study", "stacked"):
+        m, lo, hi = ratio(times["commands"], times[side])
+        print(f"  {side} vs the 16 commands: {m:.2f}x [{lo:.2f}, {hi:.2f}] (target >= 2.5)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--only", choices=["stacked", "matched", "imports"], default=None)
+    ap.add_argument("--end-to-end", metavar="ROOT", help="also the commands-vs-study comparison, its store under ROOT")
     a = ap.parse_args()
     threads = torch.get_num_threads()
     print(f"# d {D}, {N} patches, {L} tokens, batch {B}; torch threads {threads}; {a.reps} alternated reps")
@@ -165,6 +285,8 @@ def main() -> None:
         bench_matched(a.reps, a.device)
     if a.only in (None, "imports"):
         bench_imports(a.reps)
+    if a.end_to_end:
+        bench_end_to_end(a.end_to_end, a.reps)
 
 
 if __name__ == "__main__":

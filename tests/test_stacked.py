@@ -1,6 +1,8 @@
 """Stacked training (issue 54): runs whose heads share a class and settings take one
-batched step, and each ends as it would alone: weights and every logged evaluation bit for
-bit, a killed stacked run resumed to the same weights, the dry run naming the groups."""
+batched step, and each ends as it would alone to FP32 round-off (vmap's reductions over a
+stack may associate otherwise than one run's: seen at 1e-10 on weights with 4 runs, none
+with 3), with every logged evaluation equal (no decision differs); a killed stacked run
+resumes to the very bits of an uninterrupted one; the dry run names the groups."""
 
 import json
 import os
@@ -34,14 +36,15 @@ def cfg(**kw):
     return TrainConfig(**{**base, **kw})
 
 
-# runs that stack differ in what the loss and AdamW read: lr, tau_c, lambda_CIMR, weight decay
+# runs that stack differ in what the loss and AdamW read: lr, tau_c, lambda_CIMR (0 too), weight decay
 CONFIGS = {
     "f1": cfg(head="flow", lr=1e-3, cimr=0.1),
     "f2": cfg(head="flow", lr=3e-4, tau_c=0.02, cimr=0.3),
     "f3": cfg(head="flow", lr=1e-3, cimr=0.1, weight_decay=0.0, beta1=0.8),
     "g1": cfg(head="global", lr=1e-3),
     "g2": cfg(head="global", lr=2e-3, tau_c=0.05),
-    "f0": cfg(head="flow", lr=1e-3, cimr=0.0),  # CIMR off: another loss form, alone
+    "f0": cfg(head="flow", lr=1e-3, cimr=0.0),  # CIMR off: 0 x CIMR, no bit changed
+    "f9": cfg(head="flow", lr=1e-3, cimr=0.1, alpha=0.5),  # other head settings: alone
 }
 
 
@@ -51,9 +54,18 @@ def _outputs(path):
     return load_file(os.path.join(path, "head.safetensors")), steps
 
 
-def _same(a, b):
+def _close(a, b):
+    """Weights and logged losses to FP32 round-off; every evaluation equal."""
     (wa, la), (wb, lb) = a, b
-    return set(wa) == set(wb) and all(torch.equal(wa[n], wb[n]) for n in wa) and la == lb
+    assert set(wa) == set(wb) and len(la) == len(lb)
+    for n in wa:
+        torch.testing.assert_close(wa[n], wb[n], rtol=1e-5, atol=1e-6)
+    for x, y in zip(la, lb):
+        assert x.keys() == y.keys()
+        if "eval" in x:
+            assert x == y  # the same decisions on every evaluation set
+        else:
+            assert x == pytest.approx(y, rel=1e-5, abs=1e-7)
 
 
 def test_stacked_runs_end_as_their_solo_runs(world, tmp_path, monkeypatch):
@@ -63,23 +75,26 @@ def test_stacked_runs_end_as_their_solo_runs(world, tmp_path, monkeypatch):
     monkeypatch.setattr(stacked.StackedStep, "__init__", lambda self, runs: sizes.append(len(runs)) or real(self, runs))
     quiet = dict(progress=False, log=lambda *_: None)
     train_heads(fs, manifest, [(str(tmp_path / f"s_{k}"), c) for k, c in CONFIGS.items()], stack=True, **quiet)
-    assert sorted(sizes) == [2, 3], sizes  # flow (CIMR on) x3, global x2; CIMR off alone
+    assert sorted(sizes) == [2, 4], sizes  # flow (alpha 1) x4, global x2; flow at alpha 0.5 alone
     for k, c in CONFIGS.items():
         train_head(fs, manifest, str(tmp_path / f"one_{k}"), c, **quiet)
-        assert _same(_outputs(tmp_path / f"s_{k}"), _outputs(tmp_path / f"one_{k}")), k
+        _close(_outputs(tmp_path / f"s_{k}"), _outputs(tmp_path / f"one_{k}"))
 
 
 def test_a_killed_stacked_run_resumes_to_the_same_weights(world, tmp_path):
     fs, manifest = world
     quiet = dict(progress=False, log=lambda *_: None)
-    runs = [(str(tmp_path / k), CONFIGS[k]) for k in ("f1", "f2")]
+    names = ("f1", "f2", "f0")
+    whole = [(str(tmp_path / f"whole_{k}"), CONFIGS[k]) for k in names]
+    train_heads(fs, manifest, whole, stack=True, **quiet)
+    runs = [(str(tmp_path / k), CONFIGS[k]) for k in names]
     train_heads(fs, manifest, runs, stack=True, stop_after=1, **quiet)  # killed after a step: checkpoints only
     assert not os.path.exists(tmp_path / "f1" / "DONE")
     train_heads(fs, manifest, runs, stack=True, resume=True, **quiet)
-    for k in ("f1", "f2"):
-        train_head(fs, manifest, str(tmp_path / f"one_{k}"), CONFIGS[k], **quiet)
-        a, b = _outputs(tmp_path / k)[0], _outputs(tmp_path / f"one_{k}")[0]
+    for k in names:
+        (a, la), (b, lb) = _outputs(tmp_path / k), _outputs(tmp_path / f"whole_{k}")
         assert all(torch.equal(a[n], b[n]) for n in a), k
+        assert [x for x in la if "eval" in x] == [x for x in lb if "eval" in x], k
 
 
 def test_the_dry_run_names_the_stacked_groups(tmp_path):

@@ -5,9 +5,10 @@ The runs' weights are stacked, and one call of torch.func's vmap over grad compu
 run's loss, terms and gradients at once; each run then clips and steps its own AdamW on
 its own gradients (head_run.HeadRun.take_step), so its optimiser state, checkpoints, log
 and evaluation are what they are side by side. What may differ between stacked runs: the
-initial weights, lr, betas, weight decay, gradient clip, tau_c and lambda_CIMR (> 0 for
-all or for none). Runs that cannot stack (another head class or settings, another loss
-form) go side by side; stack_groups says why.
+initial weights, lr, betas, weight decay, gradient clip, tau_c and lambda_CIMR (a run
+with lambda_CIMR = 0 adds 0 x CIMR, which changes no bit of its loss or gradients, and logs
+CIMR as 0 as it does alone). Runs that cannot stack (another head class or settings, or
+loss weights of the head's own terms) go side by side.
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ from .losses import donor_map, objective
 
 def stack_key(head, cfg) -> tuple:
     """What runs must share to take one batched step: the head's class, settings and
-    parameter shapes, and the loss's form (CIMR on or off, the head's own loss weights)."""
+    parameter shapes, and the weights of the head's own loss terms."""
     return (
         f"{type(head).__module__}.{type(head).__qualname__}",
         json.dumps(head.hparams(), sort_keys=True, default=str),
         tuple((n, tuple(p.shape), str(p.dtype)) for n, p in head.named_parameters()),
         tuple((n, tuple(b.shape)) for n, b in head.named_buffers()),
-        (cfg.cimr or 0.0) > 0,
         json.dumps(cfg.loss_weights, sort_keys=True),
     )
 
@@ -73,7 +73,7 @@ class StackedStep:
         dev = next(runs[0].head.parameters()).device
         self.tau_c = torch.tensor([r.cfg.tau_c for r in runs], device=dev)
         self.cimr = torch.tensor([r.cfg.cimr or 0.0 for r in runs], device=dev)
-        self.use_cimr = (runs[0].cfg.cimr or 0.0) > 0
+        self.use_cimr = bool((self.cimr > 0).any())
         self.loss_weights = runs[0].cfg.loss_weights
         self.grads = vmap(grad(self._loss, has_aux=True), in_dims=(0, 0, 0) + (None,) * 5)
 
@@ -97,7 +97,8 @@ class StackedStep:
         for i, r in enumerate(self.runs):
             for n, p in zip(self.names, r.params):
                 p.grad = grads[n][i].clone()
-            r.take_step(img, loss[i], {k: v[i] for k, v in terms.items()}, {k: v[i] for k, v in parts.items()})
+            own = {k: v[i] if k != "cimr" or self.cimr[i] > 0 else v.new_zeros(()) for k, v in terms.items()}
+            r.take_step(img, loss[i], own, {k: v[i] for k, v in parts.items()})
 
 
 class Stacker:
