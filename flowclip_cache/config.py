@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 
@@ -36,11 +37,29 @@ def find_config(name_or_path: str) -> str:
     )
 
 
+class _Loader(yaml.SafeLoader):
+    """safe_load's loader, reading numbers as YAML 1.2 does: YAML 1.1 (PyYAML) reads
+    `lr: 1e-4` or `8e-05`, an exponent without a decimal point, as the text '1e-4', and a
+    config would be refused for a number everyone writes so."""
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _safe_load(text):
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader: no tags, no code)
+
+
 def load_yaml(path: str) -> dict:
     """A YAML mapping, safely (no tags, no code); syntax errors are one line naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = _safe_load(f)
     except UnicodeDecodeError as e:
         raise FlowclipError(f"{path}: not UTF-8 text ({e})") from None
     except yaml.YAMLError as e:
@@ -62,7 +81,7 @@ def parse_overrides(items: list[str]) -> list[tuple[list[str], object]]:
         if not sep or not key:
             raise FlowclipError(f"override {item!r}: expected KEY=VALUE")
         try:
-            value = yaml.safe_load(raw)
+            value = _safe_load(raw)
         except yaml.YAMLError as e:
             raise FlowclipError(f"override {item!r}: value is not valid YAML ({e})") from e
         out.append((key.split("."), value))

@@ -466,3 +466,21 @@ def test_the_text_tower_is_a_grid_axis(tmp_path):
     assert {sub.world_folder for _, sub in grid} == {os.path.join("o", "world")}  # one world for both
     r = CliRunner().invoke(main, [*args[:-2], "encoder={model: [flowclip-tiny-clip, flowclip-tiny-clip]}", "--dry-run"])
     assert r.exit_code == 2 and "encoder.model: a list of distinct values" in r.output
+
+
+def test_numbers_with_an_exponent_and_no_point_are_numbers(tmp_path):
+    """`lr: 1e-4` in a config or an override is the number 1e-4 (PyYAML's YAML 1.1 read it
+    as the text '1e-4', and the run was refused: key 'lr': expected float, got '8e-05')."""
+    from flowclip_cache.config import load_yaml, parse_overrides
+
+    (tmp_path / "c.yaml").write_text("train_config: {lr: 8e-05, tau_c: 1E-2, epochs: 2}\nname: a1e3\n")
+    assert load_yaml(str(tmp_path / "c.yaml")) == {
+        "train_config": {"lr": 8e-05, "tau_c": 0.01, "epochs": 2},
+        "name": "a1e3",
+    }
+    assert parse_overrides(["train_config.lr=3e-4", "seeds=[0,1]"]) == [
+        (["train_config", "lr"], 3e-4),
+        (["seeds"], [0, 1]),
+    ]
+    r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/s", "--dry-run", *REDUCED, "train_config.lr=3e-4"])
+    assert r.exit_code == 0, r.output
