@@ -298,8 +298,8 @@ def sweep(out: str, store: str, train: str, space: dict, *, quiet: bool = False,
     study and best.yaml; settings are the sweep YAML's other keys (validation=, eval=, ...).
     Returns the best trial: {trial, value, params, yaml, on_selection}."""
     from .config import build
-    from .sweep_study import sweep as run_sweep
-    from .sweep_trial import SweepConfig
+    from .studies.sweep import sweep as run_sweep
+    from .studies.sweep_trial import SweepConfig
 
     cfg = build(SweepConfig, {"out": out, "store": store, "train": train, "space": space, **settings}, "fc.sweep")
     return run_sweep(cfg, log=_silent if quiet else print)
@@ -311,7 +311,7 @@ def sweep_objective(out: str, store: str, train: str, space: dict, **settings):
     OUT/trials and scores them exactly as flowclip sweep does (it reports each epoch's val
     accuracy, so your study's pruner can stop it)."""
     from .config import build
-    from .sweep_trial import SweepConfig, make_objective
+    from .studies.sweep_trial import SweepConfig, make_objective
 
     data = {"out": out, "store": store, "train": train, "space": space, **settings}
     return make_objective(build(SweepConfig, data, "fc.sweep_objective"))

@@ -147,7 +147,7 @@ def test_the_cycle_finder_finds_a_loop(tmp_path):
 # outputs, heads/, datasets/, synthetic/, ...): it imports no stage. Above them the surface
 # (the CLI, the Python API, sweep and publish), which may import anything.
 STAGES = ("store", "extraction", "training", "scoring", "studies", "paper")
-SURFACE = ("api", "cli", "commands", "sweep_trial", "sweep_study", "sharing", "__main__")
+SURFACE = ("api", "cli", "commands", "sharing", "__main__")
 # The one arrow upward, by name: the paper plan's steps are command lines, and its runner
 # executes them through the CLI in-process (paper/runner.py, `run_command`).
 UPWARD_ALLOWED = {("flowclip_cache.paper.runner", "flowclip_cache.cli")}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from flowclip_cache.cli import main
-from flowclip_cache.sweep_trial import folder_name
+from flowclip_cache.studies.sweep_trial import folder_name
 from flowclip_cache.training import checkpoint
 
 optuna = pytest.importorskip("optuna", reason="flowclip sweep needs Optuna (pip install 'flowclip[sweep]')")
@@ -207,7 +207,7 @@ def test_ties_are_broken_by_the_stated_rule_not_trial_order():
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
 
-    from flowclip_cache.sweep_study import best_trial
+    from flowclip_cache.studies.sweep import best_trial
 
     dist = {"lr": FloatDistribution(0.0, 1.0)}
     for direction, values in [("maximize", [0.7, 0.9, 0.9, 0.9]), ("minimize", [0.9, 0.2, 0.2, 0.2])]:
@@ -242,8 +242,8 @@ def test_a_pruned_trial_stops_at_its_epoch_and_counts_as_finished(lab, tmp_path)
 
 
 def test_the_median_pruner_needs_a_val_split(lab, halves, tmp_path):
-    from flowclip_cache.sweep_study import _pruner
-    from flowclip_cache.sweep_trial import SweepConfig
+    from flowclip_cache.studies.sweep import _pruner
+    from flowclip_cache.studies.sweep_trial import SweepConfig
 
     cfg = SweepConfig(out="x", store="s", train="t", pruner="median", pruner_options={"n_startup_trials": 1})
     pruner = _pruner(cfg)

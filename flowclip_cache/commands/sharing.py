@@ -50,8 +50,8 @@ def sweep(config, overrides, timeout, report_to, wandb_project):
         import optuna  # noqa: F401
     except ImportError:
         raise FlowclipError("flowclip sweep needs Optuna: pip install 'flowclip[sweep]'") from None
-    from ..sweep_study import sweep as run_sweep
-    from ..sweep_trial import SweepConfig
+    from ..studies.sweep import sweep as run_sweep
+    from ..studies.sweep_trial import SweepConfig
 
     data = apply_overrides(load_yaml(config), parse_overrides(list(overrides)))
     if timeout is not None:

@@ -9,9 +9,9 @@ import json
 import os
 import time
 
-from . import outputs
-from .errors import FlowclipError
-from .hashing import file_sha256
+from .. import outputs
+from ..errors import FlowclipError
+from ..hashing import file_sha256
 from .sweep_trial import SweepConfig, claim_folder, folder_name, prepare, run_trial, trial_runs, trial_settings
 
 TIE_RULE = "equal objectives: the smaller spread across trial_seeds, then the earlier trial"
@@ -157,7 +157,7 @@ def best_trial(study, direction: str):
 def sweep(cfg: SweepConfig, log=print) -> dict:
     """Trials until `trials` are finished (or the timeout), then best.yaml. Each trial's runs
     report to cfg.report_to, grouped under the sweep's name."""
-    from .training.tracking import Tracking, parse_report_to
+    from ..training.tracking import Tracking, parse_report_to
 
     report = report_manifests(cfg)  # refused before any trial trains
     name = os.path.basename(os.path.normpath(cfg.out))

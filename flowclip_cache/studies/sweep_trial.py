@@ -1,5 +1,5 @@
 """flowclip sweep, one trial: its configuration, search space, run folders (one per seed)
-and objective; sweep_study.py runs the search (Optuna, the `sweep` extra), resumable through
+and objective; sweep.py runs the search (Optuna, the `sweep` extra), resumable through
 Optuna's own SQLite storage in the sweep folder (docs/sweep.md).
 
     OUT/optuna.db            the Optuna study (trials, parameters, values)
@@ -21,9 +21,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import outputs
-from .errors import FlowclipError
-from .training import checkpoint
+from .. import outputs
+from ..errors import FlowclipError
+from ..training import checkpoint
 
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("none", "median")
@@ -114,8 +114,8 @@ def trial_runs(params: dict, seeds: list[int]) -> list[tuple[str, int]]:
 
 def objective(cfg: SweepConfig, store, name: str, settings: dict, watch=None) -> float:
     """Train one run folder of a trial (resuming it if it began) and score it on the objective."""
-    from .scoring.score import headline, run_score
-    from .training.loop import TrainConfig, train_head
+    from ..scoring.score import headline, run_score
+    from ..training.loop import TrainConfig, train_head
 
     run = os.path.join(cfg.out, "trials", name)
     tc = TrainConfig.from_dict(settings, f"trial {name}")
@@ -189,9 +189,9 @@ def suggest(trial, space: dict) -> dict:
 
 def prepare(cfg: SweepConfig) -> tuple[dict, Any]:
     """Every check before a trial trains -> (the space's distributions, the store)."""
-    from .heads.plugins import load_plugin
-    from .store import FeatureStore
-    from .training.loop import TrainConfig
+    from ..heads.plugins import load_plugin
+    from ..store import FeatureStore
+    from ..training.loop import TrainConfig
 
     for target in cfg.plugins:
         load_plugin(target)
@@ -207,7 +207,7 @@ def prepare(cfg: SweepConfig) -> tuple[dict, Any]:
 
 
 def _has_val_split(manifest: str) -> bool:
-    from .manifest import Manifest
+    from ..manifest import Manifest
 
     m = Manifest.read(manifest)
     return "split" in m.table.column_names and "val" in set(m.table.column("split").to_pylist())
