@@ -300,3 +300,34 @@ def test_manifest_split_puts_each_image_on_one_side_whatever_the_row_order(lab, 
     d, e = str(tmp_path / "d.parquet"), str(tmp_path / "e.parquet")
     r = CliRunner().invoke(main, ["manifest", "split", lab["candidates"], "--out-a", d, "--out-b", e])
     assert r.exit_code != 0 and calls == [d, e] and not os.path.exists(d) and not os.path.exists(e)
+
+
+def test_a_generation_of_trials_trains_side_by_side_as_the_trials_would_alone(lab, tmp_path, monkeypatch):
+    """jobs: 3 asks the sampler for three trials at once and trains their runs in one
+    side-by-side call (stack: the batched step); each trial's value is the one it has in a
+    sweep of one trial at a time."""
+    import flowclip_cache as fc
+    from flowclip_cache.training import loop
+
+    calls = []
+    real = loop.train_heads
+    monkeypatch.setattr(
+        loop, "train_heads", lambda store, man, runs, **kw: calls.append(len(runs)) or real(store, man, runs, **kw)
+    )
+    shared = dict(validation=lab["candidates"], eval_on_selection=True, trials=3, sampler="grid", quiet=True,
+                  train_config={"head": "flow", "epochs": 1, "batch_size": 4})  # fmt: skip
+    space = {"lr": {"choices": [0.05, 0.01, 0.002]}}
+    values = {}
+    for name, more in {"one": {}, "three": {"jobs": 3}, "stacked": {"jobs": 3, "stack": True}}.items():
+        calls.clear()
+        fc.sweep(str(tmp_path / name), lab["store"], lab["training"], space, **shared, **more)
+        trials = optuna.load_study(study_name="flowclip-sweep", storage=f"sqlite:///{tmp_path / name}/optuna.db").trials
+        values[name] = {t.params["lr"]: t.value for t in trials}
+        assert calls == ([3] if more else [1, 1, 1]), (name, calls)
+    assert values["three"] == values["one"] and len(set(values["one"].values())) > 1
+    assert values["stacked"] == pytest.approx(values["one"], abs=1e-6)
+    (tmp_path / "x.yaml").write_text(f"out: {tmp_path}/x\nstore: {lab['store']}\ntrain: {lab['training']}\n"
+                                     f"validation: {lab['candidates']}\neval: [{lab['candidates']}]\n"
+                                     "eval_on_selection: true\njobs: 2\npruner: median\nspace: {lr: {low: 0.001, high: 0.1}}\n")  # fmt: skip
+    r = CliRunner().invoke(main, ["sweep", str(tmp_path / "x.yaml")])
+    assert r.exit_code == 2 and "needs jobs: 1" in r.output, r.output

@@ -12,7 +12,16 @@ import time
 from .. import outputs
 from ..errors import FlowclipError
 from ..hashing import file_sha256
-from .sweep_trial import SweepConfig, claim_folder, folder_name, prepare, run_trial, trial_runs, trial_settings
+from .sweep_trial import (
+    SweepConfig,
+    claim_folder,
+    folder_name,
+    prepare,
+    run_generation,
+    run_trial,
+    trial_runs,
+    trial_settings,
+)
 
 TIE_RULE = "equal objectives: the smaller spread across trial_seeds, then the earlier trial"
 
@@ -93,7 +102,8 @@ def next_grid_point(study, space: dict, seed: int) -> None:
     points = grid(space)
     combos = [dict(zip(points, values)) for values in itertools.product(*points.values())]
     random.Random(seed).shuffle(combos)
-    taken = [t.params for t in finished(study)]
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))  # asked in this generation
+    taken = [t.params for t in finished(study) + running]
     left = [c for c in combos if c not in taken]
     if left:
         study.enqueue_trial(left[0])
@@ -166,7 +176,6 @@ def sweep(cfg: SweepConfig, log=print) -> dict:
 
 
 def _search(cfg: SweepConfig, tracking, report: tuple[list[str], bool], log) -> dict:
-    from optuna import TrialPruned
     from optuna.trial import TrialState
 
     space, store = prepare(cfg)
@@ -185,32 +194,56 @@ def _search(cfg: SweepConfig, tracking, report: tuple[list[str], bool], log) -> 
         if ran and cfg.timeout is not None and time.monotonic() - t0 >= cfg.timeout:
             log(f"timeout: {cfg.timeout:g} s passed; {len(finished(study))} trials finished (rerun to go on)")
             break
-        if cfg.sampler == "grid":
-            next_grid_point(study, space, cfg.seed)
-        trial, ran = study.ask(space), True
-        name = folder_name(trial.params)
-        log(f"trial {trial.number}: training {name}")
+        asked = []
+        for _ in range(min(cfg.jobs, n_trials - len(finished(study)))):  # a generation (jobs > 1)
+            if cfg.sampler == "grid":
+                next_grid_point(study, space, cfg.seed)
+            asked.append(study.ask(space))
+        ran = True
+        for trial in asked:
+            log(f"trial {trial.number}: training {folder_name(trial.params)}")
         try:
-            value = run_trial(cfg, store, trial, trial.params, tracking)
-        except TrialPruned as e:
-            study.tell(trial, state=TrialState.PRUNED)
-            log(f"trial {trial.number} pruned: {e}")
-            continue
-        except FlowclipError as e:
-            trial.set_user_attr("error", str(e))
-            study.tell(trial, state=TrialState.FAIL)
-            log(f"trial {trial.number} failed: {e}")
-            continue
+            if cfg.jobs == 1:
+                results = {asked[0].number: _one_trial(cfg, store, asked[0], tracking)}
+            else:
+                results = run_generation(cfg, store, asked, tracking)
         except BaseException:
-            trial.set_user_attr("interrupted", True)
-            study.enqueue_trial(trial.params)  # the next run of the sweep tries these settings again
-            study.tell(trial, state=TrialState.FAIL)
+            for trial in asked:
+                trial.set_user_attr("interrupted", True)
+                study.enqueue_trial(trial.params)  # the next run of the sweep tries these settings again
+                study.tell(trial, state=TrialState.FAIL)
             raise
-        study.tell(trial, value)
-        best, _ = best_trial(study, cfg.direction)
-        best_text = f"best {best.value:.4f}, trial {best.number}"
-        log(f"trial {trial.number}: {name} -> {value:.4f}{_spread_text(trial)} ({best_text})")
+        for trial in asked:
+            _tell(study, trial, results[trial.number], cfg.direction, log)
     return write_best(cfg, study, report, log)
+
+
+def _one_trial(cfg: SweepConfig, store, trial, tracking):
+    """A trial's objective, or the TrialPruned / FlowclipError that ended it."""
+    from optuna import TrialPruned
+
+    try:
+        return run_trial(cfg, store, trial, trial.params, tracking)
+    except (TrialPruned, FlowclipError) as e:
+        return e
+
+
+def _tell(study, trial, result, direction: str, log) -> None:
+    from optuna import TrialPruned
+    from optuna.trial import TrialState
+
+    if isinstance(result, TrialPruned):
+        study.tell(trial, state=TrialState.PRUNED)
+        log(f"trial {trial.number} pruned: {result}")
+    elif isinstance(result, FlowclipError):
+        trial.set_user_attr("error", str(result))
+        study.tell(trial, state=TrialState.FAIL)
+        log(f"trial {trial.number} failed: {result}")
+    else:
+        study.tell(trial, result)
+        best, _ = best_trial(study, direction)
+        best_text = f"best {best.value:.4f}, trial {best.number}"
+        log(f"trial {trial.number}: {folder_name(trial.params)} -> {result:.4f}{_spread_text(trial)} ({best_text})")
 
 
 def _spread_text(trial) -> str:

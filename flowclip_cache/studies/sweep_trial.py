@@ -56,6 +56,10 @@ class SweepConfig:
     report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (training/tracking.py)
     wandb_project: str = "flowclip"
     device: str = "cpu"
+    # trials asked of the sampler together (a generation): their runs train side by side on
+    # the same batches where they share a data order, and take one batched step with stack
+    jobs: int = field(default=1, metadata={"min": 1})
+    stack: bool = False
 
 
 def distributions(space: dict) -> dict:
@@ -114,19 +118,26 @@ def trial_runs(params: dict, seeds: list[int]) -> list[tuple[str, int]]:
 
 def objective(cfg: SweepConfig, store, name: str, settings: dict, watch=None) -> float:
     """Train one run folder of a trial (resuming it if it began) and score it on the objective."""
-    from ..scoring.score import headline, run_score
     from ..training.loop import TrainConfig, train_head
 
     run = os.path.join(cfg.out, "trials", name)
     tc = TrainConfig.from_dict(settings, f"trial {name}")
     state = train_head(store, cfg.train, run, tc, device=cfg.device, resume=checkpoint.exists(run),
                        progress=False, watch=watch, log=lambda *_: None)  # fmt: skip
+    return objective_value(cfg, store, name, state)
+
+
+def objective_value(cfg: SweepConfig, store, name: str, state: dict) -> float:
+    """A finished run's objective: its last val pairwise accuracy, or its official score on
+    the validation manifest (scored once: its results folder is kept)."""
+    from ..scoring.score import headline, run_score
+
     if cfg.validation is None:
         val = state["metrics"][-1].get("val")
         if val is None:
             raise FlowclipError(f"{cfg.train}: no records with split == 'val'; give validation=MANIFEST")
         return float(val["all"])
-    folder = os.path.join(cfg.out, "scores", name)
+    run, folder = os.path.join(cfg.out, "trials", name), os.path.join(cfg.out, "scores", name)
     if not os.path.exists(os.path.join(folder, "results.json")):
         run_score(store, [cfg.validation], [f"trial={run}"], folder, bootstrap_draws=0, device=cfg.device,
                   progress=False, log=lambda *_: None)  # fmt: skip
@@ -134,6 +145,53 @@ def objective(cfg: SweepConfig, store, name: str, settings: dict, watch=None) ->
     if len(results) != 1:
         raise FlowclipError(f"validation={cfg.validation}: expected one benchmark, it holds {sorted(results)}")
     return float(headline(next(iter(results.values()))))
+
+
+def run_generation(cfg: SweepConfig, store, trials: list, tracking=None) -> dict:
+    """Trials asked together (jobs > 1): every run of them trains side by side with the
+    runs that share its data order (seed, batch size, epochs), stacked with cfg.stack, then
+    each is scored. {trial number: its objective (values and spread set on the trial), or
+    the FlowclipError that failed it (and the runs it trained beside)}. Two trials of the
+    same settings share their runs."""
+    from ..training.loop import TrainConfig, train_heads
+
+    runs: dict[str, tuple[dict, list[int]]] = {}  # folder name -> (settings, the trials it serves)
+    for t in trials:
+        for name, seed in trial_runs(t.params, cfg.trial_seeds):
+            runs.setdefault(name, ({**trial_settings(cfg, t.params), "seed": seed}, []))[1].append(t.number)
+    folder = lambda name: os.path.join(cfg.out, "trials", name)  # noqa: E731
+    failed: dict[int, FlowclipError] = {}
+    values: dict[str, float] = {}
+    groups: dict[tuple, list[tuple[str, Any]]] = {}
+    for name, (settings, numbers) in runs.items():
+        try:
+            tc = TrainConfig.from_dict(settings, f"trial {name}")
+        except FlowclipError as e:
+            failed.update(dict.fromkeys(numbers, e))
+            continue
+        groups.setdefault((tc.seed, tc.batch_size, tc.epochs), []).append((name, tc))
+    for group in groups.values():
+        todo = [(folder(n), tc) for n, tc in group if not os.path.exists(os.path.join(folder(n), "DONE"))]
+        try:
+            if todo:
+                train_heads(store, cfg.train, todo, device=cfg.device, resume=True, progress=False, stack=cfg.stack,
+                            watch=tracking.watch if tracking else None, log=lambda *_: None)  # fmt: skip
+            for n, _ in group:
+                values[n] = objective_value(cfg, store, n, checkpoint.read_state(folder(n)))
+        except FlowclipError as e:
+            failed.update({num: e for n, _ in group for num in runs[n][1]})
+    out: dict[int, Any] = {}
+    for t in trials:
+        if t.number in failed:
+            out[t.number] = failed[t.number]
+            continue
+        names = [name for name, _ in trial_runs(t.params, cfg.trial_seeds)]
+        for name in names if tracking else []:
+            tracking.summary(folder(name), {"objective": values[name]})
+        t.set_user_attr("values", [values[n] for n in names])
+        t.set_user_attr("spread", spread([values[n] for n in names]))
+        out[t.number] = sum(values[n] for n in names) / len(names)
+    return out
 
 
 def pruning_watch(trial):
@@ -201,6 +259,8 @@ def prepare(cfg: SweepConfig) -> tuple[dict, Any]:
     for key, dist in space.items():  # every key reaches TrainConfig before any trial trains
         probe = dist.choices[0] if hasattr(dist, "choices") else dist.low
         TrainConfig.from_dict(trial_settings(cfg, {key: probe}), f"space.{key}")
+    if cfg.pruner != "none" and cfg.jobs > 1:
+        raise FlowclipError(f"pruner: {cfg.pruner} needs jobs: 1 (a pruned trial would stop the runs beside it)")
     if cfg.pruner != "none" and not _has_val_split(cfg.train):
         raise FlowclipError(f"pruner: {cfg.pruner} watches the val accuracy per epoch; {cfg.train} has no val split")
     return space, FeatureStore(cfg.store)
