@@ -45,7 +45,7 @@ from flowclip_cache.training.stacked import StackedStep
 from flowclip_cache.training.train_config import TrainConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import abab, alternate, ratio  # noqa: E402
+from _timing import abab, alternate, ratio, timed  # noqa: E402
 
 B, N, D, L = 32, 49, 512, 16
 
@@ -249,14 +249,15 @@ def bench_end_to_end(root: str, reps: int) -> None:
 
         return side
 
-    times = alternate(
-        {
-            "commands": fresh(lambda o: _commands(store, train, gallery, o)),
-            "study": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), False)),
-            "stacked": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), True)),
-        },
-        reps,
-    )
+    sides = {
+        "commands": fresh(lambda o: _commands(store, train, gallery, o)),
+        "study": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), False)),
+        "stacked": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), True)),
+    }
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    for _ in range(reps):  # fresh processes every time: no warm-up round
+        for side, fn in sides.items():
+            times[side].append(timed(fn))
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     print(f"end-to-end: 8 variants x {STEPS} steps + 250-image gallery; arithmetic alone {arith:.1f} s")
     for side in times:

@@ -132,3 +132,24 @@ def test_the_filip_recipe_trains_the_term_resumes_bit_identically_and_records_it
     card = json.load(open(straight.replace(".safetensors", ".json")))
     assert [s for s, _ in card["token_loss_curve"]] == [2, 4] and [s for s, _ in card["loss_curve"]] == [2, 4]
     assert all(v > 0 for _, v in card["token_loss_curve"])
+
+
+def test_a_recipe_can_leave_out_a_worlds_held_out_combinations():
+    """held_out_of_world: 0 renders no scene holding one of world 0's 19 held-out colour-shape
+    pairs (the shipped grounded recipe's pool holds them: 140 of these 400 scenes), and the
+    clean recipe is the grounded one with that key and its own model name alone."""
+    from flowclip_cache.config import find_config, load_yaml
+    from flowclip_cache.synthetic.world import held_out_combos
+    from flowclip_cache.training.pretrain import PretrainConfig, render_pool
+
+    held = held_out_combos(0)
+    seen = lambda cfg: sum(any((o.colour, o.shape) in held for o in objs) for objs in render_pool(cfg)[1])  # noqa: E731
+    assert len(held) == 19 and seen(PretrainConfig(scenes=400)) == 140
+    assert seen(PretrainConfig(scenes=400, held_out_of_world=0)) == 0
+    clean, grounded = (
+        load_yaml(find_config(n)) for n in ("pretrain_tiny_clip_filip_clean", "pretrain_tiny_clip_filip")
+    )
+    assert {k: v for k, v in clean.items() if k not in ("model", "held_out_of_world")} == {
+        k: v for k, v in grounded.items() if k != "model"
+    }
+    assert clean["held_out_of_world"] == 0 and PretrainConfig.from_dict(clean).model == "flowclip-tiny-clip-filip-clean"

@@ -326,8 +326,9 @@ def test_a_generation_of_trials_trains_side_by_side_as_the_trials_would_alone(la
         assert calls == ([3] if more else [1, 1, 1]), (name, calls)
     assert values["three"] == values["one"] and len(set(values["one"].values())) > 1
     assert values["stacked"] == pytest.approx(values["one"], abs=1e-6)
-    (tmp_path / "x.yaml").write_text(f"out: {tmp_path}/x\nstore: {lab['store']}\ntrain: {lab['training']}\n"
-                                     f"validation: {lab['candidates']}\neval: [{lab['candidates']}]\n"
-                                     "eval_on_selection: true\njobs: 2\npruner: median\nspace: {lr: {low: 0.001, high: 0.1}}\n")  # fmt: skip
+    lines = [f"out: {tmp_path}/x", f"store: {lab['store']}", f"train: {lab['training']}",
+             f"validation: {lab['candidates']}", f"eval: [{lab['candidates']}]", "eval_on_selection: true",
+             "jobs: 2", "pruner: median", "space: {lr: {low: 0.001, high: 0.1}}"]  # fmt: skip
+    (tmp_path / "x.yaml").write_text("\n".join(lines) + "\n")
     r = CliRunner().invoke(main, ["sweep", str(tmp_path / "x.yaml")])
     assert r.exit_code == 2 and "needs jobs: 1" in r.output, r.output

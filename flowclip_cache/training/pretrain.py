@@ -29,7 +29,7 @@ from ..extraction.encoders import OPENAI_MEAN, OPENAI_STD, register_package_conf
 from ..extraction.families.locate import WEIGHTS_DIR
 from ..extraction.families.openai_clip import OpenAIClip
 from ..progress import bar as progress_bar
-from ..synthetic.world import COLOURS, SHAPES, describe, render, sample_scene
+from ..synthetic.world import COLOURS, SHAPES, describe, held_out_combos, render, sample_scene
 from . import checkpoint
 from .adamw import AdamW
 from .filip_loss import TOKEN_LOSSES
@@ -52,6 +52,10 @@ class PretrainConfig:
     # a token-patch term added to the global InfoNCE (training/filip_loss.py); "none": the global loss alone
     token_loss: str = field(default="none", metadata={"choices": tuple(TOKEN_LOSSES)})
     token_loss_weight: float = field(default=1.0, metadata={"min": 0.0})
+    # a synthetic world's seed: no scene holding one of that world's held-out colour-shape
+    # combinations is rendered, so its held-out task tests generalisation (the encoder never
+    # saw them together); None: every combination
+    held_out_of_world: int | None = field(default=None, metadata={"min": 0})
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
@@ -60,7 +64,8 @@ class PretrainConfig:
 
 def render_pool(cfg: PretrainConfig):
     rng = random.Random(f"pretrain:{cfg.seed}")
-    combos = [(c, s) for c in COLOURS for s in SHAPES]
+    held = held_out_combos(cfg.held_out_of_world) if cfg.held_out_of_world is not None else set()
+    combos = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in held]
     images = np.empty((cfg.scenes, cfg.image_size, cfg.image_size, 3), np.uint8)
     scenes = []
     for i in range(cfg.scenes):

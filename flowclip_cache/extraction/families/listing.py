@@ -59,6 +59,8 @@ def shipped_about(model: str, cfg: dict) -> str:
     what = f"{tower} text tower, " + (
         f"grounded: global InfoNCE + {loss.upper()}'s token-wise loss" if loss else "global InfoNCE alone"
     )
+    if isinstance(recipe.get("held_out_of_world"), int):
+        what += f"; never saw synthetic world {recipe['held_out_of_world']}'s held-out colour-shape pairs"
     probe = card.get("grounding_probe") or []
     if probe and isinstance(probe[-1], dict) and "colour_hit_rate" in probe[-1]:
         last = probe[-1]
