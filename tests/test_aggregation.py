@@ -66,15 +66,26 @@ def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
         "git_revision": "y",
         "bootstrap": {
             "t": {
-                "flow - clip": {"mean_pts": 10.0, "ci95_pts": [0.35, 4.4], "draws_missing_a_group": 0},
-                "flow - flow": {"mean_pts": 0.1, "ci95_pts": [-1.0, 2.0], "draws_missing_a_group": 0},
+                "flow - clip": {
+                    "mean_pts": 10.0,
+                    "ci95_pts": [0.35, 4.4],
+                    "draws_missing_a_group": 0,
+                    "p_two_sided": 0.02,
+                },
+                "flow - flow": {
+                    "mean_pts": 0.1,
+                    "ci95_pts": [-1.0, 2.0],
+                    "draws_missing_a_group": 0,
+                    "p_two_sided": 0.6,
+                },
             }
         },
     }
     write_summary(str(tmp_path), summarise(score, runs))
     md = (tmp_path / "summary.md").read_text()
-    assert "| t | flow - clip | 10.00 | [0.35, 4.40] * | 0 |" in md
-    assert "| t | flow - flow | 0.10 | [-1.00, 2.00] | 0 |" in md
+    # p as the bootstrap gave it, and Holm's over the table's two by hand: 2 x 0.02, then max(0.04, 1 x 0.6)
+    assert "| t | flow - clip | 10.00 | [0.35, 4.40] * | 0.0200 | 0.0400 | 0 |" in md
+    assert "| t | flow - flow | 0.10 | [-1.00, 2.00] | 0.6000 | 0.6000 | 0 |" in md and "Holm p (of 2)" in md
 
 
 def test_study_figure_draws_chance_and_marks_the_means():
@@ -366,7 +377,7 @@ def test_results_md_for_a_hand_built_case(tmp_path):
     assert "### t1: per subset" in md and "| real | flow | 50.00 | 75.00 |" in md
     assert "| clip | 2 | 0 |" in md and "| flow | 0 | 1 |" in md
     assert "**Shuffle**" in md and "lower is better" in md
-    assert "| t1 | flow - clip | 12.50 | [2.00, 23.00] * | 0 |" in md
+    assert "| t1 | flow - clip | 12.50 | [2.00, 23.00] * | – | – | 0 |" in md  # (no p recorded)
     assert "| t1 | flow vs clip | 3 | 1 |" in md
     csv = (tmp_path / "results.csv").read_text()
     assert csv.startswith("control,scorer,column,percent,partial\n") and "real,flow,m,68.7500,partial\n" in csv
@@ -438,7 +449,7 @@ def test_a_study_summary_marks_figures_resting_on_part_of_their_records():
     md = "\n".join(summary_markdown(summary))
     assert "| flow | 65.00 ± 7.07 (+15.00) * | 52.50 ± 3.54 (+12.50) |" in md
     assert "| clip | 50.00 (+0.00) | 40.00 (+0.00) |" in md
-    assert "| t (partial) | flow - clip | 15.00 | [5.00, 25.00] * | 0 |" in md  # * only for excluding 0
+    assert "| t (partial) | flow - clip | 15.00 | [5.00, 25.00] * | – | – | 0 |" in md  # * only for excluding 0
     csv = summary_csv(summary)
     assert "real,flow,t,65.0000,7.0711,2,15.0000,partial" in csv and "real,flow,u,52.5000,3.5355,2,12.5000," in csv
 

@@ -159,6 +159,28 @@ def test_bootstrap_by_hand_and_groups():
     assert c_a["mean_pts"] == 50.0 and c_a["bootstrap_mean_pts"] != 50.0
 
 
+def test_seeds_resampled_and_holm_by_hand():
+    """Issue 55. Every image scores alike, so images carry no spread: method A's two seeds
+    both 50%, B's seeds 100% and 0%. Averaging the seeds in each draw (the paper's Sec. 4.3)
+    gives B - A = 0 in every draw; drawing the seeds too gives B in {0, 50, 100} with
+    probabilities 1/4, 1/2, 1/4, so the 95% interval is [-50, 50] and p = 1. Holm's
+    adjustment of (0.01, 0.04, 0.03, 0.005) by hand: (0.03, 0.06, 0.06, 0.02)."""
+    from flowclip_cache.scoring.stats import holm
+
+    n = 40
+    half = np.arange(n) % 2 == 0
+    correct = {"a0": half, "a1": half, "b0": np.ones(n, bool), "b1": np.zeros(n, bool)}
+    tasks = [{"name": "t", "image_index": np.arange(n) // 2, "groups": None, "correct": correct}]
+    methods = {"A": ["a0", "a1"], "B": ["b0", "b1"]}
+    runs = lambda rs: paired_bootstrap(tasks, methods, [("A", "B")], n // 2, 2000, 0, rs)["t"]["B - A"]  # noqa: E731
+    fixed, drawn = runs(False), runs(True)
+    assert fixed["ci95_pts"] == [0.0, 0.0] and not fixed["seeds_resampled"]
+    assert drawn["ci95_pts"] == [-50.0, 50.0] and drawn["seeds_resampled"] and drawn["mean_pts"] == 0.0
+    assert drawn["p_two_sided"] == 1.0 and abs(drawn["bootstrap_mean_pts"]) < 3
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.2, float("nan")])[0] == 0.2
+
+
 @pytest.fixture
 def scored_world(tmp_path, tiny_encoder):
     from flowclip_cache.extraction.extract import run_extract

@@ -22,9 +22,11 @@ def interval_cell(lo: float, hi: float) -> str:
 
 BOOTSTRAP_NOTE = (
     "The bootstrap resamples images (all records of an image together, the same draws for every "
-    "scorer and task). *mean* is the mean over draws of the difference of the two methods' official "
-    "scores, the runs of a method (seeds) averaged inside each draw; it is close to, not equal to, "
-    "the difference of the accuracies in the tables above. An interval that excludes 0 is marked *."
+    "scorer and task; a method's seeds averaged inside each draw). *observed* is the difference of the "
+    "two methods' official scores over every record once (the tables' figures); the interval is the "
+    "draws' 2.5th-97.5th percentiles, marked * where it excludes 0. *p* is the bootstrap's two-sided p of "
+    "no difference (twice the smaller share of draws on either side of 0); *Holm p* adjusts it for every "
+    "comparison in the table (Holm's step-down correction): read a difference as shown where Holm p < 0.05."
 )
 
 
@@ -307,32 +309,30 @@ def _zero_shot(summary, scorers, benches, name):
 
 
 def _bootstrap(summary, scorers, benches, name):
-    if not summary["bootstrap"]:
-        return [], []
-    rows = []
-    for task, d in summary["bootstrap"].items():
-        for key, v in d.items():
-            rows.append(
-                [
-                    partial_label(task, v),
-                    key,
-                    fmt(v["mean_pts"]),
-                    interval_cell(*v["ci95_pts"]),
-                    v["draws_missing_a_group"],
-                ]
-            )
-    notes = (
-        [PARTIAL_NOTE, ""] if any(v.get("partial") for d in summary["bootstrap"].values() for v in d.values()) else []
-    )
-    return [
-        "## Paired image-cluster bootstrap (95% interval, points)",
-        "",
-        BOOTSTRAP_NOTE,
-        "",
-        *table(["task", "difference", "observed", "95% CI", "draws missing a group"], rows),
-        "",
-        *notes,
-    ], []
+    return bootstrap_table(summary["bootstrap"], "## Paired image-cluster bootstrap (95% interval, points)",
+                           PARTIAL_NOTE), []  # fmt: skip
+
+
+def bootstrap_table(bootstrap: dict, title: str, partial_note: str) -> list[str]:
+    """The paired bootstrap's comparisons as a table (a score's results.md, a study's
+    summary.md): the observed difference, its 95% interval, the bootstrap's two-sided p and
+    Holm's adjustment of it over every comparison in the table."""
+    from .stats import holm
+
+    if not bootstrap:
+        return []
+    comps = [(t, k, v) for t, d in bootstrap.items() for k, v in d.items()]
+    adjusted = holm([v.get("p_two_sided", float("nan")) for _, _, v in comps])
+    rows = [
+        [partial_label(t, v), k, fmt(v["mean_pts"]), interval_cell(*v["ci95_pts"]),
+         fmt(v.get("p_two_sided", float("nan")), 4), fmt(q, 4), v["draws_missing_a_group"]]
+        for (t, k, v), q in zip(comps, adjusted)
+    ]  # fmt: skip
+    resampled = any(v.get("seeds_resampled") for _, _, v in comps)
+    note = BOOTSTRAP_NOTE + (" Here each draw also draws each method's seeds with replacement." if resampled else "")
+    header = ["task", "difference", "observed", "95% CI", "p", f"Holm p (of {len(comps)})", "draws missing a group"]
+    partial = any(v.get("partial") for _, _, v in comps)
+    return [title, "", note, "", *table(header, rows), "", *([partial_note, ""] if partial else [])]
 
 
 def _changes(summary, scorers, benches, name):

@@ -49,6 +49,34 @@ def weighted_stat(correct: np.ndarray, W: np.ndarray, groups, finest: np.ndarray
     return stat, ((W @ onehot) == 0).any(1)
 
 
+def seed_picks(draws: int, k: int, seed: int, chunk: int = 500):
+    """Yield [c, k] indices into a method's k runs, k drawn with replacement per draw
+    (deterministic by seed; every method with k runs gets the same picks: paired by seed)."""
+    rng = np.random.default_rng([seed, k, 1])
+    done = 0
+    while done < draws:
+        c = min(chunk, draws - done)
+        yield rng.integers(0, k, size=(c, k))
+        done += c
+
+
+def two_sided_p(d: np.ndarray) -> float:
+    """The bootstrap's two-sided p-value of 'no difference': twice the smaller share of
+    draws on either side of 0 (at most 1)."""
+    return float(min(1.0, 2 * min(np.mean(d <= 0), np.mean(d >= 0)))) if len(d) else float("nan")
+
+
+def holm(p: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the order given: the i-th
+    smallest times (m - i + 1), made monotone, capped at 1. NaN stays NaN."""
+    idx = [i for i in sorted(range(len(p)), key=lambda i: p[i]) if not np.isnan(p[i])]
+    out, running = [float("nan")] * len(p), 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (len(idx) - rank) * p[i]))
+        out[i] = running
+    return out
+
+
 def paired_bootstrap(
     tasks: list[dict],
     methods: dict[str, list[str]],
@@ -56,16 +84,24 @@ def paired_bootstrap(
     n_images: int,
     draws: int = 10_000,
     seed: int = 0,
+    resample_seeds: bool = False,
 ) -> dict:
     """tasks: [{name, image_index [n] (into the shared image list), groups [n] or None,
                correct: {run: [n] bool}}]
     methods: method -> its runs (seeds). Returns {task: {"b - a": {mean_pts: the observed difference
     (every record once), ci95_pts: the draws' 2.5 and 97.5 percentiles, bootstrap_mean_pts: the
-    draws' mean, draws, draws_missing_a_group}}}."""
+    draws' mean, p_two_sided (two_sided_p), draws, draws_missing_a_group, seeds_resampled}}}.
+    resample_seeds: each draw also draws a method's runs with replacement (the same picks
+    for every method with as many runs: paired by seed), so the interval holds the spread
+    over seeds as well as over images; False: the runs averaged in every draw (the paper's
+    Sec. 4.3)."""
     diffs: dict[str, dict[str, list]] = {t["name"]: {f"{b} - {a}": [] for a, b in pairs} for t in tasks}
     grouping = {t["name"]: levels_of(t["groups"]) for t in tasks}
     lost = {t["name"]: 0 for t in tasks}
+    sizes = sorted({len(r) for r in methods.values() if len(r) > 1}) if resample_seeds else []
+    picks_of = {k: seed_picks(draws, k, seed) for k in sizes}
     for Wimg in image_weights(n_images, draws, seed):
+        picks = {k: next(g) for k, g in picks_of.items()}
         for t in tasks:
             W = Wimg[:, t["image_index"]]
             stat = {}
@@ -74,7 +110,8 @@ def paired_bootstrap(
                 for r in runs:
                     v, missing = weighted_stat(t["correct"][r], W, *grouping[t["name"]], t.get("digits"))
                     vals.append(v)
-                stat[m] = np.mean(vals, 0)
+                V, k = np.stack(vals), len(runs)  # [runs, draws of this chunk]
+                stat[m] = V[picks[k].T, np.arange(V.shape[1])].mean(0) if k in picks else V.mean(0)
             lost[t["name"]] += int(missing.sum())
             for a, b in pairs:
                 diffs[t["name"]][f"{b} - {a}"].append(stat[b] - stat[a])
@@ -95,7 +132,9 @@ def paired_bootstrap(
                 "ci95_pts": [float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))]
                 if len(ok)
                 else [float("nan")] * 2,
+                "p_two_sided": two_sided_p(ok),
                 "draws": draws,
                 "draws_missing_a_group": lost[t["name"]],
+                "seeds_resampled": bool(resample_seeds),
             }
     return out

@@ -345,28 +345,11 @@ def _own_accuracy(summary: dict) -> list[str]:
 
 
 def _bootstrap_table(summary: dict) -> list[str]:
-    from ..scoring.report import BOOTSTRAP_NOTE, interval_cell, partial_label, table
+    from ..scoring.report import bootstrap_table
 
-    if not summary["bootstrap"]:
-        return []
-    rows = [
-        [partial_label(t, v), k, f"{v['mean_pts']:.2f}", interval_cell(*v["ci95_pts"]), v["draws_missing_a_group"]]
-        for t, d in summary["bootstrap"].items()
-        for k, v in d.items()
-    ]
-    return [
-        "## Paired image-cluster bootstrap, 95% intervals (points)",
-        "",
-        BOOTSTRAP_NOTE,
-        "",
-        *table(["task", "difference", "observed", "95% CI", "draws missing a group"], rows),
-        "",
-        *(
-            [PARTIAL_NOTE, ""]
-            if any(v.get("partial") for d in summary["bootstrap"].values() for v in d.values())
-            else []
-        ),
-    ]
+    return bootstrap_table(
+        summary["bootstrap"], "## Paired image-cluster bootstrap, 95% intervals (points)", PARTIAL_NOTE
+    )
 
 
 def summary_csv(summary: dict) -> list[str]:
