@@ -217,14 +217,17 @@ def test_a_study_trains_from_the_store_placement(tmp_path):
         f"out={tmp_path}/s",
         *REDUCED,
         "seeds=[0,1]",
-        "bootstrap=0",
-        "compare=[]",
+        "bootstrap=50",
+        "resample_seeds=true",  # (issue 55: the bootstrap draws the two seeds too)
         "data_placement=store",
         "--quiet",
     ]
     r = CliRunner().invoke(main, more)
     assert r.exit_code == 0, r.output
     assert "made for another grid" in r.output and "the study is finished" not in r.output
+    boot = json.load(open(tmp_path / "s" / "summary.json"))["bootstrap"]
+    assert boot and all(v["seeds_resampled"] and 0 <= v["p_two_sided"] <= 1 for d in boot.values() for v in d.values())
+    assert "each draw also draws each method's seeds" in open(tmp_path / "s" / "summary.md").read()
     timing = json.load(open(tmp_path / "s" / "summary.json"))["timing"]["train_seconds_per_run"]
     assert any(k.endswith("seed-1") for k in timing) and any(k.endswith("seed-0") for k in timing)
     assert "the study is finished" in CliRunner().invoke(main, more).output

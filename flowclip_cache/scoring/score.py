@@ -56,9 +56,11 @@ def run_score(
     figures: bool = True,
     suite: str | None = None,
     labels: str = "name",
+    resample_seeds: bool = False,
     log=print,
 ) -> dict:
-    """compare: (baseline, other) method pairs for the bootstrap; default every pair.
+    """compare: (baseline, other) method pairs for the bootstrap; default every pair;
+    resample_seeds: its draws draw each method's seeds too (stats.paired_bootstrap).
     figures: the PNGs (margins, CREPE curves) beside the results. suite: score only that
     suite's members among the manifests (scoring/suites.py), naming the absent ones.
     labels: how results name a NAME=folder scorer (scorers.load_scorers)."""
@@ -91,7 +93,7 @@ def run_score(
             controls,
             device,
             seed,
-            bootstrap_draws,
+            (bootstrap_draws, resample_seeds),
             max_memory_mb,
             shortlist,
             image_root,
@@ -113,7 +115,7 @@ def _score_all(
     controls,
     device,
     seed,
-    bootstrap_draws,
+    bootstrap,  # (draws, whether they draw seeds too)
     max_memory_mb,
     shortlist,
     image_root,
@@ -125,6 +127,7 @@ def _score_all(
 ) -> dict:
     from ..progress import bar
 
+    bootstrap_draws, resample_seeds = bootstrap
     t0 = time.perf_counter()
     records_bar = bar(sum(len(m) for m, _, _ in checked), "score", "record", progress)
     results: dict = {}  # (control, run) -> benchmark -> result
@@ -167,7 +170,7 @@ def _score_all(
     mark_partial(results, excluded, lost)
     methods, pairs = _comparisons(scorers, compare)
     bootstrap = (
-        paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed)
+        paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed, resample_seeds)
         if pairs and boot_tasks and bootstrap_draws
         else {}
     )

@@ -51,6 +51,7 @@ class AblationConfig:
     # training-free scorers scored beside CLIP and the runs, each a row of its own (filip-score:
     # the encoder's own token-patch evidence as FILIP's authors score it); compare may name them
     training_free: list[str] = field(default_factory=list)
+    resample_seeds: bool = False  # the bootstrap draws each method's seeds too (not the paper's Sec. 4.3)
 
 
 def plan(cfg: AblationConfig) -> list[RunSpec]:
@@ -186,6 +187,7 @@ def _execute(cfg: AblationConfig, spec, dry_run: bool, jobs: int, progress: bool
         figures=cfg.figures,
         suite=cfg.suite,
         training_free=cfg.training_free,
+        resample_seeds=cfg.resample_seeds,
         tracking=tracking,
         log=log,
     )

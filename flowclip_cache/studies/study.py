@@ -69,13 +69,14 @@ def execute(
     figures: bool = True,
     suite: str | None = None,
     training_free=(),
+    resample_seeds: bool = False,
     tracking=None,
     log=print,
 ) -> dict | None:
     """suite: score only that suite's members among eval_manifests (flowclip score --suite).
     training_free: scorers with no parameters (filip-score, ...) scored beside CLIP, each a
-    method of its own. tracking: a training.tracking.Tracking every run's records and final
-    scores go to."""
+    method of its own. resample_seeds: the bootstrap draws seeds too (stats.paired_bootstrap).
+    tracking: a training.tracking.Tracking every run's records and final scores go to."""
     from .. import outputs
 
     _check_names(suite, training_free)  # before any training
@@ -137,7 +138,8 @@ def execute(
         rank=(rank, ranks),
         **shared,
     )
-    scoring = {**shared, "figures": figures, "suite": suite, "training_free": list(training_free)}
+    scoring = {**shared, "figures": figures, "suite": suite, "training_free": list(training_free),
+               "resample_seeds": resample_seeds}  # fmt: skip
     summarise = lambda: _summarise(  # noqa: E731
         store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, scoring
     )
@@ -315,16 +317,13 @@ def train_missing(
     tracking=None,
 ) -> None:
     """Train every run not finished (resuming partial ones), from one in-memory copy of the
-    features; runs that share a data order train side by side on the same batches. Under
-    several ranks (spread.py), this rank's share of the plan's groups, each run claimed."""
+    features; runs that share a data order (seed, batch size, epochs) train side by side on
+    the same batches ("stacked": batched where they can). Under several ranks (spread.py),
+    this rank's share of the plan's groups, each run claimed."""
     from .checks import run_status
 
-    # side by side: runs that share a data order (seed, batch size, epochs) train on the same batches
-    key = (
-        (lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs))
-        if side_by_side
-        else (lambda r: r.folder)
-    )
+    order = lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs)  # noqa: E731
+    key = order if side_by_side else (lambda r: r.folder)
     planned: dict = {}
     for r in runs:  # the whole plan, so that every rank splits it alike whatever is finished
         planned.setdefault(key(r), []).append(r)
@@ -390,6 +389,7 @@ def score_and_summarise(
     figures: bool = True,
     suite: str | None = None,
     training_free=(),
+    resample_seeds: bool = False,
     tracking=None,
 ) -> dict:
     """Score CLIP, the training-free scorers and every run on every manifest (or a suite's
@@ -413,6 +413,7 @@ def score_and_summarise(
         figures=figures,
         suite=suite,
         labels="folder",  # a study's runs are its folders (the seeds of a method share its name)
+        resample_seeds=resample_seeds,
         log=lambda m: log(f"  {m}"),
     )
     for r in runs if tracking else []:
