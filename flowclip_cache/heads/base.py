@@ -81,6 +81,16 @@ class Head(nn.Module):
         default the image's own features; Flow-CLIP adds its projected patches."""
         return v, P
 
+    def caption_parts(self, t, H, mask) -> tuple:
+        """What all-pairs scoring computes once per caption (in blocks of a fixed size, one
+        token count each): by default the caption's own features."""
+        return t, H, mask
+
+    def score_from_parts(self, image: tuple, caption: tuple) -> torch.Tensor:
+        """All pairs [I, T] from image_parts' rows and caption_parts' rows."""
+        (v, P), (t, H, mask) = image, caption
+        return self(v, P, t, H, mask)
+
     def score_matched_parts(self, parts: tuple, t, H, mask) -> torch.Tensor:
         """score_matched from each pair's image parts (image_parts' rows, one per pair)."""
         v, P = parts

@@ -24,8 +24,8 @@ from .base import Head
 
 PAIR_BLOCK = 32  # matched pairs per call of a head's score_matched
 TEXT_BLOCK = 64  # captions per all-pairs call
-IMAGE_BLOCK = 128  # images per all-pairs call (each call recomputes its images' and captions' own
-# projections: at 128 x 64 Flow-CLIP runs at about 0.65 of one call over the gallery, bench_score.py)
+IMAGE_BLOCK = 128  # images per all-pairs call (each image's and caption's own projections are
+# computed once, in blocks of these sizes: heads' image_parts and caption_parts)
 
 
 def _lengths(mask: torch.Tensor | None, n: int, device) -> torch.Tensor:
@@ -92,12 +92,15 @@ def matched_scores(head, v, P, t, H, mask, image_of: torch.Tensor | None = None)
 
 def all_pair_scores(head, v, P, t, H, mask) -> torch.Tensor:
     """head(v, P, t, H, mask) over every image x caption: [I, T], each pair's score the
-    bits it has in a gallery of that one image and that one caption."""
+    bits it has in a gallery of that one image and that one caption. What a head computes
+    once per image (image_parts) and once per caption (caption_parts) is computed once,
+    in blocks of a fixed size."""
     I, T = len(v), len(t)
     out = torch.empty(I, T, dtype=torch.float32, device=v.device)
     pad = (-I) % IMAGE_BLOCK
     rows = torch.arange(I, device=v.device)
     rows = torch.cat([rows, rows[-1:].expand(pad)]) if pad else rows
+    images = _image_parts(head, v, P)
     tok = mask is not None
     for ell, idx, real in _groups(_lengths(mask, T, v.device), TEXT_BLOCK):
         for b in range(0, len(idx), TEXT_BLOCK):
@@ -105,10 +108,10 @@ def all_pair_scores(head, v, P, t, H, mask) -> torch.Tensor:
             keep = min(TEXT_BLOCK, real - b)
             if keep <= 0:
                 continue
-            t_k, H_k, m_k = t[k], _take(H, k, ell if tok else None), _take(mask, k, ell if tok else None)
+            captions = head.caption_parts(t[k], _take(H, k, ell if tok else None), _take(mask, k, ell if tok else None))
             for i0 in range(0, len(rows), IMAGE_BLOCK):
                 r = rows[i0 : i0 + IMAGE_BLOCK]
-                s = head(v[r], _take(P, r), t_k, H_k, m_k).float()
+                s = head.score_from_parts(tuple(_take(x, r) for x in images), captions).float()
                 n_r = min(IMAGE_BLOCK, I - i0)
                 out[r[:n_r, None], k[None, :keep]] = s[:n_r, :keep]
     return out

@@ -140,22 +140,32 @@ def run_chunks(chunk, starts, cpu: bool) -> None:
 
 
 def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
-    """All pairs without autograd, in place, a few images at a time (docs/performance.md,
-    "Pair scoring"). One GEMM per chunk gives the four pair products laid out
-    [n, 2N, 2TL] (rows p_j then Y_k, columns q then w), so every sum over patches runs
+    """All pairs without autograd (docs/performance.md, "Pair scoring"): each image's and
+    each token's projections, then the kernel over them (token_scores_from_parts)."""
+    return token_scores_from_parts(P, *image_parts(P, W), *token_parts(H, M_tok, W), mask, tau_p)
+
+
+def token_parts(H, M_tok, W):
+    """What ICER computes once per caption token: (q = norm(M_tok h), w = W q), [T,L,d] each."""
+    q = F.normalize(H @ M_tok.T, dim=-1)
+    return q, q @ W.T
+
+
+def token_scores_from_parts(P, Y, G, pbar, q, w, mask, tau_p):
+    """All pairs from each image's parts (image_parts) and each token's (token_parts), in
+    place, a few images at a time. One GEMM per chunk gives the four pair products laid
+    out [n, 2N, 2TL] (rows p_j then Y_k, columns q then w), so every sum over patches runs
     along rows of contiguous tokens and nothing is transposed; G = [P; Y] Y^T [I, 2N, N]
     turns (W c) . p_j and |W c|^2 into one small batched product per chunk."""
     I, N, d = P.shape
-    T, L, _ = H.shape
+    T, L, _ = q.shape
     TL = T * L
     step = max(1, CHUNK_BYTES // (16 * N * TL))
     given = I
     if I % step:  # every chunk of exactly `step` images: an image's bits never depend on the chunk it met
-        P = torch.cat([P, P[-1:].expand((-I) % step, -1, -1)])
+        P, Y, G, pbar = (torch.cat([x, x[-1:].expand((-I) % step, *x.shape[1:])]) for x in (P, Y, G, pbar))
         I = len(P)
-    q = F.normalize(H @ M_tok.T, dim=-1).reshape(TL, d)
-    w = q @ W.T
-    Y, G, pbar = image_parts(P, W)  # G [I, 2N, N]: p_j . Y_k, then Y_j . Y_k
+    q, w = q.reshape(TL, d), w.reshape(TL, d)
     R = torch.cat([P, Y], 1)  # [I, 2N, d]
     lhs_t = torch.cat([q, w], 0).T  # [d, 2TL]
     q_pbar = pbar @ q.T  # [I, TL]: mean_j q . p_j
@@ -206,8 +216,7 @@ def matched_token_scores(P, Y, G, pbar, H, mask, M_tok, W, tau_p):
     """s_token of matched pairs (row i of each input together) from their images' parts
     (image_parts), without autograd: [n]. Each pair costs its caption's two projections
     and the four products {q, Wq} x {p, Y} (one batched product); W never meets a patch."""
-    q = F.normalize(H @ M_tok.T, dim=-1)  # [n,L,d]
-    w = q @ W.T
+    q, w = token_parts(H, M_tok, W)  # [n,L,d] each
     S = torch.bmm(torch.cat([P, Y], 1), torch.cat([q, w], 1).transpose(1, 2))  # [n, 2N, 2L]
     q_pbar = torch.bmm(q, pbar[:, :, None])[..., 0]
     e = _evidence_change(S, G, q_pbar, (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1), tau_p)
@@ -249,6 +258,17 @@ class FlowHead(GlobalHead):
         if torch.is_grad_enabled() and any(x.requires_grad for x in (P, self.M_tok, self.W)):
             return v, P  # autograd: score_matched's layout
         return (v, P, *image_parts(P, self.W))
+
+    def caption_parts(self, t, H, mask):
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (H, self.M, self.M_tok, self.W)):
+            return t, H, mask  # autograd: forward's layout
+        return (t, H, mask, F.normalize(t @ self.M.T, dim=-1), *token_parts(H, self.M_tok, self.W))
+
+    def score_from_parts(self, image: tuple, caption: tuple):
+        if len(image) == 2 or len(caption) == 3:  # either side kept for autograd: forward itself
+            return super().score_from_parts(image[:2], caption[:3])
+        (v, P, Y, G, pbar), (_, _, mask, z, q, w) = image, caption
+        return v @ z.T + self.alpha * token_scores_from_parts(P, Y, G, pbar, q, w, mask, self.tau_p)
 
     def score_matched_parts(self, parts, t, H, mask):
         if len(parts) == 2:
