@@ -86,6 +86,7 @@ def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
     # p as the bootstrap gave it, and Holm's over the table's two by hand: 2 x 0.02, then max(0.04, 1 x 0.6)
     assert "| t | flow - clip | 10.00 | [0.35, 4.40] * | 0.0200 | 0.0400 | 0 |" in md
     assert "| t | flow - flow | 0.10 | [-1.00, 2.00] | 0.6000 | 0.6000 | 0 |" in md and "Holm p (of 2)" in md
+    assert "After Holm's correction over all 2, 1 stand (p < 0.05): flow - clip on t." in md
 
 
 def test_study_figure_draws_chance_and_marks_the_means():

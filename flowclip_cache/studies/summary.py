@@ -54,6 +54,7 @@ def overall(summary: dict) -> list[str]:
         f"**Overall.** Of {len(comps)} paired comparisons, {len(excl)} {'has' if len(excl) == 1 else 'have'} a 95% "
         f"interval that excludes 0; about {len(comps) / 20:.1f} would by chance alone. "
         + _beyond_chance(len(excl), len(comps))
+        + _after_holm(comps)
     ]
     for q in [q for q, _ in QUESTIONS] + ["other tasks"]:
         mine = [(t, k, v) for t, k, v in comps if _question(t) == q]
@@ -69,6 +70,19 @@ def overall(summary: dict) -> list[str]:
         )  # fmt: skip
     lines += _against_chance(summary)
     return lines + [""]
+
+
+def _after_holm(comps) -> str:
+    """How many differences stand after Holm's correction over every comparison shown."""
+    from ..scoring.stats import holm
+
+    p = [v.get("p_two_sided", float("nan")) for _, _, v in comps]
+    if all(x != x for x in p):  # no p recorded (a summary from before they were)
+        return ""
+    held = [f"{k} on {t}" for (t, k, _), q in zip(comps, holm(p)) if q < 0.05]
+    return f" After Holm's correction over all {len(comps)}, {len(held)} stand (p < 0.05)" + (
+        f": {'; '.join(held)}." if held else "."
+    )
 
 
 def _beyond_chance(k: int, n: int) -> str:
