@@ -1,4 +1,4 @@
-"""The GPU rows of docs/performance.md in one command, on one CUDA device, in under eight
+"""The GPU rows of docs/performance.md in one command, on one CUDA device, in under ten
 minutes (each step a process with its own time limit):
 
     python benchmarks/gpu_suite.py             # on a machine with CUDA
@@ -10,7 +10,9 @@ minutes (each step a process with its own time limit):
    memory, and the COCO epoch they imply (bench_scale.py at a tenth of COCO's shapes);
 4. exact Flow-CLIP scoring: pairs/s, the share of the device's FP32 matmul rate, and the
    COCO-5k gallery time (bench_score.py);
-5. an adapt step against bare open_clip (bench_adapt.py).
+5. an adapt step against bare open_clip (bench_adapt.py);
+6. the ablation engine: 8 Global-M and 8 Flow-CLIP heads stacked against side by side,
+   and matched-pair evaluation against the all-pairs kernel (bench_ablation.py).
 
 Each step's lines are printed under its heading as they come; a step that fails or runs
 past its limit says so and the suite goes on; a table of the steps ends it. Without CUDA
@@ -46,6 +48,10 @@ def steps(device: str) -> list[tuple[str, list[str], int]]:
          [PY, bench("bench_score.py"), "--device", device, "--images", "256", "--captions", "1280", "--reps", "5"], 60),
         ("adapt step against bare open_clip", [PY, bench("bench_adapt.py"), "--device", device, "--batch", "64",
                                                "--repeats", "5"], 90),
+        ("ablation engine: stacked steps of 8 heads against side by side",
+         [PY, bench("bench_ablation.py"), "--device", device, "--reps", "5", "--only", "stacked"], 60),
+        ("ablation engine: matched-pair evaluation against the all-pairs kernel",
+         [PY, bench("bench_ablation.py"), "--device", device, "--reps", "5", "--only", "matched"], 30),
     ]  # fmt: skip
 
 

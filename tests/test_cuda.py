@@ -108,3 +108,40 @@ def test_adapt_on_cuda_fp32_and_bf16(tmp_path, sample):
         losses[name] = checkpoint.read_state(out)["loss"]
     assert losses["cuda"][0] == pytest.approx(losses["cpu"][0], rel=1e-4)
     assert all(torch.isfinite(torch.tensor(losses["bf16"])))
+
+
+def test_stacked_runs_and_shared_evaluations_on_cuda(tmp_path, tiny_encoder, monkeypatch):
+    """Issue 54 on a GPU: stacked Flow-CLIP and Global-M runs end as their side-by-side runs
+    to FP32 round-off with every logged evaluation equal, and two runs from the same start
+    share one start evaluation."""
+    from safetensors.torch import load_file
+
+    from flowclip_cache.extraction.extract import run_extract
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.synthetic.sample import make_sample
+    from flowclip_cache.training import training_data
+    from flowclip_cache.training.loop import TrainConfig, train_heads
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    s = make_sample(str(tmp_path / "s"), n_images=32)
+    fs = FeatureStore.open_or_create(str(tmp_path / "st"), tiny_encoder.config)
+    run_extract(fs, tiny_encoder, [s["training"]], s["image_root"], device="cuda", workers=0, progress=False)
+    fs.refresh()
+    base = dict(epochs=1, batch_size=8, train_eval_records=16)
+    cfgs = [TrainConfig(head="flow", lr=1e-3, cimr=0.1, **base), TrainConfig(head="flow", lr=3e-4, cimr=0.0, **base),
+            TrainConfig(head="global", lr=1e-3, **base), TrainConfig(head="global", lr=2e-3, **base)]  # fmt: skip
+    calls = []
+    real = training_data._pairwise_accuracy
+    monkeypatch.setattr(training_data, "_pairwise_accuracy", lambda *a: calls.append(1) or real(*a))
+    logs = {}
+    for stack in (False, True):
+        runs = [(str(tmp_path / f"{stack}-{i}"), c) for i, c in enumerate(cfgs)]
+        calls.clear()
+        train_heads(fs, s["training"], runs, device="cuda", stack=stack, progress=False, log=lambda *_: None)
+        assert len(calls) == 2 * 2 + 2 * 4  # starts: one per head class (train sample, val); ends: each run's
+        logs[stack] = [(load_file(f"{out}/head.safetensors"), open(f"{out}/log.jsonl").read()) for out, _ in runs]
+    for (wa, la), (wb, lb) in zip(logs[False], logs[True]):
+        for n in wa:
+            torch.testing.assert_close(wa[n], wb[n], rtol=1e-5, atol=1e-6)
+        evals = lambda text: [x for x in text.splitlines() if '"eval"' in x]  # noqa: E731
+        assert evals(la) == evals(lb)
