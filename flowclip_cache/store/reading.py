@@ -42,8 +42,10 @@ class FeatureReads:
             shape, dtype = self.backend.shape(seg.path, name)
             out = np.empty(shape, dtype)
         for attempt in range(2 if self.cache is not None else 1):
-            if attempt:  # a damaged cached copy is dropped and fetched again, once
-                self.cache.forget(seg.path)
+            if attempt:  # a damaged cached copy is dropped and fetched again, once: this array's
+                # files alone (the segment's other arrays may be read by other threads right now:
+                # dropping them too made such a read report a chunk missing)
+                self.cache.forget(f"{seg.path}/{name}")
             try:
                 if self.backend.read_into(seg.path, name, out) == seg.crc[name]:
                     return out
