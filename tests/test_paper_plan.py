@@ -178,6 +178,18 @@ def test_measured_estimates_on_a_small_encoder(tmp_path):
     got, unknown = store_bytes(cfg, vit_b32, (512, 49))
     # no counts before their manifests exist
     assert unknown == ["abc6k", "clevr-binding-pool", "crepe-productivity"]
+    import shlex
+
+    from flowclip_cache.config import parse_overrides
+    from flowclip_cache.paper.plan import study_steps
+
+    # the frozen FILIP score is scored beside Tab. 2's heads (ours, issue 55), and only there
+    args = {
+        s.name: dict((k[0], v) for k, v in parse_overrides(shlex.split(s.commands[0])[3:])) for s in study_steps(cfg)
+    }
+    assert [n for n, a in args.items() if a.get("training_free") == ["filip-score"]] == ["tab2-coco"]
+    # the recipe's lr 8e-05 reaches the study as a number (YAML 1.1 read it as text, refused)
+    assert args["tab2-coco"]["train_config"]["lr"] == 8e-05
     evals = {  # (images, captions): the catalogue's images (else records) and 2 captions a record (5 for order
         # and retrieval, none for classification: its prompts are few)
         "aro-vg-relation": (5_316, 2 * 23_937), "aro-vg-attribution": (4_517, 2 * 28_748),

@@ -150,6 +150,7 @@ def test_tab2_rows_changes_from_clip_and_the_quoted_differences_with_our_interva
         "clip": [_run(res(0.50, 0.40))],
         "global": [_run(res(0.60, 0.50)), _run(res(0.62, 0.52))],
         "flow_hnb_cimr": [_run(res(0.70, 0.48)), _run(res(0.72, 0.50))],
+        "filip-score": [_run(res(0.66, 0.45))],  # ours beside Tab. 2 (issue 55)
     }
     boot = {"abc6k": {"flow_hnb_cimr - global": {"ci95_pts": [5.0, 15.0]}},
             "whatsup-coco-spatial": {"flow_hnb_cimr - global": {"ci95_pts": [-4.0, -1.0]}}}  # fmt: skip
@@ -160,6 +161,8 @@ def test_tab2_rows_changes_from_clip_and_the_quoted_differences_with_our_interva
     assert rows["Global-M (HNB)"][10].startswith("61.00 ± 1.41")  # ABC: mean ± sample std of two seeds
     assert rows["Δ Global-M (HNB)"][10] == "+11.00" and rows["Δ Flow-CLIP+CIMR"][10] == "+21.00"  # from CLIP's 50
     assert rows["Global-M+CIMR"][10] == "missing"  # not given: missing, never dropped
+    filip = "FILIP score, frozen (ours; not in the paper)"
+    assert rows[filip][10].startswith("66.00") and rows[f"Δ {filip}"][10] == "+16.00"
 
 
 def test_a_cell_read_back_for_the_csv_is_the_number_it_shows():

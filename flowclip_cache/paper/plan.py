@@ -244,7 +244,8 @@ def study_steps(cfg: PaperConfig) -> list[Step]:
     steps = [
         _study(cfg, "ablation", "tab2-coco", "Tab. 2; Tab. 1 (frozen, COCO); Tab. 4 (matched controls); Tab. 7 (COCO); "
                "Figs. 3, 7", b32, "coco-train", [(main, glob, 2 * n), (main, flow, 2 * n)],
-               controls=["real", "shuffle", "fixed"], train_config=coco, bootstrap=cfg.bootstrap),
+               controls=["real", "shuffle", "fixed"], train_config=coco, bootstrap=cfg.bootstrap,
+               training_free=["filip-score"]),  # our row beside Tab. 2, not the paper's (issue 55)
         _study(cfg, "sensitivity", "tab3", "Tab. 3", b32, "coco-train", [(main, flow, 8 * n)],
                train_config=coco),
     ]  # fmt: skip

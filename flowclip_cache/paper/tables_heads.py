@@ -33,6 +33,9 @@ TAB2_ROWS = (
     ("Global-M+CIMR", "global_cimr", "✓", "", "✓", ("Global-M+CIMR",)),
     ("Flow-CLIP (HNB)", "flow_hnb", "✓", "✓", "", ("Flow-CLIP (HNB)",)),
     ("Flow-CLIP+CIMR", "flow_hnb_cimr", "✓", "✓", "✓", ("Flow-CLIP", "Flow-CLIP+CIMR")),
+    # ours, not in the paper: the frozen encoder's own token-patch evidence as FILIP scores it
+    # (heads/filip_score.py), no training: the cheapest strong baseline beside the heads
+    ("FILIP score, frozen (ours; not in the paper)", "filip-score", "", "", "", ()),
 )
 FAMILY_COLUMNS = (  # Tabs. 5 and 6
     *ARO,
@@ -121,7 +124,8 @@ def tab2(ours: dict[str, list[dict]], published: list[Published] | None = None, 
         "Tab. 2: component and objective ablation on COCO (%); every trained row uses HNB. Each cell: ours, "
         "mean ± sample std over seeds; below it, where the paper's text gives the value, the paper's and ours "
         "minus it. Δ lines: change from CLIP (points). The text's 'Global-M' is the HNB row, its 'Flow-CLIP' the "
-        "complete configuration (HNB + CIMR).",
+        "complete configuration (HNB + CIMR). The last row is ours, not the paper's: the frozen encoder scored by "
+        "its own token-patch evidence (FILIP's released score), with no head and no training.",
         "",
         *table(["scorer", "M", "M_tok, W", "CIMR", *[c for c, _ in TAB2_COLUMNS]], body),
         "",
