@@ -249,12 +249,14 @@ def test_score_writes_group_and_image_choice_tables(field, tmp_path):
     assert r.exit_code == 0, r.output
     md = (out / "results.md").read_text()
     assert "## Group tasks" in md and "mmvp-vlm" in md and "image " in md
+    assert "### Test-time matching (not the official metric)" in md  # issue 56: beside, never among them
     res = json.loads((out / "results.json").read_text())["results"]["real|clip"]
     assert res["mmvp-vlm"]["headline_metric"] == "image" and set(res["winoground"]["metrics"]) == {
         "text",
         "image",
         "group",
     }
+    assert 0 <= res["winoground"]["test_time_matching"]["group_match"] <= 1
     assert "recall" in res["imagecode"] and set(res["imagecode"]["by_split"]) == {"static", "video"}
     for png in ("groups_winoground.png", "groups_mmvp-vlm.png", "margins_imagecode.png", "margins_spec-t2i.png"):
         assert (out / png).stat().st_size > 0, png

@@ -185,3 +185,35 @@ def test_spec_equals_argmax_accuracy_and_the_mean_over_subsets(direction):
     assert res["score"] * 100 == pytest.approx(sum(acc.values()) / len(acc), abs=1e-12)  # eval.py's average
     for k in subsets:
         assert res["by_subset"][k] * 100 == pytest.approx(acc[k], abs=1e-12)
+
+
+def test_group_match_equals_the_released_margin_and_a_brute_force_assignment():
+    """Issue 56, test-time matching: GroupMatch per group equals the released evaluate.py's
+    `oracle_margin > 0` (torch float32, as there) and the brute-force best assignment of the
+    two captions (the identity strictly above the swap) on planted ties; individual match is
+    each image's own strict choice. Both sit beside the official figures, never among them,
+    and a group can be right under GroupMatch and wrong under Winoground's group score."""
+    from itertools import permutations
+
+    s = planted_groups(400, 7)
+    res = aggregate_groups(
+        get("winoground").scoring, s, {"collapsed_tag": ["Object"] * 400, "secondary_tag": [[]] * 400}
+    )
+    t = torch.tensor(s)  # evaluate_model: block = similarity_scores[...] (float32 logits), `.item() > 0`
+    released = np.array([(b[0, 0] + b[1, 1] - b[0, 1] - b[1, 0]).item() > 0 for b in t])
+    total = lambda g, p: sum(float(g[i, p[i]]) for i in range(2))  # noqa: E731
+    brute = np.array([all(total(g, (0, 1)) > total(g, p) for p in permutations(range(2)) if p != (0, 1)) for g in s])
+    assert (
+        (released == brute).all()
+        and 0 < released.sum() < 400
+        and (s[:, 0, 0] + s[:, 1, 1] == s[:, 0, 1] + s[:, 1, 0]).sum() > 20
+    )
+    own = np.stack([s[:, 0, 0] > s[:, 0, 1], s[:, 1, 1] > s[:, 1, 0]], 1)
+    ttm = res["test_time_matching"]
+    assert ttm["group_match"] == released.mean() and ttm["individual_match"] == own.mean()
+    assert "not the official metric" in ttm["source"] and "group_match" not in res["metrics"]
+    wrong_group_right_match = np.array([[[0.5, 0.6], [0.1, 0.3]]], np.float32)  # image 0 prefers caption 1
+    one = aggregate_groups(
+        get("winoground").scoring, wrong_group_right_match, {"collapsed_tag": ["Object"], "secondary_tag": [[]]}
+    )
+    assert one["score"] == 0.0 and one["test_time_matching"]["group_match"] == 1.0

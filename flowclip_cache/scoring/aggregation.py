@@ -77,7 +77,18 @@ def aggregate_groups(sc: Scoring, scores: np.ndarray, cols: dict) -> dict:
     shown = {m: names.get(m, m) for m in GROUP_METRICS + (SUB_SCORES if sc.sub_scores else ())}
     ties = {"ties": int((d["text_tie"] | d["image_tie"]).sum()), "ties_text": int(d["text_tie"].sum()),
             "ties_image": int(d["image_tie"].sum())}  # fmt: skip
-    return aggregate_figures(sc, d, shown, names.get(sc.headline_metric, sc.headline_metric), cols, keep, ties)
+    res = aggregate_figures(sc, d, shown, names.get(sc.headline_metric, sc.headline_metric), cols, keep, ties)
+    ttm = metrics.group_match_decisions(scores[keep])
+    res["test_time_matching"] = {  # beside the official figures, never among them
+        "group_match": metrics.mean_accuracy(ttm["group_match"]),
+        "individual_match": metrics.mean_accuracy(ttm["individual_match"].ravel()),
+        "n": int(keep.sum()),
+        "source": TTM_SOURCE,
+    }
+    return res
+
+
+TTM_SOURCE = "Zhu et al. 2025, Test-Time Matching (yinglunz/test-time-matching, evaluate.py): not the official metric"
 
 
 def aggregate_figures(sc: Scoring, d: dict, shown: dict, headline: str, cols: dict, keep, ties: dict) -> dict:

@@ -282,6 +282,18 @@ def group_decisions(s: np.ndarray, rule: str = "wrong") -> dict[str, np.ndarray]
     return out
 
 
+def group_match_decisions(s: np.ndarray) -> dict[str, np.ndarray]:
+    """Test-time matching's figures on 2x2 groups (Zhu et al. 2025, yinglunz/test-time-matching,
+    evaluate.py `evaluate_model`), not any benchmark's official score. s [n, 2, 2] as in
+    group_decisions. -> group_match bool [n]: the best joint assignment of the two captions to
+    the two images is the right one, the released `oracle_margin > 0` computed as it is
+    there, s00 + s11 - s01 - s10 from the left in the scores' own precision (a tie is
+    wrong); individual_match bool [n, 2]: each image prefers its own caption, strictly
+    (the released individual_match_score, pooled over images)."""
+    c0i0, c1i0, c0i1, c1i1 = s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], s[:, 1, 1]
+    return {"group_match": c0i0 + c1i1 - c1i0 - c0i1 > 0, "individual_match": np.stack([c0i0 > c1i0, c1i1 > c0i1], 1)}
+
+
 # SugarCrepe++'s figures, named as Sri-Harsha/scpp's VLMs/test_Variants_CLIP.py prints them
 ITT, P1, P2, TOT = "ITT", "Image-P1-Neg", "Image-P2-Neg", "TOT"
 

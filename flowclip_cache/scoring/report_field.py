@@ -93,7 +93,32 @@ def group_section(summary, scorers, benches, name):
     if not rows:
         return [], []
     heads = ["task", "scorer", "scores (%)", "text ties", "image ties"]
-    return ["## Group tasks (text, image and group scores)", "", GROUPS_NOTE, "", *table(heads, rows), ""], csv
+    md = ["## Group tasks (text, image and group scores)", "", GROUPS_NOTE, "", *table(heads, rows), ""]
+    return md + _test_time_matching(summary, scorers, benches, name), csv
+
+
+def _test_time_matching(summary, scorers, benches, name) -> list[str]:
+    """GroupMatch and individual match per group task and scorer, in a table of their own:
+    not any benchmark's official score (results.json: each task's `test_time_matching`)."""
+    rows = []
+    for t in [t for t, sc in benches.items() if sc.task == "groups"]:
+        for s in scorers:
+            m = summary["results"].get(f"real|{s.run}", {}).get(t, {}).get("test_time_matching")
+            if m is not None:
+                rows.append([t, name[s.run], fmt(m["group_match"] * 100), fmt(m["individual_match"] * 100), m["n"]])
+    if not rows:
+        return []
+    return [
+        "### Test-time matching (not the official metric)",
+        "",
+        "Zhu et al. 2025's figures from the same scores (yinglunz/test-time-matching, evaluate.py): **GroupMatch**, "
+        "the best joint assignment of a group's two captions to its two images is the right one (s00 + s11 > "
+        "s01 + s10, strictly); **individual match**, each image prefers its own caption (pooled over images). "
+        "Pooled over the groups the official score counts, whatever the benchmark's own aggregation.",
+        "",
+        *table(["task", "scorer", "GroupMatch (%)", "individual match (%)", "groups"], rows),
+        "",
+    ]
 
 
 def threshold_section(summary, scorers, benches, name):
