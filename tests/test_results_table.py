@@ -69,3 +69,24 @@ def test_one_table_of_a_sweep_and_a_score_run(afternoon, tmp_path):
     (tmp_path / "empty").mkdir()
     r = cli("results", tmp_path / "empty")
     assert r.exit_code == 2 and "no score outputs" in r.output
+
+
+def test_group_match_columns_only_when_asked(tmp_path):
+    """Issue 56: `--group-match` adds each group task's GroupMatch after the benchmarks,
+    named as not the official score; without it the table is the official figures alone."""
+    from flowclip_cache import outputs
+
+    folder = tmp_path / "scored"
+    folder.mkdir()
+    results = {"real|clip": {"winoground": {"score": 0.25, "test_time_matching": {"group_match": 0.625}},
+                             "sample": {"score": 0.5}}}  # fmt: skip
+    (folder / "results.json").write_text(json.dumps({"scorers": [{"run": "clip", "kind": "clip"}], "results": results}))
+    outputs.mark(str(folder), "score-results", ["results.json"])
+    plain = cli("results", tmp_path)
+    assert plain.exit_code == 0 and "GroupMatch" not in plain.output, plain.output
+    asked = cli("results", tmp_path, "--group-match")
+    header, _, row = [x for x in asked.output.splitlines() if x.startswith("|")][:3]
+    assert header.split(" | ")[-1].strip(" |") == "winoground GroupMatch (not official)"
+    assert row.split(" | ")[-1].strip(" |") == "62.50" and "| 25.00 |" in row
+    only = cli("results", tmp_path, "--group-match", "--benchmark", "sample")
+    assert "GroupMatch" not in only.output  # a benchmark not shown brings no GroupMatch column

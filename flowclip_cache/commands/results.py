@@ -17,7 +17,12 @@ import click
     "--out", type=click.Path(file_okay=False), help="Also write results.md and results.csv to this new folder."
 )
 @click.option("--overwrite", is_flag=True, help="Replace an --out this command wrote before.")
-def results(folders, controls, where, benchmarks, sort, out, overwrite):
+@click.option(
+    "--group-match",
+    is_flag=True,
+    help="Also each group task's GroupMatch (test-time matching; not its official score).",
+)
+def results(folders, controls, where, benchmarks, sort, out, overwrite, group_match):
     """Every score output under FOLDERS (score --out folders, studies, sweeps) as one table:
     a row per scorer and control, the head's training settings that differ as columns,
     each benchmark's headline (%)."""
@@ -29,7 +34,7 @@ def results(folders, controls, where, benchmarks, sort, out, overwrite):
     base = os.path.commonpath([os.path.abspath(f) for f in folders])
     rows = [r for folder in find_results(list(folders)) for r in result_rows(folder, base)]
     rows = select(rows, list(controls) or ["real"], list(where), sort)
-    md, csv_text = render(rows, columns(rows, list(benchmarks)))
+    md, csv_text = render(rows, columns(rows, list(benchmarks), group_match))
     click.echo(md, nl=False)
     if out:
         outputs.check_replaceable(out, "results-table", overwrite)

@@ -16,6 +16,7 @@ from ..errors import FlowclipError
 from ..outputs import kind_of
 
 FIXED = ("results", "control", "scorer", "method", "head")
+GROUP_MATCH = "groupmatch:"  # a group task's GroupMatch (test-time matching; not its official score)
 
 
 def find_results(folders: list[str]) -> list[str]:
@@ -65,6 +66,9 @@ def result_rows(folder: str, base: str) -> list[dict]:
         for task, res in per_task.items():
             v = headline(res) if isinstance(res, dict) else float("nan")
             row[f"score:{task}"] = 100 * v if isinstance(v, (int, float)) and math.isfinite(v) else None
+            ttm = res.get("test_time_matching") if isinstance(res, dict) else None
+            if isinstance(ttm, dict) and isinstance(ttm.get("group_match"), (int, float)):
+                row[f"{GROUP_MATCH}{task}"] = 100 * ttm["group_match"]  # shown only when asked
         rows.append(row)
     return rows
 
@@ -96,9 +100,9 @@ def select(rows: list[dict], controls: list[str], where: list[str], sort: str | 
     return out
 
 
-def columns(rows: list[dict], benchmarks: list[str]) -> list[str]:
+def columns(rows: list[dict], benchmarks: list[str], group_match: bool = False) -> list[str]:
     """The fixed columns, the settings that differ between the rows that have them, then
-    the benchmarks."""
+    the benchmarks (and, asked for, each group task's GroupMatch after them)."""
     keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in FIXED]
     differ = lambda k: len({str(r[k]) for r in rows if r.get(k) is not None}) > 1  # noqa: E731
     settings = [k for k in keys if k.startswith("train.") and differ(k)]
@@ -108,7 +112,9 @@ def columns(rows: list[dict], benchmarks: list[str]) -> list[str]:
         if missing:
             raise FlowclipError(f"--benchmark {', '.join(missing)}: in none of the results")
         scores = [f"score:{b}" for b in benchmarks]
-    return list(FIXED) + settings + scores
+    picked = {c.split(":", 1)[1] for c in scores}
+    matched = [k for k in keys if k.startswith(GROUP_MATCH) and k.split(":", 1)[1] in picked] if group_match else []
+    return list(FIXED) + settings + scores + matched
 
 
 def render(rows: list[dict], cols: list[str]) -> tuple[str, str]:
@@ -117,10 +123,13 @@ def render(rows: list[dict], cols: list[str]) -> tuple[str, str]:
     import csv
     import io
 
-    name = lambda c: c.split(":", 1)[1] if c.startswith("score:") else c.removeprefix("train.")  # noqa: E731
+    def name(c: str) -> str:
+        if c.startswith(GROUP_MATCH):
+            return f"{c.split(':', 1)[1]} GroupMatch (not official)"
+        return c.split(":", 1)[1] if c.startswith("score:") else c.removeprefix("train.")
 
     def cell(c, v):
-        return "–" if v is None else f"{v:.2f}" if c.startswith("score:") else str(v)
+        return "–" if v is None else f"{v:.2f}" if c.startswith(("score:", GROUP_MATCH)) else str(v)
 
     md = ["| " + " | ".join(map(name, cols)) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(cell(c, r.get(c)) for c in cols) + " |" for r in rows]
