@@ -131,10 +131,8 @@ def test_matched_pairs_from_image_parts_equal_direct(dtype):
     P, H, mask, M_tok, W = case(I=3, T=4, dtype=dtype)
     image_of = torch.tensor([0, 1, 2, 0, 2, 1, 1, 0])
     cap_of = torch.tensor([0, 1, 2, 3, 0, 3, 2, 1])
-    Y, G, pbar = flow.image_parts(P, W)
-    fast = flow.matched_token_scores(
-        P[image_of], Y[image_of], G[image_of], pbar[image_of], H[cap_of], mask[cap_of], M_tok, W, 0.05
-    )
+    R, G, pbar = flow.image_parts(P, W)
+    fast = flow.matched_token_scores(R[image_of], G[image_of], pbar[image_of], H[cap_of], mask[cap_of], M_tok, W, 0.05)
     want = token_scores_direct(P, H, mask, M_tok, W, 0.05)[image_of, cap_of]
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(fast, want, rtol=tol, atol=tol)

@@ -142,7 +142,7 @@ def run_chunks(chunk, starts, cpu: bool) -> None:
 def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
     """All pairs without autograd (docs/performance.md, "Pair scoring"): each image's and
     each token's projections, then the kernel over them (token_scores_from_parts)."""
-    return token_scores_from_parts(P, *image_parts(P, W), *token_parts(H, M_tok, W), mask, tau_p)
+    return token_scores_from_parts(*image_parts(P, W), *token_parts(H, M_tok, W), mask, tau_p)
 
 
 def token_parts(H, M_tok, W):
@@ -151,33 +151,32 @@ def token_parts(H, M_tok, W):
     return q, q @ W.T
 
 
-def token_scores_from_parts(P, Y, G, pbar, q, w, mask, tau_p):
+def token_scores_from_parts(R, G, pbar, q, w, mask, tau_p):
     """All pairs from each image's parts (image_parts) and each token's (token_parts), in
     place, a few images at a time. One GEMM per chunk gives the four pair products laid
     out [n, 2N, 2TL] (rows p_j then Y_k, columns q then w), so every sum over patches runs
     along rows of contiguous tokens and nothing is transposed; G = [P; Y] Y^T [I, 2N, N]
     turns (W c) . p_j and |W c|^2 into one small batched product per chunk."""
-    I, N, d = P.shape
+    I, N, d = len(R), G.shape[2], R.shape[2]  # R = [P; Y] [I, 2N, d]
     T, L, _ = q.shape
     TL = T * L
     step = max(1, CHUNK_BYTES // (16 * N * TL))
     given = I
     if I % step:  # every chunk of exactly `step` images: an image's bits never depend on the chunk it met
-        P, Y, G, pbar = (torch.cat([x, x[-1:].expand((-I) % step, *x.shape[1:])]) for x in (P, Y, G, pbar))
-        I = len(P)
+        R, G, pbar = (torch.cat([x, x[-1:].expand((-I) % step, *x.shape[1:])]) for x in (R, G, pbar))
+        I = len(R)
     q, w = q.reshape(TL, d), w.reshape(TL, d)
-    R = torch.cat([P, Y], 1)  # [I, 2N, d]
     lhs_t = torch.cat([q, w], 0).T  # [d, 2TL]
     q_pbar = pbar @ q.T  # [I, TL]: mean_j q . p_j
     qq, qw, ww = (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1)
-    e = torch.empty(I, TL, dtype=P.dtype, device=P.device)
+    e = torch.empty(I, TL, dtype=R.dtype, device=R.device)
 
     def chunk(i0: int) -> None:
         n = min(step, I - i0)
         S = (R[i0 : i0 + n].reshape(n * 2 * N, d) @ lhs_t).reshape(n, 2 * N, 2 * TL)
         e[i0 : i0 + n] = _evidence_change(S, G[i0 : i0 + n], q_pbar[i0 : i0 + n], qq, qw, ww, tau_p)
 
-    run_chunks(chunk, range(0, I, step), P.device.type == "cpu")
+    run_chunks(chunk, range(0, I, step), R.device.type == "cpu")
     return masked_token_mean(e[:given].reshape(given, T, L), mask[None])
 
 
@@ -205,19 +204,21 @@ def _evidence_change(S, G, q_pbar, qq, qw, ww, tau_p):
 
 
 def image_parts(P, W):
-    """What ICER computes once per image: (Y = (P - pbar) W^T [I,N,d], G = [P; Y] Y^T
-    [I,2N,N], pbar [I,d])."""
+    """What ICER computes once per image: (R = [P; Y] [I,2N,d] with Y = (P - pbar) W^T,
+    G = R Y^T [I,2N,N], pbar [I,d]). The patches and Y side by side, as every pair
+    product reads them."""
     pbar = P.mean(dim=1)
     Y = (P - pbar[:, None]) @ W.T
-    return Y, torch.bmm(torch.cat([P, Y], 1), Y.transpose(1, 2)), pbar
+    R = torch.cat([P, Y], 1)
+    return R, torch.bmm(R, Y.transpose(1, 2)), pbar
 
 
-def matched_token_scores(P, Y, G, pbar, H, mask, M_tok, W, tau_p):
+def matched_token_scores(R, G, pbar, H, mask, M_tok, W, tau_p):
     """s_token of matched pairs (row i of each input together) from their images' parts
     (image_parts), without autograd: [n]. Each pair costs its caption's two projections
     and the four products {q, Wq} x {p, Y} (one batched product); W never meets a patch."""
     q, w = token_parts(H, M_tok, W)  # [n,L,d] each
-    S = torch.bmm(torch.cat([P, Y], 1), torch.cat([q, w], 1).transpose(1, 2))  # [n, 2N, 2L]
+    S = torch.bmm(R, torch.cat([q, w], 1).transpose(1, 2))  # [n, 2N, 2L]
     q_pbar = torch.bmm(q, pbar[:, :, None])[..., 0]
     e = _evidence_change(S, G, q_pbar, (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1), tau_p)
     return masked_token_mean(e, mask)
@@ -257,7 +258,7 @@ class FlowHead(GlobalHead):
     def image_parts(self, v, P):
         if torch.is_grad_enabled() and any(x.requires_grad for x in (P, self.M_tok, self.W)):
             return v, P  # autograd: score_matched's layout
-        return (v, P, *image_parts(P, self.W))
+        return (v, *image_parts(P, self.W))
 
     def caption_parts(self, t, H, mask):
         if torch.is_grad_enabled() and any(x.requires_grad for x in (H, self.M, self.M_tok, self.W)):
@@ -266,16 +267,17 @@ class FlowHead(GlobalHead):
 
     def score_from_parts(self, image: tuple, caption: tuple):
         if len(image) == 2 or len(caption) == 3:  # either side kept for autograd: forward itself
-            return super().score_from_parts(image[:2], caption[:3])
-        (v, P, Y, G, pbar), (_, _, mask, z, q, w) = image, caption
-        return v @ z.T + self.alpha * token_scores_from_parts(P, Y, G, pbar, q, w, mask, self.tau_p)
+            N = image[2].shape[2] if len(image) == 4 else None  # (R = [P; Y]: P is its first N rows)
+            return super().score_from_parts(image if N is None else (image[0], image[1][:, :N]), caption[:3])
+        (v, R, G, pbar), (_, _, mask, z, q, w) = image, caption
+        return v @ z.T + self.alpha * token_scores_from_parts(R, G, pbar, q, w, mask, self.tau_p)
 
     def score_matched_parts(self, parts, t, H, mask):
         if len(parts) == 2:
             return self.score_matched(*parts[:2], t, H, mask)
-        v, P, Y, G, pbar = parts
-        s_token = matched_token_scores(P, Y, G, pbar, H, mask, self.M_tok, self.W, self.tau_p)
-        return GlobalHead.score_matched(self, v, P, t, H, mask) + self.alpha * s_token
+        v, R, G, pbar = parts
+        s_token = matched_token_scores(R, G, pbar, H, mask, self.M_tok, self.W, self.tau_p)
+        return GlobalHead.score_matched(self, v, None, t, H, mask) + self.alpha * s_token
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
         # the autograd layout's [I, T, L, N] intermediates; the scoring kernel holds a few
