@@ -397,6 +397,9 @@ def test_models_lists_families_tags_and_the_weights_found_here(tmp_path):
     assert "causal text tower, global InfoNCE alone" in lines["flowclip-tiny-clip"]
     assert "bidirectional text tower, global InfoNCE alone" in lines["flowclip-tiny-clip-bidir"]
     assert "grounded: global InfoNCE + FILIP's token-wise loss; colour words" in lines["flowclip-tiny-clip-filip"]
+    # issue 55: the grounded twin pretrained without world 0's held-out pairs says so from its card
+    clean = lines["flowclip-tiny-clip-filip-clean"]
+    assert "synthetic*" in clean and "never saw synthetic world 0's held-out colour-shape pairs" in clean
     assert r.stdout.index("openai-clip:") < r.stdout.index("siglip:")
     snap = tmp_path / "hub" / "models--timm--vit_base_patch32_clip_224.openai"
     (snap / "snapshots" / "abc").mkdir(parents=True)
