@@ -12,23 +12,16 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
 from test_pipelines import REDUCED, SYNTH
+from test_train import world as train_world  # noqa: F401 (the store train-head's tests train on)
 
 from flowclip_cache.cli import main
-from flowclip_cache.extraction.extract import run_extract
-from flowclip_cache.store import FeatureStore
-from flowclip_cache.synthetic.sample import make_sample
 from flowclip_cache.training import stacked
 from flowclip_cache.training.loop import TrainConfig, train_head, train_heads
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, tiny_encoder):
-    root = tmp_path_factory.mktemp("stacked")
-    s = make_sample(str(root / "sample"), n_images=40)
-    fs = FeatureStore.open_or_create(str(root / "store"), tiny_encoder.config)
-    run_extract(fs, tiny_encoder, [s["training"]], s["image_root"], workers=0, progress=False)
-    fs.refresh()
-    return fs, s["training"]
+def world(train_world):
+    return train_world["store"], train_world["manifest"]
 
 
 def cfg(**kw):
