@@ -9,17 +9,26 @@ state_dict are torch's own (tests/test_train.py checks the bits against torch.op
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 _O = torch.optim.Optimizer
-_STEP = torch.optim.AdamW.step.__wrapped__  # type: ignore[attr-defined]  # Adam.step without its graph-break wrapper
+
+
+def unwrapped(f: Any) -> Any:
+    """The method under torch's wrapper (a torch without the wrapper: the method itself)."""
+    return getattr(f, "__wrapped__", f)
+
+
+_STEP = unwrapped(torch.optim.AdamW.step)  # Adam.step without its graph-break wrapper
 
 
 class AdamW(torch.optim.AdamW):
-    add_param_group = _O.add_param_group.__wrapped__  # type: ignore[attr-defined]
-    zero_grad = _O.zero_grad.__wrapped__  # type: ignore[attr-defined]
-    state_dict = _O.state_dict.__wrapped__  # type: ignore[attr-defined]
-    load_state_dict = _O.load_state_dict.__wrapped__  # type: ignore[attr-defined]
+    add_param_group = unwrapped(_O.add_param_group)
+    zero_grad = unwrapped(_O.zero_grad)
+    state_dict = unwrapped(_O.state_dict)
+    load_state_dict = unwrapped(_O.load_state_dict)
 
     def step(self, closure=None):
         # what the wrapper did besides its graph breaks: no autograd in the update
