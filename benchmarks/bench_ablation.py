@@ -93,7 +93,7 @@ def bench_stacked(kind: str, n: int, reps: int, device) -> None:
             loss.backward()
             r.take_step(img, loss, terms, parts)
 
-    a, b, med, lo, hi = abab(lambda: stacked.step(img, pos, neg, feats), side_by_side, reps)
+    a, b, med, lo, hi = abab(lambda: stacked.apply(stacked.compute(img, pos, neg, feats), img), side_by_side, reps)
     target = 3 if kind == "global" else 2
     print(
         f"stacked  : {n} {kind} heads, one step each: side by side {1e3 * b:7.1f} ms | stacked {1e3 * a:7.1f} ms | "

@@ -99,3 +99,36 @@ def test_the_dry_run_names_the_stacked_groups(tmp_path):
     # two seeds (two data orders), each: the two Global-M runs stacked, Flow-CLIP alone
     assert len(lines) == 4 and sum("one batched step for 2 runs" in x for x in lines) == 2, lines
     assert r.output.count("3 steps (max_steps;") == 6, r.output
+
+
+def test_a_head_vmap_cannot_batch_trains_side_by_side_saying_why():
+    """A head whose forward reads a tensor's value in Python (`.item()`, which vmap cannot
+    batch) does not stop training: its group goes side by side, the reason logged once,
+    each run stepped as it is alone."""
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from flowclip_cache.heads.global_m import GlobalHead
+
+    class Peeking(GlobalHead):
+        def forward_terms(self, v, P, t, H, mask):
+            scale = 1.0 + 0.0 * float(self.M.sum().item())
+            return super().forward_terms(v, P, t, H, mask)[0] * scale, {}
+
+    said, stepped = [], []
+
+    def run(i):
+        head = Peeking(8)
+        return SimpleNamespace(head=head, cfg=cfg(head="global", lr=1e-3 * (i + 1)), params=list(head.parameters()),
+                               log=said.append, step=lambda *a, i=i: stepped.append(i))  # fmt: skip
+
+    runs = [run(0), run(1)]
+    g = torch.Generator().manual_seed(0)
+    feats = (F.normalize(torch.randn(4, 8, generator=g), dim=-1), None,
+             F.normalize(torch.randn(8, 8, generator=g), dim=-1), None, None)  # fmt: skip
+    img, pos, neg = torch.arange(4), torch.arange(4), torch.arange(4, 8)
+    stacker = stacked.Stacker(True)
+    for _ in range(2):
+        stacker.step(runs, img, pos, neg, feats)
+    assert stepped == [0, 1, 0, 1] and len(said) == 1 and "cannot take one batched step" in said[0], said

@@ -1,5 +1,5 @@
 """Stacked training: runs whose heads share a class, settings and shapes take one batched
-step on the batch they share (docs/training.md, "Stacked runs").
+step on the batch they share (docs/studies.md, "Stacked runs").
 
 The runs' weights are stacked, and one call of torch.func's vmap over grad computes every
 run's loss, terms and gradients at once; each run then clips and steps its own AdamW on
@@ -7,13 +7,15 @@ its own gradients (head_run.HeadRun.take_step), so its optimiser state, checkpoi
 and evaluation are what they are side by side. What may differ between stacked runs: the
 initial weights, lr, betas, weight decay, gradient clip, tau_c and lambda_CIMR (a run
 with lambda_CIMR = 0 adds 0 x CIMR, which changes no bit of its loss or gradients, and logs
-CIMR as 0 as it does alone). Runs that cannot stack (another head class or settings, or
-loss weights of the head's own terms) go side by side.
+CIMR as 0 as it does alone). Runs that cannot stack (another head class, settings or
+buffers, or loss weights of the head's own terms) go side by side, and so does a group
+whose head vmap cannot batch (a plug-in's op), saying why.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 
 import torch
@@ -29,7 +31,10 @@ def stack_key(head, cfg) -> tuple:
         f"{type(head).__module__}.{type(head).__qualname__}",
         json.dumps(head.hparams(), sort_keys=True, default=str),
         tuple((n, tuple(p.shape), str(p.dtype)) for n, p in head.named_parameters()),
-        tuple((n, tuple(b.shape)) for n, b in head.named_buffers()),
+        tuple(
+            (n, tuple(b.shape), hashlib.sha256(b.detach().cpu().numpy().tobytes()).hexdigest())
+            for n, b in head.named_buffers()
+        ),  # the stack reads the first run's buffers
         json.dumps(cfg.loss_weights, sort_keys=True),
     )
 
@@ -88,10 +93,15 @@ class StackedStep:
             {k: v.detach() for k, v in parts.items()},
         )
 
-    def step(self, img, pos, neg, feats) -> None:
+    def compute(self, img, pos, neg, feats) -> tuple:
+        """Every run's gradients, loss, terms and parts: nothing is changed yet."""
         params = {n: torch.stack([dict(r.head.named_parameters())[n].detach() for r in self.runs]) for n in self.names}
         donors = donor_map(img) if self.use_cimr else None
-        grads, (loss, terms, parts) = self.grads(params, self.tau_c, self.cimr, img, pos, neg, donors, feats)
+        return self.grads(params, self.tau_c, self.cimr, img, pos, neg, donors, feats)
+
+    def apply(self, computed: tuple, img) -> None:
+        """Each run checks its loss, then clips and steps its own AdamW on its gradients."""
+        grads, (loss, terms, parts) = computed
         for i, r in enumerate(self.runs):
             r.check_loss(loss[i])
         for i, r in enumerate(self.runs):
@@ -107,14 +117,27 @@ class Stacker:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.cache: dict[tuple, StackedStep] = {}
+        self.unstackable: set[tuple] = set()
 
     def step(self, runs: list, img, pos, neg, feats) -> None:
         groups = stack_groups(runs, lambda r: stack_key(r.head, r.cfg)) if self.enabled else [[r] for r in runs]
         keys = [tuple(id(r) for r in g) for g in groups]
         # built once per group (a group changes only when one of its runs stops)
-        self.cache = {k: self.cache.get(k) or StackedStep(g) for k, g in zip(keys, groups) if len(g) > 1}
+        self.cache = {k: self.cache.get(k) or StackedStep(g) for k, g in zip(keys, groups)
+                      if len(g) > 1 and k not in self.unstackable}  # fmt: skip
         for k, g in zip(keys, groups):
-            if len(g) == 1:
-                g[0].step(img, pos, neg, feats)
-            else:
-                self.cache[k].step(img, pos, neg, feats)
+            if k not in self.cache:
+                for r in g:
+                    r.step(img, pos, neg, feats)
+                continue
+            try:
+                computed = self.cache[k].compute(img, pos, neg, feats)
+            except Exception as e:  # an op vmap cannot batch: nothing was changed, so side by side from here
+                g[0].log(f"{len(g)} runs of one head cannot take one batched step ({type(e).__name__}: {e}); "
+                         "they train side by side")  # fmt: skip
+                self.unstackable.add(k)
+                del self.cache[k]
+                for r in g:
+                    r.step(img, pos, neg, feats)
+                continue
+            self.cache[k].apply(computed, img)
