@@ -132,8 +132,9 @@ def _pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chun
         caps = torch.cat([data.rec_pos[r][:, None], data.rec_neg[r]], 1)  # [n, 1 + K]: positive, negatives
         scores = _record_scores(head, data, data.rec_image[r], caps)
         ok = (scores[:, :1] > scores[:, 1:]).cpu().numpy()  # the positive above each negative (a tie: wrong)
+        has_neg = caps[:, 1:].cpu().numpy() >= 0  # (to the host once per chunk, not per record)
         for i, rec in enumerate(r.cpu().numpy()):
-            for k in np.nonzero(caps[i, 1:].cpu().numpy() >= 0)[0]:
+            for k in np.nonzero(has_neg[i])[0]:
                 correct.setdefault(data.rec_neg_kind[rec][k] or "all", []).append(int(ok[i, k]))
     out = {kind: float(np.mean(v)) for kind, v in sorted(correct.items())}
     allv = [x for v in correct.values() for x in v]
