@@ -191,6 +191,15 @@ def final_accuracy(state: dict) -> dict[str, float]:
     help="Also explain the N largest repairs and N largest regressions between the first and the last "
     "scorer (OUT/explain/explorer.html; needs --image-root to show the images).",
 )
+@click.option(
+    "--blind-audit",
+    "blind_folds",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also the blind audit with K folds (e.g. 5): a probe on the captions' text features alone, "
+    "each caption-choice task's blind accuracy, every scorer's accuracy where the text alone fails (0: none).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--no-figures", is_flag=True, help="No PNGs (margins, CREPE curves): results only.")
 @plugin_option
@@ -211,6 +220,7 @@ def score(
     quiet,
     no_figures,
     suite,
+    blind_folds,
 ):
     """Score every benchmark manifest with every scorer, from one store."""
     from ..scoring.scorer_specs import check_scorers, parse_controls
@@ -239,6 +249,7 @@ def score(
         progress=not quiet,
         figures=not no_figures,
         suite=suite,
+        blind_folds=blind_folds,
         log=click.echo,
     )
     click.echo(open(os.path.join(out, "results.md")).read())

@@ -22,7 +22,12 @@ import click
     is_flag=True,
     help="Also each group task's GroupMatch (test-time matching; not its official score).",
 )
-def results(folders, controls, where, benchmarks, sort, out, overwrite, group_match):
+@click.option(
+    "--blind",
+    is_flag=True,
+    help="Also each scorer's accuracy where score --blind-audit's text probe fails (not an official score).",
+)
+def results(folders, controls, where, benchmarks, sort, out, overwrite, group_match, blind):
     """Every score output under FOLDERS (score --out folders, studies, sweeps) as one table:
     a row per scorer and control, the head's training settings that differ as columns,
     each benchmark's headline (%)."""
@@ -34,7 +39,7 @@ def results(folders, controls, where, benchmarks, sort, out, overwrite, group_ma
     base = os.path.commonpath([os.path.abspath(f) for f in folders])
     rows = [r for folder in find_results(list(folders)) for r in result_rows(folder, base)]
     rows = select(rows, list(controls) or ["real"], list(where), sort)
-    md, csv_text = render(rows, columns(rows, list(benchmarks), group_match))
+    md, csv_text = render(rows, columns(rows, list(benchmarks), group_match, blind))
     click.echo(md, nl=False)
     if out:
         outputs.check_replaceable(out, "results-table", overwrite)

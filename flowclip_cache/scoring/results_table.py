@@ -17,6 +17,7 @@ from ..outputs import kind_of
 
 FIXED = ("results", "control", "scorer", "method", "head")
 GROUP_MATCH = "groupmatch:"  # a group task's GroupMatch (test-time matching; not its official score)
+BLIND = "blind:"  # a scorer's accuracy where the blind audit's text probe fails (not an official score)
 
 
 def find_results(folders: list[str]) -> list[str]:
@@ -69,6 +70,9 @@ def result_rows(folder: str, base: str) -> list[dict]:
             ttm = res.get("test_time_matching") if isinstance(res, dict) else None
             if isinstance(ttm, dict) and isinstance(ttm.get("group_match"), (int, float)):
                 row[f"{GROUP_MATCH}{task}"] = 100 * ttm["group_match"]  # shown only when asked
+            blind = res.get("blind_unsolved") if isinstance(res, dict) else None
+            if isinstance(blind, (int, float)) and math.isfinite(blind):
+                row[f"{BLIND}{task}"] = 100 * blind  # shown only when asked
         rows.append(row)
     return rows
 
@@ -100,9 +104,10 @@ def select(rows: list[dict], controls: list[str], where: list[str], sort: str | 
     return out
 
 
-def columns(rows: list[dict], benchmarks: list[str], group_match: bool = False) -> list[str]:
+def columns(rows: list[dict], benchmarks: list[str], group_match: bool = False, blind: bool = False) -> list[str]:
     """The fixed columns, the settings that differ between the rows that have them, then
-    the benchmarks (and, asked for, each group task's GroupMatch after them)."""
+    the benchmarks (and, asked for, each group task's GroupMatch and each audited task's
+    blind-unsolved accuracy after them)."""
     keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in FIXED]
     differ = lambda k: len({str(r[k]) for r in rows if r.get(k) is not None}) > 1  # noqa: E731
     settings = [k for k in keys if k.startswith("train.") and differ(k)]
@@ -113,8 +118,9 @@ def columns(rows: list[dict], benchmarks: list[str], group_match: bool = False) 
             raise FlowclipError(f"--benchmark {', '.join(missing)}: in none of the results")
         scores = [f"score:{b}" for b in benchmarks]
     picked = {c.split(":", 1)[1] for c in scores}
-    matched = [k for k in keys if k.startswith(GROUP_MATCH) and k.split(":", 1)[1] in picked] if group_match else []
-    return list(FIXED) + settings + scores + matched
+    extra = ((GROUP_MATCH,) if group_match else ()) + ((BLIND,) if blind else ())
+    asked = [k for k in keys if k.startswith(extra or ("\0",)) and k.split(":", 1)[1] in picked]
+    return list(FIXED) + settings + scores + asked
 
 
 def render(rows: list[dict], cols: list[str]) -> tuple[str, str]:
@@ -126,10 +132,12 @@ def render(rows: list[dict], cols: list[str]) -> tuple[str, str]:
     def name(c: str) -> str:
         if c.startswith(GROUP_MATCH):
             return f"{c.split(':', 1)[1]} GroupMatch (not official)"
+        if c.startswith(BLIND):
+            return f"{c.split(':', 1)[1]} blind-unsolved (not official)"
         return c.split(":", 1)[1] if c.startswith("score:") else c.removeprefix("train.")
 
     def cell(c, v):
-        return "–" if v is None else f"{v:.2f}" if c.startswith(("score:", GROUP_MATCH)) else str(v)
+        return "–" if v is None else f"{v:.2f}" if c.startswith(("score:", GROUP_MATCH, BLIND)) else str(v)
 
     md = ["| " + " | ".join(map(name, cols)) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(cell(c, r.get(c)) for c in cols) + " |" for r in rows]

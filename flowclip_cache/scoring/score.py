@@ -26,6 +26,7 @@ from ..training.train_config import recorded_settings
 from . import metrics
 
 # the names callers import from here (the engine's parts live in scorers, engines, aggregation)
+from .blind_audit import CAPTION_CHOICE, audit_manifest, blind_section, public, record_table
 from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
 from .matrix_tasks import MATRIX_TASKS, score_matrix_task
@@ -57,13 +58,15 @@ def run_score(
     suite: str | None = None,
     labels: str = "name",
     resample_seeds: bool = False,
+    blind_folds: int = 0,
     log=print,
 ) -> dict:
     """compare: (baseline, other) method pairs for the bootstrap; default every pair;
     resample_seeds: its draws draw each method's seeds too (stats.paired_bootstrap).
     figures: the PNGs (margins, CREPE curves) beside the results. suite: score only that
     suite's members among the manifests (scoring/suites.py), naming the absent ones.
-    labels: how results name a NAME=folder scorer (scorers.load_scorers)."""
+    labels: how results name a NAME=folder scorer (scorers.load_scorers). blind_folds: also
+    the blind audit of every caption-choice task, k-fold (scoring/blind_audit.py; 0: none)."""
     outputs.check_replaceable(out, "score-results", overwrite)
     scorers = load_scorers(scorer_specs, store, device, labels)
     found = evaluation_manifests(manifest_paths, log)
@@ -102,6 +105,7 @@ def run_score(
             figures,
             log,
             (suite, absent),
+            blind_folds,
         )
     log(f"wrote {out}")
     return summary
@@ -124,6 +128,7 @@ def _score_all(
     figures,
     log,
     suite_absent=(None, {}),
+    blind_folds: int = 0,
 ) -> dict:
     from ..progress import bar
 
@@ -138,6 +143,7 @@ def _score_all(
     benches: dict[str, Scoring] = {}
     excluded: dict[str, list[dict]] = {}
     lost: dict[str, dict[str, list[str]]] = {}  # task -> breakdown column -> the groups that lost records
+    audits: dict[str, dict] = {}  # task -> its blind audit
     for m, name, sc in checked:
         benches[name] = sc
         records_bar.update(len(m))
@@ -152,6 +158,10 @@ def _score_all(
             )
             record_rows += rows
             boot_tasks += boot
+            if blind_folds and sc.task in CAPTION_CHOICE and "real" in controls:
+                audits[name] = audit_manifest(store, m, rows, blind_folds, seed, image_root)
+                for run, f in audits[name].get("scorers", {}).items():  # beside the official figures
+                    results[("real", run)][name]["blind_unsolved"] = f["blind_unsolved"]
         elif sc.task in MATRIX_TASKS:
             rows, changes[name], boot = _matrix_task(
                 store, m, name, sc, scorers, controls, device, image_root, max_memory_mb, results, all_images, log
@@ -189,10 +199,14 @@ def _score_all(
         "bootstrap": bootstrap,
         "seconds": time.perf_counter() - t0,
     }
+    if audits:
+        summary["blind_audit"] = {t: public(a) for t, a in audits.items()}
     if suite_absent[0]:
         summary["suite"] = _suite_summary(suite_absent[0], suite_absent[1], summary["results"])
     mark_partial_comparisons(summary)
     write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
+    if audits:
+        _write_parquet(os.path.join(tmp, "blind_audit.parquet"), record_table(audits))
     return summary
 
 
@@ -323,15 +337,19 @@ def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str
     return methods, pairs
 
 
-def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches, figures=True) -> None:
+def _write_parquet(path: str, rows: list[dict]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def write_outputs(folder: str, summary: dict, record_rows: list, scorers, controls, benches, figures=True) -> None:
     with open(os.path.join(folder, "results.json"), "w") as f:
         json.dump(summary, f, indent=1)
     if record_rows:
-        pq.write_table(pa.Table.from_pylist(record_rows), os.path.join(folder, "records.parquet"))
-    sections = (suite_section, group_section, paraphrase_section, threshold_section)
+        _write_parquet(os.path.join(folder, "records.parquet"), record_rows)
+    sections = (suite_section, group_section, paraphrase_section, threshold_section, blind_section)
     md, csv_rows = results_markdown(summary, scorers, controls, benches, sections)
     open(os.path.join(folder, "results.md"), "w").write("\n".join(md) + "\n")
     open(os.path.join(folder, "results.csv"), "w").write("\n".join(csv_rows) + "\n")
