@@ -26,8 +26,8 @@ from ..training.train_config import recorded_settings
 from . import metrics
 
 # the names callers import from here (the engine's parts live in scorers, engines, aggregation)
-from .blind_audit import CAPTION_CHOICE, audit_manifest, blind_section, public, record_table
 from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
+from .blind_audit import CAPTION_CHOICE, audit_manifest, blind_section, public, record_table
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
 from .matrix_tasks import MATRIX_TASKS, score_matrix_task
 from .metrics import headline  # noqa: F401  (callers import it here)
