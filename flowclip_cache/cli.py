@@ -139,6 +139,7 @@ for _command in (
     sharing_commands.publish,
     sharing_commands.sweep,
     results_commands.results,
+    results_commands.export,
 ):
     main.add_command(_command)
 

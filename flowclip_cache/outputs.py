@@ -30,6 +30,7 @@ KINDS = {
     "published-head": "a published head folder (flowclip publish)",
     "sweep": "a sweep folder",
     "results-table": "a results table folder (flowclip results --out)",
+    "leaderboard-export": "a leaderboard export folder (flowclip export --out)",
 }
 _LEGACY = {
     "score-results": ("results.json", ("store_fingerprint", "results")),

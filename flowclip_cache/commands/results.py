@@ -47,3 +47,31 @@ def results(folders, controls, where, benchmarks, sort, out, overwrite, group_ma
             outputs.write_text(os.path.join(tmp, "results.md"), md)
             outputs.write_text(os.path.join(tmp, "results.csv"), csv_text)
         click.echo(f"wrote {out}")
+
+
+@click.command()
+@click.argument("results_folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--benchmark", required=True, help="A group task scored in that folder (winoground, vismin, ...).")
+@click.option("--scorer", required=True, help="The scorer's label in the results (as results.md names it).")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    type=click.Choice(["c0_i0", "vismin-csv", "naturalbench-npy"]),
+    help="c0_i0: Winoground's and NaturalBench's per-group keys (CSV); vismin-csv: VisMin's submission "
+    "CSV; naturalbench-npy: NaturalBench's [groups, image, caption] score array.",
+)
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="A new folder for the export.")
+@click.option("--overwrite", is_flag=True, help="Replace an --out this command wrote before.")
+def export(results_folder, benchmark, scorer, fmt, out, overwrite):
+    """One scorer's per-group scores of a group task, from a score folder, in the format
+    the benchmark's own evaluator reads (not a flowclip figure: the raw scores)."""
+    import os
+
+    from .. import outputs
+    from ..scoring.exports import write_export
+
+    outputs.check_replaceable(out, "leaderboard-export", overwrite)
+    with outputs.staged(out, "leaderboard-export", overwrite) as tmp:
+        path = write_export(results_folder, benchmark, scorer, fmt, tmp)
+    click.echo(f"wrote {os.path.join(out, os.path.basename(path))}")

@@ -54,6 +54,8 @@ REGISTRY = [
     "sugarcrepe_pp",
     "vl_checklist",
     "svo_probes",
+    "naturalbench",
+    "vismin",
     "synthetic_groups",
     "synthetic_image_choice",
     "synthetic_paraphrases",

@@ -184,7 +184,21 @@ def _score_all(
         if pairs and boot_tasks and bootstrap_draws
         else {}
     )
-    summary = {
+    summary = _summary(store, scorers, controls, seed, results, benches, changes, bootstrap, t0)
+    if audits:
+        summary["blind_audit"] = {t: public(a) for t, a in audits.items()}
+    if suite_absent[0]:
+        summary["suite"] = _suite_summary(suite_absent[0], suite_absent[1], summary["results"])
+    mark_partial_comparisons(summary)
+    write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
+    if audits:
+        _write_parquet(os.path.join(tmp, "blind_audit.parquet"), record_table(audits))
+    return summary
+
+
+def _summary(store, scorers, controls, seed, results, benches, changes, bootstrap, t0) -> dict:
+    """results.json's body (its later sections are added by _score_all)."""
+    return {
         "store": store.root,
         "store_fingerprint": store.fingerprint,
         "scorers": [scorer_entry(s) for s in scorers],
@@ -199,15 +213,6 @@ def _score_all(
         "bootstrap": bootstrap,
         "seconds": time.perf_counter() - t0,
     }
-    if audits:
-        summary["blind_audit"] = {t: public(a) for t, a in audits.items()}
-    if suite_absent[0]:
-        summary["suite"] = _suite_summary(suite_absent[0], suite_absent[1], summary["results"])
-    mark_partial_comparisons(summary)
-    write_outputs(tmp, summary, record_rows, scorers, controls, benches, figures)
-    if audits:
-        _write_parquet(os.path.join(tmp, "blind_audit.parquet"), record_table(audits))
-    return summary
 
 
 def scorer_entry(s) -> dict:

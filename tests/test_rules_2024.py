@@ -1,0 +1,179 @@
+"""The 2024-26 group benchmarks' official rules, transcribed independently in float64 from
+their released code (as tests/test_official_rules_groups.py does for the older ones), on
+planted exact ties; the leaderboard exports (scoring/exports.py) in each evaluator's layout.
+
+Transcribed from: VisMin's compute_contrastive_accuracy (rabiulcste/vismin 29ce2c0,
+vismin-bench/metric.py; its submission columns from vismin-bench/README.md);
+NaturalBench's get_retrieval_scores / get_retrieval_acc (Baiqi-Li/NaturalBench 9967605,
+naturalbench_retrieval.py).
+
+Mutations tried: `>=` for `>` in metrics.group_decisions' image comparison turns both rule
+tests red; a pooled VisMin headline for the mean of its categories turns it red; swapping
+T0_I1 and T1_I0 in exports.table turns the export test red."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+from test_official_rules_groups import planted_groups
+
+from flowclip_cache.datasets import get
+from flowclip_cache.scoring.aggregation import aggregate_groups
+from flowclip_cache.scoring.exports import by_position, table
+
+
+def vismin_metric(preds: list[dict]) -> dict:
+    """compute_contrastive_accuracy, unrounded: per category text, image, group, count."""
+    out: dict = {}
+    for p in preds:
+        c = out.setdefault(p["category"], {"text": 0, "image": 0, "group": 0, "count": 0})
+        text = p["T0_I0"] > p["T1_I0"] and p["T1_I1"] > p["T0_I1"]
+        image = p["T0_I0"] > p["T0_I1"] and p["T1_I1"] > p["T1_I0"]
+        c["text"] += text
+        c["image"] += image
+        c["group"] += text and image
+        c["count"] += 1
+    return {k: {m: v[m] / v["count"] for m in ("text", "image", "group")} for k, v in out.items()}
+
+
+def vismin_predictions(s: np.ndarray, cats) -> list[dict]:
+    """eval.py's rows: T<text>_I<image> = similarity(text, image); s [n, image, caption]."""
+    s = s.astype(np.float64)
+    return [{"T0_I0": m[0, 0], "T0_I1": m[1, 0], "T1_I0": m[0, 1], "T1_I1": m[1, 1], "category": c}
+            for m, c in zip(s, cats)]  # fmt: skip
+
+
+def naturalbench_acc(scores_i2t: np.ndarray) -> dict:
+    """get_retrieval_scores then get_retrieval_acc."""
+    rs = [
+        {"c0_i0": s[0][0], "c0_i1": s[1][0], "c1_i0": s[0][1], "c1_i1": s[1][1]} for s in scores_i2t.astype(np.float64)
+    ]
+    text = [r["c0_i0"] > r["c1_i0"] and r["c1_i1"] > r["c0_i1"] for r in rs]
+    image = [r["c0_i0"] > r["c0_i1"] and r["c1_i1"] > r["c1_i0"] for r in rs]
+    group = [a and b for a, b in zip(text, image)]
+    return {"text": sum(text) / len(rs), "image": sum(image) / len(rs), "group": sum(group) / len(rs)}
+
+
+def test_vismin_equals_compute_contrastive_accuracy_on_planted_ties():
+    s = planted_groups(400, 5)
+    cats = np.array(["object", "attribute", "counting", "relation"])[np.arange(400) % 4]
+    cats[::9] = "relation"  # unequal categories: the macro mean differs from the pooled one
+    res = aggregate_groups(get("vismin").scoring, s, {"category": cats.tolist()})
+    ref = vismin_metric(vismin_predictions(s, cats))
+    assert res["ties"] > 50
+    for c, figures in ref.items():
+        for m, v in figures.items():
+            assert res["by_category"][f"{c} {m}"] == v
+    assert res["score"] == pytest.approx(np.mean([ref[c]["group"] for c in ref]), abs=1e-15)
+    assert res["score"] != pytest.approx(vismin_metric([dict(p, category="all") for p in
+                                                        vismin_predictions(s, cats)])["all"]["group"])  # fmt: skip
+
+
+def test_naturalbench_equals_get_retrieval_acc_on_planted_ties():
+    s = planted_groups(300, 6)
+    res = aggregate_groups(get("naturalbench").scoring, s, {"record_id": list(range(300))})
+    ref = naturalbench_acc(s)
+    assert res["ties"] > 50
+    for m in ("text", "image", "group"):
+        assert res["metrics"][m]["score"] == ref[m]
+    assert res["score"] == ref["group"]
+
+
+def test_exports_in_each_evaluators_layout():
+    """Each format read back as its evaluator reads it gives the evaluator's figures."""
+    s = planted_groups(40, 7) + np.float32(1e-3) * np.arange(40, dtype=np.float32)[:, None, None]
+    ids = [str(i) for i in range(40)]
+    rows = table("vismin-csv", ids, s)
+    assert rows[0] == ["id", "T0_I0", "T0_I1", "T1_I0", "T1_I1"]
+    back = [{k: (v if k == "id" else float(v)) for k, v in zip(rows[0], r)} for r in rows[1:]]
+    cats = ["object"] * 40
+    assert vismin_metric([dict(p, category="object") for p in back]) == vismin_metric(vismin_predictions(s, cats))
+    assert all(np.float32(p["T0_I1"]) == s[i, 1, 0] for i, p in enumerate(back))  # exact, not rounded
+    c = table("c0_i0", ids, s)
+    assert c[0] == ["id", "c0_i0", "c0_i1", "c1_i0", "c1_i1"]
+    assert all(float(r[2]) == s[i, 1, 0] and float(r[3]) == s[i, 0, 1] for i, r in enumerate(c[1:]))
+    as_tensor = np.array([[[float(r[1]), float(r[3])], [float(r[2]), float(r[4])]] for r in c[1:]])
+    assert naturalbench_acc(as_tensor) == naturalbench_acc(s)
+    assert by_position(ids, s) is s
+    with pytest.raises(Exception, match="record 3 is '4'"):
+        by_position(ids[:3] + ids[4:], s[1:])
+
+
+def test_converters_read_their_release_layouts(tmp_path):
+    """NaturalBench: NaturalBench-Retrieval/metadata.json whose index is its position, images
+    under images/; VisMin: a save_to_disk copy with the fields eval.py reads. A path-like
+    image name in a stranger's metadata is refused, naming the entry."""
+    from PIL import Image
+
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.errors import ManifestError
+    from flowclip_cache.manifest import Manifest
+
+    nb = tmp_path / "NaturalBench-Retrieval"
+    (nb / "images").mkdir(parents=True)
+    meta = [{"index": i, "image_0": f"{i}_0.jpg", "image_1": f"{i}_1.jpg", "caption_0": f"a {i}",
+             "caption_1": f"b {i}"} for i in range(3)]  # fmt: skip
+    json.dump(meta, open(nb / "metadata.json", "w"))
+    rep = get("naturalbench").build(str(tmp_path), str(tmp_path / "nb.parquet"), RowErrors())
+    rows = Manifest.read(tmp_path / "nb.parquet").table.to_pylist()
+    assert rep.records == 3 and rows[1]["images"] == ["images/1_0.jpg", "images/1_1.jpg"]
+    assert rows[2]["captions"] == ["a 2", "b 2"] and rows[0]["record_id"] == "0"
+    json.dump(meta[:1] + [dict(meta[1], index=5)], open(nb / "metadata.json", "w"))
+    with pytest.raises(ManifestError, match="entry 1: index 5 is not its position"):
+        get("naturalbench").build(str(nb), str(tmp_path / "nb2.parquet"), RowErrors())
+    json.dump([dict(meta[0], image_1="../../etc/passwd")], open(nb / "metadata.json", "w"))
+    with pytest.raises(ManifestError, match="entry 0"):
+        get("naturalbench").build(str(nb), str(tmp_path / "nb3.parquet"), RowErrors())
+    assert not (tmp_path / "nb3.parquet").exists()
+
+    datasets = pytest.importorskip("datasets")
+    png = tmp_path / "x.png"
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(png)
+    b = [{"bytes": png.read_bytes(), "path": "x.png"}] * 2
+    ds = datasets.Dataset.from_dict({"id": [0, 1], "text_0": ["a", "b"], "text_1": ["c", "d"], "image_0": b,
+                                     "image_1": b, "category": ["object", "counting"]})  # fmt: skip
+    ds = ds.cast_column("image_0", datasets.Image()).cast_column("image_1", datasets.Image())
+    datasets.DatasetDict({"test": ds}).save_to_disk(str(tmp_path / "vismin"))
+    rep = get("vismin").build(str(tmp_path / "vismin"), str(tmp_path / "v.parquet"), RowErrors(),
+                              images_out=str(tmp_path / "vimg"))  # fmt: skip
+    rows = Manifest.read(tmp_path / "v.parquet").table.to_pylist()
+    assert rep.records == 2 and rep.counts == {"object": 1, "counting": 1}
+    assert rows[1]["captions"] == ["b", "d"] and rows[1]["category"] == "counting"
+    assert sorted(os.listdir(tmp_path / "vimg")) == [f"vismin-00000{i}-{k}.png" for i in range(2) for k in range(2)]
+
+
+def test_export_command_from_a_score_folder(tmp_path):
+    """flowclip export reads records.parquet and writes a new, marked folder; a second
+    export into it is refused without --overwrite; a benchmark that is not a group refused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from flowclip_cache.cli import main
+
+    res = tmp_path / "res"
+    res.mkdir()
+    s = planted_groups(5, 8)
+    rows = [{"benchmark": "vismin", "record_id": str(i), "control": "real", "scorer": "clip",
+             "scores": m.ravel().tolist(), "gold": None, "correct": True} for i, m in enumerate(s)]  # fmt: skip
+    rows.append({"benchmark": "aro", "record_id": "0", "control": "real", "scorer": "clip", "scores": [0.1, 0.2],
+                 "gold": 0, "correct": False})  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), res / "records.parquet")
+    r = CliRunner().invoke(main, ["export", str(res), "--benchmark", "vismin", "--scorer", "clip", "--format",
+                                  "vismin-csv", "--out", str(tmp_path / "ex")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    got = list(csv.reader(open(tmp_path / "ex" / "vismin_submission.csv")))
+    assert got[0] == ["id", "T0_I0", "T0_I1", "T1_I0", "T1_I1"] and len(got) == 6
+    assert float(got[2][2]) == s[1, 1, 0]
+    again = CliRunner().invoke(main, ["export", str(res), "--benchmark", "vismin", "--scorer", "clip", "--format",
+                                      "naturalbench-npy", "--out", str(tmp_path / "ex")])  # fmt: skip
+    assert again.exit_code == 2 and "overwrite" in again.output
+    r = CliRunner().invoke(main, ["export", str(res), "--benchmark", "vismin", "--scorer", "clip", "--format",
+                                  "naturalbench-npy", "--out", str(tmp_path / "ex"), "--overwrite"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert np.array_equal(np.load(tmp_path / "ex" / "scores_i2t.npy"), s)
+    bad = CliRunner().invoke(main, ["export", str(res), "--benchmark", "aro", "--scorer", "clip", "--format",
+                                    "c0_i0", "--out", str(tmp_path / "ex2")])  # fmt: skip
+    assert bad.exit_code == 2 and "not a 2x2 group" in bad.output and not (tmp_path / "ex2").exists()
