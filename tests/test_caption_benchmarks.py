@@ -258,7 +258,9 @@ def test_score_reports_valse_thresholds_only_for_a_scorer_that_declares_one(capt
     assert set(v["by_piece"]) == set(VALSE_KEPT) and v["n"] == 22
     assert v["threshold_figures"]["defined"] is False
     assert "### valse: p_c, p_f, acc" in md and "- clip: not defined for this scorer" in md
-    assert "## Paraphrase tasks" in md and "| sugarcrepe-pp | clip | ITT " in md and "TOT n/d" not in md
+    assert (
+        "## Paraphrase and hard-positive tasks" in md and "| sugarcrepe-pp | clip | ITT " in md and "TOT n/d" not in md
+    )
     assert "| replace_att ITT | replace_att Image-P1-Neg |" in md  # the per-file breakdown, every figure
     monkeypatch.setattr(ClipHead, "decision_threshold", lambda self: (0.2, "a test's planted threshold"))
     res, md = run(tmp_path / "declared")

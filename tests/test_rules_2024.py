@@ -177,3 +177,70 @@ def test_export_command_from_a_score_folder(tmp_path):
     bad = CliRunner().invoke(main, ["export", str(res), "--benchmark", "aro", "--scorer", "clip", "--format",
                                     "c0_i0", "--out", str(tmp_path / "ex2")])  # fmt: skip
     assert bad.exit_code == 2 and "not a 2x2 group" in bad.output and not (tmp_path / "ex2").exists()
+
+
+def run_eval_figures(orig: np.ndarray, mod: np.ndarray) -> dict:
+    """amitakamath/hard_positives 33addaa run_eval.py `main`, on its two score lists: orig
+    [n, 1, 2] (c_n, c) and mod [n, 1, 2] (c_n, c_p), as get_retrieval_scores_batched gives them."""
+    n = len(orig)
+    return {
+        "original": np.array([v[0][0] < v[0][1] for v in orig]),
+        "hard positive": np.array([v[0][0] < v[0][1] for v in mod]),
+        "augmented": np.array([mod[i][0][0] < mod[i][0][1] and mod[i][0][0] < orig[i][0][1] for i in range(n)]),
+    }
+
+
+def test_hard_positives_equal_run_eval_on_planted_ties():
+    from flowclip_cache.scoring.paraphrase_task import aggregate_paraphrases
+
+    rng = np.random.default_rng(9)
+    s = (rng.integers(0, 3, size=(360, 3)) / 4).astype(np.float32)  # [c, c_p, c_n] on a coarse grid: ties
+    subset = np.array(["swap", "replace_att", "replace_rel"])[np.arange(360) % 3]
+    subset[::7] = "replace_rel"  # REPLACE's two subsets of unequal size: their mean is not the pooled figure
+    res = aggregate_paraphrases(get("hard-positives").scoring, s, None, {"subset": subset.tolist()})
+    s64 = s.astype(np.float64)
+    ref = run_eval_figures(s64[:, None, [2, 0]], s64[:, None, [2, 1]])
+    assert res["ties"] > 50 and set(res["metrics"]) == {"augmented", "original", "hard positive"}
+    for m, dec in ref.items():
+        for sub in ("swap", "replace_att", "replace_rel"):
+            assert res["by_subset"][f"{sub} {m}"] == dec[subset == sub].mean()
+    aug = ref["augmented"]
+    replace = np.mean([aug[subset == "replace_att"].mean(), aug[subset == "replace_rel"].mean()])
+    assert res["score"] == pytest.approx(np.mean([aug[subset == "swap"].mean(), replace]), abs=1e-15)
+    assert res["headline_metric"] == "augmented"
+
+
+def test_hard_positives_reads_a_checkout_and_refuses_misaligned_files(tmp_path):
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.datasets.hard_positives import FILES
+    from flowclip_cache.errors import ManifestError
+    from flowclip_cache.manifest import Manifest
+
+    def write(folder, subset, recs):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        json.dump(recs, open(tmp_path / folder / FILES[subset], "w"))
+
+    for sub in FILES:
+        recs = [{"image_id": str(i), "true_caption": f"walking {sub} {i}", "false_caption": f"jumping {sub} {i}",
+                 "image_path": f"data/VG_100K/{i}.jpg"} for i in range(2)]  # fmt: skip
+        write("data", sub, recs)
+        write(
+            "swapped_data", sub, [dict(r, true_caption=r["true_caption"].replace("walking", "strolling")) for r in recs]
+        )
+    rep = get("hard-positives").build(str(tmp_path), str(tmp_path / "hp.parquet"), RowErrors())
+    rows = Manifest.read(tmp_path / "hp.parquet").table.to_pylist()
+    assert rep.records == 6 and rep.counts == {"swap": 2, "replace_att": 2, "replace_rel": 2}
+    r = rows[3]
+    assert r["record_id"] == "replace_att/1" and r["image"] == "data/VG_100K/1.jpg"
+    assert (
+        r["positives"] == ["walking replace_att 1", "strolling replace_att 1"]
+        and r["negative"] == "jumping replace_att 1"
+    )
+    bad = json.load(open(tmp_path / "swapped_data" / FILES["swap"]))
+    bad[1]["false_caption"] = "another negative"
+    json.dump(bad, open(tmp_path / "swapped_data" / FILES["swap"], "w"))
+    with pytest.raises(ManifestError, match=r"record 1: its image or hard negative differs"):
+        get("hard-positives").build(str(tmp_path), str(tmp_path / "hp2.parquet"), RowErrors())
+    json.dump(bad[:1], open(tmp_path / "swapped_data" / FILES["swap"], "w"))
+    with pytest.raises(ManifestError, match="pairs them by position"):
+        get("hard-positives").build(str(tmp_path), str(tmp_path / "hp3.parquet"), RowErrors())

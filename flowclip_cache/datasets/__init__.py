@@ -56,6 +56,7 @@ REGISTRY = [
     "svo_probes",
     "naturalbench",
     "vismin",
+    "hard_positives",
     "synthetic_groups",
     "synthetic_image_choice",
     "synthetic_paraphrases",

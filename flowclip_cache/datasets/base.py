@@ -65,6 +65,8 @@ class Scoring:
     headline_metric: str = "group"
     metric_names: tuple[tuple[str, str], ...] = ()
     sub_scores: bool = False
+    # paraphrases: whether the benchmark has SugarCrepe++'s text-only test (TOT)
+    text_only_test: bool = True
 
     @classmethod
     def declared(cls, d: dict, source: str) -> "Scoring":

@@ -152,7 +152,9 @@ PARAPHRASE_NOTE = (
     "scores P1 and P2 both above N; **Image-P1-Neg** / **Image-P2-Neg**: that positive above N; **TOT** "
     "(text only): sim(P1, P2) above sim(P1, N) and sim(P2, N), with the scorer's caption-caption "
     "similarity. Every comparison strict (a tie is wrong). Each figure aggregated as the benchmark's "
-    "score (SugarCrepe++: the mean over its five files; per file below). Real images."
+    "score (SugarCrepe++: the mean over its five files; per file below). Real images. Hard positives "
+    "(ECCV 2024) under their own names: P1 is the original caption, P2 the hard positive, N the hard "
+    "negative; **original** = Image-P1-Neg, **hard positive** = Image-P2-Neg, **augmented** = ITT; no TOT."
 )
 
 
@@ -162,5 +164,5 @@ def paraphrase_section(summary, scorers, benches, name):
     if not rows:
         return [], []
     heads = ["task", "scorer", "scores (%)", "ITT ties", "TOT ties"]
-    md = ["## Paraphrase tasks (ITT and TOT)", "", PARAPHRASE_NOTE, "", *table(heads, rows), ""]
+    md = ["## Paraphrase and hard-positive tasks (ITT and TOT)", "", PARAPHRASE_NOTE, "", *table(heads, rows), ""]
     return md + undefined + ([""] if undefined else []), csv
