@@ -5,11 +5,15 @@ planted exact ties; the leaderboard exports (scoring/exports.py) in each evaluat
 Transcribed from: VisMin's compute_contrastive_accuracy (rabiulcste/vismin 29ce2c0,
 vismin-bench/metric.py; its submission columns from vismin-bench/README.md);
 NaturalBench's get_retrieval_scores / get_retrieval_acc (Baiqi-Li/NaturalBench 9967605,
-naturalbench_retrieval.py).
+naturalbench_retrieval.py); hard positives' run_eval.py `main` (amitakamath/hard_positives
+33addaa); NegBench's MCQ evaluate_model (m1k2zoo/negbench 2ac009b,
+benchmarks/src/evaluation/mcq.py).
 
 Mutations tried: `>=` for `>` in metrics.group_decisions' image comparison turns both rule
 tests red; a pooled VisMin headline for the mean of its categories turns it red; swapping
-T0_I1 and T1_I0 in exports.table turns the export test red."""
+T0_I1 and T1_I0 in exports.table turns the export test red; REPLACE weighted by records (not
+the mean of its two subsets) and `>=` in paraphrase_decisions' P2 turn the hard-positive test
+red; tie rule "wrong" for NegBench's MCQ (not argmax's first) turns it red."""
 
 import csv
 import json
@@ -244,3 +248,62 @@ def test_hard_positives_reads_a_checkout_and_refuses_misaligned_files(tmp_path):
     json.dump(bad[:1], open(tmp_path / "swapped_data" / FILES["swap"], "w"))
     with pytest.raises(ManifestError, match="pairs them by position"):
         get("hard-positives").build(str(tmp_path), str(tmp_path / "hp3.parquet"), RowErrors())
+
+
+def negbench_mcq(logits: np.ndarray, correct: np.ndarray, types: list[str]) -> dict:
+    """m1k2zoo/negbench benchmarks/src/evaluation/mcq.py `evaluate_model`'s accuracies:
+    torch.argmax over each record's four logits (the first maximal index)."""
+    import torch
+
+    pred = torch.argmax(torch.from_numpy(logits), dim=1).numpy()
+    out = {"total_accuracy": (pred == correct).sum() / len(correct)}
+    for t in ("positive", "negative", "hybrid"):
+        mask = np.array(types) == t
+        out[f"{t}_accuracy"] = (pred[mask] == correct[mask]).sum() / mask.sum()
+    return out
+
+
+def test_negbench_mcq_equals_evaluate_model_on_planted_ties():
+    from flowclip_cache.scoring.aggregation import aggregate
+
+    rng = np.random.default_rng(10)
+    n = 400
+    s = (rng.integers(0, 3, size=(n, 4)) / 4).astype(np.float32)
+    gold = rng.integers(0, 4, n)
+    types = np.array(["positive", "negative", "hybrid"])[rng.integers(0, 3, n)]
+    subset = np.where(np.arange(n) < 250, "coco", "voc2007")
+    res = aggregate(get("negbench-mcq").scoring, s, gold, {"subset": subset.tolist(), "template": types.tolist()}, None)
+    per = {}
+    for sub in ("coco", "voc2007"):
+        m = subset == sub
+        ref = negbench_mcq(s[m].astype(np.float64), gold[m], types[m].tolist())
+        assert res["by_subset"][sub] == ref["total_accuracy"]
+        per[sub] = ref["total_accuracy"]
+    assert res["score"] == pytest.approx(np.mean(list(per.values())), abs=1e-15)
+    whole = negbench_mcq(s.astype(np.float64), gold, types.tolist())
+    for t in ("positive", "negative", "hybrid"):
+        assert res["by_template"][t] == whole[f"{t}_accuracy"]
+    tied_first = (s == s.max(1, keepdims=True)).sum(1) > 1
+    assert tied_first.sum() > 50  # the planted ties are there, and decided as argmax decides them
+
+
+def test_negbench_mcq_reads_its_csvs_and_strips_the_users_prefix(tmp_path):
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.errors import ManifestError
+    from flowclip_cache.manifest import Manifest
+
+    head = "image_path,caption_0,caption_1,caption_2,caption_3,correct_answer,correct_answer_template\n"
+    rows = ['/home/me/coco/val2017/1.jpg,a dog,no dog,a cat but not a dog,no cat,0,positive\n',
+            '/home/me/coco/val2017/2.jpg,"a bus, red",no bus,x,y,2,hybrid\n']  # fmt: skip
+    (tmp_path / "COCO_val_mcq_llama3.1_rephrased.csv").write_text(head + "".join(rows))
+    rep = get("negbench-mcq").build(str(tmp_path), str(tmp_path / "m.parquet"), RowErrors(),
+                                    image_prefix="/home/me/coco/")  # fmt: skip
+    got = Manifest.read(tmp_path / "m.parquet").table.to_pylist()
+    assert rep.counts == {"coco": 2} and got[1]["image"] == "val2017/2.jpg" and got[1]["gold"] == 2
+    assert got[1]["captions"][0] == "a bus, red" and got[1]["template"] == "hybrid" and got[0]["record_id"] == "coco/2"
+    with pytest.raises(ManifestError, match="image"):  # an absolute path left in is refused, naming the row
+        get("negbench-mcq").build(str(tmp_path), str(tmp_path / "m2.parquet"), RowErrors())
+    with pytest.raises(ManifestError, match="line 3: image_path"):
+        get("negbench-mcq").build(
+            str(tmp_path), str(tmp_path / "m3.parquet"), RowErrors(), image_prefix="/home/me/coco/val2017/1"
+        )

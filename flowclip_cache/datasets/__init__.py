@@ -57,6 +57,7 @@ REGISTRY = [
     "naturalbench",
     "vismin",
     "hard_positives",
+    "negbench_mcq",
     "synthetic_groups",
     "synthetic_image_choice",
     "synthetic_paraphrases",

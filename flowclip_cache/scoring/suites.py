@@ -28,7 +28,7 @@ FIELD = [
         "whatsup-controlled-a", "whatsup-controlled-b", "whatsup-coco-spatial", "whatsup-gqa-spatial",
         "crepe-productivity", "abc6k", "pug-spar", "clevr-binding", "winoground", "eqben", "colorswap", "mmvp-vlm",
         "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj", "valse", "sugarcrepe-pp",
-        "vl-checklist", "svo-probes", "crepe-systematicity", "naturalbench", "vismin", "hard-positives",
+        "vl-checklist", "svo-probes", "crepe-systematicity", "naturalbench", "vismin", "hard-positives", "negbench-mcq",
     )
 ]  # fmt: skip
 VL_COMPO = [
