@@ -24,7 +24,7 @@ FILES = {
     "voc2007": "VOC2007_mcq_llama3.1_rephrased.csv",
     "synthetic": "synthetic_mcq_llama3.1_rephrased.csv",
 }
-COLUMNS = ("image_path", "caption_0", "caption_1", "caption_2", "caption_3", "correct_answer", "correct_answer_template")
+COLUMNS = ("image_path", *(f"caption_{i}" for i in range(4)), "correct_answer", "correct_answer_template")
 
 
 def _row(path: str, subset: str, line: int, rec, prefix: str, errors: RowErrors) -> dict | None:
