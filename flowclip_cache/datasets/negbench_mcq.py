@@ -67,7 +67,8 @@ BENCHMARK = Benchmark(
     title="NegBench MCQ (COCO, VOC2007, synthetic; accuracy per template)",
     kind="candidates",
     build=build,
-    scoring=Scoring(task="candidates", tie_rule="first", aggregate="subset_mean", group_by="subset",
-                    report_by=("template",)),  # fmt: skip
+    scoring=Scoring(
+        task="candidates", tie_rule="first", aggregate="subset_mean", group_by="subset", report_by=("template",)
+    ),  # fmt: skip
     options={"image_prefix": "the leading part of image_path to remove (the rest: a path under --image-root)"},
 )
