@@ -307,3 +307,44 @@ def test_negbench_mcq_reads_its_csvs_and_strips_the_users_prefix(tmp_path):
         get("negbench-mcq").build(
             str(tmp_path), str(tmp_path / "m3.parquet"), RowErrors(), image_prefix="/home/me/coco/val2017/1"
         )
+
+
+def countercurate_position(s_img: np.ndarray, s_neg_img: np.ndarray) -> float:
+    """HanSolo9682/CounterCurate benchmark/CLIP_test_position.py `test`: s_img [n, 2] the
+    image's scores of (caption, negative caption), s_neg_img the negative image's."""
+    import torch
+
+    correct = 0.0
+    for a, b in zip(s_img, s_neg_img):
+        p = (100.0 * torch.tensor(a, dtype=torch.float64)).softmax(dim=-1)
+        correct += float(p[0] > p[1])
+        p = (100.0 * torch.tensor(b, dtype=torch.float64)).softmax(dim=-1)
+        correct += float(p[0] < p[1])
+    return correct / len(s_img) / 2
+
+
+def test_countercurate_equals_clip_test_position_on_planted_ties(tmp_path):
+    """The converter's two records per row scored pooled equal the script's figure."""
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.errors import ManifestError
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.scoring.aggregation import aggregate
+
+    folder = tmp_path / "clip_sample_data"
+    folder.mkdir()
+    lines = ["captions\timages\tneg_captions\tneg_images"]
+    lines += [f"a dog left of a cat {i}\t../../train_data/{i}.jpg\ta cat left of a dog {i}\t../../train_data/{i}_n.jpg"
+              for i in range(60)]  # fmt: skip
+    (folder / "test_left_right_.csv").write_text("\n".join(lines) + "\n")
+    rep = get("countercurate").build(str(tmp_path), str(tmp_path / "cc.parquet"), RowErrors(), image_prefix="../../")
+    t = Manifest.read(tmp_path / "cc.parquet").table.to_pydict()
+    assert rep.counts == {"left_right": 60} and len(t["gold"]) == 120
+    assert t["image"][:2] == ["train_data/0.jpg", "train_data/0_n.jpg"] and t["gold"][:2] == [0, 1]
+    assert t["record_id"][:2] == ["left_right/2/pos", "left_right/2/neg"]
+    rng = np.random.default_rng(11)
+    s = (rng.integers(0, 3, size=(120, 2)) / 4).astype(np.float32)
+    res = aggregate(get("countercurate").scoring, s, np.array(t["gold"]), t, None)
+    ref = countercurate_position(s[0::2].astype(np.float64), s[1::2].astype(np.float64))
+    assert (s[:, 0] == s[:, 1]).sum() > 20 and res["score"] == pytest.approx(ref, abs=1e-15)
+    with pytest.raises(ManifestError, match="image"):  # the authors' ../../ paths are refused as they are
+        get("countercurate").build(str(tmp_path), str(tmp_path / "cc2.parquet"), RowErrors())

@@ -58,6 +58,7 @@ REGISTRY = [
     "vismin",
     "hard_positives",
     "negbench_mcq",
+    "countercurate",
     "synthetic_groups",
     "synthetic_image_choice",
     "synthetic_paraphrases",

@@ -208,9 +208,9 @@ def load_json(path: str):
         raise ManifestError(f"{path}: line {e.lineno}, column {e.colno}: malformed JSON ({e.msg})") from e
 
 
-def read_csv(path: str, header: bool = True) -> list[tuple[int, dict | list]]:
+def read_csv(path: str, header: bool = True, delimiter: str = ",") -> list[tuple[int, dict | list]]:
     """Rows with their 1-based line numbers."""
-    reader = csv.reader(io.StringIO(read_text(path)))
+    reader = csv.reader(io.StringIO(read_text(path)), delimiter=delimiter)
     rows = list(reader)
     if header:
         if not rows:

@@ -28,7 +28,8 @@ FIELD = [
         "whatsup-controlled-a", "whatsup-controlled-b", "whatsup-coco-spatial", "whatsup-gqa-spatial",
         "crepe-productivity", "abc6k", "pug-spar", "clevr-binding", "winoground", "eqben", "colorswap", "mmvp-vlm",
         "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj", "valse", "sugarcrepe-pp",
-        "vl-checklist", "svo-probes", "crepe-systematicity", "naturalbench", "vismin", "hard-positives", "negbench-mcq",
+        "vl-checklist", "svo-probes", "crepe-systematicity",
+        "naturalbench", "vismin", "hard-positives", "negbench-mcq", "countercurate",  # issue 56: 2024-26
     )
 ]  # fmt: skip
 VL_COMPO = [
