@@ -22,6 +22,14 @@ def test_demo_end_to_end(tmp_path):
     # the report links its evidence explorer
     assert "[explain/explorer.html](explain/explorer.html)" in open(os.path.join(out, "summary.md")).read()
     assert os.path.exists(os.path.join(out, "explain", "explorer.html"))
+    # the synthetic groups (Winoground in miniature) scored with GroupMatch too, never as the official figure
+    results = open(os.path.join(out, "score", "results.md")).read()
+    assert (
+        "### Test-time matching (not the official metric)" in results
+        and "| synthetic-groups | flow_hnb_cimr" in results
+    )
+    ttm = json.load(open(os.path.join(out, "score", "results.json")))["results"]["real|clip"]["synthetic-groups"]
+    assert 0 <= ttm["test_time_matching"]["group_match"] <= 1 and "group_match" not in ttm["metrics"]
     # a second run finds everything done
     r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1"])
     assert r.exit_code == 0 and "the study is finished" in r.output
