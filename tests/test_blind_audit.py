@@ -89,6 +89,32 @@ def test_planted_records_by_hand():
     assert res["scorers"]["b"]["blind_unsolved"] == 0.5
 
 
+def test_a_paraphrase_record_is_solved_only_when_both_its_decisions_are():
+    """Records of two decisions (P1 vs N, P2 vs N): P1 carries the gold direction in every
+    record, P2 only in the first half (in the second it is N's own text: a tie). Only the
+    first half is solved; chance is 1/3; a scorer's unsolved accuracy is over the second half."""
+    rng = np.random.default_rng(4)
+    n = 40
+    T, C = [], []
+    for r in range(n):
+        base = rng.normal(size=12)
+        T += [base + 3 * np.eye(12)[0], base - 3 * np.eye(12)[0]]  # P1, N
+        p1, neg = len(T) - 2, len(T) - 1
+        if r < 20:
+            T.append(rng.normal(size=12) + 3 * np.eye(12)[0])  # P2, solvable
+            C += [[p1, neg], [len(T) - 1, neg]]
+        else:
+            C += [[p1, neg], [neg, neg]]  # P2 is N's text
+    record_of = np.repeat(np.arange(n), 2)
+    keys = np.array([f"i{r}" for r in record_of])
+    correct = {"a": np.arange(n) % 4 == 0}
+    res = ba.audit_task(np.array(T), np.array(C), np.zeros(2 * n, np.int64), keys, correct, folds=5,
+                        record_of=record_of)  # fmt: skip
+    assert res["n"] == n and res["unsolved"] == 20 and res["blind_accuracy"] == 0.5
+    assert res["chance"] == pytest.approx(1 / 3)
+    assert res["scorers"]["a"]["blind_unsolved"] == pytest.approx(np.mean(np.arange(20, 40) % 4 == 0))
+
+
 def test_too_few_images_is_said_not_guessed():
     res = ba.audit_task(np.eye(4), np.array([[0, 1], [2, 3]]), np.array([0, 0]), np.array(["a", "b"]), {}, folds=5)
     assert res == {"defined": False, "reason": "2 distinct images, fewer than the 5 folds"}

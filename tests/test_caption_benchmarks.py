@@ -269,6 +269,23 @@ def test_score_reports_valse_thresholds_only_for_a_scorer_that_declares_one(capt
     assert "0.2 (a test's planted threshold)" in md
 
 
+def test_the_blind_audit_reads_caption_and_paraphrase_tasks(caption_side, tmp_path):
+    """score --blind-audit: every caption-choice and paraphrase manifest audited (or said
+    why not); a paraphrase record counted once, its scorer figure ITT's."""
+    out = tmp_path / "blind"
+    args = ["score", "--store", caption_side["store"], "--scorer", "clip", "--out", str(out), "--bootstrap", "0",
+            "--image-root", str(caption_side["root"]), "--manifests", str(caption_side["out"]), "--no-figures",
+            "--blind-audit", "2"]  # fmt: skip
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "results.json").read_text())
+    audit = summary["blind_audit"]
+    pp = audit["sugarcrepe-pp"]
+    assert pp["defined"] and pp["n"] == 15 and pp["chance"] == pytest.approx(1 / 3)
+    assert pp["scorers"]["clip"]["all"] == summary["results"]["real|clip"]["sugarcrepe-pp"]["metrics"]["ITT"]["pooled"]
+    assert "valse" in audit and "## Blind audit" in (out / "results.md").read_text()
+
+
 def test_the_head_contract_checks_the_new_methods():
     from flowclip_cache.errors import FlowclipError
     from flowclip_cache.heads.contract import check_head

@@ -1,6 +1,7 @@
 """The blind audit: how much of a benchmark a model solves without looking at the image.
 
-For a task whose candidates are captions (one image, its gold caption and the foils), a
+For a task whose candidates are captions (one image, its gold caption and the foils; or a
+paraphrase task's two positives and a negative, each positive a decision against it), a
 linear probe on the cached *text* features alone (each candidate caption's global feature;
 never the image's) is trained k-fold: the records are split into folds by image, and each
 fold's records are scored by a probe trained on the other folds only, so no record, and no
@@ -107,10 +108,14 @@ def audit_task(
     correct: dict[str, np.ndarray],
     folds: int = FOLDS,
     seed: int = 0,
+    record_of: np.ndarray | None = None,
 ) -> dict:
     """One task's audit: T [m, d] the distinct captions' global features (normalised
-    here), C [n, kmax] each record's candidates, correct {scorer: bool [n]} each scorer's
-    decisions on the real images. -> blind accuracy, chance, the unsolved records'
+    here), C [n, kmax] each decision's candidates (gold [n] its gold slot, image_keys [n]
+    its image), correct {scorer: bool [records]} each scorer's decisions on the real
+    images. record_of [n]: the record of each decision where a record takes several, all
+    of which it must get right (a paraphrase record: each positive above the negative);
+    None: one decision per record. -> blind accuracy, chance, the unsolved records'
     count, and per scorer its pooled accuracy on all records and on the unsolved ones."""
     n_images = len(np.unique(image_keys))
     if n_images < folds:
@@ -119,14 +124,19 @@ def audit_task(
     T = T / np.maximum(np.linalg.norm(T, axis=1, keepdims=True), 1e-12)
     fold = image_folds(image_keys, folds, seed)
     solved = metrics.decisions(blind_scores(T, C, gold, fold), gold, "wrong")[0]
+    chance = float(np.mean(1.0 / (C >= 0).sum(1)))
+    if record_of is not None:  # every decision of a record right; chance: the negative below all k positives
+        per = np.bincount(record_of)
+        solved = np.bincount(record_of, weights=solved) == per
+        chance = float(np.mean(1.0 / (per + 1)))
     unsolved = ~solved
     pooled = lambda c: float(np.mean(c)) if len(c) else float("nan")  # noqa: E731
     return {
         "defined": True,
-        "n": int(len(gold)),
+        "n": int(len(solved)),
         "folds": folds,
         "blind_accuracy": pooled(solved),
-        "chance": float(np.mean(1.0 / (C >= 0).sum(1))),
+        "chance": chance,
         "unsolved": int(unsolved.sum()),
         "scorers": {run: {"all": pooled(c), "blind_unsolved": pooled(c[unsolved])} for run, c in correct.items()},
         "probe": PROBE,
@@ -134,25 +144,33 @@ def audit_task(
     }
 
 
-CAPTION_CHOICE = ("pairwise", "candidates")  # the task kinds whose candidates are captions
+CAPTION_CHOICE = ("pairwise", "candidates", "paraphrases")  # the task kinds whose candidates are captions
 
 
 def audit_manifest(store, m, rows: list[dict], folds: int, seed: int, image_root=None) -> dict:
-    """audit_task on a caption-choice manifest: its captions' global features from the
-    store, each scorer's decisions from its real-image record rows (manifest order)."""
+    """audit_task on a caption-choice or paraphrase manifest: its captions' global features
+    from the store, each scorer's decisions from its real-image record rows (manifest
+    order; a paraphrase record's: ITT, both positives above the negative)."""
     from ..hashing import caption_key
     from ..store.core import CAPTION
     from ..store.manifest_keys import manifest_keys
 
     t = m.table.to_pydict()
-    texts, C = caption_matrix(t["captions"])
+    if "positives" in t:  # paraphrases: each positive against the negative, a record right when all are
+        record_of = np.repeat(np.arange(len(t["positives"])), [len(p) for p in t["positives"]])
+        texts, C = caption_matrix([[p, n] for ps, n in zip(t["positives"], t["negative"]) for p in ps])
+        gold = np.zeros(len(C), np.int64)
+    else:
+        record_of, (texts, C), gold = None, caption_matrix(t["captions"]), np.asarray(t["gold"])
     ikeys = np.array(manifest_keys(store, m, texts, image_root))
     T = store.load_global(CAPTION, [caption_key(c) for c in texts])
     correct: dict[str, list[bool]] = {}
     for r in rows:
         if r["control"] == "real":
             correct.setdefault(r["scorer"], []).append(r["correct"])
-    res = audit_task(T, C, np.asarray(t["gold"]), ikeys, {k: np.array(v) for k, v in correct.items()}, folds, seed)
+    decided = {k: np.array(v) for k, v in correct.items()}
+    keys = ikeys if record_of is None else ikeys[record_of]
+    res = audit_task(T, C, gold, keys, decided, folds, seed, record_of)
     if res["defined"]:
         first = next(iter(correct))
         res["_records"] = [r["record_id"] for r in rows if r["control"] == "real" and r["scorer"] == first]
@@ -197,9 +215,10 @@ def blind_section(summary, scorers, benches, name):
     md = [
         "## Blind audit (not any benchmark's official score)",
         "",
-        "How much of each caption-choice task the text alone solves: a probe on the candidate captions' "
+        "How much of each caption-choice and paraphrase task the text alone solves: a probe on the candidate captions' "
         f"cached text features, never the image ({PROBE}). **blind**: the share of records it ranks the "
-        "gold caption first (a tie unsolved), beside chance (1 / candidates); each scorer's pooled accuracy "
+        "gold caption first (a paraphrase record: both positives above the negative; a tie unsolved), beside "
+        "chance (1 / candidates; 1/3 for a paraphrase record); each scorer's pooled accuracy "
         "on every record and on the records the probe cannot solve. Per record: blind_audit.parquet.",
         "",
         *table(
