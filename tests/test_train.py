@@ -525,3 +525,53 @@ def test_adamw_is_torchs_without_the_compiler_stack(world, tmp_path):
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_train_head_with_several_outs_ends_each_as_alone(world, tmp_path, monkeypatch):
+    """train-head --out A --out B (one --config each, flags for both): each run's weights
+    bit-identical to its solo run; with --stack, two Global-M runs of different learning
+    rates take one batched step and end within FP32 round-off of their solo runs; refused, before any folder, when
+    the runs would not share their batches or the configs do not pair with the outs."""
+    (tmp_path / "g.yaml").write_text("head: global\ncimr: 0.0\n")
+    (tmp_path / "f.yaml").write_text("head: flow\nlr: 3.0e-3\n")
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    common = ["train-head", "--store", world["store"].root, "--train", world["manifest"], "--epochs", "2",
+              "--batch-size", "8", "--quiet"]  # fmt: skip
+    r = CliRunner().invoke(main, common + ["--out", a, "--config", str(tmp_path / "g.yaml"), "--out", b,
+                                           "--config", str(tmp_path / "f.yaml")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert f"done: {a}" in r.output and f"done: {b}" in r.output
+    quiet = dict(progress=False, log=lambda *_: None)
+    solo = {a: TrainConfig(head="global", cimr=0.0, epochs=2, batch_size=8),
+            b: TrainConfig(head="flow", lr=3e-3, epochs=2, batch_size=8)}  # fmt: skip
+    for run, c in solo.items():
+        alone = str(tmp_path / ("solo-" + os.path.basename(run)))
+        train_head(world["store"], world["manifest"], alone, c, **quiet)
+        assert weights(alone).keys() == weights(run).keys()
+        for k, v in weights(alone).items():
+            assert torch.equal(v, weights(run)[k]), (run, k)
+    from flowclip_cache.training import stacked
+
+    (tmp_path / "g2.yaml").write_text("head: global\ncimr: 0.0\nlr: 3.0e-3\n")
+    s1, s2, sizes = str(tmp_path / "s1"), str(tmp_path / "s2"), []
+    real_init = stacked.StackedStep.__init__
+    monkeypatch.setattr(stacked.StackedStep, "__init__", lambda self, g: sizes.append(len(g)) or real_init(self, g))
+    r = CliRunner().invoke(main, common + ["--out", s1, "--config", str(tmp_path / "g.yaml"), "--out", s2,
+                                           "--config", str(tmp_path / "g2.yaml"), "--stack"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert 2 in sizes  # the two took one batched step
+    solo_g2 = str(tmp_path / "solo-g2")
+    train_head(world["store"], world["manifest"], solo_g2, TrainConfig(head="global", cimr=0.0, lr=3e-3, epochs=2,
+                                                                      batch_size=8), **quiet)  # fmt: skip
+    for run, alone in ((s1, str(tmp_path / "solo-a")), (s2, solo_g2)):
+        for k, v in weights(alone).items():
+            assert torch.allclose(v, weights(run)[k], atol=1e-5), (run, k)
+    c = str(tmp_path / "c")
+    r = CliRunner().invoke(main, common + ["--out", c, "--out", str(tmp_path / "d"), "--seed", "1",
+                                           "--config", str(tmp_path / "g.yaml"), "--config", str(tmp_path / "f.yaml"),
+                                           "--config", str(tmp_path / "f.yaml")])  # fmt: skip
+    assert r.exit_code == 2 and "3 --config for 2 --out" in r.output and not os.path.exists(c)
+    (tmp_path / "s.yaml").write_text("head: flow\nseed: 4\n")
+    r = CliRunner().invoke(main, common + ["--out", c, "--config", str(tmp_path / "g.yaml"), "--out",
+                                           str(tmp_path / "d"), "--config", str(tmp_path / "s.yaml")])  # fmt: skip
+    assert r.exit_code == 2 and "share" in r.output and "seed 4" in r.output and not os.path.exists(c)

@@ -37,12 +37,27 @@ def _train_option(name, typ, help):
     type=click.Path(exists=True, dir_okay=False),
     help="A training manifest (record_id, image, positive, negatives, split).",
 )
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder.")
+@click.option(
+    "--out",
+    "outs",
+    required=True,
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Run folder; repeatable: several runs trained side by side on the batches they share, "
+    "the features loaded once (each --config pairs with the --out in its place).",
+)
 @click.option(
     "--config",
-    "config_file",
+    "config_files",
+    multiple=True,
     type=click.Path(exists=True, dir_okay=False),
-    help="YAML file of TrainConfig keys; flags override it.",
+    help="YAML file of TrainConfig keys; flags override it. With several --out: one for all, or one per --out.",
+)
+@click.option(
+    "--stack",
+    is_flag=True,
+    help="Several --out: runs whose heads stack take one batched step (training/stacked.py; equal to "
+    "side by side to FP32 round-off, not bit for bit).",
 )
 @click.option("--head", default=None, cls=_HeadOption, help="Head kind (listed when asked for help). Default flow.")
 @plugin_option
@@ -98,8 +113,9 @@ def _train_option(name, typ, help):
 def train_head_cmd(
     store,
     train_manifest,
-    out,
-    config_file,
+    outs,
+    config_files,
+    stack,
     head_option,
     loss_weight,
     device,
@@ -112,27 +128,41 @@ def train_head_cmd(
     wandb_project,
     **flags,
 ):
-    """Train a Flow-CLIP (or Global-M) head from cached features."""
+    """Train a Flow-CLIP (or Global-M) head from cached features (several, side by side,
+    with several --out)."""
+    from ..errors import FlowclipError
     from ..head_specs import check_head_name
     from ..training.train_config import TrainConfig
     from .common import name_values, tracking
 
     check_head_name(flags.get("head"), "flags: key 'head'")  # at once, before torch is imported
+    if len(config_files) not in (0, 1, len(outs)):
+        raise FlowclipError(f"{len(config_files)} --config for {len(outs)} --out: give one for all, or one per --out")
+    if len(set(map(os.path.abspath, outs))) < len(outs):
+        raise FlowclipError("two --out name the same folder")
     flags["head_options"] = name_values(head_option, "--head-option")
     flags["loss_weights"] = name_values(loss_weight, "--loss-weight")
-    settings, source = config_and_flags(TrainConfig, config_file, flags)
-    TrainConfig.precheck(settings, source)  # every mistake a name, key or value can be, before torch
+    files = list(config_files) * len(outs) if len(config_files) == 1 else list(config_files) or [None] * len(outs)
+    checked = [config_and_flags(TrainConfig, f, flags) for f in files]
+    for settings, source in checked:
+        TrainConfig.precheck(settings, source)  # every mistake a name, key or value can be, before torch
     track = tracking(report_to, wandb_project, log=click.echo)
     from ..store import FeatureStore
-    from ..training.loop import train_head
+    from ..training.loop import train_heads
 
-    cfg = TrainConfig.from_dict(settings, source)
+    runs = [(out, TrainConfig.from_dict(settings, source)) for out, (settings, source) in zip(outs, checked)]
+    order = lambda c: f"seed {c.seed}, batch size {c.batch_size}, {c.epochs} epochs"  # noqa: E731
+    for out, cfg in runs[1:]:  # the batches they share
+        if order(cfg) != order(runs[0][1]):
+            raise FlowclipError(
+                f"--out {out}: {order(cfg)}, but --out {outs[0]}: {order(runs[0][1])}; runs trained together share "
+                f"their batches: train it in a command of its own"
+            )
     with track:
-        state = train_head(
+        states = train_heads(
             FeatureStore(store),
             train_manifest,
-            out,
-            cfg,
+            runs,
             device=device_name(device),
             resume=resume,
             overwrite=overwrite,
@@ -140,10 +170,13 @@ def train_head_cmd(
             progress=not quiet,
             placement=data_placement,
             watch=track.watch,
+            stack=stack,
             log=click.echo,
         )
-        track.summary(out, final_accuracy(state))
-    click.echo(f"done: {out} ({state['global_step']} steps)")
+        for out, state in zip(outs, states):
+            track.summary(out, final_accuracy(state))
+    for out, state in zip(outs, states):
+        click.echo(f"done: {out} ({state['global_step']} steps)")
 
 
 def final_accuracy(state: dict) -> dict[str, float]:
