@@ -348,3 +348,98 @@ def test_countercurate_equals_clip_test_position_on_planted_ties(tmp_path):
     assert (s[:, 0] == s[:, 1]).sum() > 20 and res["score"] == pytest.approx(ref, abs=1e-15)
     with pytest.raises(ManifestError, match="image"):  # the authors' ../../ paths are refused as they are
         get("countercurate").build(str(tmp_path), str(tmp_path / "cc2.parquet"), RowErrors())
+
+
+def negbench_recall(scores: "np.ndarray", texts_image_index: list[int], k: int, batch_size: int) -> tuple:
+    """m1k2zoo/negbench benchmarks/src/evaluation/retrieval.py `evaluate_model` and
+    `recall_at_k` / `batchify` as released: scores [texts, images] float32 (torch)."""
+    import torch
+
+    def recall_at_k(scores, positive_pairs, k):
+        nb_texts, nb_images = scores.shape
+        topk_indices = torch.topk(scores, k, dim=1)[1]
+        nb_positive = positive_pairs.sum(dim=1)
+        topk_indices_onehot = torch.nn.functional.one_hot(topk_indices, num_classes=nb_images)
+        positive_pairs_reshaped = positive_pairs.view(nb_texts, 1, nb_images)
+        nb_true_positive = (topk_indices_onehot * positive_pairs_reshaped).sum(dim=(1, 2))
+        return nb_true_positive / nb_positive
+
+    def batchify(func, X, Y, batch_size, *args, **kwargs):
+        return torch.cat([func(X[s : s + batch_size], Y[s : s + batch_size], *args, **kwargs) for s in
+                          range(0, len(X), batch_size)])  # fmt: skip
+
+    scores = torch.from_numpy(scores)
+    positive_pairs = torch.zeros_like(scores, dtype=bool)
+    positive_pairs[torch.arange(len(scores)), texts_image_index] = True
+    image_r = (batchify(recall_at_k, scores, positive_pairs, batch_size, k=k) > 0).float().mean().item()
+    text_r = (batchify(recall_at_k, scores.T, positive_pairs.T, batch_size, k=k) > 0).float().mean().item()
+    return image_r, text_r
+
+
+def test_negbench_retrieval_equals_recall_at_k_on_planted_ties():
+    """metrics.retrieval_recall_topk, in any row and column blocks, equals NegBench's figures
+    on a score matrix full of exact ties; the default rule (ties against the query) differs."""
+    from flowclip_cache.scoring import metrics
+
+    rng = np.random.default_rng(12)
+    n_img, per = 40, 3
+    cap_image = np.repeat(np.arange(n_img), per)
+    sim = (rng.integers(0, 4, size=(n_img, n_img * per)) / 8).astype(np.float32)  # [images, captions]
+    for rows, cols in ((n_img, 10_000), (7, 11), (1, 1)):
+        blocks = lambda: [(a, sim[a : a + rows]) for a in range(0, n_img, rows)]  # noqa: E731
+        got = metrics.retrieval_recall_topk(blocks, cap_image, n_img, ks=(1, 5), columns=cols)
+        for k in (1, 5):
+            image_r, text_r = negbench_recall(np.ascontiguousarray(sim.T), cap_image.tolist(), k, batch_size=16)
+            assert got[f"t2i_R@{k}"] == pytest.approx(image_r, abs=1e-7) and got[f"i2t_R@{k}"] == pytest.approx(
+                text_r, abs=1e-7
+            )
+    assert got["t2i_ties"] > 20 and got["i2t_ties"] > 5
+    strict = metrics.retrieval_recall(sim, cap_image, ks=(1, 5))
+    assert strict["t2i_R@1"] < got["t2i_R@1"]  # ties against the query: another figure, not NegBench's
+
+
+def test_negbench_retrieval_reads_captions_as_literals_never_as_code(tmp_path):
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.errors import ManifestError
+    from flowclip_cache.manifest import Manifest
+
+    f = tmp_path / "COCO_val_negated_retrieval_llama3.1_rephrased_affneg_true.csv"
+    f.write_text('filepath,captions\n/data/coco/val2017/1.jpg,"[\'a dog, no cat\', \'a sofa\']"\n'
+                 '/data/coco/val2017/2.jpg,"[\'a bus\']"\n')  # fmt: skip
+    rep = get("negbench-retrieval").build(str(tmp_path), str(tmp_path / "r.parquet"), RowErrors(),
+                                          image_prefix="/data/coco/")  # fmt: skip
+    rows = Manifest.read(tmp_path / "r.parquet").table.to_pylist()
+    assert rep.records == 2 and rows[0] == {"image": "val2017/1.jpg", "captions": ["a dog, no cat", "a sofa"]}
+    f.write_text("filepath,captions\n/data/coco/val2017/1.jpg,\"__import__('os').system('touch pwned')\"\n")
+    with pytest.raises(ManifestError, match="line 2: captions is not a list literal"):
+        get("negbench-retrieval").build(
+            str(tmp_path), str(tmp_path / "r2.parquet"), RowErrors(), image_prefix="/data/coco/"
+        )
+    assert not os.path.exists("pwned") and not (tmp_path / "pwned").exists()
+
+
+def test_negbench_retrieval_through_score_and_no_shortlist(lab, tmp_path):
+    """A NegBench gallery scored by flowclip score decides by torch.topk (its figures say
+    so); --shortlist, which re-ranks a few, is refused for it."""
+    import pyarrow as pa
+
+    from flowclip_cache.errors import FlowclipError
+    from flowclip_cache.manifest import Manifest, write_manifest
+    from flowclip_cache.scoring.score import run_score
+    from flowclip_cache.store import FeatureStore
+
+    recs = Manifest.read(lab["candidates"]).table.to_pylist()
+    seen, rows = set(), []
+    for r in recs:
+        if r["image"] not in seen:
+            seen.add(r["image"])
+            rows.append({"image": r["image"], "captions": [r["captions"][r["gold"]]]})
+    gallery = tmp_path / "gallery.parquet"
+    write_manifest(gallery, pa.Table.from_pylist(rows), "retrieval", {"benchmark": "negbench-retrieval"})
+    fs = FeatureStore(lab["store"])
+    res = run_score(fs, [str(gallery)], ["clip"], str(tmp_path / "res"), bootstrap_draws=0, log=lambda *_: None)
+    got = res["results"]["real|clip"]["negbench-retrieval"]
+    assert got["tie_rule"] == "topk" and 0 <= got["t2i_R@1"] <= 1 and got["approximate"] is False
+    with pytest.raises(FlowclipError, match="without --shortlist"):
+        run_score(fs, [str(gallery)], ["clip"], str(tmp_path / "res2"), bootstrap_draws=0, shortlist=3,
+                  log=lambda *_: None)  # fmt: skip

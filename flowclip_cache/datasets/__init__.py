@@ -58,6 +58,7 @@ REGISTRY = [
     "vismin",
     "hard_positives",
     "negbench_mcq",
+    "negbench_retrieval",
     "countercurate",
     "synthetic_groups",
     "synthetic_image_choice",

@@ -27,7 +27,8 @@ class Scoring:
     task: str  # pairwise | candidates | image_candidates | groups | paraphrases | retrieval | classification
     tie_rule: str = "wrong"  # what the official script does when gold ties a foil:
     # wrong | first (argmax: the earliest tied wins) | correct; groups: wrong (every comparison
-    # strict) | second_image (a caption whose two images tie chooses the second: MMVP)
+    # strict) | second_image (a caption whose two images tie chooses the second: MMVP);
+    # retrieval: wrong | topk (as torch.topk keeps the candidates: NegBench)
     aggregate: str = "mean"  # mean (pooled) | macro (over group_by) | subset_mean (over group_by)
     # | group_means (mean of the named groups in headline_groups) | nested (means of means down `nest`)
     group_by: str | None = None  # the manifest column the aggregation groups by

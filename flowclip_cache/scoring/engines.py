@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..errors import FlowclipError
 from ..hashing import caption_key
 from ..heads import Head
 from ..heads.fixed_shapes import IMAGE_BLOCK, TEXT_BLOCK, all_pair_scores, matched_scores
@@ -108,12 +109,14 @@ def score_retrieval(
     shortlist: int | None,
     image_root=None,
     spill_dir: str | None = None,
+    tie_rule: str = "wrong",
 ) -> dict:
     """Recall@k both ways over the whole gallery, in memory bounded by max_memory_mb: the
     pair scores are computed in blocks; when the score matrix itself does not fit, it
     goes to a file in spill_dir (the score's own temporary folder) and is read back in
     row blocks. With shortlist, each query's global top K (kept blockwise) is re-ranked
-    by the head, and the result is labelled approximate."""
+    by the head, and the result is labelled approximate. tie_rule "topk": the queries
+    decided as torch.topk keeps candidates (NegBench), on the whole matrix."""
     t = m.table.to_pydict()
     caps = [c for cs in t["captions"] for c in cs]
     texts = sorted(set(caps))
@@ -121,6 +124,11 @@ def score_retrieval(
     cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
+    if shortlist and tie_rule == "topk":
+        raise FlowclipError(
+            f"{m.path}: its official rule decides ties as torch.topk does over every candidate; --shortlist "
+            f"re-ranks a few: score it without --shortlist"
+        )
     if shortlist and scorer.head.uses_tokens:  # (token heads give coarse global scores)
         cap_index = {c: i for i, c in enumerate(texts)}
         bank = FeatureBank.load(store, list(ikeys), texts, True, device)
@@ -132,6 +140,10 @@ def score_retrieval(
         res.update(approximate=True, shortlist=shortlist)
         return res
     row_blocks = retrieval_scores(store, ikeys, caps, scorer, device, budget, spill_dir)
+    if tie_rule == "topk":
+        res = metrics.retrieval_recall_topk(row_blocks, cap_image, n_i, columns=max(1, budget // 16 // max(n_i, 1)))
+        res["tie_rule"] = "topk"
+        return {**res, "approximate": False}
     res = metrics.retrieval_recall_blocks(row_blocks, cap_image, n_i)
     res["approximate"] = False
     return res

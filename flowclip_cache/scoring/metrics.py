@@ -157,6 +157,47 @@ def retrieval_recall_blocks(row_blocks, caption_image: np.ndarray, n_images: int
     return _recalls(i_rank, t_rank, i_tie, t_tie, ks)
 
 
+def retrieval_recall_topk(row_blocks, caption_image: np.ndarray, n_images: int, ks=(1, 5, 10), columns: int = 4096):
+    """retrieval_recall decided as torch.topk keeps the candidates (NegBench's
+    `recall_at_k`: `torch.topk(scores, k, dim=1)`, called once per k, on CPU): a query
+    counts when one of its right answers is among the k that topk keeps, ties with it
+    decided by topk's own order. row_blocks as retrieval_recall_blocks; the text queries'
+    rows (every image's score of a caption) gathered `columns` captions at a time. The
+    ties columns count the queries whose right answer ties a wrong one, as there."""
+    import torch
+
+    n_cap = len(caption_image)
+    i_hit = {k: np.zeros(n_images, bool) for k in ks}
+    i_tie = np.zeros(n_images, bool)
+    for a, block in row_blocks():  # image queries: their rows over the captions
+        rows = np.arange(a, a + len(block))
+        pos = caption_image[None, :] == rows[:, None]
+        t = torch.from_numpy(np.ascontiguousarray(block, np.float32))
+        for k in ks:
+            kept = t.topk(min(k, n_cap), dim=1)[1].numpy()
+            i_hit[k][rows] = (caption_image[kept] == rows[:, None]).any(1)
+        best = np.where(pos, block, -np.inf).max(1)
+        i_tie[rows] = (np.where(pos, -np.inf, block) == best[:, None]).any(1)
+    t_hit = {k: np.zeros(n_cap, bool) for k in ks}
+    t_tie = np.zeros(n_cap, bool)
+    for c0 in range(0, n_cap, columns):  # caption queries: their rows over the images
+        c1 = min(c0 + columns, n_cap)
+        cols = np.concatenate([blk[:, c0:c1] for _, blk in row_blocks()], 0).T  # [captions, images]
+        t = torch.from_numpy(np.ascontiguousarray(cols, np.float32))
+        mine = caption_image[c0:c1]
+        for k in ks:
+            t_hit[k][c0:c1] = (t.topk(min(k, n_images), dim=1)[1].numpy() == mine[:, None]).any(1)
+        true = cols[np.arange(c1 - c0), mine]
+        wrong = np.arange(n_images)[None, :] != mine[:, None]
+        t_tie[c0:c1] = ((cols == true[:, None]) & wrong).any(1)
+    out = {}
+    for k in ks:
+        out[f"i2t_R@{k}"] = float(np.mean(i_hit[k]))
+        out[f"t2i_R@{k}"] = float(np.mean(t_hit[k]))
+    out["i2t_ties"], out["t2i_ties"] = int(i_tie.sum()), int(t_tie.sum())
+    return out
+
+
 def margin(scores, gold: int) -> float:
     """A record's gold score minus its best foil's (> 0: decided right, ties aside)."""
     return float(scores[gold] - max(s for j, s in enumerate(scores) if j != gold))

@@ -262,7 +262,8 @@ def _retrieval(summary, scorers, benches, name):
         "## Retrieval (Tab. 7)",
         "",
         "A wrong candidate scoring exactly as high as the right one ranks above it "
-        "(both directions); the ties columns count the queries where that happened.",
+        "(both directions), except where a benchmark's code decides ties otherwise (NegBench: as torch.topk "
+        "keeps them); the ties columns count the queries whose right answer tied a wrong one.",
         "",
         *table(["scorer", "benchmark"] + ks + ["i2t ties", "t2i ties"], rows),
         "",

@@ -171,7 +171,7 @@ def _score_all(
         elif sc.task == "retrieval":
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_retrieval(
-                    store, m, s, device, max_memory_mb, shortlist, image_root, tmp
+                    store, m, s, device, max_memory_mb, shortlist, image_root, tmp, sc.tie_rule
                 )
         else:
             for s in scorers:

@@ -29,7 +29,8 @@ FIELD = [
         "crepe-productivity", "abc6k", "pug-spar", "clevr-binding", "winoground", "eqben", "colorswap", "mmvp-vlm",
         "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj", "valse", "sugarcrepe-pp",
         "vl-checklist", "svo-probes", "crepe-systematicity",
-        "naturalbench", "vismin", "hard-positives", "negbench-mcq", "countercurate",  # issue 56: 2024-26
+        "naturalbench", "vismin", "hard-positives", "negbench-mcq", "negbench-retrieval",
+        "countercurate",  # issue 56: 2024-26
     )
 ]  # fmt: skip
 VL_COMPO = [
