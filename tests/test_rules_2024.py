@@ -303,7 +303,7 @@ def test_negbench_mcq_reads_its_csvs_and_strips_the_users_prefix(tmp_path):
     assert got[1]["captions"][0] == "a bus, red" and got[1]["template"] == "hybrid" and got[0]["record_id"] == "coco/2"
     with pytest.raises(ManifestError, match="image"):  # an absolute path left in is refused, naming the row
         get("negbench-mcq").build(str(tmp_path), str(tmp_path / "m2.parquet"), RowErrors())
-    with pytest.raises(ManifestError, match="line 3: image_path"):
+    with pytest.raises(ManifestError, match="line 3: image path"):
         get("negbench-mcq").build(
             str(tmp_path), str(tmp_path / "m3.parquet"), RowErrors(), image_prefix="/home/me/coco/val2017/1"
         )

@@ -232,6 +232,18 @@ def text_field(row: dict, key: str, path: str, where, errors: RowErrors) -> str 
     return v
 
 
+def strip_prefix(paths: list[str], prefix: str, path: str, where, errors: RowErrors) -> list[str] | None:
+    """Image paths a copy gives with the user's `image_prefix` option removed (the rest is
+    checked as a path under the image root when the manifest is written), or None, the
+    row reported, when one does not start with it. Copies whose users rewrite their image
+    paths to their own folders (NegBench, CounterCurate) need it."""
+    bad = next((p for p in paths if not p.startswith(prefix)), None) if prefix else None
+    if bad is not None:
+        errors(path, where, f"image path {bad!r:.120} does not start with image_prefix {prefix!r}")
+        return None
+    return [p[len(prefix) :] for p in paths]
+
+
 def write_records(
     out: str, rows: list[dict], kind: str, benchmark: str, report: BuildReport, extra_meta: dict | None = None
 ) -> BuildReport:

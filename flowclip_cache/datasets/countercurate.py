@@ -20,7 +20,17 @@ built."""
 import os
 import re
 
-from .base import Benchmark, BuildReport, ManifestError, RowErrors, Scoring, plain_id, read_csv, write_records
+from .base import (
+    Benchmark,
+    BuildReport,
+    ManifestError,
+    RowErrors,
+    Scoring,
+    plain_id,
+    read_csv,
+    strip_prefix,
+    write_records,
+)
 
 COLUMNS = ("captions", "images", "neg_captions", "neg_images")
 
@@ -33,10 +43,10 @@ def _rows(path: str, subset: str, prefix: str, errors: RowErrors) -> list[dict]:
             errors(path, where, f"expected non-empty {', '.join(COLUMNS)} (tab-separated)")
             continue
         cap, img, neg_cap, neg_img = (rec[c] for c in COLUMNS)
-        if prefix and not (img.startswith(prefix) and neg_img.startswith(prefix)):
-            errors(path, where, f"an image path does not start with image_prefix {prefix!r}")
+        images = strip_prefix([img, neg_img], prefix, path, where, errors)
+        if images is None:
             continue
-        img, neg_img = img[len(prefix) :], neg_img[len(prefix) :]
+        img, neg_img = images
         at = f"{path}: {where}"
         out += [
             {"record_id": f"{subset}/{line}/pos", "image": img, "captions": [cap, neg_cap], "gold": 0,

@@ -17,7 +17,7 @@ one number is the mean over the subsets present (ours)."""
 
 import os
 
-from .base import Benchmark, BuildReport, ManifestError, RowErrors, Scoring, read_csv, write_records
+from .base import Benchmark, BuildReport, ManifestError, RowErrors, Scoring, read_csv, strip_prefix, write_records
 
 FILES = {
     "coco": "COCO_val_mcq_llama3.1_rephrased.csv",
@@ -39,11 +39,10 @@ def _row(path: str, subset: str, line: int, rec, prefix: str, errors: RowErrors)
     if rec["correct_answer"] not in ("0", "1", "2", "3"):
         errors(path, where, f"correct_answer {rec['correct_answer']!r:.40} is not 0-3")
         return None
-    image = rec["image_path"]
-    if prefix and not image.startswith(prefix):
-        errors(path, where, f"image_path {image!r:.120} does not start with image_prefix {prefix!r}")
+    image = strip_prefix([rec["image_path"]], prefix, path, where, errors)
+    if image is None:
         return None
-    return {"record_id": f"{subset}/{line}", "image": image[len(prefix):], "captions": caps,
+    return {"record_id": f"{subset}/{line}", "image": image[0], "captions": caps,
             "gold": int(rec["correct_answer"]), "template": rec["correct_answer_template"], "subset": subset,
             "_at": f"{path}: {where}"}  # fmt: skip
 

@@ -17,7 +17,7 @@ is among its top k); ties decided as torch.topk keeps them on CPU, for k = 1, 5 
 import ast
 import os
 
-from .base import Benchmark, BuildReport, ManifestError, RowErrors, Scoring, read_csv, write_records
+from .base import Benchmark, BuildReport, ManifestError, RowErrors, Scoring, read_csv, strip_prefix, write_records
 
 FILE = "COCO_val_negated_retrieval_llama3.1_rephrased_affneg_true.csv"
 
@@ -45,10 +45,9 @@ def build(source: str, out: str, errors: RowErrors, image_prefix: str = "") -> B
         if caps is None:
             errors(path, where, "captions is not a list literal of non-empty texts")
             continue
-        if image_prefix and not rec["filepath"].startswith(image_prefix):
-            errors(path, where, f"filepath {rec['filepath']!r:.120} does not start with image_prefix {image_prefix!r}")
-            continue
-        rows.append({"image": rec["filepath"][len(image_prefix) :], "captions": caps, "_at": f"{path}: {where}"})
+        image = strip_prefix([rec["filepath"]], image_prefix, path, where, errors)
+        if image is not None:
+            rows.append({"image": image[0], "captions": caps, "_at": f"{path}: {where}"})
     captions = {"captions": sum(len(r["captions"]) for r in rows)}
     report = BuildReport(len(rows), len({r["image"] for r in rows}), captions, errors.skipped)
     return write_records(out, rows, "retrieval", "negbench-retrieval", report)
