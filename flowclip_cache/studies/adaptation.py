@@ -253,7 +253,7 @@ def write(out: str, summary: dict) -> None:
             "## Paired image-cluster bootstrap, adapted - frozen (points, 95% interval)",
             "",
             *table(
-                ["task", "mean", "95% CI"],
+                ["task", "observed", "95% CI"],
                 [
                     [t, f"{v['mean_pts']:.2f}", f"[{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]"]
                     for t, d in summary["bootstrap"].items()

@@ -108,7 +108,7 @@ def run_grid(cfg, grid, run_one, dry_run: bool, jobs: int, log, progress: bool):
 
 
 def interval_rows(entries: dict) -> list[tuple[str, str, str, float, float, float]]:
-    """(setting, task, difference, mean, lo, hi) of every paired bootstrap the studies made."""
+    """(setting, task, difference, observed difference, lo, hi) of every paired bootstrap the studies made."""
     rows = []
     for label, e in entries.items():
         for task, pairs in sorted(e.get("bootstrap", {}).items()):
@@ -147,7 +147,7 @@ def interval_section(out: str, entries: dict) -> list[str]:
         "",
         exclusion_count(rows),
         "",
-        *table(["setting", "task", "difference", "mean", "95% CI"], [
+        *table(["setting", "task", "difference", "observed", "95% CI"], [
             [s, t, d, f"{m:.2f}", interval_cell(lo, hi)] for s, t, d, m, lo, hi in rows
         ]),
         "",
