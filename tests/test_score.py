@@ -508,8 +508,10 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     run = str(tmp_path / "g")
     train_head(fs, sample["training"], run, TrainConfig(head="global", epochs=1, batch_size=4), progress=False,
                log=lambda *_: None)  # fmt: skip
-    out = run_score(fs, [str(man)], ["clip", run], str(tmp_path / "res"), bootstrap_draws=20, log=lambda *_: None)
+    out = run_score(fs, [str(man)], ["clip", run], str(tmp_path / "res"), bootstrap_draws=20, blind_folds=2,
+                    log=lambda *_: None)  # fmt: skip
     res = out["results"]["real|clip"]["sugarcrepe"]
+    assert "2 records left out" in out["blind_audit"]["sugarcrepe"]["partial"]  # the audit says so too
     assert [d["record"] for d in res["excluded_failed"]] == [rows[2]["record_id"], rows[5]["record_id"]]
     assert "gone.png" in res["excluded_failed"][0]["reason"] and "2 records left out" in res["partial"]
     short = out["cross_task_means"]["real|clip"]["all11"]["members_with_excluded_records"]
@@ -521,6 +523,7 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
         "Partial: sugarcrepe: " in md and "2 records left out (extract recorded their image or caption as failed" in md
     )
     assert "left out records whose image or caption failed" in md
+    assert "- sugarcrepe: rests on part of its records (" in md
     # every figure resting on those records is marked, in every file a reader may open alone
     # (issue 38): the task's cells, the groups that lost records, the CSV's last field, the
     # bootstrap interval and the decision changes

@@ -206,6 +206,8 @@ def blind_section(summary, scorers, benches, name):
         if not a["defined"]:
             refused.append(f"- {task}: not audited ({a['reason']})")
             continue
+        if a.get("partial"):
+            refused.append(f"- {task}: rests on part of its records ({a['partial']})")
         for s in scorers:
             f = a["scorers"].get(s.run)
             if f:

@@ -185,8 +185,11 @@ def _score_all(
         else {}
     )
     summary = _summary(store, scorers, controls, seed, results, benches, changes, bootstrap, t0)
-    if audits:
-        summary["blind_audit"] = {t: public(a) for t, a in audits.items()}
+    if audits:  # an audit of a task that left records out says so, as the task's figures do
+        part = partial_tasks(summary)
+        summary["blind_audit"] = {
+            t: {**public(a), **({"partial": part[t]} if t in part else {})} for t, a in audits.items()
+        }
     if suite_absent[0]:
         summary["suite"] = _suite_summary(suite_absent[0], suite_absent[1], summary["results"])
     mark_partial_comparisons(summary)
