@@ -262,6 +262,7 @@ def test_score_reports_valse_thresholds_only_for_a_scorer_that_declares_one(capt
         "## Paraphrase and hard-positive tasks" in md and "| sugarcrepe-pp | clip | ITT " in md and "TOT n/d" not in md
     )
     assert "| replace_att ITT | replace_att Image-P1-Neg |" in md  # the per-file breakdown, every figure
+    assert "**augmented**" not in md  # the hard positives' names are said only where such a task is scored
     monkeypatch.setattr(ClipHead, "decision_threshold", lambda self: (0.2, "a test's planted threshold"))
     res, md = run(tmp_path / "declared")
     th = res["real|clip"]["valse"]["threshold_figures"]

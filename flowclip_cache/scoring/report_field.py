@@ -152,9 +152,11 @@ PARAPHRASE_NOTE = (
     "scores P1 and P2 both above N; **Image-P1-Neg** / **Image-P2-Neg**: that positive above N; **TOT** "
     "(text only): sim(P1, P2) above sim(P1, N) and sim(P2, N), with the scorer's caption-caption "
     "similarity. Every comparison strict (a tie is wrong). Each figure aggregated as the benchmark's "
-    "score (SugarCrepe++: the mean over its five files; per file below). Real images. Hard positives "
-    "(ECCV 2024) under their own names: P1 is the original caption, P2 the hard positive, N the hard "
-    "negative; **original** = Image-P1-Neg, **hard positive** = Image-P2-Neg, **augmented** = ITT; no TOT."
+    "score (SugarCrepe++: the mean over its five files; per file below). Real images."
+)
+RENAMED_NOTE = (  # said only where a paraphrase task scores under its own names (hard positives)
+    " {tasks}: P1 is the original caption, P2 the hard positive, N the hard negative; "
+    "**original** = Image-P1-Neg, **hard positive** = Image-P2-Neg, **augmented** = ITT; no TOT."
 )
 
 
@@ -164,5 +166,7 @@ def paraphrase_section(summary, scorers, benches, name):
     if not rows:
         return [], []
     heads = ["task", "scorer", "scores (%)", "ITT ties", "TOT ties"]
-    md = ["## Paraphrase and hard-positive tasks (ITT and TOT)", "", PARAPHRASE_NOTE, "", *table(heads, rows), ""]
+    renamed = [t for t, sc in benches.items() if sc.task == "paraphrases" and sc.metric_names]
+    note = PARAPHRASE_NOTE + (RENAMED_NOTE.format(tasks=", ".join(renamed)) if renamed else "")
+    md = ["## Paraphrase and hard-positive tasks (ITT and TOT)", "", note, "", *table(heads, rows), ""]
     return md + undefined + ([""] if undefined else []), csv
