@@ -16,6 +16,7 @@ from .commands import results as results_commands
 from .commands import sharing as sharing_commands
 from .commands import store as store_commands
 from .commands import studies as study_commands
+from .commands import test_time as test_time_commands
 from .commands.common import READOUT_NAMES
 from .errors import FlowclipError
 
@@ -140,6 +141,7 @@ for _command in (
     sharing_commands.sweep,
     results_commands.results,
     results_commands.export,
+    test_time_commands.test_time_match,
 ):
     main.add_command(_command)
 

@@ -31,6 +31,7 @@ KINDS = {
     "sweep": "a sweep folder",
     "results-table": "a results table folder (flowclip results --out)",
     "leaderboard-export": "a leaderboard export folder (flowclip export --out)",
+    "test-time-matching": "a test-time matching folder (flowclip test-time-match --out)",
 }
 _LEGACY = {
     "score-results": ("results.json", ("store_fingerprint", "results")),
