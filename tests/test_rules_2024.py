@@ -13,7 +13,8 @@ Mutations tried: `>=` for `>` in metrics.group_decisions' image comparison turns
 tests red; a pooled VisMin headline for the mean of its categories turns it red; swapping
 T0_I1 and T1_I0 in exports.table turns the export test red; REPLACE weighted by records (not
 the mean of its two subsets) and `>=` in paraphrase_decisions' P2 turn the hard-positive test
-red; tie rule "wrong" for NegBench's MCQ (not argmax's first) turns it red."""
+red; tie rule "wrong" for NegBench's MCQ (not argmax's first) turns it red; the hard positives'
+"original" and "hard positive" names swapped turns the end-to-end test red."""
 
 import csv
 import json
@@ -443,3 +444,62 @@ def test_negbench_retrieval_through_score_and_no_shortlist(lab, tmp_path):
     with pytest.raises(FlowclipError, match="without --shortlist"):
         run_score(fs, [str(gallery)], ["clip"], str(tmp_path / "res2"), bootstrap_draws=0, shortlist=3,
                   log=lambda *_: None)  # fmt: skip
+
+
+def test_hard_positives_score_end_to_end_as_run_eval_reads_the_scores(tmp_path):
+    """A checkout in the release's layout (images under data/VG_100K), built, extracted with the
+    tiny CLIP and scored by `flowclip score`: each subset's three figures equal run_eval.py's
+    on the store's own features (cosines in float64), and results.md names them."""
+    from click.testing import CliRunner
+    from PIL import Image
+
+    from flowclip_cache.cli import main
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.datasets.hard_positives import FILES
+    from flowclip_cache.hashing import caption_key
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.store.manifest_keys import image_keys
+    from flowclip_cache.synthetic.sample import make_sample
+
+    s = make_sample(str(tmp_path / "sample"), n_images=8)
+    pngs = sorted(os.path.join(s["image_root"], p) for p in os.listdir(s["image_root"]) if p.endswith(".png"))
+    caps = sorted({c for r in Manifest.read(s["candidates"]).table.to_pylist() for c in r["captions"]})
+    src = tmp_path / "hp"
+    (src / "data" / "VG_100K").mkdir(parents=True)
+    (src / "swapped_data").mkdir()
+    for i, p in enumerate(pngs):
+        Image.open(p).convert("RGB").save(src / "data" / "VG_100K" / f"{i}.jpg", "JPEG")
+    for k, sub in enumerate(FILES):
+        recs = [{"image_id": str(i), "image_path": f"data/VG_100K/{(i + k) % len(pngs)}.jpg",
+                 "true_caption": caps[(3 * i + k) % len(caps)], "false_caption": caps[(3 * i + k + 1) % len(caps)]}
+                for i in range(6)]  # fmt: skip
+        json.dump(recs, open(src / "data" / FILES[sub], "w"))
+        hp = [dict(r, true_caption=caps[(3 * i + k + 2) % len(caps)]) for i, r in enumerate(recs)]
+        json.dump(hp, open(src / "swapped_data" / FILES[sub], "w"))
+    man = str(tmp_path / "hard-positives.parquet")
+    get("hard-positives").build(str(src), man, RowErrors())
+    store = str(tmp_path / "store")
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", man,
+                                  "--image-root", str(src), "--quiet", "--workers", "0"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "score"
+    r = CliRunner().invoke(main, ["score", "--store", store, "--manifests", man, "--scorer", "clip", "--out", str(out),
+                                  "--image-root", str(src), "--bootstrap", "0", "--no-figures", "--quiet"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    res = json.load(open(out / "results.json"))["results"]["real|clip"]["hard-positives"]
+    fs = FeatureStore(store)
+    rows = Manifest.read(man).table.to_pylist()
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    v = unit(fs.load_global("img", image_keys(fs, Manifest.read(man), str(src))).astype(np.float64))
+    texts = [[*r["positives"], r["negative"]] for r in rows]
+    t = unit(fs.load_global("cap", [caption_key(c) for ts in texts for c in ts]).astype(np.float64))
+    sc = np.einsum("nd,nkd->nk", v, t.reshape(len(rows), 3, -1))  # [c, c_p, c_n]
+    ref = run_eval_figures(sc[:, None, [2, 0]], sc[:, None, [2, 1]])
+    subset = np.array([r["subset"] for r in rows])
+    for m, dec in ref.items():
+        for sub in FILES:
+            assert res["by_subset"][f"{sub} {m}"] == dec[subset == sub].mean()
+    assert res["n"] == 18 and res["headline_metric"] == "augmented"
+    md = (out / "results.md").read_text()
+    assert "**augmented**" in md and "| hard-positives | clip |" in md
