@@ -60,6 +60,8 @@ REGISTRY = [
     "negbench_mcq",
     "negbench_retrieval",
     "countercurate",
+    "sdci_matching",
+    "sdci_negatives",
     "synthetic_groups",
     "synthetic_image_choice",
     "synthetic_paraphrases",

@@ -1,0 +1,32 @@
+"""sDCI's negatives test (facebookresearch/DCI 8326c97, run_clip_dense_cap_eval.py
+`run_dense_cap_test_on_model`, "neg_correct"): each entry (datasets/_dci.py) its summary
+against its LLM-written negative: `pos_diag > neg_diag`, strict (a tie is wrong),
+neg_correct_tot / exs pooled over a subtest's entries. The release prints each subtest;
+flowclip's one number is their mean (ours). Unlike the matching test, an entry's decision
+is its own: no batch enters it."""
+
+from . import _dci
+from .base import Benchmark, BuildReport, RowErrors, Scoring, write_records
+
+
+def build(source: str, out: str, errors: RowErrors) -> BuildReport:
+    entries, without, left_out = _dci.test_entries(source)
+    rows = []
+    for subtest, es in entries.items():
+        for p, e in enumerate(es):
+            rows.append({"record_id": f"{subtest}/{p}", "image": e["image"], "crop": e["crop"],
+                         "captions": [e["caption"], e["negative"]], "gold": 0, "subtest": subtest, "key": e["key"],
+                         "dci_file": e["file"], "_at": f"{e['file']}: {e['key']}"})  # fmt: skip
+    counts = {s: len(es) for s, es in entries.items()}
+    report = BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped)
+    report.notes += _dci.notes(without, left_out)
+    return write_records(out, rows, "candidates", "sdci-negatives", report, {"left_out": left_out})
+
+
+BENCHMARK = Benchmark(
+    name="sdci-negatives",
+    title="sDCI negatives test (summary above its negative, per subtest)",
+    kind="candidates",
+    build=build,
+    scoring=Scoring(task="pairwise", tie_rule="wrong", aggregate="subset_mean", group_by="subtest"),
+)
