@@ -503,3 +503,64 @@ def test_hard_positives_score_end_to_end_as_run_eval_reads_the_scores(tmp_path):
     assert res["n"] == 18 and res["headline_metric"] == "augmented"
     md = (out / "results.md").read_text()
     assert "**augmented**" in md and "| hard-positives | clip |" in md
+
+
+def test_countercurate_counting_builds_as_prep_count_benchmark_and_scores_as_clip_test_counting(tmp_path):
+    """benchmark/prep_count_benchmark.py's vg_dict from a LookTwiceQA file (an image asked
+    about one object twice left out), read directly as vg_dict.json too, then extracted and
+    scored: each record right when CLIP_test_counting.py's softmax of 100 x the cosines
+    puts the stated count above one more (float64, from the store's own features)."""
+    import torch
+    from click.testing import CliRunner
+    from PIL import Image
+
+    from flowclip_cache.cli import main
+    from flowclip_cache.datasets.base import RowErrors
+    from flowclip_cache.hashing import caption_key
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.store.manifest_keys import image_keys
+    from flowclip_cache.synthetic.sample import make_sample
+
+    s = make_sample(str(tmp_path / "sample"), n_images=4)
+    pngs = sorted(os.path.join(s["image_root"], p) for p in os.listdir(s["image_root"]) if p.endswith(".png"))
+    ds = {"q1": [{"id": "11", "obj_type": "dogs", "obj_question": "?", "ans": "2"},
+                 {"id": "12", "obj_type": "cats", "obj_question": "?", "ans": 3}],
+          "q2": [{"id": "11", "obj_type": "trees", "obj_question": "?", "ans": "4"},
+                 {"id": "13", "obj_type": "cars", "obj_question": "?", "ans": "1"},
+                 {"id": "13", "obj_type": "cars", "obj_question": "?", "ans": "2"}],  # asked twice: 13 left out
+          "q3": [{"id": "14", "obj_type": "birds", "obj_question": "?", "ans": "5"}]}  # fmt: skip
+    src = tmp_path / "pointingqa"
+    (src / "Datasets" / "LookTwiceQA").mkdir(parents=True)
+    json.dump(ds, open(src / "Datasets" / "LookTwiceQA" / "looktwiceqa_dataset.json", "w"))
+    (src / "visual_genome").mkdir()
+    for i, p in zip(("11", "12", "13", "14"), pngs):
+        Image.open(p).convert("RGB").save(src / "visual_genome" / f"{i}.jpg", "JPEG")
+    man = str(tmp_path / "counting.parquet")
+    rep = get("countercurate-counting").build(str(src), man, RowErrors())
+    rows = Manifest.read(man).table.to_pylist()
+    assert rep.records == 4 and [r["record_id"] for r in rows] == ["11/0", "11/1", "12/0", "14/0"]
+    assert rows[1]["captions"] == ["there are 4 trees in the image.", "there are 5 trees in the image."]
+    vg = tmp_path / "prepared"
+    vg.mkdir()
+    json.dump({"11": [{"name": "dogs", "ans": "2"}, {"name": "trees", "ans": "4"}], "12": [{"name": "cats", "ans": 3}],
+               "14": [{"name": "birds", "ans": "5"}]}, open(vg / "vg_dict.json", "w"))  # fmt: skip
+    get("countercurate-counting").build(str(vg), str(tmp_path / "again.parquet"), RowErrors())
+    assert Manifest.read(str(tmp_path / "again.parquet")).table.to_pylist() == rows
+    store, out = str(tmp_path / "store"), tmp_path / "score"
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", man,
+                                  "--image-root", str(src), "--quiet", "--workers", "0"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["score", "--store", store, "--manifests", man, "--scorer", "clip", "--out", str(out),
+                                  "--image-root", str(src), "--bootstrap", "0", "--no-figures", "--quiet"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    fs = FeatureStore(store)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    v = unit(fs.load_global("img", image_keys(fs, Manifest.read(man), str(src))).astype(np.float64))
+    correct = 0
+    for r, vi in zip(rows, v):
+        t = unit(fs.load_global("cap", [caption_key(c) for c in r["captions"]]).astype(np.float64))
+        text_probs = torch.from_numpy(100.0 * vi[None] @ t.T).softmax(dim=-1)[0]
+        correct += bool(text_probs[0] > text_probs[1])
+    res = json.load(open(out / "results.json"))["results"]["real|clip"]["countercurate-counting"]
+    assert res["n"] == 4 and res["score"] == correct / 4

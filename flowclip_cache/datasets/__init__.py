@@ -60,6 +60,7 @@ REGISTRY = [
     "negbench_mcq",
     "negbench_retrieval",
     "countercurate",
+    "countercurate_counting",
     "sdci_matching",
     "sdci_negatives",
     "synthetic_groups",

@@ -14,8 +14,7 @@ single-image decisions, the image choosing its caption over the negative caption
 (`text_probs[0] < text_probs[1]`), strict (the softmax keeps the order of the scores; a
 tie is wrong); the score is their count over twice the rows, pooled. Here each decision
 is its own record (a row's two records share its id with /pos, /neg). The counting test
-(benchmark/CLIP_test_counting.py, Visual Genome images through vg_dict.json) is not
-built."""
+is countercurate_counting.py."""
 
 import os
 import re
