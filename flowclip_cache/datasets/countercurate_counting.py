@@ -58,7 +58,7 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         for k, item in enumerate(items if isinstance(items, list) else [None]):
             name, ans = (item.get("name"), item.get("ans")) if isinstance(item, dict) else (None, None)
             try:
-                more = int(ans)  # the release's int(ans) + 1
+                more = int(ans)  # type: ignore[arg-type]  # the release's int(ans) + 1 (None: TypeError)
             except (TypeError, ValueError):
                 errors(path, f"image {index!r:.40}, object {k}", f"ans {ans!r:.20} is not a whole number")
                 continue
