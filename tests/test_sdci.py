@@ -9,7 +9,7 @@ in fixed batches of 8 with planted exact ties.
 Mutations tried: torch.max's first index taken as the last (tie rule "correct") turns the
 end-to-end test red; int(0.15 x side) rounded instead of truncated turns the crop test red;
 the hardest negative taken as the first of a tie turns the strategy test red; batches of 4
-turn the batch test red."""
+turn the batch test red; the own bag pooled by max (not min) turns the end-to-end test red."""
 
 import json
 import os
@@ -44,7 +44,8 @@ def annotation(photo, tag, masks, summaries=True, negatives=True):
     d = {"image": photo, "short_caption": f"{tag} photo", "extra_caption": "more", "mask_data":
          {str(m["idx"]): m for m in masks}, "mask_keys": [str(m["idx"]) for m in masks]}  # fmt: skip
     if summaries:
-        d["summaries"] = {k: [f"{tag} {k} summary", f"{tag} {k} other"] if i % 2 == 0 else f"{tag} {k} summary"
+        more = lambda k: [f"{tag} {k} summary, told {j} ways" for j in range(5)]  # noqa: E731  (six in all)
+        d["summaries"] = {k: [f"{tag} {k} summary", *more(k)] if i % 2 == 0 else f"{tag} {k} summary"
                           for i, k in enumerate(keys)}  # fmt: skip
     if negatives:
         d["negatives"] = {k: negs(f"{tag} {k}") for k in keys}
@@ -75,6 +76,7 @@ def dci(tmp_path_factory):
     del files["c.json"]["summaries"]["m-2-sc"]
     files["d.json"]["negatives"] = {"base": negs("d base")}
     files["a.json"]["summaries"]["m-3-sc"] = files["a.json"]["summaries"]["m-2-sc"]  # an exact tie in batch 0
+    files["e.json"]["summaries"]["base"] = files["e.json"]["summaries"]["base"][:4]  # too few for a bag of five
     for i, (f, d) in enumerate(files.items()):
         json.dump(d, open(root / "complete" / f, "w"))
         Image.open(pngs[i]).convert("RGB").resize((W, H)).save(root / "photos" / d["image"], "JPEG")
@@ -88,15 +90,20 @@ def dci(tmp_path_factory):
 
 def test_the_entries_are_the_loaders(dci):
     rep = dci["reports"]["sdci-matching"]
-    assert rep.counts == {"all_swaps": 12, "base_swaps": 5, "all_hardest": 12}  # a, e, f: 4 each; bases of a, c-f
+    # a, e, f: 4 each; bases of a, c-f; bags of five: a's base, m-2-sc and m-3-sc, e's m-2-sc, f's base and m-2-sc
+    assert rep.counts == {"all_swaps": 12, "all_swaps_pick5_first": 6, "base_swaps": 5, "all_hardest": 12}
     assert rep.skipped == [] and "1 test image(s) without summaries" in rep.notes[0]
     left = Manifest.read(dci["out"] / "sdci-matching.parquet").meta["left_out"]
-    assert [x.split("/")[-1] for x in left] == [f"c.json: left out of {s} (KeyError: 'm-2-sc')"
-                                                  for s in ("all_swaps", "all_hardest")]  # fmt: skip
+    subs = ("all_swaps", "all_swaps_pick5_first", "all_hardest")
+    assert [x.split("/")[-1] for x in left] == [f"c.json: left out of {s} (KeyError: 'm-2-sc')" for s in subs]
     rows = Manifest.read(dci["out"] / "sdci-matching.parquet").table.to_pylist()
     a = [r for r in rows if r["subtest"] == "all_swaps"][:4]
     assert [r["key"] for r in a] == ["base", "m-0-sc", "m-2-sc", "m-3-sc"]  # mask 1 too small; quality 2 kept
     assert a[0]["crop"] is None and a[0]["captions"][0] == "a base summary"  # a list's first summary
+    assert a[0]["bags"] == list(range(8))  # one summary an entry
+    bag = [r for r in rows if r["subtest"] == "all_swaps_pick5_first"][0]
+    assert bag["captions"][:5] == ["a base summary", *(f"a base summary, told {j} ways" for j in range(4))]
+    assert bag["bags"] == [j for j in range(6) for _ in range(5)] and bag["gold"] == 0
 
 
 def test_a_batch_is_eight_entries_in_file_order_across_photos(dci):
@@ -163,16 +170,20 @@ def test_both_tests_score_as_run_dense_cap_test_on_model(dci, tmp_path):
     rows, v, cap = _features(store, str(out / "sdci-negatives.parquet"), photos)
     for subtest in _dci.SUBTESTS:
         idx = [i for i, r in enumerate(rows) if r["subtest"] == subtest]
-        V, T = v[idx], cap([rows[i]["captions"][0] for i in idx])
-        N = cap([rows[i]["captions"][1] for i in idx])
+        n = len(rows[idx[0]]["captions"]) - 1  # the bag's size: the captions before the negative
+        V, N = v[idx], cap([rows[i]["captions"][-1] for i in idx])
+        T = cap([c for i in idx for c in rows[i]["captions"][:-1]])
         clip_correct = neg_correct = 0
         for a in range(0, len(idx), 8):  # the release's loop, one batch of the DataLoader at a time
-            logits = torch.from_numpy(V[a : a + 8] @ T[a : a + 8].T)
-            maxes = torch.max(logits, dim=1)
+            clip_logits = torch.from_numpy(V[a : a + 8] @ T[n * a : n * (a + 8)].T)
+            bs = len(clip_logits)
+            similarity = clip_logits.reshape((bs, bs, n)).max(dim=2).values  # get_pooled_groups 'max'
+            min_sim_diag = clip_logits.reshape((bs, bs, n)).min(dim=2).values.diag()  # get_pooled_diag 'min'
+            similarity[range(bs), range(bs)] = min_sim_diag
+            maxes = torch.max(similarity, dim=1)
             clip_correct += sum(int(i == m) for i, m in enumerate(maxes.indices))
-            pos_diag = logits.diag()
             neg_diag = torch.from_numpy(V[a : a + 8] @ N[a : a + 8].T).diag()
-            neg_correct += sum(pos_diag > neg_diag).item()
+            neg_correct += sum(min_sim_diag > neg_diag).item()
         assert res["sdci-matching"]["by_subtest"][subtest] == clip_correct / len(idx), subtest
         assert res["sdci-negatives"]["by_subtest"][subtest] == neg_correct / len(idx), subtest
     ties = res["sdci-matching"]

@@ -19,11 +19,12 @@ naming each in the build's notes and the manifest's metadata. Entries are then b
 8 at a time in this order (`run_dense_cap_test_on_model`'s DataLoader, shuffle=False),
 across image boundaries.
 
-The three bag-free subtests of run_clip_dense_cap_eval.py `run_dense_cap_on_model` are
-built: all_swaps, base_swaps, all_hardest. all_swaps_pick5 is not: it scores bags of
-five summaries pooled by min and max (not a record kind flowclip has), and the release
-draws each bag with random.sample (get_clip_ready_ds builds its dataset with
-is_test=False), so its own figure changes from run to run."""
+The subtests of run_clip_dense_cap_eval.py `run_dense_cap_on_model`: all_swaps,
+base_swaps, all_hardest, and all_swaps_pick5 under its own name, all_swaps_pick5_first:
+the release keeps the entries with at least five summaries (DenseCaptionedDataset) and
+draws each one's bag of five with random.sample (get_clip_ready_ds leaves is_test=False),
+so its own figure changes from run to run; flowclip takes the first five, what the
+loader's is_test=True branch takes. A bag is scored pooled (metrics.pool_bags)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ import os
 from ..manifest import image_path_problem
 from .base import ManifestError, load_json
 
-SUBTESTS = {  # name: (load_base_image, load_subcaptions, negative_source, negative_strategy)
-    "all_swaps": (True, True, "swaps", "first"),
-    "base_swaps": (True, False, "swaps", "first"),
-    "all_hardest": (True, True, "any", "hardest"),
+SUBTESTS = {  # name: (load_base_image, load_subcaptions, negative_source, negative_strategy, caption_bag_size)
+    "all_swaps": (True, True, "swaps", "first", 0),
+    "all_swaps_pick5_first": (True, True, "swaps", "first", 5),  # ours: the release draws the five at random
+    "base_swaps": (True, False, "swaps", "first", 0),
+    "all_hardest": (True, True, "any", "hardest", 0),
 }
 BATCH = 8  # run_dense_cap_test_on_model's DataLoader(batch_size=8, shuffle=False)
 MIN_SIDE, PAD = 224, 0.15
@@ -123,7 +125,7 @@ def negative_of(negs: dict, source: str, strategy: str, clip_scores: dict) -> st
 def _entries(data: dict, size: tuple[int, int], subtest: str) -> list[dict] | None:
     """One image's entries under a subtest; None where the release leaves the image out
     before building any. Raises what the release would raise on malformed data."""
-    base, subs, source, strategy = SUBTESTS[subtest]
+    base, subs, source, strategy, bag = SUBTESTS[subtest]
     summaries, negatives = data.get("summaries"), data.get("negatives")
     if summaries is None or negatives is None or (len(negatives) == 1 and subs):
         return None
@@ -144,7 +146,12 @@ def _entries(data: dict, size: tuple[int, int], subtest: str) -> list[dict] | No
         negative = negative_of(negatives[key], source, strategy, data["clip_scores"][key])
         if not isinstance(caption, str) or not isinstance(negative, str):
             raise TypeError(f"entry {key}: its summary or negative is not text")
-        out.append({"key": key, "crop": crop, "caption": caption, "negative": negative})
+        entry = {"key": key, "crop": crop, "caption": caption, "negative": negative, "bag": [caption]}
+        if bag:  # DenseCaptionedDataset keeps an entry with at least `bag` summaries (a list), of them the first `bag`
+            if isinstance(s, str) or len(s) < bag:
+                continue
+            entry["bag"] = list(s[:bag])
+        out.append(entry)
     return out
 
 

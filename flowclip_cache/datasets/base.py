@@ -68,6 +68,9 @@ class Scoring:
     sub_scores: bool = False
     # paraphrases: whether the benchmark has SugarCrepe++'s text-only test (TOT)
     text_only_test: bool = True
+    # candidates whose captions come in bags (the manifest's `bags` column: each caption's bag;
+    # gold: the gold bag): scored as sDCI pools them (metrics.pool_bags)
+    pooled_bags: bool = False
 
     @classmethod
     def declared(cls, d: dict, source: str) -> "Scoring":

@@ -4,9 +4,10 @@ each entry (a photo or a mask's crop, with its summary; datasets/_dci.py) agains
 summaries of the other entries of its batch: the batches of 8 the release's DataLoader
 makes in file order (shuffle=False; the last one shorter), across image boundaries.
 
-Score, as the release computes it: torch.max over the batch's image-caption scores (the
-pooling of get_pooled_groups / get_pooled_diag leaves a one-caption bag as it is), right
-when the index is the entry's own (torch.max returns the first maximal index: a tie with
+Score, as the release computes it: torch.max over the batch's pooled image-caption scores
+(get_pooled_groups' max over each other entry's bag, get_pooled_diag's min over the
+entry's own on the diagonal; a one-summary bag is its summary), right when the index is
+the entry's own (torch.max returns the first maximal index: a tie with
 an earlier entry's summary is wrong, with a later one's right); clip_correct_tot / exs,
 pooled over a subtest's entries. The release prints each subtest; flowclip's one number
 is their mean (ours).
@@ -29,7 +30,8 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         for p, e in enumerate(es):
             batch = es[p - p % _dci.BATCH : p - p % _dci.BATCH + _dci.BATCH]
             rows.append({"record_id": f"{subtest}/{p}", "image": e["image"], "crop": e["crop"],
-                         "captions": [b["caption"] for b in batch], "gold": p % _dci.BATCH, "subtest": subtest,
+                         "captions": [c for b in batch for c in b["bag"]], "gold": p % _dci.BATCH,
+                         "bags": [j for j, b in enumerate(batch) for _ in b["bag"]], "subtest": subtest,
                          "batch": p // _dci.BATCH, "key": e["key"], "dci_file": e["file"],
                          "_at": f"{e['file']}: {e['key']}"})  # fmt: skip
     counts = {s: len(es) for s, es in entries.items()}
@@ -43,5 +45,5 @@ BENCHMARK = Benchmark(
     title="sDCI matching test (CLIP Correct within batches of 8, per subtest)",
     kind="candidates",
     build=build,
-    scoring=Scoring(task="candidates", tie_rule="first", aggregate="subset_mean", group_by="subtest"),
+    scoring=Scoring(task="candidates", tie_rule="first", aggregate="subset_mean", group_by="subtest", pooled_bags=True),
 )

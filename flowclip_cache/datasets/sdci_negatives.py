@@ -1,6 +1,7 @@
 """sDCI's negatives test (facebookresearch/DCI 8326c97, run_clip_dense_cap_eval.py
 `run_dense_cap_test_on_model`, "neg_correct"): each entry (datasets/_dci.py) its summary
-against its LLM-written negative: `pos_diag > neg_diag`, strict (a tie is wrong),
+against its LLM-written negative: `pos_diag > neg_diag`, strict (a tie is wrong; in
+all_swaps_pick5_first the lowest of its five summaries against the negative),
 neg_correct_tot / exs pooled over a subtest's entries. The release prints each subtest;
 flowclip's one number is their mean (ours). Unlike the matching test, an entry's decision
 is its own: no batch enters it."""
@@ -15,7 +16,8 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
     for subtest, es in entries.items():
         for p, e in enumerate(es):
             rows.append({"record_id": f"{subtest}/{p}", "image": e["image"], "crop": e["crop"],
-                         "captions": [e["caption"], e["negative"]], "gold": 0, "subtest": subtest, "key": e["key"],
+                         "captions": [*e["bag"], e["negative"]], "bags": [0] * len(e["bag"]) + [1], "gold": 0,
+                         "subtest": subtest, "key": e["key"],
                          "dci_file": e["file"], "_at": f"{e['file']}: {e['key']}"})  # fmt: skip
     counts = {s: len(es) for s, es in entries.items()}
     report = BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped)
@@ -28,5 +30,5 @@ BENCHMARK = Benchmark(
     title="sDCI negatives test (summary above its negative, per subtest)",
     kind="candidates",
     build=build,
-    scoring=Scoring(task="pairwise", tie_rule="wrong", aggregate="subset_mean", group_by="subtest"),
+    scoring=Scoring(task="candidates", tie_rule="wrong", aggregate="subset_mean", group_by="subtest", pooled_bags=True),
 )

@@ -22,6 +22,21 @@ def decisions(scores: np.ndarray, gold: np.ndarray, tie_rule: str = "wrong"):
     return gold_rank(scores, gold, tie_rule) == 0, _tie(scores, gold)
 
 
+def pool_bags(scores: np.ndarray, bags: list, gold: np.ndarray) -> np.ndarray:
+    """Candidates in bags, pooled as sDCI pools them (facebookresearch/DCI loss.py
+    `get_pooled_groups` 'max', and the own bag's `get_pooled_diag` 'min' written on the
+    diagonal): scores [n, captions] with bags[r] each caption's bag -> [n, bags], the gold
+    bag its lowest caption's score, every other bag its highest (NaN past a record's bags)."""
+    n_bags = max(max(b) for b in bags) + 1
+    out = np.full((len(scores), n_bags), np.nan, scores.dtype)
+    for r, b in enumerate(bags):
+        b = np.asarray(b)
+        s = scores[r, : len(b)]
+        for j in range(int(b.max()) + 1):
+            out[r, j] = s[b == j].min() if j == gold[r] else s[b == j].max()
+    return out
+
+
 def _tie(scores: np.ndarray, gold: np.ndarray) -> np.ndarray:
     n = len(scores)
     g = scores[np.arange(n), gold]

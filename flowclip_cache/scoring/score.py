@@ -158,7 +158,7 @@ def _score_all(
             )
             record_rows += rows
             boot_tasks += boot
-            if blind_folds and sc.task in CAPTION_CHOICE and "real" in controls:
+            if blind_folds and sc.task in CAPTION_CHOICE and "real" in controls and not sc.pooled_bags:
                 audits[name] = audit_manifest(store, m, rows, blind_folds, seed, image_root)
                 for run, f in audits[name].get("scorers", {}).items():  # beside the official figures
                     results[("real", run)][name]["blind_unsolved"] = f["blind_unsolved"]
@@ -265,6 +265,8 @@ def _score_candidate_task(
     mats, gold, cols, ikeys = score_candidates(
         store, m, scorers, controls, seed, device, image_root, name, max_memory_mb
     )
+    if sc.pooled_bags:  # each candidate a bag of captions: decided on the pooled scores
+        mats = {k: metrics.pool_bags(v, cols["bags"], gold) for k, v in mats.items()}
     correct_real, record_rows = {}, []
     ids = [str(x) for x in cols.get("record_id", range(len(gold)))]
     thresholds = {s.run: s.head.decision_threshold() for s in scorers}
