@@ -564,3 +564,18 @@ def test_countercurate_counting_builds_as_prep_count_benchmark_and_scores_as_cli
         correct += bool(text_probs[0] > text_probs[1])
     res = json.load(open(out / "results.json"))["results"]["real|clip"]["countercurate-counting"]
     assert res["n"] == 4 and res["score"] == correct / 4
+
+
+def test_countercurate_counting_decides_planted_ties_as_clip_test_counting():
+    """CLIP_test_counting.py `test` on planted cosines with exact ties: the softmax of 100 x
+    the two cosines, `text_probs[0] > text_probs[1]` (a tie is wrong)."""
+    import torch
+
+    from flowclip_cache.scoring.aggregation import aggregate
+
+    rng = np.random.default_rng(5)
+    s = (rng.integers(0, 3, size=(400, 2)) / 4).astype(np.float32)
+    probs = torch.from_numpy(100.0 * s.astype(np.float64)).softmax(dim=-1)
+    want = (probs[:, 0] > probs[:, 1]).numpy()
+    res = aggregate(get("countercurate-counting").scoring, s, np.zeros(400, np.int64), {}, None)
+    assert res["ties"] > 100 and res["score"] == want.mean()
