@@ -19,6 +19,7 @@ __all__ = [
     "score_manifests",
     "read_results",
     "ScoreResults",
+    "test_time_match",
     "OnlineScorer",
     "Head",
     "TokenMapHead",

@@ -215,6 +215,39 @@ def score_manifests(
     return read_results(out)
 
 
+def test_time_match(
+    store: str | FeatureStore,
+    manifest: str,
+    scorer: str,
+    out: str,
+    *,
+    recipe: str = "simplematch",
+    device: str = "cpu",
+    overwrite: bool = False,
+    quiet: bool = False,
+    image_root: str | None = None,
+    **settings,
+) -> dict:
+    """`flowclip test-time-match`: a head (a run folder, or 'clip') adapted to a 2x2 group
+    task's test set on the matchings GroupMatch induces (ours; not an official score), into
+    `out`; returns results.json. settings: TTMConfig keys (iterations, epochs,
+    batch_groups, lr, seed, threshold_start, ...) over the recipe's."""
+    from .devices import resolve_device
+    from .errors import FlowclipError
+    from .scoring.test_time_matching import RECIPES, TTMConfig, run_test_time_matching
+
+    if recipe not in RECIPES:
+        raise FlowclipError(f"unknown recipe {recipe!r}; use {', '.join(RECIPES)}")
+    try:
+        cfg = TTMConfig(**{**RECIPES[recipe], **settings})
+    except TypeError as e:
+        raise FlowclipError(f"test_time_match: {e}") from None
+    return run_test_time_matching(
+        open_store(store), manifest, scorer, out, cfg, recipe, device=resolve_device(device),
+        image_root=image_root, overwrite=overwrite, log=_silent if quiet else print,
+    )  # fmt: skip
+
+
 def read_results(folder: str) -> ScoreResults:
     return ScoreResults(folder, json.load(open(os.path.join(folder, "results.json"))))
 
