@@ -189,3 +189,15 @@ def test_both_tests_score_as_run_dense_cap_test_on_model(dci, tmp_path):
     ties = res["sdci-matching"]
     assert ties["ties"] >= 2  # the planted duplicate summary, in all_swaps and all_hardest
     assert ties["score"] == pytest.approx(np.mean(list(ties["by_subtest"].values())), abs=1e-15)
+
+
+def test_masks_that_require_each_other_are_refused_not_walked_forever():
+    """A stranger's mask tree with a cycle (the release recurses until Python stops it, or
+    with branching, without end): refused at once, and the image left out."""
+    cyclic = {"mask_data": {"0": {"idx": 0, "requirements": [1, 1], "mask_quality": 0},
+                            "1": {"idx": 1, "requirements": [0, 0], "mask_quality": 0}}}  # fmt: skip
+    with pytest.raises((RecursionError, ValueError)):
+        _dci._submasks(cyclic, cyclic["mask_data"]["0"])
+    wide = {"mask_data": {str(i): {"idx": i, "requirements": list(range(60)), "mask_quality": 0} for i in range(60)}}
+    with pytest.raises((RecursionError, ValueError)):
+        _dci._submasks(wide, wide["mask_data"]["0"], depth=5)  # 60^5 paths: the visit budget stops it

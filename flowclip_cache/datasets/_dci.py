@@ -94,15 +94,21 @@ def _caption_of(mask: dict):
     return mask["label"] if mask["mask_quality"] == 1 else f"{mask['label']}: {mask['caption']}"
 
 
-def _submasks(data: dict, mask: dict, depth: int = 999) -> list[dict]:
+def _submasks(data: dict, mask: dict, depth: int = 999, budget: list | None = None) -> list[dict]:
     """get_all_submasks_dfs(mask, include_self=False): read as the release reads it, so that
-    an image whose mask tree it cannot walk is left out as it leaves it out."""
+    an image whose mask tree it cannot walk is left out as it leaves it out. A stranger's
+    file whose masks require each other in a branching cycle would make that walk
+    exponential (the release hangs): past 100,000 masks visited it is refused (ours)."""
+    budget = [100_000] if budget is None else budget
     if depth == 0:
         return []
     subs = [data["mask_data"].get(str(m)) for m in mask["requirements"]]
     out = []
     for s in (s for s in subs if s is not None and s["mask_quality"] != 2):
-        out += [s] + _submasks(data, s, depth - 1)
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ValueError("its masks require each other in a cycle (over 100,000 visited)")
+        out += [s] + _submasks(data, s, depth - 1, budget)
     return out
 
 
