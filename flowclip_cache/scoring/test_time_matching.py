@@ -16,8 +16,9 @@ ttm.sh's settings are the defaults here (10 iterations, threshold 2.0 -> 0 linea
 epochs, 50 groups a batch, cosine schedule to 0.1, weight decay 0.05, seed 42).
 
 Ours, and named so: the release fine-tunes the whole model; flowclip adapts a *head* on
-the cached features (the encoders stay frozen): 60 synthetic groups, 30 epochs, took 3.8 s
-of wall for the whole command on a 2-core CPU. The logits are
+the cached features (the encoders stay frozen): on a 2-core CPU, a Global-M head over 133
+synthetic groups takes about 3 s for the whole command, a Flow-CLIP head 6 min (its
+all-pairs step; docs/results-synthetic.md section 12). The logits are
 the head's scores over its training temperature tau_c (1/tau_c = 100, CLIP's scale),
 the loss CLIP's (HF CLIPModel's return_loss: the mean of the image->caption and
 caption->image cross-entropies, diagonal targets), the learning rate by default the
