@@ -25,8 +25,8 @@ caption->image cross-entropies, diagonal targets), the learning rate by default 
 run's own. `clip` adapts a Global-M head from the identity (which scores as the frozen
 encoder does). A threshold-0 tie (margin exactly 0) takes the identity matching, as the
 release's `>=` does: an exactly tied group trains toward its gold matching, a leak of the
-release's that flowclip keeps (the official figures decide such a tie as wrong). Every figure it prints is after adapting to the test set, labelled so,
-never an official score.
+release's that flowclip keeps (the official figures decide such a tie as wrong). Every
+figure it prints is after adapting to the test set, labelled so, never an official score.
 """
 
 from __future__ import annotations
