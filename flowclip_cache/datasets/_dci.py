@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 
 from ..manifest import image_path_problem
-from .base import ManifestError, load_json
+from .base import BuildReport, ManifestError, load_json, write_records
 
 SUBTESTS = {  # name: (load_base_image, load_subcaptions, negative_source, negative_strategy, caption_bag_size)
     "all_swaps": (True, True, "swaps", "first", 0),
@@ -198,11 +198,14 @@ def test_entries(source: str) -> tuple[dict[str, list[dict]], int, list[str]]:
     return out, without, left_out
 
 
-def notes(without: int, left_out: list[str]) -> list[str]:
-    """The build's notes: the images left out, as the release leaves them out."""
-    return [
+def write(out: str, rows: list[dict], entries: dict, without: int, left_out: list[str], name: str, errors):
+    """Both tests' manifest, its report noting the images left out as the release leaves them."""
+    report = BuildReport(len(rows), len({r["image"] for r in rows}), {s: len(es) for s, es in entries.items()},
+                         errors.skipped)  # fmt: skip
+    report.notes += [
         f"{without} test image(s) without summaries or negatives, left out as the release leaves them out",
         f"{len(left_out)} image-subtest(s) left out because loading raised, as the release's try/except "
         "leaves them out (the manifest's metadata 'left_out' names each)",
         *left_out[:20],
     ]
+    return write_records(out, rows, "candidates", name, report, {"left_out": left_out})

@@ -20,7 +20,7 @@ record otherwise unchanged, scores differently in another order or batch size: t
 figure is this benchmark's alone, not comparable with retrieval over the test set."""
 
 from . import _dci
-from .base import Benchmark, BuildReport, RowErrors, Scoring, write_records
+from .base import Benchmark, BuildReport, RowErrors, Scoring
 
 
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
@@ -34,10 +34,7 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
                          "bags": [j for j, b in enumerate(batch) for _ in b["bag"]], "subtest": subtest,
                          "batch": p // _dci.BATCH, "key": e["key"], "dci_file": e["file"],
                          "_at": f"{e['file']}: {e['key']}"})  # fmt: skip
-    counts = {s: len(es) for s, es in entries.items()}
-    report = BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped)
-    report.notes += _dci.notes(without, left_out)
-    return write_records(out, rows, "candidates", "sdci-matching", report, {"left_out": left_out})
+    return _dci.write(out, rows, entries, without, left_out, "sdci-matching", errors)
 
 
 BENCHMARK = Benchmark(

@@ -7,7 +7,7 @@ flowclip's one number is their mean (ours). Unlike the matching test, an entry's
 is its own: no batch enters it."""
 
 from . import _dci
-from .base import Benchmark, BuildReport, RowErrors, Scoring, write_records
+from .base import Benchmark, BuildReport, RowErrors, Scoring
 
 
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
@@ -19,10 +19,7 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
                          "captions": [*e["bag"], e["negative"]], "bags": [0] * len(e["bag"]) + [1], "gold": 0,
                          "subtest": subtest, "key": e["key"],
                          "dci_file": e["file"], "_at": f"{e['file']}: {e['key']}"})  # fmt: skip
-    counts = {s: len(es) for s, es in entries.items()}
-    report = BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped)
-    report.notes += _dci.notes(without, left_out)
-    return write_records(out, rows, "candidates", "sdci-negatives", report, {"left_out": left_out})
+    return _dci.write(out, rows, entries, without, left_out, "sdci-negatives", errors)
 
 
 BENCHMARK = Benchmark(
