@@ -51,7 +51,7 @@ def dci_root(source: str) -> str:
     raise ManifestError(f"{source}: no splits.json here or in densely_captioned_images/ (unpack dci.tar.gz)")
 
 
-def test_files(root: str) -> list[str]:
+def split_files(root: str) -> list[str]:
     splits = load_json(os.path.join(root, "splits.json"))
     files = splits.get("test") if isinstance(splits, dict) else None
     if not isinstance(files, list):
@@ -161,7 +161,7 @@ def _entries(data: dict, size: tuple[int, int], subtest: str) -> list[dict] | No
     return out
 
 
-def test_entries(source: str) -> tuple[dict[str, list[dict]], int, list[str]]:
+def split_entries(source: str) -> tuple[dict[str, list[dict]], int, list[str]]:
     """{subtest: its entries in the loader's order, each with its photo (relative to
     photos/), crop, caption, negative, key and annotation file}, how many of the split's
     images no subtest takes (no summaries or negatives), and a line for each image a
@@ -172,7 +172,7 @@ def test_entries(source: str) -> tuple[dict[str, list[dict]], int, list[str]]:
     root = dci_root(source)
     out: dict[str, list[dict]] = {s: [] for s in SUBTESTS}
     without, left_out = 0, []
-    for f in test_files(root):
+    for f in split_files(root):
         path = os.path.join(root, "complete", f)
         try:
             data = load_json(path)
@@ -198,8 +198,17 @@ def test_entries(source: str) -> tuple[dict[str, list[dict]], int, list[str]]:
     return out, without, left_out
 
 
-def write(out: str, rows: list[dict], entries: dict, without: int, left_out: list[str], name: str, errors):
-    """Both tests' manifest, its report noting the images left out as the release leaves them."""
+def build(source: str, out: str, errors, name: str, record) -> BuildReport:
+    """A test's manifest: one record per entry, its candidates from record(entries of its
+    subtest, position) -> {captions, bags, gold, ...}; the report notes the images left out
+    as the release leaves them out."""
+    entries, without, left_out = split_entries(source)
+    rows = [
+        {"record_id": f"{s}/{p}", "image": e["image"], "crop": e["crop"], "subtest": s, "key": e["key"],
+         "dci_file": e["file"], "_at": f"{e['file']}: {e['key']}", **record(es, p)}
+        for s, es in entries.items()
+        for p, e in enumerate(es)
+    ]  # fmt: skip
     report = BuildReport(len(rows), len({r["image"] for r in rows}), {s: len(es) for s, es in entries.items()},
                          errors.skipped)  # fmt: skip
     report.notes += [

@@ -55,7 +55,10 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         raise ManifestError(f"{path}: expected a JSON object of image id -> objects")
     rows = []
     for index, items in vg.items():
-        for k, item in enumerate(items if isinstance(items, list) else [None]):
+        if not isinstance(items, list):
+            errors(path, f"image {index!r:.40}", "expected a list of {name, ans} objects")
+            continue
+        for k, item in enumerate(items):
             name, ans = (item.get("name"), item.get("ans")) if isinstance(item, dict) else (None, None)
             try:
                 more = int(ans)  # type: ignore[arg-type]  # the release's int(ans) + 1 (None: TypeError)

@@ -23,18 +23,16 @@ from . import _dci
 from .base import Benchmark, BuildReport, RowErrors, Scoring
 
 
+def _record(entries: list[dict], p: int) -> dict:
+    """Entry p against its batch: the summaries (bags) of the batch's entries, in order."""
+    start = p - p % _dci.BATCH
+    batch = entries[start : start + _dci.BATCH]
+    bags = [j for j, b in enumerate(batch) for _ in b["bag"]]
+    return {"captions": [c for b in batch for c in b["bag"]], "bags": bags, "gold": p - start, "batch": p // _dci.BATCH}
+
+
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
-    entries, without, left_out = _dci.test_entries(source)
-    rows = []
-    for subtest, es in entries.items():
-        for p, e in enumerate(es):
-            batch = es[p - p % _dci.BATCH : p - p % _dci.BATCH + _dci.BATCH]
-            rows.append({"record_id": f"{subtest}/{p}", "image": e["image"], "crop": e["crop"],
-                         "captions": [c for b in batch for c in b["bag"]], "gold": p % _dci.BATCH,
-                         "bags": [j for j, b in enumerate(batch) for _ in b["bag"]], "subtest": subtest,
-                         "batch": p // _dci.BATCH, "key": e["key"], "dci_file": e["file"],
-                         "_at": f"{e['file']}: {e['key']}"})  # fmt: skip
-    return _dci.write(out, rows, entries, without, left_out, "sdci-matching", errors)
+    return _dci.build(source, out, errors, "sdci-matching", _record)
 
 
 BENCHMARK = Benchmark(

@@ -10,16 +10,14 @@ from . import _dci
 from .base import Benchmark, BuildReport, RowErrors, Scoring
 
 
+def _record(entries: list[dict], p: int) -> dict:
+    """Entry p's summary (bag) against its negative."""
+    e = entries[p]
+    return {"captions": [*e["bag"], e["negative"]], "bags": [0] * len(e["bag"]) + [1], "gold": 0}
+
+
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
-    entries, without, left_out = _dci.test_entries(source)
-    rows = []
-    for subtest, es in entries.items():
-        for p, e in enumerate(es):
-            rows.append({"record_id": f"{subtest}/{p}", "image": e["image"], "crop": e["crop"],
-                         "captions": [*e["bag"], e["negative"]], "bags": [0] * len(e["bag"]) + [1], "gold": 0,
-                         "subtest": subtest, "key": e["key"],
-                         "dci_file": e["file"], "_at": f"{e['file']}: {e['key']}"})  # fmt: skip
-    return _dci.write(out, rows, entries, without, left_out, "sdci-negatives", errors)
+    return _dci.build(source, out, errors, "sdci-negatives", _record)
 
 
 BENCHMARK = Benchmark(
