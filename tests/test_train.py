@@ -22,6 +22,7 @@ from flowclip_cache.synthetic.sample import make_sample
 from flowclip_cache.training import checkpoint
 from flowclip_cache.training import losses as losses_mod
 from flowclip_cache.training.loop import TrainConfig, train_head
+from flowclip_cache.training.run_folder import load_head
 
 
 @pytest.fixture(scope="module")
@@ -525,6 +526,31 @@ def test_adamw_is_torchs_without_the_compiler_stack(world, tmp_path):
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_score_process_imports_no_compiler_stack(lab, tmp_path):
+    """Issue 54: scoring a run folder builds its built-in head at the store's own dimension,
+    not on the meta device (whose torch.eye and normal_ import torch._dynamo: +0.7 s and
+    ~900 modules a process); a config naming another size still allocates nothing."""
+    run = str(tmp_path / "run")
+    train_head(FeatureStore(lab["store"]), lab["training"], run, cfg(epochs=1, batch_size=4), progress=False,
+               log=lambda *_: None)  # fmt: skip
+    code = (
+        "import sys; from flowclip_cache.cli import main\n"
+        "try: main()\nexcept SystemExit as e: assert not e.code, e.code\n"
+        "bad = [m for m in sys.modules if m.startswith(('torch._dynamo', 'torch._inductor'))]\n"
+        "assert not bad, bad[:3]\n"
+    )
+    args = ["score", "--store", lab["store"], "--manifests", lab["candidates"], "--scorer", run,
+            "--out", str(tmp_path / "s"), "--bootstrap", "0", "--no-figures", "--quiet"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    conf = json.load(open(os.path.join(run, "config.json")))
+    conf["head"]["dim"] = 1 << 24  # 2^48 weights if it were built: refused from the header alone
+    json.dump(conf, open(os.path.join(run, "config.json"), "w"))
+    with pytest.raises(FlowclipError, match="config.json describes"):
+        load_head(run, store_dim=FeatureStore(lab["store"]).meta["dim"])
 
 
 def test_train_head_with_several_outs_ends_each_as_alone(world, tmp_path, monkeypatch):

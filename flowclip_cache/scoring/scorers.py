@@ -45,7 +45,7 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str
         if path in training_free_kinds():  # the encoder's own features, scored (a kind, never a folder)
             scorer = Scorer(name or path, path, build_head(path, store.meta["dim"]).to(device), "frozen")
         else:
-            head, cfg = load_head(path, device)
+            head, cfg = load_head(path, device, store_dim=store.meta["dim"])
             if cfg["store_fingerprint"] != store.fingerprint:
                 raise FlowclipError(
                     f"--scorer {spec}: trained on encoder {cfg['store_fingerprint'][:12]}, this store "

@@ -12,6 +12,7 @@ import torch
 
 from .. import outputs
 from ..errors import FlowclipError
+from ..head_specs import builtin_kinds
 from ..heads import REGISTRY, Head, available_kinds, build_head, head_class
 from . import checkpoint
 
@@ -54,10 +55,11 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, dict]:
+def load_head(run_dir: str, device: str = "cpu", warn=_stderr, store_dim: int | None = None) -> tuple[Head, dict]:
     """A trained head and its run config (for flowclip score); a malformed run folder
     is refused naming what is wrong, never scored. A plug-in head must be available
-    already (installed, or loaded by --plugin): nothing the folder names is imported."""
+    already (installed, or loaded by --plugin): nothing the folder names is imported.
+    store_dim: the dimension of the store the caller scores on, when it has one (_expected_weights)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -84,10 +86,10 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, di
         raise FlowclipError(f"{where}: head dim {dim!r} is not a positive integer")
     hparams = head_class(kind).check_hparams(hp, where)
     path = os.path.join(run_dir, "head.safetensors")
-    with torch.device("meta"):  # shapes only: a config naming a huge head allocates nothing
-        want = build_head(kind, dim, **hparams).state_dict()
+    head, want = _expected_weights(kind, dim, hparams, origin, store_dim)
     _check_header(path, where, kind, {k: tuple(v.shape) for k, v in want.items()})
-    head = build_head(kind, dim, **hparams)
+    if head is None:
+        head = build_head(kind, dim, **hparams)
     try:
         weights = load_file(path, device=device)
     except (OSError, SafetensorError) as e:
@@ -101,6 +103,19 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr) -> tuple[Head, di
             raise FlowclipError(f"{where}: {k} holds NaN or inf")
     head.load_state_dict(weights)
     return head.to(device).eval(), cfg
+
+
+def _expected_weights(kind: str, dim: int, hparams: dict, origin, store_dim: int | None):
+    """(the head, or None, and the state_dict the config describes). A built-in head at the
+    caller's store's own dimension is built as it is: its size is a function of that trusted
+    dimension alone (built-in heads take no size settings). Otherwise shapes only, on the meta
+    device: a config naming a huge head allocates nothing (the meta build imports torch's
+    compiler stack, which is why it is not the rule)."""
+    if store_dim == dim and origin is None and kind in builtin_kinds():
+        head = build_head(kind, dim, **hparams)
+        return head, head.state_dict()
+    with torch.device("meta"):
+        return None, build_head(kind, dim, **hparams).state_dict()
 
 
 def _check_header(path: str, where: str, kind: str, want: dict[str, tuple]) -> None:
