@@ -18,8 +18,10 @@ prints the median of the per-repetition ratios with their [min, max]:
   gallery; 8 variants (Tab. 2's four rows at two learning rates), 20 steps each, trained
   and scored as 16 commands, as one `flowclip run ablation` study, and as one stacked
   study (stack=true), alternated; beside them the arithmetic alone (the 8 heads' 20 steps
-  and their gallery scores, in-process). Targets: overhead (wall - arithmetic) <= 15% of
-  the study's wall; the study >= 2.5x faster than the 16 commands.
+  and their gallery scores, in-process, and apart from it their end evaluations), and where
+  each study's wall went as it recorded it (summary.json's stage_seconds: imports, checks,
+  loading, steps, evaluation, checkpoints, scoring, summary). Targets: overhead (wall -
+  arithmetic) <= 15% of the study's wall; the study >= 2.5x faster than the 16 commands.
 - gallery: a 250 x 1,250 Flow-CLIP gallery through all_pair_scores (each image's and
   caption's projections once) against the same fixed blocks calling the head on raw
   features (as before: projections again in every block).
@@ -251,22 +253,29 @@ def _study(store: str, train: str, gallery: str, out: str, stack: bool) -> None:
               "compare=[]", "figures=false", "device=cpu", f"stack={str(stack).lower()}")  # fmt: skip
 
 
-def _arithmetic(store: str, train: str, gallery: str) -> float:
-    """Seconds of the 8 variants' 20 steps and gallery scores alone, on loaded data."""
+def _arithmetic(store: str, train: str, gallery: str) -> dict[str, float]:
+    """Seconds of the 8 variants' 20 steps, their end evaluations (the pairwise accuracy a
+    run logs: 2,000 training-sample records and the val records) and gallery scores alone,
+    on loaded data, each summed over the variants."""
     import time
+
+    import numpy as np
 
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.store.banks import FeatureBank
-    from flowclip_cache.training.training_data import load_training_data
+    from flowclip_cache.training.training_data import _pairwise_accuracy, load_training_data
 
     fs = FeatureStore(store)
     data = load_training_data(fs, Manifest.read(train), True, "cpu", log=lambda *_: None)
+    train_rec = np.nonzero(data.split == "train")[0]
+    sample = np.sort(np.random.default_rng(0).choice(train_rec, 2000, replace=False))
+    val = np.nonzero(data.split == "val")[0]
     g = Manifest.read(gallery).table.to_pydict()
     texts = sorted({c for cs in g["captions"] for c in cs})
     n_images = len(set(g["image_key"]))
     bank = FeatureBank.load(fs, sorted(set(g["image_key"])), texts, True, "cpu")
-    total = 0.0
+    total = {"steps": 0.0, "evaluation": 0.0, "gallery": 0.0}
     for v in VARIANTS.values():
         cfg = TrainConfig(head=v["head"], cimr=v["cimr"], lr=v["lr"])
         head = cfg.build_head(D)
@@ -281,14 +290,22 @@ def _arithmetic(store: str, train: str, gallery: str) -> float:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(list(head.parameters()), cfg.grad_clip)
             opt.step()
+        t1 = time.perf_counter()
+        head.eval()
+        _pairwise_accuracy(head, data, sample, 512)
+        _pairwise_accuracy(head, data, val, 512)
+        t2 = time.perf_counter()
         with torch.no_grad():
             order = torch.argsort(bank.token_lengths(), stable=True)  # as retrieval orders them
             all_pair_scores(head, *bank.features(torch.arange(n_images), order, head.uses_tokens))
-        total += time.perf_counter() - t0
+        t3 = time.perf_counter()
+        for k, dt in zip(total, (t1 - t0, t2 - t1, t3 - t2)):
+            total[k] += dt
     return total
 
 
 def bench_end_to_end(root: str, reps: int) -> None:
+    import json
     import shutil
     import tempfile
 
@@ -298,32 +315,46 @@ def bench_end_to_end(root: str, reps: int) -> None:
     store, train = write_store(root, 0.05)
     gallery = make_gallery(root, store, 250)
     arith = _arithmetic(store, train, gallery)
+    stages: dict[str, list[dict]] = {"study": [], "stacked": []}
 
-    def fresh(fn):
-        def side():
+    def fresh(fn, side=None):
+        def run():
             out = tempfile.mkdtemp(dir=root)
             try:
                 fn(out)
+                if side:  # where the study's time went, as it recorded it (progress.stage)
+                    summary = json.load(open(os.path.join(out, "s", "summary.json")))
+                    stages[side].append(summary["timing"]["stage_seconds"])
             finally:
                 shutil.rmtree(out)
 
-        return side
+        return run
 
     sides = {
         "commands": fresh(lambda o: _commands(store, train, gallery, o)),
-        "study": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), False)),
-        "stacked": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), True)),
+        "study": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), False), "study"),
+        "stacked": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), True), "stacked"),
     }
     times: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(reps):  # fresh processes every time: no warm-up round
         for side, fn in sides.items():
             times[side].append(timed(fn))
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    print(f"end-to-end: 8 variants x {STEPS} steps + 250-image gallery; arithmetic alone {arith:.1f} s")
+    alone = arith["steps"] + arith["gallery"]
+    print(f"end-to-end: 8 variants x {STEPS} steps + 250-image gallery; arithmetic alone {alone:.1f} s "
+          f"(steps {arith['steps']:.1f} s, gallery scores {arith['gallery']:.1f} s); "
+          f"the 8 end evaluations alone {arith['evaluation']:.1f} s")  # fmt: skip
     for side in times:
         wall = med(times[side])
-        share = 100 * (wall - arith) / wall
-        print(f"  {side:9s}: wall {wall:6.1f} s | overhead {share:4.0f}% of the wall (target <= 15%)")
+        share = 100 * (wall - alone) / wall
+        with_eval = 100 * (wall - alone - arith["evaluation"]) / wall
+        print(f"  {side:9s}: wall {wall:6.1f} s | overhead {share:4.0f}% of the wall (target <= 15%); "
+              f"{with_eval:3.0f}% counting the end evaluations as arithmetic")  # fmt: skip
+        if side in stages:
+            split = {k: med([s.get(k, 0.0) for s in stages[side]]) for k in stages[side][0]}
+            rest = wall - sum(split.values())
+            print("             " + ", ".join(f"{k} {v:.1f}" for k, v in split.items())
+                  + f", before the study and the rest {rest:.1f} (s, median)")  # fmt: skip
     for side in ("study", "stacked"):
         m, lo, hi = ratio(times["commands"], times[side])
         print(f"  {side} vs the 16 commands: {m:.2f}x [{lo:.2f}, {hi:.2f}] (target >= 2.5)")

@@ -216,6 +216,8 @@ def test_a_reports_sentences_follow_its_figures():
     assert _wall_time(timing).startswith(
         "Wall time: 2108 s for this invocation, from its start (the study's training and scoring: 1672 s of it)"
     )
+    timing.update(stage_seconds={"steps": 1000.0, "scoring": 600.0}, study_wall_seconds=1700.0)
+    assert _wall_time(timing).endswith("Where the time went: steps 1000.0 s, scoring 600.0 s; the rest 100.0 s.")
 
 
 def _bank(v, t, caps_per_record):

@@ -228,8 +228,14 @@ def test_a_study_trains_from_the_store_placement(tmp_path):
     boot = json.load(open(tmp_path / "s" / "summary.json"))["bootstrap"]
     assert boot and all(v["seeds_resampled"] and 0 <= v["p_two_sided"] <= 1 for d in boot.values() for v in d.values())
     assert "each draw also draws each method's seeds" in open(tmp_path / "s" / "summary.md").read()
-    timing = json.load(open(tmp_path / "s" / "summary.json"))["timing"]["train_seconds_per_run"]
-    assert any(k.endswith("seed-1") for k in timing) and any(k.endswith("seed-0") for k in timing)
+    timing = json.load(open(tmp_path / "s" / "summary.json"))["timing"]
+    assert any(k.endswith("seed-1") for k in timing["train_seconds_per_run"])
+    assert any(k.endswith("seed-0") for k in timing["train_seconds_per_run"])
+    # where this study's time went (issue 54), its stages only (other tests ran in this process)
+    stages = timing["stage_seconds"]
+    assert {"imports", "checks", "loading", "steps", "evaluation", "scoring", "summary"} <= set(stages), stages
+    assert 0 < sum(stages.values()) <= timing["study_wall_seconds"] <= timing["this_invocation_seconds"]
+    assert "Where the time went: " in open(tmp_path / "s" / "summary.md").read()
     assert "the study is finished" in CliRunner().invoke(main, more).output
 
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..errors import FlowclipError, SegmentDamaged, StoreDamaged
 from ..hashing import caption_key
+from ..progress import stage
 from .core import CAPTION, IMAGE, FeatureStore
 
 PLACEMENTS = ("auto", "device", "host", "store")
@@ -68,6 +69,11 @@ class FeatureBank:
         host: bool = False,
     ) -> "FeatureBank":
         """host: keep the features in (pinned) host memory and copy batches to `device`."""
+        with stage("loading"):
+            return cls._load(store, image_keys, caption_texts, need_tokens, device, host)
+
+    @classmethod
+    def _load(cls, store, image_keys, caption_texts, need_tokens, device, host) -> "FeatureBank":
         ckeys = [caption_key(c) for c in caption_texts]
         parts: tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None, np.ndarray]
         if need_tokens:

@@ -5,12 +5,15 @@ a mistake in an evaluation manifest stops the study before hours of training, no
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FlowclipError
 from ..training import checkpoint
+
+DONE = "STUDY_DONE"  # a study's marker: its summary is written (done_key says of what)
 
 
 @dataclass
@@ -63,8 +66,10 @@ def check_study(
     log=print,
 ) -> Checked:
     from ..devices import resolve_device
-    from ..training.loop import TrainConfig
+    from ..progress import stage
 
+    with stage("imports"):  # the training stack, first needed here: timed as imports, not checks
+        from ..training.loop import TrainConfig
     out = Checked()
     out.device = _try(out, resolve_device, device, "device=") or "cpu"
     # the shared train_config first, once, by its own name; then each run's (its head's keys)
@@ -268,3 +273,34 @@ def random_training_data(d: int, patches: int, records: int, device: str, tokens
         bank, ar.to(device), ar.to(device), (ar + records)[:, None].to(device), [[""]] * records,
         np.array(["train"] * records),
     )  # fmt: skip
+
+
+def done_key(runs: list, eval_manifests: list[str], controls, bootstrap: int, compare) -> dict:
+    """What a summary was made from: a study whose grid, manifests, controls or comparisons
+    change (more seeds, say) is not finished just because an older summary is in place."""
+    return {
+        "runs": sorted(r.folder for r in runs),
+        "eval_manifests": sorted(os.path.abspath(m) for m in eval_manifests),
+        "controls": list(controls),
+        "bootstrap": int(bootstrap),
+        "compare": [list(p) for p in compare],
+    }
+
+
+def summary_is_current(out: str, what: dict, log) -> bool:
+    """Whether the summary in place was made from this grid (says which, either way)."""
+    path = os.path.join(out, DONE)
+    if not os.path.exists(path):
+        return False
+    try:
+        recorded = json.load(open(path))
+    except ValueError:
+        recorded = None  # a marker written before the key was recorded: its grid is unknown
+    if recorded == what:
+        log("  the study is finished (summary in place)")
+        return True
+    log(
+        "  the summary in place was made for another grid (runs, manifests, controls or comparisons"
+        " changed): finished runs are kept, the rest is trained and everything is scored again"
+    )
+    return False

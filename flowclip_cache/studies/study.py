@@ -14,13 +14,12 @@ import numpy as np
 
 from ..devices import rank_device
 from ..errors import FlowclipError
-from ..progress import invocation_seconds
+from ..progress import invocation_seconds, stage, stage_seconds
 from ..store import FeatureStore
 from ..training import checkpoint
+from .checks import DONE, done_key, summary_is_current
 from .spread import claim, my_groups, one_at_a_time, study_rank
 from .summary import mean_std, write_summary
-
-DONE = "STUDY_DONE"
 
 
 @dataclass
@@ -79,6 +78,7 @@ def execute(
     tracking: a training.tracking.Tracking every run's records and final scores go to."""
     from .. import outputs
 
+    clock = (time.perf_counter(), stage_seconds())  # this study's own wall time and stages
     _check_names(suite, training_free)  # before any training
     from .checks import check_study, plan_lines
 
@@ -87,18 +87,19 @@ def execute(
         raise FlowclipError("two runs of the grid have the same settings")
     outputs.require_own(out, "study")
     log(f"study {out}: {len(runs)} runs" + (" (dry run: nothing is created)" if dry_run else ""))
-    checked = check_study(
-        store_path=store_path,
-        train_manifest=train_manifest,
-        eval_manifests=eval_manifests,
-        runs=runs,
-        run_dirs=run_dirs,
-        base_train=base_train,
-        device=device,
-        world=world,
-        feature_dims=feature_dims,
-        log=log,
-    )
+    with stage("checks"):
+        checked = check_study(
+            store_path=store_path,
+            train_manifest=train_manifest,
+            eval_manifests=eval_manifests,
+            runs=runs,
+            run_dirs=run_dirs,
+            base_train=base_train,
+            device=device,
+            world=world,
+            feature_dims=feature_dims,
+            log=log,
+        )
     for line in checked.lines:
         log(f"  {line}")
     plan_lines(runs, run_dirs, checked, log, measure=dry_run, stacked=side_by_side == "stacked")
@@ -139,7 +140,7 @@ def execute(
         **shared,
     )
     scoring = {**shared, "figures": figures, "suite": suite, "training_free": list(training_free),
-               "resample_seeds": resample_seeds}  # fmt: skip
+               "resample_seeds": resample_seeds, "clock": clock}  # fmt: skip
     summarise = lambda: _summarise(  # noqa: E731
         store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, scoring
     )
@@ -177,52 +178,11 @@ def _summarise_last_rank(rank: int, ranks: int, out, runs, run_dirs, what, summa
 
 
 def _summarise(store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, shared):
-    summary = score_and_summarise(
-        store,
-        eval_manifests,
-        out,
-        runs,
-        run_dirs,
-        controls=controls,
-        bootstrap=bootstrap,
-        compare=compare,
-        t0=t0,
-        **shared,
-    )
+    kw = dict(controls=controls, bootstrap=bootstrap, compare=compare, t0=t0, **shared)
+    summary = score_and_summarise(store, eval_manifests, out, runs, run_dirs, **kw)
     with open(os.path.join(out, DONE), "w") as f:
         json.dump(what, f, indent=1)
     return summary
-
-
-def done_key(runs: list[RunSpec], eval_manifests: list[str], controls, bootstrap: int, compare) -> dict:
-    """What a summary was made from: a study whose grid, manifests, controls or comparisons
-    change (more seeds, say) is not finished just because an older summary is in place."""
-    return {
-        "runs": sorted(r.folder for r in runs),
-        "eval_manifests": sorted(os.path.abspath(m) for m in eval_manifests),
-        "controls": list(controls),
-        "bootstrap": int(bootstrap),
-        "compare": [list(p) for p in compare],
-    }
-
-
-def summary_is_current(out: str, what: dict, log) -> bool:
-    """Whether the summary in place was made from this grid (says which, either way)."""
-    path = os.path.join(out, DONE)
-    if not os.path.exists(path):
-        return False
-    try:
-        recorded = json.load(open(path))
-    except ValueError:
-        recorded = None  # a marker written before the key was recorded: its grid is unknown
-    if recorded == what:
-        log("  the study is finished (summary in place)")
-        return True
-    log(
-        "  the summary in place was made for another grid (runs, manifests, controls or comparisons"
-        " changed): finished runs are kept, the rest is trained and everything is scored again"
-    )
-    return False
 
 
 def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None = None, training_free=()) -> dict:
@@ -344,9 +304,15 @@ def train_missing(
 
         # one in-memory copy of the features serves every run (patches kept if any head needs them)
         need_patches = any(cfgs[r.folder].uses_tokens for r in todo)
-        data = load_training_data(
-            store, Manifest.read(train_manifest), need_patches, device, placement=placement, log=lambda m: log(f"  {m}")
-        )
+        with stage("loading"):
+            data = load_training_data(
+                store,
+                Manifest.read(train_manifest),
+                need_patches,
+                device,
+                placement=placement,
+                log=lambda m: log(f"  {m}"),
+            )
 
         def train_group(group: list[RunSpec]):
             train_heads(
@@ -391,6 +357,7 @@ def score_and_summarise(
     training_free=(),
     resample_seeds: bool = False,
     tracking=None,
+    clock: tuple = (0.0, None),
 ) -> dict:
     """Score CLIP, the training-free scorers and every run on every manifest (or a suite's
     members among them); the summary across seeds with timings. Each run's official scores
@@ -399,31 +366,39 @@ def score_and_summarise(
 
     specs = ["clip", *training_free] + [f"{r.method}={run_dirs[r.folder]}" for r in runs]
     pairs = [tuple(p) for p in compare]
-    score = run_score(
-        store,
-        eval_manifests,
-        specs,
-        os.path.join(out, "score"),
-        controls=tuple(controls),
-        device=device,
-        bootstrap_draws=bootstrap,
-        overwrite=True,
-        compare=pairs,
-        progress=progress,
-        figures=figures,
-        suite=suite,
-        labels="folder",  # a study's runs are its folders (the seeds of a method share its name)
-        resample_seeds=resample_seeds,
-        log=lambda m: log(f"  {m}"),
-    )
+    with stage("scoring"):
+        score = run_score(
+            store,
+            eval_manifests,
+            specs,
+            os.path.join(out, "score"),
+            controls=tuple(controls),
+            device=device,
+            bootstrap_draws=bootstrap,
+            overwrite=True,
+            compare=pairs,
+            progress=progress,
+            figures=figures,
+            suite=suite,
+            labels="folder",  # a study's runs are its folders (the seeds of a method share its name)
+            resample_seeds=resample_seeds,
+            log=lambda m: log(f"  {m}"),
+        )
     for r in runs if tracking else []:
         track_scores(tracking, run_dirs[r.folder], score["results"].get(f"real|{r.folder}", {}))
+    with stage("summary"):
+        return _write_summary(store, out, runs, run_dirs, score, training_free, t0, clock)
+
+
+def _write_summary(store, out, runs, run_dirs, score, training_free, t0, clock) -> dict:
     summary = summarise(score, runs, run_dirs, training_free)
     summary["timing"] = {
         "this_invocation_seconds": invocation_seconds(),
         "study_seconds": time.perf_counter() - t0,
         "train_seconds_per_run": {r.folder: checkpoint.read_state(run_dirs[r.folder]).get("seconds") for r in runs},
         "score_seconds": score["seconds"],
+        "stage_seconds": stage_seconds(clock[1]),  # each stage's own seconds in this study (progress.stage)
+        "study_wall_seconds": time.perf_counter() - clock[0],  # from the study's first check
     }
     enc = store.encoder_config
     summary["encoder"] = {"model": enc.get("model"), "patch_readout": enc.get("patch_readout", "standard")}

@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 
+from ..progress import stage_line
+
 
 def mean_std(vals: list[float]) -> dict:
     """Mean and sample std over seeds (std 0 for one seed) and how many."""
@@ -304,6 +306,7 @@ def _wall_time(timing: dict) -> str:
         + (f" (the study's training and scoring: {study:.0f} s of it)" if study is not None else "")
         + f"; each run's training wall time {np.mean(per_run) if per_run else 0:.1f} s on average (runs trained "
         f"side by side share theirs); scoring {timing['score_seconds']:.0f} s."
+        + (" " + stage_line(timing["stage_seconds"], timing["study_wall_seconds"]) if "stage_seconds" in timing else "")
     )
 
 

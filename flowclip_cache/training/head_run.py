@@ -15,6 +15,7 @@ import torch
 from .. import outputs
 from ..errors import FlowclipError
 from ..hashing import file_sha256
+from ..progress import stage
 from ..store import FeatureStore
 from . import checkpoint
 from .adamw import AdamW
@@ -145,6 +146,10 @@ class HeadRun:
         return self.state["epoch"], self.state["step_in_epoch"]
 
     def evaluate(self, epoch: int) -> dict:
+        with stage("evaluation"):
+            return self._evaluate(epoch)
+
+    def _evaluate(self, epoch: int) -> dict:
         self.head.eval()
         m: dict[str, Any] = {"epoch": epoch, "train_sample": pairwise_accuracy(self.head, self.data, self.train_eval)}
         if len(self.val_rec):
@@ -258,13 +263,15 @@ class HeadRun:
         self.watch(self.out, {"eval": self.state["metrics"][-1], "step": self.state["global_step"]})
 
     def save(self) -> None:
-        self.logf.flush()
-        save_checkpoint(self.out, self.head, self.opt, self.state)
+        with stage("checkpoints"):
+            self.logf.flush()
+            save_checkpoint(self.out, self.head, self.opt, self.state)
 
     def finish(self) -> dict:
         """The scored weights (head.safetensors), then DONE, written last."""
         if not self.params:
             self.save()
         self.logf.close()
-        write_finished_head(self.out, self.head, self.state["metrics"][-1])
+        with stage("checkpoints"):
+            write_finished_head(self.out, self.head, self.state["metrics"][-1])
         return self.state

@@ -27,6 +27,7 @@ from ..heads import head_class
 from ..heads.base import check_token_mask
 from ..manifest import Manifest
 from ..progress import bar as progress_bar
+from ..progress import stage
 from ..store import FeatureStore
 from ..store.banks import prefetch
 from . import checkpoint
@@ -152,7 +153,10 @@ def _train(
         check_token_mask(head_class(c.head), store.encoder_config["token_mask"], out)
     # 1. data, once, on the device
     if data is None:
-        data = load_training_data(store, manifest, any(c.uses_tokens for c in cfgs), device, image_root, placement, log)
+        with stage("loading"):
+            data = load_training_data(
+                store, manifest, any(c.uses_tokens for c in cfgs), device, image_root, placement, log
+            )
     train_rec = np.nonzero(data.split == "train")[0]
     if len(train_rec) < 2:
         raise FlowclipError(f"{manifest_path}: fewer than 2 records with split == 'train'")
@@ -233,7 +237,8 @@ def _lockstep(
         # the in-device bank gathers in no time; the others read ahead on a worker thread
         batches = map(batch, steps) if data.placement == "device" else prefetch(batch, steps, 2, device)
         for img, pos, neg, feats in batches:
-            stacker.step(group, img, pos, neg, feats)
+            with stage("steps"):
+                stacker.step(group, img, pos, neg, feats)
             for h in [h for h in group if h.at_max_steps]:  # max_steps reached: that run is done
                 h.stop_at_max_steps()
                 group.remove(h)
