@@ -180,6 +180,32 @@ def test_untrained_head_scores_like_the_encoder():
     assert s_tok.abs().max() < 1e-6
 
 
+def test_flow_clip_at_w_zero_scores_as_global_m_in_every_gateway():
+    """Issue 54: with W = 0, ICER's refinement is the identity (q_res = q), so s_token is 0
+    by the equations and a Flow-CLIP head is Global-M with its M. Its kernels compute that 0
+    only to round-off; scoring's two gateways give it Global-M's very bits (Head.scores_as),
+    never under autograd (training differentiates in W) and never once W moves."""
+    from flowclip_cache.heads.fixed_shapes import all_pair_scores, matched_scores
+
+    P, H, mask, _, _ = case(I=5, T=6)
+    g = torch.Generator().manual_seed(3)
+    v, t = (F.normalize(torch.randn(n, 16, generator=g), dim=-1) for n in (5, 6))
+    flow_head, global_head = build_head("flow", 16), build_head("global", 16)
+    with torch.no_grad():
+        M = torch.eye(16) + 0.2 * torch.randn(16, 16, generator=g)
+        flow_head.M.copy_(M)
+        global_head.M.copy_(M)
+        assert flow_head.score_parts(v, P, t, H, mask)[1].abs().max() > 0  # the kernels' round-off
+        image_of = torch.arange(6) % 5
+        for gateway in (lambda h: all_pair_scores(h, v, P, t, H, mask),
+                        lambda h: matched_scores(h, v, P, t, H, mask, image_of=image_of)):  # fmt: skip
+            assert torch.equal(gateway(flow_head), gateway(global_head))
+        assert type(flow_head.scores_as()).__name__ == "GlobalHead"
+        flow_head.W[0, 0] = 1e-3
+        assert flow_head.scores_as() is flow_head
+    assert build_head("flow", 16).scores_as().kind == "flow"  # autograd on: itself
+
+
 def test_global_scores_by_hand():
     v = torch.tensor([[1.0, 0.0]])
     t = torch.tensor([[0.6, 0.8]])

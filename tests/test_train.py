@@ -293,10 +293,11 @@ def test_side_by_side_equals_one_by_one(world, tmp_path):
 
 
 def test_an_evaluation_is_computed_once_per_head_weights_and_records(world, tmp_path, monkeypatch):
-    """Issue 54: runs that start from the same weights (two Flow-CLIP heads, CIMR 0 and 0.1)
-    share their start evaluation, computed once per record set; after a step their weights
-    differ and each is evaluated. The logged figures equal the solo run's, bit for bit.
-    (A key of the head's class alone would share the end evaluations too: the count fails.)"""
+    """Issue 54: runs that start from the same weights (two Flow-CLIP heads, CIMR 0 and 0.1,
+    and a Global-M head: Flow-CLIP at W = 0 scores as Global-M, Head.scores_as) share their
+    start evaluation, computed once per record set; after a step their weights differ and
+    each is evaluated. The logged figures equal the solo run's, bit for bit. (A key of the
+    head's class alone would share the end evaluations too: the count fails.)"""
     import json
 
     from flowclip_cache.training import training_data
@@ -305,14 +306,15 @@ def test_an_evaluation_is_computed_once_per_head_weights_and_records(world, tmp_
     calls = []
     real = training_data._pairwise_accuracy
     monkeypatch.setattr(training_data, "_pairwise_accuracy", lambda *a: calls.append(1) or real(*a))
-    cfgs = {"f": cfg(head="flow", cimr=0.0, epochs=1), "fc": cfg(head="flow", cimr=0.1, epochs=1)}
+    cfgs = {"f": cfg(head="flow", cimr=0.0, epochs=1), "fc": cfg(head="flow", cimr=0.1, epochs=1),
+            "g": cfg(head="global", epochs=1)}  # fmt: skip
     runs = [(str(tmp_path / k), c) for k, c in cfgs.items()]
     train_heads(world["store"], world["manifest"], runs, progress=False, log=lambda *_: None)
-    # start: train sample + val, once for both runs; end of the epoch: each run's own two
-    assert len(calls) == 2 + 2 * 2, len(calls)
+    # start: train sample + val, once for the three runs; end of the epoch: each run's own two
+    assert len(calls) == 2 + 3 * 2, len(calls)
     logged = {k: [json.loads(x) for x in open(tmp_path / k / "log.jsonl")] for k in cfgs}
     evals = {k: [r["eval"] for r in recs if "eval" in r] for k, recs in logged.items()}
-    assert evals["f"][0] == evals["fc"][0] and len(evals["f"]) == len(evals["fc"]) == 2
+    assert evals["f"][0] == evals["fc"][0] == evals["g"][0] and len(evals["f"]) == len(evals["fc"]) == 2
     train_head(world["store"], world["manifest"], str(tmp_path / "solo"), cfgs["fc"], progress=False,
                log=lambda *_: None)  # fmt: skip
     solo = [json.loads(x)["eval"] for x in open(tmp_path / "solo" / "log.jsonl") if "eval" in json.loads(x)]

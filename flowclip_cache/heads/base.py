@@ -75,6 +75,15 @@ class Head(nn.Module):
             [self(row(v, i), row(P, i), row(t, i), row(H, i), row(mask, i))[0, 0] for i in range(len(v))]
         )
 
+    def scores_as(self) -> "Head":
+        """The head that scores for this one without autograd: itself, unless its weights
+        reduce its method exactly to a simpler head's (Flow-CLIP with W = 0 is Global-M: its
+        s_token is 0 by its equations, which its kernels compute only to round-off). Both
+        scoring gateways (fixed_shapes.py) use it, so every engine gives such a head that
+        simpler head's bits, and an evaluation is keyed by it: every head that starts as
+        Global-M's identity shares one start evaluation (training_data.evaluation_key)."""
+        return self
+
     def image_parts(self, v, P) -> tuple:
         """What matched pairs sharing an image share: tensors whose row i is image i's
         (heads/fixed_shapes.py computes them once per image, in blocks of a fixed size). By

@@ -71,6 +71,7 @@ def matched_scores(head, v, P, t, H, mask, image_of: torch.Tensor | None = None)
     """head.score_matched over any number of pairs (row i of t, H, mask with image
     image_of[i] of v, P; row i's own image without image_of): [n], each pair's score the
     bits it has alone. What pairs share of an image (head.image_parts) is computed once."""
+    head = head.scores_as()
     n = len(t)
     parts = _image_parts(head, v, P)
     if image_of is None:
@@ -95,6 +96,7 @@ def all_pair_scores(head, v, P, t, H, mask) -> torch.Tensor:
     bits it has in a gallery of that one image and that one caption. What a head computes
     once per image (image_parts) and once per caption (caption_parts) is computed once,
     in blocks of a fixed size."""
+    head = head.scores_as()
     I, T = len(v), len(t)
     out = torch.empty(I, T, dtype=torch.float32, device=v.device)
     pad = (-I) % IMAGE_BLOCK

@@ -255,6 +255,14 @@ class FlowHead(GlobalHead):
             P, H, mask, self.M_tok, self.W, self.tau_p, paired=True
         )
 
+    def scores_as(self):
+        # (training differentiates in W; a subclass may score more than these equations)
+        if torch.is_grad_enabled() or type(self) is not FlowHead or bool(self.W.detach().any()):
+            return self
+        reduced = GlobalHead(self.dim).to(self.M.device)  # W = 0: q_res = q, so s_token = 0 exactly
+        reduced.M = self.M
+        return reduced
+
     def image_parts(self, v, P):
         if torch.is_grad_enabled() and any(x.requires_grad for x in (P, self.M_tok, self.W)):
             return v, P  # autograd: score_matched's layout

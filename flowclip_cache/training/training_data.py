@@ -117,7 +117,11 @@ def evaluation_key(head: Head, records: np.ndarray) -> str:
 
 def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
     """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too.
-    Computed once per evaluation_key on these data (a copy of it returned)."""
+    Computed once per evaluation_key on these data (a copy of it returned), with the head
+    that scores for this one (Head.scores_as: every head starting as Global-M's identity
+    shares one start evaluation, whatever its class)."""
+    with torch.no_grad():
+        head = head.scores_as()
     key = evaluation_key(head, records)
     if key not in data.evaluations:
         data.evaluations[key] = _pairwise_accuracy(head, data, records, chunk)
