@@ -17,8 +17,9 @@ prints the median of the per-repetition ratios with their [min, max]:
   28,321 records; bench_scale.py's generator, kept under ROOT) and a 250-image retrieval
   gallery; 8 variants (Tab. 2's four rows at two learning rates), 20 steps each, trained
   and scored as 16 commands, as one `flowclip run ablation` study, and as one stacked
-  study (stack=true), alternated; beside them the arithmetic alone (the 8 heads' 20 steps
-  and their gallery scores, in-process, and apart from it their end evaluations), and where
+  study (stack=true), alternated; beside them, every round, the arithmetic alone (the 8
+  heads' 20 steps and their gallery scores, in-process, and apart from it their end
+  evaluations: each round's median is used, as this machine's speed drifts), and where
   each study's wall went as it recorded it (summary.json's stage_seconds: imports, checks,
   loading, steps, evaluation, checkpoints, scoring, summary). Targets: overhead (wall -
   arithmetic) <= 15% of the study's wall; the study >= 2.5x faster than the 16 commands.
@@ -314,7 +315,7 @@ def bench_end_to_end(root: str, reps: int) -> None:
 
     store, train = write_store(root, 0.05)
     gallery = make_gallery(root, store, 250)
-    arith = _arithmetic(store, train, gallery)
+    arithmetic: list[dict[str, float]] = []  # measured every round too: this machine's speed drifts
     stages: dict[str, list[dict]] = {"study": [], "stacked": []}
 
     def fresh(fn, side=None):
@@ -337,11 +338,13 @@ def bench_end_to_end(root: str, reps: int) -> None:
     }
     times: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(reps):  # fresh processes every time: no warm-up round
+        arithmetic.append(_arithmetic(store, train, gallery))
         for side, fn in sides.items():
             times[side].append(timed(fn))
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    arith = {k: med([a[k] for a in arithmetic]) for k in arithmetic[0]}
     alone = arith["steps"] + arith["gallery"]
-    print(f"end-to-end: 8 variants x {STEPS} steps + 250-image gallery; arithmetic alone {alone:.1f} s "
+    print(f"end-to-end: 8 variants x {STEPS} steps + 250-image gallery; arithmetic alone {alone:.1f} s, median "
           f"(steps {arith['steps']:.1f} s, gallery scores {arith['gallery']:.1f} s); "
           f"the 8 end evaluations alone {arith['evaluation']:.1f} s")  # fmt: skip
     for side in times:
