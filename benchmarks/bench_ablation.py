@@ -28,7 +28,9 @@ prints the median of the per-repetition ratios with their [min, max]:
   features (as before: projections again in every block).
 - imports: a fresh process that builds training's AdamW and sets the deterministic flag,
   as train-head does, against the same with torch.optim.AdamW and
-  torch.use_deterministic_algorithms (which import torch's compiler stack).
+  torch.use_deterministic_algorithms (which import torch's compiler stack); then each
+  command's own import cost (train-head, score, run ablation) and whether the compiler
+  stack came with it.
 """
 
 from __future__ import annotations
@@ -219,6 +221,33 @@ def bench_imports(reps: int) -> None:
     )
 
 
+COMMAND_IMPORTS = {  # what each command imports before its work begins
+    "train-head": "flowclip_cache.cli, flowclip_cache.training.loop",
+    "score": "flowclip_cache.cli, flowclip_cache.scoring.score, flowclip_cache.training.run_folder",
+    "run ablation": "flowclip_cache.cli, flowclip_cache.studies.ablation, flowclip_cache.training.loop, "
+    "flowclip_cache.scoring.score",
+}
+
+
+def bench_command_imports(reps: int) -> None:
+    """Each command's import cost: a fresh process importing what the command imports (median
+    of reps), and whether torch's compiler stack came with it."""
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    out = []
+    for name, modules in COMMAND_IMPORTS.items():
+        code = (
+            "import sys, time; t = time.perf_counter()\n"
+            + "".join(f"import {m}\n" for m in modules.split(", "))
+            + "print(time.perf_counter() - t, any(m.startswith('torch._dynamo') for m in sys.modules))"
+        )
+        runs = [subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True)
+                for _ in range(reps)]  # fmt: skip
+        seconds = sorted(float(r.stdout.split()[0]) for r in runs)[reps // 2]
+        stack = "yes" if any(r.stdout.split()[1] == "True" for r in runs) else "no"
+        out.append(f"{name} {seconds:.2f} s (compiler stack: {stack})")
+    print("imports  : each command's own, fresh processes: " + ", ".join(out))
+
+
 VARIANTS = {
     f"{name}_lr{i}": {"head": head, "cimr": cimr, "lr": lr}
     for name, head, cimr in [("global", "global", 0.0), ("global_cimr", "global", 0.1),
@@ -382,6 +411,7 @@ def main() -> None:
         bench_gallery(a.reps, a.device)
     if a.only in (None, "imports"):
         bench_imports(a.reps)
+        bench_command_imports(a.reps)
     if a.end_to_end:
         bench_end_to_end(a.end_to_end, a.reps)
 
