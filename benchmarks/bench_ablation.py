@@ -23,6 +23,9 @@ prints the median of the per-repetition ratios with their [min, max]:
   each study's wall went as it recorded it (summary.json's stage_seconds: imports, checks,
   loading, steps, evaluation, checkpoints, scoring, summary). Targets: overhead (wall -
   arithmetic) <= 15% of the study's wall; the study >= 2.5x faster than the 16 commands.
+- paper estimate (--paper-estimate ROOT [--fraction F]): Tab. 2's ablation
+  (pipelines/ablation.yaml) on a COCO training set of ViT-B/32 shapes (x F), as the study's
+  dry run plans and times it on --device (the GPU suite's ablation line, at F = 1).
 - gallery: a 250 x 1,250 Flow-CLIP gallery through all_pair_scores (each image's and
   caption's projections once) against the same fixed blocks calling the head on raw
   features (as before: projections again in every block).
@@ -392,13 +395,35 @@ def bench_end_to_end(root: str, reps: int) -> None:
         print(f"  {side} vs the 16 commands: {m:.2f}x [{lo:.2f}, {hi:.2f}] (target >= 2.5)")
 
 
+def bench_paper_estimate(root: str, fraction: float, device: str) -> None:
+    """Tab. 2's ablation (pipelines/ablation.yaml: 4 heads x 3 seeds, 5 epochs, batch 32) on
+    a COCO training set of ViT-B/32 shapes x fraction (bench_scale.py's store): the plan's
+    time estimate as `flowclip run ablation --dry-run` measures it on device."""
+    from bench_scale import COCO_IMAGES, write_store
+    from bench_scale import gallery as make_gallery
+
+    store, train = write_store(root, fraction)
+    gallery = make_gallery(root, store, min(250, int(COCO_IMAGES * fraction)))
+    out = os.path.join(root, "paper-ablation")
+    cmd = [sys.executable, "-m", "flowclip_cache", "run", "ablation", f"store={store}", f"train={train}",
+           f"eval=[{gallery}]", f"out={out}", f"device={device}", "--dry-run"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"paper    : the dry run failed: {(r.stdout + r.stderr)[-1000:]}")
+    lines = [x.strip() for x in r.stdout.splitlines() if "time left" in x or "dry run:" in x]
+    print(f"paper    : Tab. 2's ablation on COCO training x {fraction:g}, on {device}: " + " | ".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--only", choices=["stacked", "matched", "gallery", "imports"], default=None)
+    ap.add_argument("--only", choices=["stacked", "matched", "gallery", "imports", "paper"], default=None,
+                    help="one part alone (paper: --paper-estimate's alone)")  # fmt: skip
     ap.add_argument("--end-to-end", metavar="ROOT", help="also the commands-vs-study comparison, its store under ROOT")
+    ap.add_argument("--paper-estimate", metavar="ROOT", help="also Tab. 2's dry-run estimate, its store under ROOT")
+    ap.add_argument("--fraction", type=float, default=1.0, help="--paper-estimate's share of COCO training (1: all)")
     a = ap.parse_args()
     threads = torch.get_num_threads()
     print(f"# d {D}, {N} patches, {L} tokens, batch {B}; torch threads {threads}; {a.reps} alternated reps")
@@ -414,6 +439,8 @@ def main() -> None:
         bench_command_imports(a.reps)
     if a.end_to_end:
         bench_end_to_end(a.end_to_end, a.reps)
+    if a.paper_estimate:
+        bench_paper_estimate(a.paper_estimate, a.fraction, a.device)
 
 
 if __name__ == "__main__":

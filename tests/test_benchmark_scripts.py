@@ -11,7 +11,18 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SMALL = {
-    "bench_ablation.py": ["--reps", "1", "--heads", "2", "--only", "stacked"],
+    "bench_ablation.py": [
+        "--reps",
+        "1",
+        "--heads",
+        "2",
+        "--only",
+        "stacked",
+        "--paper-estimate",
+        "{tmp}/paper",
+        "--fraction",
+        "0.002",
+    ],  # fmt: skip
     "bench_adapt.py": ["--model", "flowclip-tiny-vit", "--batch", "4", "--repeats", "1"],
     "bench_extract.py": [
         "--images",
