@@ -357,7 +357,7 @@ def score_and_summarise(
     training_free=(),
     resample_seeds: bool = False,
     tracking=None,
-    clock: tuple = (0.0, None),
+    clock: tuple,  # (perf_counter, stage_seconds()) at the study's start
 ) -> dict:
     """Score CLIP, the training-free scorers and every run on every manifest (or a suite's
     members among them); the summary across seeds with timings. Each run's official scores
