@@ -90,6 +90,12 @@ class Head(nn.Module):
         default the image's own features; Flow-CLIP adds its projected patches."""
         return v, P
 
+    def matched_image_parts(self, v, P) -> tuple:
+        """What matched pairs sharing an image share (fixed_shapes.matched_scores computes it
+        once per image): by default image_parts; a head whose matched form reads less says
+        so (Flow-CLIP's reads the patches alone: matched_image_parts = Head.image_parts)."""
+        return self.image_parts(v, P)
+
     def caption_parts(self, t, H, mask) -> tuple:
         """What all-pairs scoring computes once per caption (in blocks of a fixed size, one
         token count each): by default the caption's own features."""
@@ -101,7 +107,7 @@ class Head(nn.Module):
         return self(v, P, t, H, mask)
 
     def score_matched_parts(self, parts: tuple, t, H, mask) -> torch.Tensor:
-        """score_matched from each pair's image parts (image_parts' rows, one per pair)."""
+        """score_matched from each pair's image parts (matched_image_parts' rows, one per pair)."""
         v, P = parts
         return self.score_matched(v, P, t, H, mask)
 

@@ -54,26 +54,27 @@ def _take(x, idx, ell=None):
     return x if ell is None else x[:, :ell].contiguous()
 
 
-def _image_parts(head, v, P) -> tuple:
-    """head.image_parts of every image, in blocks of exactly IMAGE_BLOCK (the last filled
-    with copies): [I, ...] each."""
-    if type(head).image_parts is Head.image_parts:  # the features themselves: nothing to compute
-        return v, P
+def _image_parts(head, v, P, name: str = "image_parts") -> tuple:
+    """head.<name> (image_parts, or matched_image_parts) of every image, in blocks of exactly
+    IMAGE_BLOCK (the last filled with copies): [I, ...] each."""
+    parts = getattr(type(head), name)
+    if parts is Head.image_parts or (parts is Head.matched_image_parts and type(head).image_parts is Head.image_parts):
+        return v, P  # the features themselves: nothing to compute
     I = len(v)
     rows = torch.arange(I, device=v.device)
     pad = (-I) % IMAGE_BLOCK
     rows = torch.cat([rows, rows[-1:].expand(pad)]) if pad else rows
-    blocks = [head.image_parts(v[r], _take(P, r)) for r in rows.split(IMAGE_BLOCK)]
+    blocks = [getattr(head, name)(v[r], _take(P, r)) for r in rows.split(IMAGE_BLOCK)]
     return tuple(None if x[0] is None else torch.cat(x)[:I] for x in zip(*blocks))
 
 
 def matched_scores(head, v, P, t, H, mask, image_of: torch.Tensor | None = None) -> torch.Tensor:
     """head.score_matched over any number of pairs (row i of t, H, mask with image
     image_of[i] of v, P; row i's own image without image_of): [n], each pair's score the
-    bits it has alone. What pairs share of an image (head.image_parts) is computed once."""
+    bits it has alone. What pairs share of an image (head.matched_image_parts) is computed once."""
     head = head.scores_as()
     n = len(t)
-    parts = _image_parts(head, v, P)
+    parts = _image_parts(head, v, P, "matched_image_parts")
     if image_of is None:
         image_of = torch.arange(n, device=t.device)
     out = torch.empty(n, dtype=torch.float32, device=t.device)

@@ -9,7 +9,7 @@
            s_token = sum_l m_l [E(qres_l, P) - E(q_l, P)] / sum_l m_l
     s = s_global + alpha s_token
 
-s_token over all B_I x B_T pairs, written twice:
+s_token over all B_I x B_T pairs, written twice, and over matched pairs once more:
   token_scores_direct  follows the equations line by line (builds [B_I, B_T, L, d]): the
                        reference every other form is tested against;
   token_scores         the factorised form: W is applied once per image (Y = P~ W^T)
@@ -18,6 +18,9 @@ s_token over all B_I x B_T pairs, written twice:
                        them out for autograd when a gradient is needed (training) and
                        runs an in-place kernel, a few images at a time, when none is
                        (scoring). All agree to FP32 round-off.
+  matched_token_scores the equations pair by pair, for matched pairs without autograd
+                       (candidates, groups, training's evaluation): with one or a few
+                       captions an image, W r per token costs less than Y per image.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import FlowclipError
-from .base import masked_token_mean, token_shares
+from .base import Head, masked_token_mean, token_shares
 from .global_m import GlobalHead, global_scores
 
 
@@ -58,7 +61,7 @@ def token_scores(P, H, mask, M_tok, W, tau_p, paired: bool = False):
     """Factorised ICER, exact. P [I,N,d], H [T,L,d], mask [T,L] -> [I,T] for all pairs;
     with paired=True, P [T,N,d] holds caption t's own image and the result is [T].
     Scoring all pairs without autograd runs the inference kernel (_token_scores_inference);
-    training, and matched pairs, the layout autograd differentiates (_token_scores_autograd).
+    training, and matched pairs under autograd, the layout it differentiates (_token_scores_autograd).
     Both are the same equations and agree with token_scores_direct to FP32 round-off."""
     if paired or (torch.is_grad_enabled() and any(x.requires_grad for x in (P, H, M_tok, W))):
         return _token_scores_autograd(P, H, mask, M_tok, W, tau_p, paired)
@@ -184,8 +187,7 @@ def _evidence_change(S, G, q_pbar, qq, qw, ww, tau_p):
     """E(qres_l, P) - E(q_l, P) for n images from their pair products, in place: S [n, 2N, 2K]
     (rows p_j then Y_k, columns q then w of K tokens), G [n, 2N, N] = [P; Y] Y^T, q_pbar
     [n, K] = mean_j q . p_j, and qq, qw, ww (each token's q.q, q.w, w.w, broadcastable to
-    [n, K]) -> [n, K]. The scoring kernel's chunk (one caption set for all n images) and
-    matched pairs (one caption per image) both end here."""
+    [n, K]) -> [n, K]: the scoring kernel's chunk (one caption set for all n images)."""
     N, K = G.shape[2], S.shape[2] // 2
     s_qp, s_wp, s_qy, s_wy = S[:, :N, :K], S[:, :N, K:], S[:, N:, :K], S[:, N:, K:]
     m = s_qp.amax(1, keepdim=True)
@@ -213,15 +215,21 @@ def image_parts(P, W):
     return R, torch.bmm(R, Y.transpose(1, 2)), pbar
 
 
-def matched_token_scores(R, G, pbar, H, mask, M_tok, W, tau_p):
-    """s_token of matched pairs (row i of each input together) from their images' parts
-    (image_parts), without autograd: [n]. Each pair costs its caption's two projections
-    and the four products {q, Wq} x {p, Y} (one batched product); W never meets a patch."""
-    q, w = token_parts(H, M_tok, W)  # [n,L,d] each
-    S = torch.bmm(R, torch.cat([q, w], 1).transpose(1, 2))  # [n, 2N, 2L]
-    q_pbar = torch.bmm(q, pbar[:, :, None])[..., 0]
-    e = _evidence_change(S, G, q_pbar, (q * q).sum(-1), (q * w).sum(-1), (w * w).sum(-1), tau_p)
-    return masked_token_mean(e, mask)
+def matched_token_scores(P, H, mask, M_tok, W, tau_p):
+    """s_token of matched pairs without autograd, the ICER equations pair by pair: P [n,N,d]
+    row i's own image, H [n,L,d], mask [n,L] -> [n]. A pair costs its caption's two d x d
+    products (q = norm(M_tok h), W r) and three L x N x d ones (q . p, c, q_res . p): less
+    than the factorised form, whose W q and per-image Y = P~ W^T pay off only over many
+    pairs (all pairs: token_scores_from_parts)."""
+    q = F.normalize(H @ M_tok.T, dim=-1)  # [n,L,d]
+    logits = torch.bmm(q, P.transpose(1, 2))  # q_l . p_j, [n,L,N]
+    lse = torch.logsumexp(logits / tau_p, dim=-1)  # reused for E(q, P)
+    a = torch.exp(logits.div_(tau_p).sub_(lse[..., None]))  # softmax_j
+    c = torch.bmm(a, P - P.mean(dim=1, keepdim=True))  # visual context, [n,L,d]
+    r = c.sub_((q * c).sum(-1, keepdim=True) * q)  # tangent projection
+    q_res = F.normalize(q + r @ W.T, dim=-1)
+    e_res = _pooled_evidence(torch.bmm(q_res, P.transpose(1, 2)), tau_p)
+    return masked_token_mean(e_res.sub_(tau_p * (lse - math.log(P.shape[1]))), mask)
 
 
 class FlowHead(GlobalHead):
@@ -265,8 +273,10 @@ class FlowHead(GlobalHead):
 
     def image_parts(self, v, P):
         if torch.is_grad_enabled() and any(x.requires_grad for x in (P, self.M_tok, self.W)):
-            return v, P  # autograd: score_matched's layout
+            return v, P  # autograd: forward's layout
         return (v, *image_parts(P, self.W))
+
+    matched_image_parts = Head.image_parts  # matched pairs read the patches alone (matched_token_scores)
 
     def caption_parts(self, t, H, mask):
         if torch.is_grad_enabled() and any(x.requires_grad for x in (H, self.M, self.M_tok, self.W)):
@@ -281,10 +291,10 @@ class FlowHead(GlobalHead):
         return v @ z.T + self.alpha * token_scores_from_parts(R, G, pbar, q, w, mask, self.tau_p)
 
     def score_matched_parts(self, parts, t, H, mask):
-        if len(parts) == 2:
-            return self.score_matched(*parts[:2], t, H, mask)
-        v, R, G, pbar = parts
-        s_token = matched_token_scores(R, G, pbar, H, mask, self.M_tok, self.W, self.tau_p)
+        v, P = parts
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (P, H, self.M, self.M_tok, self.W)):
+            return self.score_matched(v, P, t, H, mask)  # autograd: the paired layout
+        s_token = matched_token_scores(P, H, mask, self.M_tok, self.W, self.tau_p)
         return GlobalHead.score_matched(self, v, None, t, H, mask) + self.alpha * s_token
 
     def pair_bytes(self, L: int, N: int, d: int) -> int:
