@@ -85,8 +85,9 @@ class Head(nn.Module):
         return self
 
     def image_parts(self, v, P) -> tuple:
-        """What matched pairs sharing an image share: tensors whose row i is image i's
-        (heads/fixed_shapes.py computes them once per image, in blocks of a fixed size). By
+        """What every pair of an image shares: tensors whose row i is image i's
+        (heads/fixed_shapes.py computes them once per image, in blocks of a fixed size), for
+        all-pairs scoring and, unless matched_image_parts says otherwise, matched pairs. By
         default the image's own features; Flow-CLIP adds its projected patches."""
         return v, P
 
