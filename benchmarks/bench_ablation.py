@@ -278,7 +278,7 @@ def _arithmetic(store: str, train: str, gallery: str) -> dict[str, float]:
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.store import FeatureStore
     from flowclip_cache.store.banks import FeatureBank
-    from flowclip_cache.training.training_data import _pairwise_accuracy, load_training_data
+    from flowclip_cache.training.training_data import _pairwise_accuracies, load_training_data
 
     fs = FeatureStore(store)
     data = load_training_data(fs, Manifest.read(train), True, "cpu", log=lambda *_: None)
@@ -306,8 +306,8 @@ def _arithmetic(store: str, train: str, gallery: str) -> dict[str, float]:
             opt.step()
         t1 = time.perf_counter()
         head.eval()
-        _pairwise_accuracy(head, data, sample, 512)
-        _pairwise_accuracy(head, data, val, 512)
+        _pairwise_accuracies([head], data, sample, 512)
+        _pairwise_accuracies([head], data, val, 512)
         t2 = time.perf_counter()
         with torch.no_grad():
             order = torch.argsort(bank.token_lengths(), stable=True)  # as retrieval orders them

@@ -131,8 +131,8 @@ def test_stacked_runs_and_shared_evaluations_on_cuda(tmp_path, tiny_encoder, mon
     cfgs = [TrainConfig(head="flow", lr=1e-3, cimr=0.1, **base), TrainConfig(head="flow", lr=3e-4, cimr=0.0, **base),
             TrainConfig(head="global", lr=1e-3, **base), TrainConfig(head="global", lr=2e-3, **base)]  # fmt: skip
     calls = []
-    real = training_data._pairwise_accuracy
-    monkeypatch.setattr(training_data, "_pairwise_accuracy", lambda *a: calls.append(1) or real(*a))
+    real = training_data._pairwise_accuracies  # (calls: one per head computed)
+    monkeypatch.setattr(training_data, "_pairwise_accuracies", lambda h, *a: calls.extend([1] * len(h)) or real(h, *a))
     logs = {}
     for stack in (False, True):
         runs = [(str(tmp_path / f"{stack}-{i}"), c) for i, c in enumerate(cfgs)]

@@ -304,8 +304,8 @@ def test_an_evaluation_is_computed_once_per_head_weights_and_records(world, tmp_
     from flowclip_cache.training.loop import train_heads
 
     calls = []
-    real = training_data._pairwise_accuracy
-    monkeypatch.setattr(training_data, "_pairwise_accuracy", lambda *a: calls.append(1) or real(*a))
+    real = training_data._pairwise_accuracies  # (calls: one per head computed)
+    monkeypatch.setattr(training_data, "_pairwise_accuracies", lambda h, *a: calls.extend([1] * len(h)) or real(h, *a))
     cfgs = {"f": cfg(head="flow", cimr=0.0, epochs=1), "fc": cfg(head="flow", cimr=0.1, epochs=1),
             "g": cfg(head="global", epochs=1)}  # fmt: skip
     runs = [(str(tmp_path / k), c) for k, c in cfgs.items()]
@@ -319,6 +319,34 @@ def test_an_evaluation_is_computed_once_per_head_weights_and_records(world, tmp_
                log=lambda *_: None)  # fmt: skip
     solo = [json.loads(x)["eval"] for x in open(tmp_path / "solo" / "log.jsonl") if "eval" in json.loads(x)]
     assert solo == evals["fc"]
+
+
+def test_heads_evaluated_together_gather_each_chunk_once_and_score_as_alone(world):
+    """Issue 54: runs that reach an epoch's end together are evaluated together: each chunk
+    of records has its features gathered once for every head (a gather per head fails the
+    count), and each head's accuracy is the one it has evaluated alone."""
+    import numpy as np
+
+    from flowclip_cache.manifest import Manifest
+    from flowclip_cache.training import training_data as td
+
+    data = td.load_training_data(world["store"], Manifest.read(world["manifest"]), True, "cpu", log=lambda *_: None)
+    g = torch.Generator().manual_seed(0)
+    heads = [cfg(head=k).build_head(world["store"].meta["dim"]) for k in ("flow", "global", "flow")]
+    for h in heads:  # moved off the identity, each its own way
+        for p in h.parameters():
+            p.data += 0.3 * torch.randn(p.shape, generator=g)
+    records = np.arange(len(data.split))
+    gathers = []
+    real = data.features
+    data.features = lambda *a: gathers.append(a[2]) or real(*a)
+    together = td.pairwise_accuracies(heads, data, records, chunk=16)
+    assert gathers == [True] * -(-len(records) // 16)  # once a chunk, with the flow heads' tokens
+    alone = []
+    for h in heads:
+        data.evaluations.clear()
+        alone.append(td.pairwise_accuracy(h, data, records, chunk=16))
+    assert together == alone and len({a["all"] for a in alone}) > 1
 
 
 def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):

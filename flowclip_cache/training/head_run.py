@@ -22,7 +22,7 @@ from .adamw import AdamW
 from .losses import batch_loss
 from .run_folder import git_revision, load_checkpoint, save_checkpoint, write_finished_head
 from .train_config import recorded_settings
-from .training_data import TrainingData, pairwise_accuracy
+from .training_data import TrainingData, pairwise_accuracies
 
 if TYPE_CHECKING:
     from .train_config import TrainConfig
@@ -145,16 +145,10 @@ class HeadRun:
     def position(self):
         return self.state["epoch"], self.state["step_in_epoch"]
 
-    def evaluate(self, epoch: int) -> dict:
-        with stage("evaluation"):
-            return self._evaluate(epoch)
-
-    def _evaluate(self, epoch: int) -> dict:
-        self.head.eval()
-        m: dict[str, Any] = {"epoch": epoch, "train_sample": pairwise_accuracy(self.head, self.data, self.train_eval)}
-        if len(self.val_rec):
-            m["val"] = pairwise_accuracy(self.head, self.data, self.val_rec)
-        self.head.train()
+    def evaluate(self, epoch: int, measured: dict | None = None) -> dict:
+        """This run's evaluation at epoch, logged: measured (evaluate_together's), or measured here."""
+        measured = measured if measured is not None else evaluate_together([self])[0]
+        m: dict[str, Any] = {"epoch": epoch, **measured}
         self.logf.write(json.dumps({"eval": m}) + "\n")
         self.logf.flush()
         step = self.state["global_step"]
@@ -243,21 +237,26 @@ class HeadRun:
     def at_max_steps(self) -> bool:
         return self.cfg.max_steps is not None and self.state["global_step"] >= self.cfg.max_steps
 
-    def stop_at_max_steps(self) -> None:
+    @property
+    def evaluated_here(self) -> bool:
+        """Evaluated at this very step already (a run resumed at its max_steps)."""
+        return bool(self.state["metrics"]) and self.state["metrics"][-1].get("step") == self.state["global_step"]
+
+    def stop_at_max_steps(self, measured: dict | None = None) -> None:
         """The run ends here, mid-epoch: evaluated and checkpointed like an epoch's end, so
         it is scored as finished and a larger max_steps resumes it from this very step."""
-        if self.state["metrics"] and self.state["metrics"][-1].get("step") == self.state["global_step"]:
-            return  # already evaluated at this step (a run resumed at its cap)
-        m = self.evaluate(self.state["epoch"])
+        if self.evaluated_here:
+            return
+        m = self.evaluate(self.state["epoch"], measured)
         m["step"] = self.state["global_step"]
         self.state["metrics"].append(m)
         self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start
         self.save()
         self.watch(self.out, {"eval": m, "step": self.state["global_step"]})
 
-    def end_epoch(self) -> None:
+    def end_epoch(self, measured: dict | None = None) -> None:
         self.state["epoch"], self.state["step_in_epoch"] = self.state["epoch"] + 1, 0
-        self.state["metrics"].append(self.evaluate(self.state["epoch"]))
+        self.state["metrics"].append(self.evaluate(self.state["epoch"], measured))
         self.state["seconds"] = self.seconds_before + time.perf_counter() - self.t_start  # training wall time
         self.save()
         self.watch(self.out, {"eval": self.state["metrics"][-1], "step": self.state["global_step"]})
@@ -275,3 +274,41 @@ class HeadRun:
         with stage("checkpoints"):
             write_finished_head(self.out, self.head, self.state["metrics"][-1])
         return self.state
+
+
+def evaluate_together(runs: list[HeadRun]) -> list[dict]:
+    """Each run's pairwise accuracy now, on its training sample and (where there is one) the
+    val records: runs whose records are the same are scored together, each chunk's features
+    gathered once for them all (training_data.pairwise_accuracies)."""
+    out: list[dict] = [{} for _ in runs]
+    with stage("evaluation"):
+        for name, records in (("train_sample", lambda r: r.train_eval), ("val", lambda r: r.val_rec)):
+            same: dict[bytes, list[int]] = {}
+            for i, r in enumerate(runs):
+                if name == "train_sample" or len(records(r)):  # (the sample is logged even when empty)
+                    same.setdefault(records(r).tobytes(), []).append(i)
+            for idx in same.values():
+                heads = [runs[i].head for i in idx]
+                for h in heads:
+                    h.eval()
+                try:
+                    got = pairwise_accuracies(heads, runs[idx[0]].data, records(runs[idx[0]]))
+                finally:
+                    for h in heads:
+                        h.train()
+                for i, m in zip(idx, got):
+                    out[i][name] = m
+    return out
+
+
+def end_epoch_together(runs: list[HeadRun]) -> None:
+    """Runs at an epoch's end: evaluated together, then each logs and checkpoints its own."""
+    for r, m in zip(runs, evaluate_together(runs)):
+        r.end_epoch(m)
+
+
+def stop_together(runs: list[HeadRun]) -> None:
+    """Runs at their max_steps: evaluated together (unless already here), each then ends."""
+    todo = [r for r in runs if not r.evaluated_here]
+    for r, m in zip(todo, evaluate_together(todo)):
+        r.stop_at_max_steps(m)

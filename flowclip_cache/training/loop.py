@@ -32,7 +32,7 @@ from ..store import FeatureStore
 from ..store.banks import prefetch
 from . import checkpoint
 from .adamw import AdamW
-from .head_run import HeadRun
+from .head_run import HeadRun, end_epoch_together, stop_together
 from .losses import batch_loss
 from .stacked import Stacker
 from .train_config import TrainConfig
@@ -214,9 +214,9 @@ def _lockstep(
     """Epochs of batches for heads at the same position; False if stop_after cut it short."""
     B = ref.batch_size
     n_steps = steps_per_epoch(len(train_rec), B)
-    for h in [h for h in group if h.at_max_steps]:  # resumed at (or past) its cap
-        h.stop_at_max_steps()
-        group.remove(h)
+    capped = [h for h in group if h.at_max_steps]  # resumed at (or past) its cap
+    stop_together(capped)
+    group = [h for h in group if h not in capped]
     if not group:
         return True
     need_tokens = any(h.head.uses_tokens for h in group)
@@ -239,9 +239,9 @@ def _lockstep(
         for img, pos, neg, feats in batches:
             with stage("steps"):
                 stacker.step(group, img, pos, neg, feats)
-            for h in [h for h in group if h.at_max_steps]:  # max_steps reached: that run is done
-                h.stop_at_max_steps()
-                group.remove(h)
+            capped = [h for h in group if h.at_max_steps]  # max_steps reached: those runs are done
+            stop_together(capped)
+            group = [h for h in group if h not in capped]
             bar.update(1)
             if not group:
                 bar.close()
@@ -252,8 +252,7 @@ def _lockstep(
                     h.save()
                 bar.close()
                 return False
-        for h in group:
-            h.end_epoch()
+        end_epoch_together(group)
     bar.close()
     return True
 

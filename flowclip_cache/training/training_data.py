@@ -116,30 +116,45 @@ def evaluation_key(head: Head, records: np.ndarray) -> str:
 
 
 def pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int = 512) -> dict:
-    """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too.
-    Computed once per evaluation_key on these data (a copy of it returned), with the head
-    that scores for this one (Head.scores_as: every head starting as Global-M's identity
-    shares one start evaluation, whatever its class)."""
+    """Accuracy over (record, negative) pairs; a tie is an error. Per negative kind too."""
+    return pairwise_accuracies([head], data, records, chunk)[0]
+
+
+def pairwise_accuracies(heads: list[Head], data: TrainingData, records: np.ndarray, chunk: int = 512) -> list[dict]:
+    """pairwise_accuracy of each head on the same records. Each is computed once per
+    evaluation_key on these data (a copy of it returned), with the head that scores for it
+    (Head.scores_as: every head starting as Global-M's identity shares one start
+    evaluation, whatever its class); the heads still to compute gather each chunk's
+    features once between them (runs that reach an epoch's end together)."""
     with torch.no_grad():
-        head = head.scores_as()
-    key = evaluation_key(head, records)
-    if key not in data.evaluations:
-        data.evaluations[key] = _pairwise_accuracy(head, data, records, chunk)
-    return dict(data.evaluations[key])
+        scorers = [h.scores_as() for h in heads]
+    keys = [evaluation_key(h, records) for h in scorers]
+    todo = {k: h for k, h in zip(keys, scorers) if k not in data.evaluations}  # one head per key
+    if todo:
+        data.evaluations.update(zip(todo, _pairwise_accuracies(list(todo.values()), data, records, chunk)))
+    return [dict(data.evaluations[k]) for k in keys]
 
 
 @torch.no_grad()
-def _pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chunk: int) -> dict:
-    correct: dict[str, list[int]] = {}
+def _pairwise_accuracies(heads: list[Head], data: TrainingData, records: np.ndarray, chunk: int) -> list[dict]:
+    correct: list[dict[str, list[int]]] = [{} for _ in heads]
+    tokens = any(h.uses_tokens for h in heads)
     for s in range(0, len(records), chunk):
         r = torch.as_tensor(records[s : s + chunk], device=data.rec_image.device)
         caps = torch.cat([data.rec_pos[r][:, None], data.rec_neg[r]], 1)  # [n, 1 + K]: positive, negatives
-        scores = _record_scores(head, data, data.rec_image[r], caps)
-        ok = (scores[:, :1] > scores[:, 1:]).cpu().numpy()  # the positive above each negative (a tie: wrong)
+        pairs = _record_pairs(data.rec_image[r], caps)
+        feats = data.features(pairs.images, pairs.captions, tokens)  # once for every head
         has_neg = caps[:, 1:].cpu().numpy() >= 0  # (to the host once per chunk, not per record)
-        for i, rec in enumerate(r.cpu().numpy()):
-            for k in np.nonzero(has_neg[i])[0]:
-                correct.setdefault(data.rec_neg_kind[rec][k] or "all", []).append(int(ok[i, k]))
+        for head, got in zip(heads, correct):
+            scores = pairs.scores(head, feats)
+            ok = (scores[:, :1] > scores[:, 1:]).cpu().numpy()  # the positive above each negative (a tie: wrong)
+            for i, rec in enumerate(r.cpu().numpy()):
+                for k in np.nonzero(has_neg[i])[0]:
+                    got.setdefault(data.rec_neg_kind[rec][k] or "all", []).append(int(ok[i, k]))
+    return [_accuracy(got) for got in correct]
+
+
+def _accuracy(correct: dict[str, list[int]]) -> dict:
     out = {kind: float(np.mean(v)) for kind, v in sorted(correct.items())}
     allv = [x for v in correct.values() for x in v]
     out["all"] = float(np.mean(allv)) if allv else float("nan")
@@ -147,15 +162,31 @@ def _pairwise_accuracy(head: Head, data: TrainingData, records: np.ndarray, chun
     return out
 
 
-def _record_scores(head: Head, data: TrainingData, img: torch.Tensor, caps: torch.Tensor) -> torch.Tensor:
-    """Scores [n, C] of each record's image against its captions caps [n, C] (-1: none,
-    NaN): each distinct (image, caption) pair scored once, each distinct image's parts
-    computed once (a positive is not rescored for each of its negatives)."""
+@dataclass
+class _RecordPairs:
+    """Each record's image against its captions caps [n, C] (-1: none): each distinct
+    (image, caption) pair scored once, each distinct image's parts computed once (a
+    positive is not rescored for each of its negatives)."""
+
+    caps: torch.Tensor
+    valid: torch.Tensor
+    pair_of: torch.Tensor  # each valid (record, caption) -> its distinct pair
+    image_of: torch.Tensor  # each distinct pair -> its distinct image
+    images: torch.Tensor
+    captions: torch.Tensor  # each distinct pair's caption
+
+    def scores(self, head: Head, feats: tuple) -> torch.Tensor:
+        """[n, C] scores (NaN: no caption) from the pairs' features (tokens read only by a
+        head that uses them: one gather serves heads of either kind)."""
+        v, P, t, H, mask = feats if head.uses_tokens else (feats[0], None, feats[2], None, None)
+        out = torch.full(self.caps.shape, float("nan"), device=self.caps.device)
+        out[self.valid] = matched_scores(head, v, P, t, H, mask, image_of=self.image_of).to(out.device)[self.pair_of]
+        return out
+
+
+def _record_pairs(img: torch.Tensor, caps: torch.Tensor) -> _RecordPairs:
     valid = caps >= 0
     pair_img, pair_cap = img[:, None].expand_as(caps)[valid], caps[valid]
     pairs, pair_of = torch.unique(torch.stack([pair_img, pair_cap], 1), dim=0, return_inverse=True)
     images, image_of = torch.unique(pairs[:, 0], return_inverse=True)
-    v, P, t, H, mask = data.features(images, pairs[:, 1], head.uses_tokens)
-    out = torch.full(caps.shape, float("nan"), device=caps.device)
-    out[valid] = matched_scores(head, v, P, t, H, mask, image_of=image_of).to(out.device)[pair_of]
-    return out
+    return _RecordPairs(caps, valid, pair_of, image_of, images, pairs[:, 1])
