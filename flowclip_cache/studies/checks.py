@@ -24,6 +24,7 @@ class Checked:
     cfgs: dict = field(default_factory=dict)  # run folder -> TrainConfig
     device: str = "cpu"
     train_path: str | None = None
+    train_manifest: Any = None  # the training Manifest as read and checked: what the study then trains on
     train_records: int = 0  # records with split == 'train'
     estimated: bool = False  # train_records estimated from the world's settings (not built yet)
     feature_dims: tuple[int, int] | None = None  # (d, patches) of the encoder, for a step's timing
@@ -136,6 +137,7 @@ def _check_training(out: Checked, path) -> None:
     if m.kind != "training":
         out.problems.append(f"{path}: train=... needs a 'training' manifest, this one is {m.kind!r}")
         return
+    out.train_manifest = m
     m, left = _without_failed(out, m)
     t = m.table.to_pydict()
     texts = sorted(set(t["positive"]) | {n for ns in t["negatives"] for n in ns})

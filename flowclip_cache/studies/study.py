@@ -137,6 +137,7 @@ def execute(
         side_by_side=side_by_side,
         placement=placement,
         rank=(rank, ranks),
+        manifest=checked.train_manifest,
         **shared,
     )
     scoring = {**shared, "figures": figures, "suite": suite, "training_free": list(training_free),
@@ -275,9 +276,10 @@ def train_missing(
     log,
     rank: tuple[int, int] = (0, 1),
     tracking=None,
+    manifest=None,
 ) -> None:
     """Train every run not finished (resuming partial ones), from one in-memory copy of the
-    features; runs that share a data order (seed, batch size, epochs) train side by side on
+    features (of manifest: train_manifest as the checks read it, else read here); runs that share a data order (seed, batch size, epochs) train side by side on
     the same batches ("stacked": batched where they can). Under several ranks (spread.py),
     this rank's share of the plan's groups, each run claimed."""
     from .checks import run_status
@@ -307,7 +309,7 @@ def train_missing(
         with stage("loading"):
             data = load_training_data(
                 store,
-                Manifest.read(train_manifest),
+                manifest if manifest is not None else Manifest.read(train_manifest),
                 need_patches,
                 device,
                 placement=placement,

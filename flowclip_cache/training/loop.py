@@ -103,7 +103,7 @@ def train_heads(
     for out, cfg in runs:
         log(f"{os.path.basename(os.path.normpath(out))}: {cfg.describe()}")
         cfg.check_contract(store.meta["dim"])  # a broken head fails here, before any folder is written
-    manifest = Manifest.read(manifest_path)
+    manifest = Manifest.read(manifest_path) if data is None else None  # (data: read by whoever loaded it)
     new = {out: os.path.isdir(out) for out, _ in runs if not os.path.exists(out) or not os.listdir(out)}
     try:
         started_flags = [
