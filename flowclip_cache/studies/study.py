@@ -279,9 +279,10 @@ def train_missing(
     manifest=None,
 ) -> None:
     """Train every run not finished (resuming partial ones), from one in-memory copy of the
-    features (of manifest: train_manifest as the checks read it, else read here); runs that share a data order (seed, batch size, epochs) train side by side on
-    the same batches ("stacked": batched where they can). Under several ranks (spread.py),
-    this rank's share of the plan's groups, each run claimed."""
+    features (of manifest: train_manifest as the checks read it, else read here); runs
+    that share a data order (seed, batch size, epochs) train side by side on the same
+    batches ("stacked": batched where they can). Under several ranks (spread.py), this
+    rank's share of the plan's groups, each run claimed."""
     from .checks import run_status
 
     order = lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs)  # noqa: E731
