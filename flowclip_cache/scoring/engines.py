@@ -110,18 +110,24 @@ def score_retrieval(
     image_root=None,
     spill_dir: str | None = None,
     tie_rule: str = "wrong",
+    read: dict | None = None,
 ) -> dict:
     """Recall@k both ways over the whole gallery, in memory bounded by max_memory_mb: the
     pair scores are computed in blocks; when the score matrix itself does not fit, it
     goes to a file in spill_dir (the score's own temporary folder) and is read back in
     row blocks. With shortlist, each query's global top K (kept blockwise) is re-ranked
     by the head, and the result is labelled approximate. tie_rule "topk": the queries
-    decided as torch.topk keeps candidates (NegBench), on the whole matrix."""
-    t = m.table.to_pydict()
-    caps = [c for cs in t["captions"] for c in cs]
+    decided as torch.topk keeps candidates (NegBench), on the whole matrix. read: what
+    one score's scorers share of this manifest (its keys and feature bank), filled by the
+    first of them and read by the rest."""
+    read = {} if read is None else read
+    if "ikeys" not in read:
+        t = m.table.to_pydict()
+        read["caps"], read["counts"] = [c for cs in t["captions"] for c in cs], [len(c) for c in t["captions"]]
+        read["ikeys"] = manifest_keys(store, m, sorted(set(read["caps"])), image_root)
+    caps, ikeys = read["caps"], read["ikeys"]
     texts = sorted(set(caps))
-    ikeys = manifest_keys(store, m, texts, image_root)
-    cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
+    cap_image = np.repeat(np.arange(len(ikeys)), read["counts"])
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
     if shortlist and tie_rule == "topk":
@@ -139,7 +145,7 @@ def score_retrieval(
         res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
         res.update(approximate=True, shortlist=shortlist)
         return res
-    row_blocks = retrieval_scores(store, ikeys, caps, scorer, device, budget, spill_dir)
+    row_blocks = retrieval_scores(store, ikeys, caps, scorer, device, budget, spill_dir, read.setdefault("banks", {}))
     if tie_rule == "topk":
         res = metrics.retrieval_recall_topk(row_blocks, cap_image, n_i, columns=max(1, budget // 16 // max(n_i, 1)))
         res["tie_rule"] = "topk"
@@ -149,19 +155,27 @@ def score_retrieval(
     return res
 
 
-def retrieval_scores(store, ikeys: list, caps: list[str], scorer: Scorer, device, budget: int, spill_dir=None):
+def retrieval_scores(
+    store, ikeys: list, caps: list[str], scorer: Scorer, device, budget: int, spill_dir=None, banks: dict | None = None
+):
     """The gallery's [images, captions] scores (ikeys: each record's image key, caps: every
     caption in record order) as row_blocks() for metrics.retrieval_recall_blocks. Each
     distinct image and caption text is scored once and the matrix indexed out of that, so
     the same image or caption text gives the same bits wherever it recurs (a duplicate
-    never wins or loses a tie by rounding)."""
+    never wins or loses a tie by rounding). banks: the gallery's feature banks kept for the
+    next scorer (by whether they hold tokens; one with tokens serves every head)."""
     texts = sorted(set(caps))
     uimg = sorted(set(ikeys))
     where = {k: i for i, k in enumerate(uimg)}
     img_of = np.array([where[k] for k in ikeys], np.int64)
     cap_index = {c: i for i, c in enumerate(texts)}
     text_of = np.array([cap_index[c] for c in caps], np.int64)
-    bank = FeatureBank.load(store, uimg, texts, scorer.head.uses_tokens, device)
+    banks = {} if banks is None else banks
+    tokens = scorer.head.uses_tokens
+    if True not in banks and tokens not in banks:
+        banks.clear()  # (a bank with tokens replaces one without)
+        banks[tokens] = FeatureBank.load(store, uimg, texts, tokens, device)
+    bank = banks[True] if True in banks else banks[tokens]
     with torch.no_grad():
         return _score_matrix(scorer.head, bank, (len(uimg), len(texts)), img_of, text_of, budget, device, spill_dir)
 

@@ -169,9 +169,10 @@ def _score_all(
             record_rows += rows
             boot_tasks += boot
         elif sc.task == "retrieval":
+            read: dict = {}  # the gallery's keys and features, read once for every scorer
             for s in scorers:
                 results.setdefault(("real", s.run), {})[name] = score_retrieval(
-                    store, m, s, device, max_memory_mb, shortlist, image_root, tmp, sc.tie_rule
+                    store, m, s, device, max_memory_mb, shortlist, image_root, tmp, sc.tie_rule, read
                 )
         else:
             for s in scorers:
