@@ -190,8 +190,14 @@ def test_profile_command_writes_and_guards_the_profile(tmp_path):
     assert r.exit_code == 0 and json.load(open(tmp_path / "p" / "profile.json"))["accuracy"]["object"] > 0
 
 
-def test_a_study_trains_from_the_store_placement(tmp_path):
-    """data_placement is a study key: several heads share one bank read from the store."""
+def test_a_study_trains_from_the_store_placement(tmp_path, monkeypatch):
+    """data_placement is a study key: several heads share one bank read from the store.
+    The training manifest is read once: the study trains on the records its checks read."""
+    from flowclip_cache.training import training_data
+
+    reads = []
+    real = training_data.training_records
+    monkeypatch.setattr(training_data, "training_records", lambda *a, **k: reads.append(1) or real(*a, **k))
     r = CliRunner().invoke(
         main,
         [
@@ -222,8 +228,10 @@ def test_a_study_trains_from_the_store_placement(tmp_path):
         "data_placement=store",
         "--quiet",
     ]
+    reads.clear()
     r = CliRunner().invoke(main, more)
     assert r.exit_code == 0, r.output
+    assert len(reads) == 1  # the checks' (seed 1's runs trained on it)
     assert "made for another grid" in r.output and "the study is finished" not in r.output
     boot = json.load(open(tmp_path / "s" / "summary.json"))["bootstrap"]
     assert boot and all(v["seeds_resampled"] and 0 <= v["p_two_sided"] <= 1 for d in boot.values() for v in d.values())

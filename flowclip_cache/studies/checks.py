@@ -24,7 +24,7 @@ class Checked:
     cfgs: dict = field(default_factory=dict)  # run folder -> TrainConfig
     device: str = "cpu"
     train_path: str | None = None
-    train_manifest: Any = None  # the training Manifest as read and checked: what the study then trains on
+    training: Any = None  # the training manifest's TrainingRecords as checked: what the study then trains on
     train_records: int = 0  # records with split == 'train'
     estimated: bool = False  # train_records estimated from the world's settings (not built yet)
     feature_dims: tuple[int, int] | None = None  # (d, patches) of the encoder, for a step's timing
@@ -126,8 +126,11 @@ def _check_heads(out: Checked, dim: int) -> None:
 
 
 def _check_training(out: Checked, path) -> None:
+    """The training manifest read as training reads it (training_data.training_records:
+    failed rows dropped, every record's captions and features found), kept for the study
+    to train on."""
     from ..manifest import Manifest
-    from ..store.manifest_keys import manifest_keys
+    from ..training.training_data import training_records
 
     m = _try(out, Manifest.read, path) if path else None
     if m is None:
@@ -137,25 +140,28 @@ def _check_training(out: Checked, path) -> None:
     if m.kind != "training":
         out.problems.append(f"{path}: train=... needs a 'training' manifest, this one is {m.kind!r}")
         return
-    out.train_manifest = m
-    m, left = _without_failed(out, m)
-    t = m.table.to_pydict()
-    texts = sorted(set(t["positive"]) | {n for ns in t["negatives"] for n in ns})
-    out.train_path, out.train_records = path, sum(s == "train" for s in t["split"])
-    if _ok(out, manifest_keys, out.store, m, texts):
-        out.lines.append(
-            f"train: {path} ({len(m)} records, {out.train_records} with split == 'train'), every feature stored" + left
-        )
+    recs = _try(out, training_records, out.store, m)
+    if recs is None:
+        return
+    out.training = recs
+    out.train_path, out.train_records = path, sum(s == "train" for s in recs.columns["split"])
+    out.lines.append(
+        f"train: {path} ({len(recs.manifest)} records, {out.train_records} with split == 'train'), every feature "
+        f"stored" + _left_out(recs.skipped)
+    )
 
 
 def _without_failed(out: Checked, m):
-    """The manifest less the rows extract recorded as failed, as train-head and score leave
-    them out, and the words that say so (the dry run agrees with the commands it checks)."""
+    """The manifest less the rows extract recorded as failed, as score leaves them out, and
+    the words that say so (the dry run agrees with the commands it checks)."""
     from ..store.manifest_keys import drop_failed_rows
 
     kept, dropped = drop_failed_rows(out.store, m)
-    return kept, (f"; {len(dropped)} records left out (failed at extract; first: {dropped[0]['record']})"
-                  if dropped else "")  # fmt: skip
+    return kept, _left_out(dropped)
+
+
+def _left_out(dropped: list) -> str:
+    return f"; {len(dropped)} records left out (failed at extract; first: {dropped[0]['record']})" if dropped else ""
 
 
 def _check_evaluation(out: Checked, paths, log) -> None:

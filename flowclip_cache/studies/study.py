@@ -137,7 +137,7 @@ def execute(
         side_by_side=side_by_side,
         placement=placement,
         rank=(rank, ranks),
-        manifest=checked.train_manifest,
+        records=checked.training,
         **shared,
     )
     scoring = {**shared, "figures": figures, "suite": suite, "training_free": list(training_free),
@@ -276,13 +276,13 @@ def train_missing(
     log,
     rank: tuple[int, int] = (0, 1),
     tracking=None,
-    manifest=None,
+    records=None,
 ) -> None:
     """Train every run not finished (resuming partial ones), from one in-memory copy of the
-    features (of manifest: train_manifest as the checks read it, else read here); runs
-    that share a data order (seed, batch size, epochs) train side by side on the same
-    batches ("stacked": batched where they can). Under several ranks (spread.py), this
-    rank's share of the plan's groups, each run claimed."""
+    features (of records: train_manifest's TrainingRecords as the checks read them, else
+    read here); runs that share a data order (seed, batch size, epochs) train side by side
+    on the same batches ("stacked": batched where they can). Under several ranks
+    (spread.py), this rank's share of the plan's groups, each run claimed."""
     from .checks import run_status
 
     order = lambda r: (cfgs[r.folder].seed, cfgs[r.folder].batch_size, cfgs[r.folder].epochs)  # noqa: E731
@@ -310,7 +310,7 @@ def train_missing(
         with stage("loading"):
             data = load_training_data(
                 store,
-                manifest if manifest is not None else Manifest.read(train_manifest),
+                records if records is not None else Manifest.read(train_manifest),
                 need_patches,
                 device,
                 placement=placement,

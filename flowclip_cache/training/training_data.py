@@ -59,27 +59,51 @@ def caption_records(manifest: Manifest, command: str) -> tuple[dict, list[str], 
     return t, texts, torch.tensor([cap_index[c] for c in t["positive"]]), rec_neg
 
 
+@dataclass
+class TrainingRecords:
+    """A training manifest as training reads it: the rows left once those extract recorded
+    as failed are dropped (skipped names them), its columns, its distinct captions, each
+    record's positive and negatives as caption ids (caption_records) and each record's
+    image key, every feature known to be stored. What a study's checks read, training
+    then loads from (load_training_data)."""
+
+    manifest: Manifest
+    skipped: list
+    columns: dict
+    texts: list[str]
+    rec_pos: torch.Tensor
+    rec_neg: torch.Tensor
+    image_keys: list[str]
+
+
+def training_records(store: FeatureStore, manifest: Manifest, image_root: str | None = None) -> TrainingRecords:
+    manifest, skipped = drop_failed_rows(store, manifest, image_root)
+    t, texts, rec_pos, rec_neg = caption_records(manifest, "train-head")
+    ikeys = manifest_keys(store, manifest, texts, image_root)
+    return TrainingRecords(manifest, skipped, t, texts, rec_pos, rec_neg, ikeys)
+
+
 def load_training_data(
     store: FeatureStore,
-    manifest: Manifest,
+    manifest: Manifest | TrainingRecords,
     need_patches: bool,
     device: str,
     image_root: str | None = None,
     placement: str = "device",
     log=print,
 ) -> TrainingData:
-    """The manifest's records as indices into a bank of their features; placement
-    auto|device|host|store says where the features live (store/banks.py), chosen from a memory
-    estimate made before anything is loaded."""
-    manifest, skipped = drop_failed_rows(store, manifest, image_root)
+    """The manifest's records (or its TrainingRecords, already read) as indices into a bank
+    of their features; placement auto|device|host|store says where the features live
+    (store/banks.py), chosen from a memory estimate made before anything is loaded."""
+    recs = manifest if isinstance(manifest, TrainingRecords) else training_records(store, manifest, image_root)
+    skipped, t, texts, ikeys = recs.skipped, recs.columns, recs.texts, recs.image_keys
+    rec_pos, rec_neg = recs.rec_pos, recs.rec_neg
     if skipped:
         log(
-            f"{manifest.path}: {len(skipped)} records left out of training: extract recorded their image or "
+            f"{recs.manifest.path}: {len(skipped)} records left out of training: extract recorded their image or "
             f"caption as failed (first: {skipped[0]['record']}, {skipped[0]['reason']}); the run's config.json "
             f"lists them under excluded_failed"
         )
-    t, texts, rec_pos, rec_neg = caption_records(manifest, "train-head")
-    ikeys = manifest_keys(store, manifest, texts, image_root)
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
     need = memory_need(store, uimg, texts, need_patches, len(rec_pos), rec_neg.shape[1])
