@@ -124,6 +124,15 @@ def test_dry_run_checks_everything_and_creates_nothing(tmp_path, sample, tiny_en
         r.exit_code == 2 and "'a caption never extracted'" in r.output and "Run: flowclip extract --store" in r.output
     )
     assert not os.path.exists(tmp_path / "study")
+    # a training record without negatives: refused by the checks, as training would refuse it
+    write_manifest(evals / "sample.parquet", m.table, "candidates", m.meta)
+    t = Manifest.read(sample["training"])
+    rows = t.table.to_pylist()
+    rows[1]["negatives"] = []
+    write_manifest(tmp_path / "t.parquet", pa.Table.from_pylist(rows, schema=t.table.schema), "training", t.meta)
+    r = CliRunner().invoke(main, [a if not a.startswith("train=") else f"train={tmp_path}/t.parquet" for a in args])
+    assert r.exit_code == 2 and "rows [1] have no negatives" in r.output, r.output
+    assert not os.path.exists(tmp_path / "study")
 
 
 @pytest.mark.slow
