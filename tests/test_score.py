@@ -483,11 +483,11 @@ def test_retrieval_spilled_to_disk_equals_in_memory(scored_world):
     assert {k: v for k, v in small.items()} == big
 
 
-def test_scorers_of_one_retrieval_manifest_read_its_features_once(scored_world, monkeypatch):
-    """Issue 54: one score's scorers share a retrieval manifest's keys and feature bank: a
-    bank with tokens, read for the first head that needs them, serves every head after it
-    (a read per scorer fails the count); each scorer's figures are the ones it has scored
-    alone."""
+def test_scorers_of_one_retrieval_or_zero_shot_manifest_read_its_features_once(scored_world, monkeypatch):
+    """Issue 54: one score's scorers share a retrieval (or zero-shot) manifest's keys and
+    feature bank: a bank with tokens, read for the first head that needs them, serves every
+    head after it (a read per scorer fails the count); each scorer's figures are the ones
+    it has scored alone."""
     from flowclip_cache.extraction.encoders import EncoderSpec, resolve
     from flowclip_cache.extraction.extract import run_extract
     from flowclip_cache.manifest import Manifest
@@ -495,24 +495,29 @@ def test_scorers_of_one_retrieval_manifest_read_its_features_once(scored_world, 
 
     fs, s, run, tmp = scored_world
     cand = Manifest.read(s["candidates"]).table.to_pylist()
-    gallery = tmp / "g.parquet"
+    gallery, zs = tmp / "g.parquet", tmp / "zs.parquet"
     rows = [{"image": r["image"], "captions": r["captions"][:2]} for r in cand]
     write_manifest(gallery, pa.Table.from_pylist(rows), "retrieval", {"benchmark": "coco-retrieval"})
-    run_extract(
-        fs, resolve(EncoderSpec("flowclip-tiny-vit")), [str(gallery)], s["image_root"], workers=0, progress=False
+    classes = ["red", "green", "blue"]
+    write_manifest(
+        zs,
+        pa.Table.from_pylist([{"image": r["image"], "label": i % 3} for i, r in enumerate(cand)]),
+        "classification",
+        {"benchmark": "cifar10", "classes": classes, "prompts": [[f"a {c} thing", f"some {c}"] for c in classes]},
     )
+    enc = resolve(EncoderSpec("flowclip-tiny-vit"))
+    run_extract(fs, enc, [str(gallery), str(zs)], s["image_root"], workers=0, progress=False)
     fs.refresh()
     loads = []
     real = FeatureBank.load.__func__
     monkeypatch.setattr(FeatureBank, "load", classmethod(lambda cls, *a, **k: loads.append(a[3]) or real(cls, *a, **k)))
-    both = run_score(fs, [str(gallery)], [run, "clip"], str(tmp / "both"), bootstrap_draws=0, log=lambda *_: None)
-    assert loads == [True]  # the flow head's bank, then CLIP reads the same one
+    sets = [str(gallery), str(zs)]
+    both = run_score(fs, sets, [run, "clip"], str(tmp / "both"), bootstrap_draws=0, log=lambda *_: None)
+    assert loads == [True, True]  # each manifest: the flow head's bank, then CLIP reads the same one
     for name, scorer in (("flow", run), ("clip", "clip")):
-        alone = run_score(
-            fs, [str(gallery)], [scorer], str(tmp / f"{name}-alone"), bootstrap_draws=0, log=lambda *_: None
-        )
-        key = f"real|{name}"
-        assert alone["results"][key]["coco-retrieval"] == both["results"][key]["coco-retrieval"]
+        alone = run_score(fs, sets, [scorer], str(tmp / f"{name}-alone"), bootstrap_draws=0, log=lambda *_: None)
+        got = alone["results"][f"real|{name}"]
+        assert got == both["results"][f"real|{name}"] and set(got) == {"coco-retrieval", "cifar10"}
 
 
 def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_encoder, sample):

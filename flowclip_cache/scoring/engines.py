@@ -170,14 +170,19 @@ def retrieval_scores(
     img_of = np.array([where[k] for k in ikeys], np.int64)
     cap_index = {c: i for i, c in enumerate(texts)}
     text_of = np.array([cap_index[c] for c in caps], np.int64)
-    banks = {} if banks is None else banks
-    tokens = scorer.head.uses_tokens
-    if True not in banks and tokens not in banks:
-        banks.clear()  # (a bank with tokens replaces one without)
-        banks[tokens] = FeatureBank.load(store, uimg, texts, tokens, device)
-    bank = banks[True] if True in banks else banks[tokens]
+    bank = shared_bank(banks, store, uimg, texts, scorer.head.uses_tokens, device)
     with torch.no_grad():
         return _score_matrix(scorer.head, bank, (len(uimg), len(texts)), img_of, text_of, budget, device, spill_dir)
+
+
+def shared_bank(banks: dict | None, store, uimg: list, texts: list[str], tokens: bool, device) -> FeatureBank:
+    """A manifest's feature bank for one scorer, kept in banks (by whether it holds tokens)
+    for the scorers after it: a bank with tokens serves every head, and replaces one without."""
+    banks = {} if banks is None else banks
+    if True not in banks and tokens not in banks:
+        banks.clear()
+        banks[tokens] = FeatureBank.load(store, uimg, texts, tokens, device)
+    return banks[True] if True in banks else banks[tokens]
 
 
 def _pair_blocks(head, bank, n_t: int, budget: int) -> tuple[int, int]:
@@ -263,15 +268,18 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
     return pairs[:, 0], pairs[:, 1]
 
 
-def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None) -> dict:
-    per_class, ensemble = classification_scores(store, m, scorer, device, image_root)
+def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None, read: dict | None = None) -> dict:
+    """Top-1 and top-5 accuracy; read: what one score's scorers share of this manifest."""
+    per_class, ensemble = classification_scores(store, m, scorer, device, image_root, read)
     labels = np.array(m.table.column("label").to_pylist())
     res = metrics.topk_accuracy(per_class, labels, (1, 5))
     res["prompt_ensemble"] = ensemble
     return res
 
 
-def classification_scores(store, m: Manifest, scorer: Scorer, device, image_root=None) -> tuple[np.ndarray, str]:
+def classification_scores(
+    store, m: Manifest, scorer: Scorer, device, image_root=None, read: dict | None = None
+) -> tuple[np.ndarray, str]:
     """[records, classes] zero-shot scores, and how prompts were ensembled. Two classes
     with the same prompts score the same bits: an embedding scorer's logits are
     CLIP_benchmark's (100 * v @ a contiguous [d, C] classifier), each duplicate class then
@@ -280,10 +288,12 @@ def classification_scores(store, m: Manifest, scorer: Scorer, device, image_root
     prompt text once."""
     prompts = m.meta["prompts"]
     flat = [p for ps in prompts for p in ps]
-    ikeys = manifest_keys(store, m, sorted(set(flat)), image_root)
-    uimg = sorted(set(ikeys))
+    read = {} if read is None else read
+    if "ikeys" not in read:
+        read["ikeys"] = manifest_keys(store, m, sorted(set(flat)), image_root)
+    uimg = sorted(set(read["ikeys"]))
     texts = sorted(set(flat))
-    bank = FeatureBank.load(store, uimg, texts, scorer.head.uses_tokens, device)
+    bank = shared_bank(read.setdefault("banks", {}), store, uimg, texts, scorer.head.uses_tokens, device)
     cap_index = {c: i for i, c in enumerate(texts)}
     cid = torch.tensor([cap_index[p] for p in flat], device=device)
     owner = np.repeat(np.arange(len(prompts)), [len(p) for p in prompts])
@@ -305,7 +315,7 @@ def classification_scores(store, m: Manifest, scorer: Scorer, device, image_root
                 logits = logits[:, cid.cpu().numpy()]
                 per_class[i0 : i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
     img_row = {k: i for i, k in enumerate(uimg)}
-    return per_class[[img_row[k] for k in ikeys]], "embedding" if class_vecs is not None else "score"
+    return per_class[[img_row[k] for k in read["ikeys"]]], "embedding" if class_vecs is not None else "score"
 
 
 def _first_equal_row(x: torch.Tensor) -> np.ndarray:

@@ -168,15 +168,14 @@ def _score_all(
             )
             record_rows += rows
             boot_tasks += boot
-        elif sc.task == "retrieval":
-            read: dict = {}  # the gallery's keys and features, read once for every scorer
+        else:  # retrieval, classification: one scorer at a time
+            read: dict = {}  # the manifest's keys and features, read once for every scorer
             for s in scorers:
-                results.setdefault(("real", s.run), {})[name] = score_retrieval(
-                    store, m, s, device, max_memory_mb, shortlist, image_root, tmp, sc.tie_rule, read
+                results.setdefault(("real", s.run), {})[name] = (
+                    score_retrieval(store, m, s, device, max_memory_mb, shortlist, image_root, tmp, sc.tie_rule, read)
+                    if sc.task == "retrieval"
+                    else score_classification(store, m, s, device, image_root, read)
                 )
-        else:
-            for s in scorers:
-                results.setdefault(("real", s.run), {})[name] = score_classification(store, m, s, device, image_root)
 
     mark_partial(results, excluded, lost)
     methods, pairs = _comparisons(scorers, compare)
