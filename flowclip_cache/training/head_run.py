@@ -283,10 +283,10 @@ def evaluate_together(runs: list[HeadRun]) -> list[dict]:
     out: list[dict] = [{} for _ in runs]
     with stage("evaluation"):
         for name, records in (("train_sample", lambda r: r.train_eval), ("val", lambda r: r.val_rec)):
-            same: dict[bytes, list[int]] = {}
+            same: dict[tuple, list[int]] = {}  # runs on the same data and records
             for i, r in enumerate(runs):
                 if name == "train_sample" or len(records(r)):  # (the sample is logged even when empty)
-                    same.setdefault(records(r).tobytes(), []).append(i)
+                    same.setdefault((id(r.data), records(r).tobytes()), []).append(i)
             for idx in same.values():
                 heads = [runs[i].head for i in idx]
                 for h in heads:
