@@ -349,6 +349,26 @@ def test_heads_evaluated_together_gather_each_chunk_once_and_score_as_alone(worl
     assert together == alone and len({a["all"] for a in alone}) > 1
 
 
+def test_runs_start_and_end_evaluated_together(world, tmp_path, monkeypatch):
+    """Two runs from different initial weights (the Python API's head=instance): their
+    start evaluations are one pass over each record set for both heads, and so are their
+    end evaluations (evaluating each run as it is built fails the call list)."""
+    from flowclip_cache.training import training_data
+    from flowclip_cache.training.loop import train_heads
+
+    calls = []
+    real = training_data._pairwise_accuracies
+    monkeypatch.setattr(training_data, "_pairwise_accuracies", lambda h, *a: calls.append(len(h)) or real(h, *a))
+    dim = world["store"].meta["dim"]
+    starts = []
+    for scale in (0.1, 0.2):
+        w = {k: v + scale for k, v in cfg(head="global").build_head(dim).state_dict().items()}
+        starts.append(w)
+    runs = [(str(tmp_path / f"r{i}"), cfg(head="global", epochs=1)) for i in range(2)]
+    train_heads(world["store"], world["manifest"], runs, progress=False, initial_weights=starts, log=lambda *_: None)
+    assert calls == [2, 2, 2, 2]  # start: train sample, val; end: the same
+
+
 def test_head_defaults_are_the_papers_rows_and_are_printed(world, tmp_path):
     """Tab. 2: Global-M trains with HNB alone, complete Flow-CLIP with HNB + CIMR 0.1."""
     assert TrainConfig(head="global").cimr == 0.0 and TrainConfig(head="flow").cimr == 0.1

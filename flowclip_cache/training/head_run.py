@@ -137,9 +137,11 @@ class HeadRun:
         self.val_rec = np.nonzero(data.split == "val")[0]
         self.seconds_before = self.state.get("seconds", 0.0)
         self.t_last = self.t_start = time.perf_counter()
-        if not self.state["metrics"]:
-            self.state["metrics"].append(self.evaluate(0))  # before training (the starting point)
-            self.watch(out, {"eval": self.state["metrics"][-1], "step": 0})
+
+    def start(self, measured: dict | None = None) -> None:
+        """The evaluation before training (the starting point), for a run that has none."""
+        self.state["metrics"].append(self.evaluate(0, measured))
+        self.watch(self.out, {"eval": self.state["metrics"][-1], "step": 0})
 
     @property
     def position(self):
@@ -299,6 +301,13 @@ def evaluate_together(runs: list[HeadRun]) -> list[dict]:
                 for i, m in zip(idx, got):
                     out[i][name] = m
     return out
+
+
+def start_together(runs: list[HeadRun]) -> None:
+    """Runs not yet evaluated (new ones): their starting points, evaluated together."""
+    todo = [r for r in runs if not r.state["metrics"]]
+    for r, m in zip(todo, evaluate_together(todo)):
+        r.start(m)
 
 
 def end_epoch_together(runs: list[HeadRun]) -> None:

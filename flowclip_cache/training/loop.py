@@ -32,7 +32,7 @@ from ..store import FeatureStore
 from ..store.banks import prefetch
 from . import checkpoint
 from .adamw import AdamW
-from .head_run import HeadRun, end_epoch_together, stop_together
+from .head_run import HeadRun, end_epoch_together, start_together, stop_together
 from .losses import batch_loss
 from .stacked import Stacker
 from .train_config import TrainConfig
@@ -175,6 +175,7 @@ def _train(
         )
         for (out, cfg), started, weights in zip(runs, started_flags, initial)
     ]
+    start_together(heads)  # (new runs: where each starts, evaluated before any step)
     trainable = [h for h in heads if h.params]
     groups: dict[tuple, list[HeadRun]] = {}
     for h in trainable:  # runs resumed at different points go side by side from where each stopped
