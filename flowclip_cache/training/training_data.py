@@ -149,7 +149,7 @@ def pairwise_accuracies(heads: list[Head], data: TrainingData, records: np.ndarr
     evaluation_key on these data (a copy of it returned), with the head that scores for it
     (Head.scores_as: every head starting as Global-M's identity shares one start
     evaluation, whatever its class); the heads still to compute gather each chunk's
-    features once between them (runs that reach an epoch's end together)."""
+    features once between them (runs that start or reach an epoch's end together)."""
     with torch.no_grad():
         scorers = [h.scores_as() for h in heads]
     keys = [evaluation_key(h, records) for h in scorers]
