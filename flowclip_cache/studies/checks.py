@@ -141,10 +141,11 @@ def _check_training(out: Checked, path) -> None:
         out.problems.append(f"{path}: train=... needs a 'training' manifest, this one is {m.kind!r}")
         return
     recs = _try(out, training_records, out.store, m)
+    split = recs.columns["split"] if recs else m.table.column("split").to_pylist()  # (the plan's steps even so)
+    out.train_path, out.train_records = path, sum(s == "train" for s in split)
     if recs is None:
         return
     out.training = recs
-    out.train_path, out.train_records = path, sum(s == "train" for s in recs.columns["split"])
     out.lines.append(
         f"train: {path} ({len(recs.manifest)} records, {out.train_records} with split == 'train'), every feature "
         f"stored" + _left_out(recs.skipped)
