@@ -511,9 +511,15 @@ def test_scorers_of_one_retrieval_or_zero_shot_manifest_read_its_features_once(s
     loads = []
     real = FeatureBank.load.__func__
     monkeypatch.setattr(FeatureBank, "load", classmethod(lambda cls, *a, **k: loads.append(a[3]) or real(cls, *a, **k)))
+    from flowclip_cache.scoring import engines
+
+    lookups = []
+    real_keys = engines.manifest_keys
+    monkeypatch.setattr(engines, "manifest_keys", lambda *a: lookups.append(1) or real_keys(*a))
     sets = [str(gallery), str(zs)]
     both = run_score(fs, sets, [run, "clip"], str(tmp / "both"), bootstrap_draws=0, log=lambda *_: None)
     assert loads == [True, True]  # each manifest: the flow head's bank, then CLIP reads the same one
+    assert len(lookups) == 2  # and its keys, looked up once
     for name, scorer in (("flow", run), ("clip", "clip")):
         alone = run_score(fs, sets, [scorer], str(tmp / f"{name}-alone"), bootstrap_draws=0, log=lambda *_: None)
         got = alone["results"][f"real|{name}"]

@@ -121,13 +121,11 @@ def score_retrieval(
     one score's scorers share of this manifest (its keys and feature bank), filled by the
     first of them and read by the rest."""
     read = {} if read is None else read
-    if "ikeys" not in read:
-        t = m.table.to_pydict()
-        read["caps"], read["counts"] = [c for cs in t["captions"] for c in cs], [len(c) for c in t["captions"]]
-        read["ikeys"] = manifest_keys(store, m, sorted(set(read["caps"])), image_root)
-    caps, ikeys = read["caps"], read["ikeys"]
+    t = m.table.to_pydict()
+    caps = [c for cs in t["captions"] for c in cs]
     texts = sorted(set(caps))
-    cap_image = np.repeat(np.arange(len(ikeys)), read["counts"])
+    ikeys = shared_keys(read, store, m, texts, image_root)
+    cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
     if shortlist and tie_rule == "topk":
@@ -173,6 +171,14 @@ def retrieval_scores(
     bank = shared_bank(banks, store, uimg, texts, scorer.head.uses_tokens, device)
     with torch.no_grad():
         return _score_matrix(scorer.head, bank, (len(uimg), len(texts)), img_of, text_of, budget, device, spill_dir)
+
+
+def shared_keys(read: dict, store, m: Manifest, texts: list[str], image_root) -> list[str]:
+    """The manifest's image keys (manifest_keys: every feature found), looked up for the
+    first of a score's scorers and kept in read for the rest."""
+    if "ikeys" not in read:
+        read["ikeys"] = manifest_keys(store, m, texts, image_root)
+    return read["ikeys"]
 
 
 def shared_bank(banks: dict | None, store, uimg: list, texts: list[str], tokens: bool, device) -> FeatureBank:
@@ -289,10 +295,9 @@ def classification_scores(
     prompts = m.meta["prompts"]
     flat = [p for ps in prompts for p in ps]
     read = {} if read is None else read
-    if "ikeys" not in read:
-        read["ikeys"] = manifest_keys(store, m, sorted(set(flat)), image_root)
-    uimg = sorted(set(read["ikeys"]))
     texts = sorted(set(flat))
+    ikeys = shared_keys(read, store, m, texts, image_root)
+    uimg = sorted(set(ikeys))
     bank = shared_bank(read.setdefault("banks", {}), store, uimg, texts, scorer.head.uses_tokens, device)
     cap_index = {c: i for i, c in enumerate(texts)}
     cid = torch.tensor([cap_index[p] for p in flat], device=device)
@@ -315,7 +320,7 @@ def classification_scores(
                 logits = logits[:, cid.cpu().numpy()]
                 per_class[i0 : i0 + len(ii)] = np.stack([logits[:, owner == c].mean(1) for c in range(len(prompts))], 1)
     img_row = {k: i for i, k in enumerate(uimg)}
-    return per_class[[img_row[k] for k in read["ikeys"]]], "embedding" if class_vecs is not None else "score"
+    return per_class[[img_row[k] for k in ikeys]], "embedding" if class_vecs is not None else "score"
 
 
 def _first_equal_row(x: torch.Tensor) -> np.ndarray:
