@@ -73,3 +73,31 @@ def test_flow_all_pairs_at_full_length_chunks_images_alike(n_tokens):
         grid = all_pair_scores(head, v, P, t, H, mask)
         one = torch.stack([all_pair_scores(head, v[i : i + 1], P[i : i + 1], t, H, mask)[0] for i in (0, 10, 20)])
     assert torch.equal(grid[[0, 10, 20]], one)
+
+
+def test_every_position_of_a_block_and_the_planted_ties(tmp_path):
+    """A pair at every position of its block, among random neighbours, scores its bits
+    alone in both engines, and FILIP's released ties (a caption with a token repeated, for
+    image to text) tie at every position (tests/pair_positions.py)."""
+    from pair_positions import every_failure
+
+    assert every_failure(_kinds(tmp_path)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isa", ["AVX2", "SSE4_2"])
+def test_the_same_under_the_code_paths_mkl_takes_on_other_cpus(tmp_path, isa):
+    """MKL picks its kernels by CPU: on an AMD EPYC it takes other paths than on a Xeon, and
+    there, before products were exact (heads/exact.py), a token's dot with a patch changed
+    with its caption's length and FILIP's planted ties came one ulp apart. The same checks
+    in a process held to MKL's AVX2 or SSE4.2 kernels (a Xeon then computes as those CPUs
+    do; without the exact products both fail: tried)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "bilinear.py").write_text(doc_file("plugins.md", "bilinear", "bilinear.py"))
+    env = {**os.environ, "MKL_ENABLE_INSTRUCTIONS": isa}
+    script = os.path.join(os.path.dirname(__file__), "pair_positions.py")
+    r = subprocess.run([sys.executable, script, str(tmp_path / "bilinear.py")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]

@@ -12,15 +12,19 @@ computes goes through fixed shapes, as extract's forwards do (features.py):
   TEXT_BLOCK captions, against images in blocks of exactly IMAGE_BLOCK (retrieval hands it
   captions in order of their token count, so its blocks are full).
 
-Every product and reduction a pair meets then has the same shape wherever the pair is
-scored, and its position in a block does not change its bits (a product's rows are
-computed alike: tests/test_pair_alone.py checks both on the machine that runs it)."""
+Every reduction a pair meets then has the same shape wherever the pair is scored. Matrix
+products are another matter: a BLAS may sum an entry in another order for another shape,
+position or CPU, so both gateways score under exact.exact_products(), where every product's
+entry is exact before it is rounded once (exact.py). A pair's bits then depend on the pair
+alone, at any position of a block (tests/test_pair_alone.py, also under MKL's AVX2 and
+SSE4.2 code paths, the ones it takes on AMD CPUs)."""
 
 from __future__ import annotations
 
 import torch
 
 from .base import Head
+from .exact import exact_products
 
 PAIR_BLOCK = 32  # matched pairs per call of a head's score_matched
 TEXT_BLOCK = 64  # captions per all-pairs call
@@ -72,7 +76,11 @@ def matched_scores(head, v, P, t, H, mask, image_of: torch.Tensor | None = None)
     """head.score_matched over any number of pairs (row i of t, H, mask with image
     image_of[i] of v, P; row i's own image without image_of): [n], each pair's score the
     bits it has alone. What pairs share of an image (head.matched_image_parts) is computed once."""
-    head = head.scores_as()
+    with exact_products():
+        return _matched_scores(head.scores_as(), v, P, t, H, mask, image_of)
+
+
+def _matched_scores(head, v, P, t, H, mask, image_of) -> torch.Tensor:
     n = len(t)
     parts = _image_parts(head, v, P, "matched_image_parts")
     if image_of is None:
@@ -97,7 +105,11 @@ def all_pair_scores(head, v, P, t, H, mask) -> torch.Tensor:
     bits it has in a gallery of that one image and that one caption. What a head computes
     once per image (image_parts) and once per caption (caption_parts) is computed once,
     in blocks of a fixed size."""
-    head = head.scores_as()
+    with exact_products():
+        return _all_pair_scores(head.scores_as(), v, P, t, H, mask)
+
+
+def _all_pair_scores(head, v, P, t, H, mask) -> torch.Tensor:
     I, T = len(v), len(t)
     out = torch.empty(I, T, dtype=torch.float32, device=v.device)
     pad = (-I) % IMAGE_BLOCK

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import FlowclipError
+from . import exact
 from .base import Head, masked_token_mean, token_shares
 from .global_m import GlobalHead, global_scores
 
@@ -135,6 +136,13 @@ def run_chunks(chunk, starts, cpu: bool) -> None:
                 chunk(i0)
         else:
             from concurrent.futures import ThreadPoolExecutor
+
+            if exact.active():  # the mode is per thread: each worker re-enters it
+                inner = chunk
+
+                def chunk(i0: int) -> None:
+                    with exact.exact_products():
+                        inner(i0)
 
             with ThreadPoolExecutor(min(threads, len(starts))) as pool:
                 list(pool.map(chunk, starts))
