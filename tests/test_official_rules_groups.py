@@ -22,6 +22,8 @@ import pytest
 import torch
 
 from flowclip_cache.datasets import get
+from flowclip_cache.scoring import metrics
+from flowclip_cache.scoring import test_time_matching as ttm
 from flowclip_cache.scoring.aggregation import aggregate, aggregate_groups
 
 
@@ -217,3 +219,28 @@ def test_group_match_equals_the_released_margin_and_a_brute_force_assignment():
         get("winoground").scoring, wrong_group_right_match, {"collapsed_tag": ["Object"], "secondary_tag": [[]]}
     )
     assert one["score"] == 0.0 and one["test_time_matching"]["group_match"] == 1.0
+
+
+def test_group_match_on_real_valued_exact_ties_equals_brute_force_in_exact_sums():
+    """Groups whose two images are byte-identical (equal rows) or whose two captions are
+    identical (equal columns) tie exactly: the best assignment is not unique, so GroupMatch
+    is wrong there. Decided on exact sums (fractions) by brute force; summed left to right in
+    float32, as the release's order does, the residue calls some of these ties wins (the
+    mutation the test catches), and test-time matching's selection ties them too."""
+    from fractions import Fraction
+    from itertools import permutations
+
+    rng = np.random.default_rng(3)
+    s = rng.uniform(-0.3, 0.9, size=(600, 2, 2)).astype(np.float32)
+    s[:200, 1, :] = s[:200, 0, :]  # byte-identical images
+    s[200:400, :, 1] = s[200:400, :, 0]  # identical captions
+    exact = lambda g, p: sum(Fraction(float(g[i, p[i]])) for i in range(2))  # noqa: E731
+    brute = np.array([all(exact(g, (0, 1)) > exact(g, p) for p in permutations(range(2)) if p != (0, 1)) for g in s])
+    assert not brute[:400].any() and brute[400:].any()
+    got = metrics.group_match_decisions(s)["group_match"]
+    assert (got == brute).all()
+    left_to_right = s[:, 0, 0] + s[:, 1, 1] - s[:, 0, 1] - s[:, 1, 0]  # float32, the release's order
+    assert (left_to_right[:400] > 0).sum() > 10  # what counting in float32 would have called wins
+    groups, swapped = ttm.pseudo_matching(torch.from_numpy(s) / 0.01, 0.0)
+    tied = set(range(400))
+    assert tied <= set(groups.tolist()) and not swapped[: len(tied)].any()  # a tie takes the identity (>=)

@@ -10,6 +10,7 @@ index order: the earliest of the tied candidates wins: ARO Order, What's Up, CRE
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -338,16 +339,25 @@ def group_decisions(s: np.ndarray, rule: str = "wrong") -> dict[str, np.ndarray]
     return out
 
 
+def group_margins(s: np.ndarray) -> np.ndarray:
+    """s [n, 2, 2] (image x caption) -> each group's margin s00 + s11 - s01 - s10 [n], float64,
+    summed exactly and rounded once (math.fsum): its sign, zero included, is the exact sum's.
+    Left to right in float32 (the release's order), two images or two captions that are
+    byte-identical leave a residue of either sign where the exact margin is 0, and a tie
+    would be counted a win."""
+    flat = np.asarray(s, dtype=np.float64).reshape(-1, 4)  # s00, s01, s10, s11 (float32 -> float64: exact)
+    return np.array([math.fsum((a, d, -b, -c)) for a, b, c, d in flat.tolist()], dtype=np.float64)
+
+
 def group_match_decisions(s: np.ndarray) -> dict[str, np.ndarray]:
     """Test-time matching's figures on 2x2 groups (Zhu et al. 2025, yinglunz/test-time-matching,
     evaluate.py `evaluate_model`), not any benchmark's official score. s [n, 2, 2] as in
     group_decisions. -> group_match bool [n]: the best joint assignment of the two captions to
-    the two images is the right one, the released `oracle_margin > 0` computed as it is
-    there, s00 + s11 - s01 - s10 from the left in the scores' own precision (a tie is
-    wrong); individual_match bool [n, 2]: each image prefers its own caption, strictly
-    (the released individual_match_score, pooled over images)."""
+    the two images is the right one, the released `oracle_margin > 0` decided on the exact
+    margin (group_margins: a tie is wrong); individual_match bool [n, 2]: each image prefers
+    its own caption, strictly (the released individual_match_score, pooled over images)."""
     c0i0, c1i0, c0i1, c1i1 = s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], s[:, 1, 1]
-    return {"group_match": c0i0 + c1i1 - c1i0 - c0i1 > 0, "individual_match": np.stack([c0i0 > c1i0, c1i1 > c0i1], 1)}
+    return {"group_match": group_margins(s) > 0, "individual_match": np.stack([c0i0 > c1i0, c1i1 > c0i1], 1)}
 
 
 # SugarCrepe++'s figures, named as Sri-Harsha/scpp's VLMs/test_Variants_CLIP.py prints them

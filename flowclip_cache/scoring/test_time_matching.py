@@ -105,8 +105,11 @@ def lr_factor(step: int, total: int, schedule: str, min_factor: float) -> float:
 
 def pseudo_matching(logits: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [n, 2, 2] (image x caption) -> (the selected groups [k], whether each is
-    matched swapped [k]): group_match's 2x2 branch, the margin summed as it sums it."""
-    margin = logits[:, 0, 0] + logits[:, 1, 1] - logits[:, 0, 1] - logits[:, 1, 0]
+    matched swapped [k]): group_match's 2x2 branch, on the exact margin (metrics.group_margins,
+    the one GroupMatch is decided on: an exactly tied group is a tie here too)."""
+    from .metrics import group_margins
+
+    margin = torch.from_numpy(group_margins(logits.detach().cpu().numpy()))
     identity = margin >= threshold
     swapped = ~identity & (margin <= -threshold)
     keep = identity | swapped
