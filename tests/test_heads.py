@@ -404,6 +404,13 @@ def test_fsc_local_refuses_a_content_mask_store(sample, tmp_path):
     assert r.exit_code == 0, r.output
     r = run(*train, "--store", tmp_path / "content", "--head", "filip", "--out", tmp_path / "r3")
     assert r.exit_code == 0, r.output
+    # FILIP's released score reads every token of the caption, start and end included: a content
+    # store's scores would differ from it (by up to 0.064), so neither direction scores one under its name
+    for kind in ("filip-score", "filip-score-i2t"):
+        r = run("score", "--store", tmp_path / "content", "--manifests", sample["candidates"], "--scorer", kind,
+                "--out", tmp_path / f"s-{kind}", "--quiet")  # fmt: skip
+        assert r.exit_code == 2 and "defined on stores extracted with --token-mask nonpad" in r.output, r.output
+        assert not (tmp_path / f"s-{kind}").exists()
 
 
 def test_the_kernels_chunks_run_one_thread_each_spread_over_torchs_threads():

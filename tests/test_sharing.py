@@ -104,6 +104,45 @@ def test_a_published_plug_in_head_imports_nothing_from_the_folder(lab, tmp_path,
         fc.load_run("hf:someone/bil")
 
 
+def test_a_published_head_whose_weights_changed_is_refused(trained, tmp_path):
+    """The sha256 publish records is compared when the folder is loaded: weights changed
+    after publishing are refused in one line, never scored under the published name."""
+    pub = tmp_path / "pub"
+    assert CliRunner().invoke(main, ["publish", trained["run"], "--out", str(pub)]).exit_code == 0
+    fc.load_run(str(pub))  # as published: loads
+    from safetensors.torch import load_file, save_file
+
+    w = load_file(str(pub / "head.safetensors"))
+    w["W"] = w["W"] + 1e-3
+    save_file(w, str(pub / "head.safetensors"))
+    with pytest.raises(fc.FlowclipError, match="not the .* it was published with"):
+        fc.load_run(str(pub))
+    r = CliRunner().invoke(main, ["score", "--store", trained["store"], "--manifests", trained["candidates"],
+                                  "--scorer", f"pub={pub}", "--out", str(tmp_path / "s"), "--quiet"])  # fmt: skip
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "published with" in r.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_run_whose_config_drops_its_plug_in_sha256_is_refused(lab, tmp_path):
+    """The pre-import hash check cannot be switched off by removing the hash: a run folder
+    recording no sha256 for its plug-in head is refused, unless --allow-changed-plugin."""
+    (tmp_path / "bilinear.py").write_text(doc_file("plugins.md", "bilinear", "bilinear.py"))
+    fc.load_plugin(str(tmp_path / "bilinear.py"))
+    run = fc.train_head(lab["store"], lab["training"], str(tmp_path / "bil"), head="bilinear", epochs=1,
+                        batch_size=4, quiet=True)  # fmt: skip
+    cfg_path = os.path.join(run.folder, "config.json")
+    cfg = json.load(open(cfg_path))
+    for dropped in (None, "", "not-a-hash"):
+        cfg["head"]["plugin"]["sha256"] = dropped
+        json.dump(cfg, open(cfg_path, "w"))
+        with pytest.raises(fc.FlowclipError, match="records no sha256 of its plug-in head"):
+            fc.load_run(run.folder)
+    del cfg["head"]["plugin"]["sha256"]
+    json.dump(cfg, open(cfg_path, "w"))
+    with pytest.raises(fc.FlowclipError, match="records no sha256"):
+        fc.load_run(run.folder)
+
+
 class HubStandIn:
     """huggingface_hub.HfApi's create_repo and upload_folder, by hand: the upload is a copy
     into a local folder (never the network); `fail` makes the upload raise as the Hub would."""

@@ -21,33 +21,84 @@ from flowclip_cache.manifest import Manifest, write_manifest
 from flowclip_cache.store import FeatureStore
 
 
-def test_cc3m_keys_never_become_paths(tmp_path):
-    src = tmp_path / "cc3m" / "train_subset_100K"
-    src.mkdir(parents=True)
+def _jpeg() -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, "JPEG")
-    sample = lambda name, key: [
-        (f"{name}.jpg", buf.getvalue()),
-        (f"{name}.txt", b"a red car next to a blue bus"),
-        (f"{name}.json", json.dumps({"key": key}).encode()),
-    ]
+    return buf.getvalue()
+
+
+def _sample(name, key, image=None, text=b"a red car next to a blue bus"):
+    return [(f"{name}.jpg", _jpeg() if image is None else image), (f"{name}.txt", text),
+            (f"{name}.json", json.dumps({"key": key}).encode())]  # fmt: skip
+
+
+def test_cc3m_keys_never_become_paths(tmp_path):
+    """Keys are record ids only (a plain id, the whole string: one ending in a newline is
+    refused too); the images are named by their content."""
+    src = tmp_path / "cc3m" / "train_subset_100K"
+    src.mkdir(parents=True)
     _tar(
         src / "00000.tar",
-        sample("000000001", "../../pwned_by_tar")
-        + sample("000000002", "/tmp/pwned_abs")
-        + sample("000000003", "..")
-        + sample("000000004", "good_key-1"),
+        _sample("000000001", "../../pwned_by_tar")
+        + _sample("000000002", "/tmp/pwned_abs")
+        + _sample("000000003", "..")
+        + _sample("000000005", "x\n")
+        + _sample("000000004", "good_key-1"),
     )
     out = tmp_path / "m" / "cc3m.parquet"
     out.parent.mkdir()
     report, m = build("cc3m-train", src.parent, out, on_error="skip", caption="alt", kinds="shuffle-bigram")
     images = tmp_path / "m" / "cc3m-100k-images"
-    assert sorted(os.listdir(images)) == ["good_key-1.jpg"]
+    assert [f.startswith("cc3m-") and f.endswith(".jpg") for f in os.listdir(images)] == [True]
     assert not (tmp_path / "pwned_by_tar.jpg").exists() and not os.path.exists("/tmp/pwned_abs.jpg")
-    assert not [p for p in tmp_path.rglob("*pwned*")]
-    assert sum("is not a plain file name" in s[2] for s in report.skipped) == 3
-    with pytest.raises(FlowclipError, match="is not a plain file name"):
-        build("cc3m-train", src.parent, tmp_path / "m" / "x.parquet", caption="alt", kinds="shuffle-bigram")
+    assert not [p for p in tmp_path.rglob("*pwned*")] and not [p for p in tmp_path.rglob("x\n*")]
+    assert sum("is not a plain id" in s[2] for s in report.skipped) == 4
+    assert [r["record_id"] for r in m.table.to_pylist()] == ["cc3m-train/good_key-1"]
+    with pytest.raises(FlowclipError, match="is not a plain id"):
+        build("cc3m-train", src.parent, tmp_path / "m" / "x.parquet", caption="alt", kinds="shuffle-bigram",
+              images_out=str(tmp_path / "other"))  # fmt: skip
+    assert not (tmp_path / "other").exists() and not list((tmp_path / "m").glob("other*"))
+
+
+def test_cc3m_members_are_bounded_checked_images_and_a_failed_build_leaves_nothing(tmp_path):
+    """A member over its limit is refused from its header (a 1 GiB caption in a 1 MiB gzip
+    is never read), bytes that are not an image are a row error, and a build that fails
+    after writing images removes them."""
+    import tarfile
+
+    src = tmp_path / "cc3m" / "train_subset_100K"
+    src.mkdir(parents=True)
+    _tar(src / "00000.tar", _sample("000000001", "a", image=b"<html>not an image</html>") + _sample("000000002", "b"))
+    gz = src / "coca_captions.tar.gz"
+    with tarfile.open(gz, "w:gz") as tf:
+        info = tarfile.TarInfo("coca_captions/b.txt")
+        info.size = 1 << 30  # a 1 GiB caption of zeros: about 1 MiB compressed
+
+        class Zeros:
+            left = info.size
+
+            def read(self, n):
+                n = min(n, self.left)
+                self.left -= n
+                return bytes(n)
+
+        tf.addfile(info, Zeros())
+    assert gz.stat().st_size < 2 << 20
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = tmp_path / "m" / "cc3m.parquet"
+    out.parent.mkdir()
+    with pytest.raises(FlowclipError, match="over the 1,048,576 flowclip reads"):
+        build("cc3m-train", src.parent, out, kinds="shuffle-bigram")
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 200 << 20  # never read whole
+    with pytest.raises(FlowclipError, match="000000001.*not an image"):
+        build("cc3m-train", src.parent, out, kinds="shuffle-bigram", caption="alt")
+    # sample 2's image is written, then no record has a negative ("car" has no bigram to shuffle): nothing stays
+    _tar(src / "00000.tar", _sample("000000001", "a", image=b"GIF8") + _sample("000000002", "b", text=b"car"))
+    with pytest.raises(FlowclipError, match="no records could be built"):
+        build("cc3m-train", src.parent, out, kinds="shuffle-bigram", caption="alt", on_error="skip")
+    assert sorted(os.listdir(tmp_path / "m")) == [] and not out.exists()
 
 
 def _run(store, enc, manifests, root, **kw):

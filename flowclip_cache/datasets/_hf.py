@@ -140,7 +140,7 @@ def image_bytes(value, where: str) -> tuple[bytes, str]:
     return raw, ext
 
 
-_FLOWCLIP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+_FLOWCLIP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}\Z")
 
 
 class ImageExport:

@@ -263,7 +263,7 @@ def write_records(
 
 # an id or key a stranger's copy gives, where flowclip takes it as it is: letters, digits, . _ -
 # (never a path: no separator, no '..', nothing absolute)
-PLAIN_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}$")
+PLAIN_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}\Z")
 
 
 def plain_id(value, where: str) -> str:

@@ -10,8 +10,11 @@ and the paper train on. FSC-CLIP draws its negatives on the fly, so the converte
 each caption flowclip's full-caption negatives (``flowclip negatives`` kinds).
 
 The shards hold images, which a manifest names by path: the converter writes each image
-once to ``images_out`` (``<key>.<ext>``; pass that folder as ``--image-root``). Members
-are read as bytes from the tar; nothing is extracted by the archive's own paths.
+once to ``images_out``, a new folder published whole when the manifest is written (pass it
+as ``--image-root``), under a name made from its content (``cc3m-<sha256>.<ext>``, the
+extension of the format its first bytes say it is in: never a name or extension from the
+archive). Members are read as bytes from the tar, each within a stated limit
+(``_archives.py``); a sample whose image is not an image is a row error.
 
 The paper's 4,096-record validation partition is not in FSC-CLIP's loader; pass its keys
 (``val_keys``: a text file, one sample key per line) to mark those records ``val``.
@@ -20,37 +23,25 @@ are still read as they are."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-import tarfile
 
 from ..errors import ManifestError
-from ._hf import MAX_IMAGE_BYTES
+from . import _archives
+from ._hf import MAX_IMAGE_BYTES, ImageExport, image_bytes
 from ._negclip import training_benchmark
 from .base import PLAIN_ID, Benchmark, BuildReport, RowErrors, read_text, write_records
 
 _TSV = training_benchmark("cc3m-train", "CC3M-100K (training)", "")
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
-_MEMBER = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's key / extension split
-
-
-def _member_bytes(tf: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
-    """A regular member's bytes (the callers checked isfile(), so extractfile gives a reader)."""
-    f = tf.extractfile(member)
-    if f is None:
-        raise tarfile.TarError(f"{member.name}: not a regular file")
-    return f.read()
-
-
-def _write_once(dest: str, data: bytes) -> int:
-    """An image written whole (temporary, then rename) unless there already: 1 if written."""
-    if os.path.exists(dest):
-        return 0
-    with open(dest + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(dest + ".tmp", dest)
-    return 1
+_MEMBER = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)\Z")  # webdataset's key / extension split
+_LIMITS = {
+    **{e: MAX_IMAGE_BYTES for e in IMAGE_EXTS},
+    "txt": _archives.MAX_TEXT_BYTES,
+    "json": _archives.MAX_TEXT_BYTES,
+}
 
 
 def shard_folder(source: str) -> str:
@@ -62,44 +53,95 @@ def shard_folder(source: str) -> str:
     )
 
 
-def coca_captions(source: str, folder: str) -> dict[str, str] | None:
-    """key -> CoCa caption, from coca_captions/ or straight from coca_captions.tar.gz."""
+def coca_captions(source: str, folder: str, errors: RowErrors) -> dict[str, str] | None:
+    """key -> CoCa caption, from coca_captions/ or straight from coca_captions.tar.gz (each
+    caption file read up to MAX_TEXT_BYTES)."""
     for root in (folder, source, os.path.dirname(folder)):
         d = os.path.join(root, "coca_captions")
         if os.path.isdir(d):
-            return {
-                f[:-4]: open(os.path.join(d, f), encoding="utf-8").readline().strip()
-                for f in os.listdir(d)
-                if f.endswith(".txt")
-            }
+            out = {}
+            for f in os.listdir(d):
+                path = os.path.join(d, f)
+                if not f.endswith(".txt") or not os.path.isfile(path):
+                    continue
+                if os.path.getsize(path) > _archives.MAX_TEXT_BYTES:
+                    errors(path, "caption", f"over the {_archives.MAX_TEXT_BYTES:,} bytes flowclip reads")
+                    continue
+                out[f[:-4]] = open(path, encoding="utf-8", errors="replace").readline().strip()
+            return out
         gz = os.path.join(root, "coca_captions.tar.gz")
         if os.path.isfile(gz):
             out = {}
-            with tarfile.open(gz, "r:gz") as tf:
-                for m in tf:
-                    if m.isfile() and m.name.endswith(".txt"):
-                        text = _member_bytes(tf, m).decode("utf-8")
-                        out[os.path.basename(m.name)[:-4]] = text.split("\n", 1)[0].strip()
+            for tf, m in _archives.members(gz, "tar.gz"):
+                if not m.name.endswith(".txt"):
+                    continue
+                try:
+                    text = _read(tf, m, _archives.MAX_TEXT_BYTES, gz).decode("utf-8", "replace")
+                except _archives.MemberTooLarge as e:
+                    errors(gz, "caption", str(e))
+                    continue
+                out[os.path.basename(m.name)[:-4]] = text.split("\n", 1)[0].strip()
             return out
     return None
 
 
-def read_shard(path: str, errors: RowErrors):
-    """Samples of one shard in file order: (key, {extension: bytes})."""
-    samples: dict[str, dict[str, bytes]] = {}
+def _read(tf, m, limit: int, path: str) -> bytes:
     try:
-        with tarfile.open(path, "r:*") as tf:
-            for m in tf:
-                if not m.isfile():
-                    continue
-                hit = _MEMBER.match(m.name)
-                if not hit:
-                    errors(path, f"member {m.name!r}", "not <key>.<extension>")
-                    continue
-                samples.setdefault(hit.group(1), {})[hit.group(2).lower()] = _member_bytes(tf, m)
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise ManifestError(f"{path}: unreadable tar shard ({e})") from e
-    return samples.items()
+        return _archives.read_member(tf, m, limit)
+    except (OSError, EOFError, _archives.tarfile.TarError) as e:
+        raise ManifestError(f"{path}: unreadable member {m.name[:120]!r} ({e})") from None
+
+
+def read_shard(path: str, errors: RowErrors):
+    """Samples of one shard in file order: (key, {extension: bytes}), a sample's members
+    being consecutive (webdataset's rule); only the members flowclip reads are read, each
+    within its limit. A sample with a member over its limit is a row error."""
+    key, parts, bad = None, {}, None
+    for tf, m in _archives.members(path, "tar"):
+        hit = _MEMBER.match(m.name)
+        if not hit:
+            errors(path, f"member {m.name[:120]!r}", "not <key>.<extension>")
+            continue
+        k, ext = hit.group(1), hit.group(2).lower()
+        if k != key:
+            if key is not None and bad is None:
+                yield key, parts
+            elif bad is not None:
+                errors(path, f"sample {key!r}", bad)
+            key, parts, bad = k, {}, None
+        if ext in _LIMITS and bad is None:
+            try:
+                parts[ext] = _read(tf, m, _LIMITS[ext], path)
+            except _archives.MemberTooLarge as e:
+                bad = str(e)
+    if key is not None and bad is None:
+        yield key, parts
+    elif bad is not None:
+        errors(path, f"sample {key!r}", bad)
+
+
+def _caption(parts: dict, sample_key: str, coca: dict | None, path: str, where: str, errors: RowErrors) -> str:
+    if coca is not None:
+        text = coca.get(sample_key, "")
+        if not text:
+            errors(path, where, f"no CoCa caption coca_captions/{sample_key}.txt")
+        return text
+    text = parts.get("txt", b"").decode("utf-8", "replace").strip()
+    if not text:
+        errors(path, where, "empty or missing .txt caption")
+    return text
+
+
+def _sample_key(parts: dict, key: str, path: str, where: str, errors: RowErrors) -> str | None:
+    try:
+        sample_key = str(json.loads(parts["json"])["key"]) if "json" in parts else os.path.basename(key)
+    except (ValueError, KeyError, TypeError, RecursionError):
+        errors(path, where, "its .json has no 'key'")
+        return None
+    if not PLAIN_ID.match(sample_key):  # an id of the record only; image files are named by their content
+        errors(path, where, f"key {sample_key[:80]!r} is not a plain id (letters, digits, . _ -)")
+        return None
+    return sample_key
 
 
 def build(
@@ -118,10 +160,8 @@ def build(
         return _TSV.build(source, out, errors)
     if caption not in ("coca", "alt"):
         raise ManifestError(f"cc3m-train: caption must be 'coca' or 'alt', got {caption!r}")
-    from ..negatives import build_training
-
     folder = shard_folder(source)
-    coca = coca_captions(source, folder) if caption == "coca" else None
+    coca = coca_captions(source, folder, errors) if caption == "coca" else None
     if caption == "coca" and coca is None:
         raise ManifestError(
             f"{source}: no coca_captions/ or coca_captions.tar.gz (FSC-CLIP's positives); "
@@ -129,8 +169,21 @@ def build(
         )
     val = set(read_text(val_keys).split()) if val_keys else set()
     images_out = images_out or os.path.join(os.path.dirname(os.path.abspath(out)), "cc3m-100k-images")
-    os.makedirs(images_out, exist_ok=True)
-    caps, seen_val, written = [], set(), 0
+    export = ImageExport(images_out, "cc3m-train")
+    try:
+        caps, seen_val, names = _samples(folder, coca, val, export, errors)
+        report = _write(out, caps, kinds, int(seed), caption, len(names), images_out, export, errors)
+    finally:
+        export.abandon()  # a failed build leaves no image behind (after finish(): nothing left to remove)
+    if val - seen_val:
+        report.notes.append(f"{len(val - seen_val)} val_keys are in no shard")
+    return report
+
+
+def _samples(folder: str, coca, val: set, export: ImageExport, errors: RowErrors):
+    """The caption records of every shard, each image written once under a name made from its
+    content (never from the archive)."""
+    caps, seen_val, names = [], set(), {}
     for shard in sorted(f for f in os.listdir(folder) if f.endswith(".tar")):
         path = os.path.join(folder, shard)
         for key, parts in read_shard(path, errors):
@@ -139,45 +192,46 @@ def build(
             if ext is None:
                 errors(path, where, "no image (jpg/jpeg/png/webp)")
                 continue
+            sample_key = _sample_key(parts, key, path, where, errors)
+            if sample_key is None:
+                continue
             try:
-                sample_key = str(json.loads(parts["json"])["key"]) if "json" in parts else os.path.basename(key)
-            except (ValueError, KeyError, TypeError):
-                errors(path, where, "its .json has no 'key'")
+                image_bytes({"bytes": parts[ext]}, f"{path}: {where}")  # its first bytes say it is an image
+            except ManifestError as e:
+                errors(path, where, str(e).split(": ", 2)[-1])
                 continue
-            if len(parts[ext]) > MAX_IMAGE_BYTES:
-                errors(path, where, f"an image over the {MAX_IMAGE_BYTES // 2**20} MiB flowclip writes for one image")
+            text = _caption(parts, sample_key, coca, path, where, errors)
+            if not text:
                 continue
-            if not PLAIN_ID.match(sample_key):  # the key names a file: never a path from the archive
-                errors(path, where, f"key {sample_key[:80]!r} is not a plain file name (letters, digits, . _ -)")
-                continue
-            if coca is not None:
-                text = coca.get(sample_key, "")
-                if not text:
-                    errors(path, where, f"no CoCa caption coca_captions/{sample_key}.txt")
-                    continue
-            else:
-                text = parts.get("txt", b"").decode("utf-8", "replace").strip()
-                if not text:
-                    errors(path, where, "empty or missing .txt caption")
-                    continue
-            name = f"{sample_key}.{ext}"
-            written += _write_once(os.path.join(images_out, name), parts[ext])
+            digest = hashlib.sha256(parts[ext]).hexdigest()[:24]
+            if digest not in names:
+                names[digest] = export.add(f"cc3m-{digest}", {"bytes": parts[ext]}, f"{path}: {where}")
             split = "val" if sample_key in val else "train"
             if split == "val":
                 seen_val.add(sample_key)
-            caps.append({"image": name, "caption": text, "split": split, "record_id": f"cc3m-train/{sample_key}"})
-    rows, missing = build_training(caps, kinds.split(","), int(seed))
+            caps.append(
+                {"image": names[digest], "caption": text, "split": split, "record_id": f"cc3m-train/{sample_key}"}
+            )
+    return caps, seen_val, names
+
+
+def _write(out, caps, kinds, seed, caption, n_images, images_out, export, errors) -> BuildReport:
+    from ..negatives import build_training
+
+    rows, missing = build_training(caps, kinds.split(","), seed)
     counts = {s: sum(r["split"] == s for r in rows) for s in ("train", "val")}
     counts["records_without_any_negative"] = len(caps) - len(rows)
     for kind in kinds.split(","):
         counts[f"valid_{kind}"] = len(caps) - sum(1 for _, k, _ in missing if k == kind)
     report = BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped)
-    report.notes.append(f"images written to {images_out} ({written} new): pass it as --image-root")
-    if val - seen_val:
-        report.notes.append(f"{len(val - seen_val)} val_keys are in no shard")
-    return write_records(
-        out, rows, "training", "cc3m-train", report, {"negatives": kinds, "seed": int(seed), "caption": caption}
-    )
+    report.notes.append(f"{n_images} images written to {images_out}: pass it as --image-root")
+    export.finish()  # the images first: a manifest never names images that are not there
+    try:
+        return write_records(out, rows, "training", "cc3m-train", report, {"negatives": kinds, "seed": seed,
+                                                                             "caption": caption})  # fmt: skip
+    except BaseException:
+        export.withdraw()
+        raise
 
 
 BENCHMARK = Benchmark(
@@ -188,7 +242,7 @@ BENCHMARK = Benchmark(
     scoring=None,
     options={
         "caption": "coca (FSC-CLIP's CoCa captions, default) or alt (the CC3M alt-texts)",
-        "images_out": "where the shards' images are written (default: cc3m-100k-images beside --out)",
+        "images_out": "a new folder the shards' images are written to (default: cc3m-100k-images beside --out)",
         "val_keys": "text file of the sample keys of the validation partition (one per line)",
         "kinds": "negative kinds (default swap-obj,swap-att,shuffle-bigram; add wordnet with nltk)",
         "seed": "seed of the negatives (default 0)",

@@ -35,6 +35,7 @@ class FilipScore(TokenMapHead):
     kind = "filip-score"
     title = "FILIP's released token-wise score, text to image, training-free: each token's best patch, averaged"
     training_free = True
+    store_token_masks = ("nonpad",)  # the release's tokens: every one of the caption, start and end included
 
     def pair_scores(self, P, H, mask, paired=False):
         sim = token_patch_similarity(P, H, paired)
@@ -51,6 +52,7 @@ class FilipScoreI2T(TokenMapHead):
         "FILIP's released token-wise score, image to text, training-free: each patch's best token (0 floor), averaged"
     )
     training_free = True
+    store_token_masks = ("nonpad",)
 
     def pair_scores(self, P, H, mask, paired=False):
         sim = token_patch_similarity(P, H, paired)

@@ -23,7 +23,7 @@ from ..head_specs import is_file_target, is_head_spec  # noqa: F401  (is_head_sp
 from .base import REGISTRY, Head
 
 GROUP = "flowclip.heads"
-KIND = re.compile(r"^[a-z][a-z0-9_.-]*$")
+KIND = re.compile(r"^[a-z][a-z0-9_.-]*\Z")
 _files: dict[str, object] = {}  # absolute path -> the module imported from it (each file once)
 _entry_points_loaded = False
 _deferred: list[str] = []  # --plugin targets not imported yet (a run's recorded sha256 is checked first)
@@ -175,12 +175,31 @@ def _target_sha256(target: str) -> tuple[str | None, str | None]:
     return os.path.abspath(path), file_sha256(path)
 
 
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+
+
+def recorded_sha256(origin: dict, where: str) -> str:
+    """The sha256 a run folder records for its plug-in head's source. Without one the code
+    it would run cannot be checked: refused, never read as "nothing to check" (a head
+    trained from code no file held, a notebook's cell, records none either)."""
+    want = origin.get("sha256")
+    if not isinstance(want, str) or not SHA256.match(want):
+        raise FlowclipError(
+            f"{where}: its config records no sha256 of its plug-in head's source ({want!r}: the field was "
+            f"removed, or the head was trained from code no file held), so the code it would run cannot be "
+            f"checked; refused (pass --allow-changed-plugin to score it with the code found now)"
+        )
+    return want
+
+
 def check_deferred(origin: dict, where: str) -> None:
     """Before any deferred --plugin is imported for a run that records a plug-in head's
     sha256: one of them must be that file, unchanged (or the user said
     --allow-changed-plugin); otherwise refused here, with nothing imported."""
-    want = origin.get("sha256")
-    if not want or not _deferred or _allow_changed:
+    if _allow_changed:
+        return
+    want = recorded_sha256(origin, where)
+    if not _deferred:
         return
     found = [_target_sha256(t) for t in _deferred]
     if any(sha == want for _, sha in found):
@@ -242,10 +261,12 @@ def check_origin(cls: type[Head], recorded: dict, where: str, warn) -> None:
             f"{where}: its head {cls.kind!r} was {recorded.get('module')}.{recorded.get('class')}, the one "
             f"available now is {now['module']}.{now['class']}; refused"
         )
-    if recorded.get("sha256") and now.get("sha256") and recorded["sha256"] != now["sha256"]:
+    if not _allow_changed:
+        recorded_sha256(recorded, where)
+    if now.get("sha256") != recorded.get("sha256"):
         said = (
             f"the source of its head {cls.kind!r} ({now['source']}) is not the one it was trained with "
-            f"(sha256 {recorded['sha256'][:12]} then, {now['sha256'][:12]} now)"
+            f"(sha256 {str(recorded.get('sha256'))[:12]} then, {str(now.get('sha256'))[:12]} now)"
         )
         if not _allow_changed:
             raise FlowclipError(f"{where}: {said}; refused (pass --allow-changed-plugin to score it with this code)")

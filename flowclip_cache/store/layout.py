@@ -24,8 +24,8 @@ ARRAYS = {
 # a segment holding global features only (extract --features global) is named KIND-g-HASH:
 # the same keys may also be held, with every array, by KIND-HASH
 GLOBAL_ARRAYS = {IMAGE: ("keys", "global"), CAPTION: ("keys", "global")}
-SEGMENT_NAME = re.compile(r"^(?P<kind>img|cap)-(?P<g>g-)?(?P<hash>[0-9a-f]{24})(?P<suffix>\.zarr|\.h5)$")
-RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet$")
+SEGMENT_NAME = re.compile(r"^(?P<kind>img|cap)-(?P<g>g-)?(?P<hash>[0-9a-f]{24})(?P<suffix>\.zarr|\.h5)\Z")
+RECORD_NAME = re.compile(r"^(\d{20})-([0-9a-f]{12})-([0-9a-f]{16})\.parquet\Z")
 RECORD_FOLDERS = ("paths", "hashes", "failures")
 COMMITS = "commits"  # commits/<segment>.json: the segment was committed; its absence is damage
 STORE_ENTRIES = ("store.json", "segments", COMMITS, *RECORD_FOLDERS, "quarantine")  # what a store's top level holds

@@ -32,7 +32,7 @@ WRITER_PREFIX = ".w-"
 # object is at most one object's upload plus one record creation old (seconds; minutes on a
 # stalled link), so an hour never takes a live writer's upload for a killed one's
 MIN_UNCOMMITTED_AFTER_S = 3600
-AT = re.compile(r"^segments/(\.w-[A-Za-z0-9_.-]+/)?(?P<seg>[^/]+)$")
+AT = re.compile(r"^segments/(\.w-[A-Za-z0-9_.-]+/)?(?P<seg>[^/]+)\Z")
 
 
 def committed(store) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

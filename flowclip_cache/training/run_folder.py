@@ -72,8 +72,9 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr, store_dim: int | 
         kind, dim = hp["kind"], hp["dim"]
         if not isinstance(cfg["store_fingerprint"], str) or not isinstance(cfg["train"], dict):
             raise TypeError("store_fingerprint must be a string and train a mapping")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FlowclipError(f"{where}: config.json is missing or malformed ({type(e).__name__}: {e})") from None
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        what = "nested too deeply to read" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
+        raise FlowclipError(f"{where}: config.json is missing or malformed ({what})") from None
     origin = hp.get("plugin")
     if isinstance(origin, dict) and isinstance(kind, str) and kind not in REGISTRY:
         check_deferred(origin, where)  # before any --plugin file is imported
@@ -88,6 +89,7 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr, store_dim: int | 
     path = os.path.join(run_dir, "head.safetensors")
     head, want = _expected_weights(kind, dim, hparams, origin, store_dim)
     _check_header(path, where, kind, {k: tuple(v.shape) for k, v in want.items()})
+    _check_published(cfg, path, where)
     if head is None:
         head = build_head(kind, dim, **hparams)
     try:
@@ -103,6 +105,26 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr, store_dim: int | 
             raise FlowclipError(f"{where}: {k} holds NaN or inf")
     head.load_state_dict(weights)
     return head.to(device).eval(), cfg
+
+
+def _check_published(cfg: dict, path: str, where: str) -> None:
+    """A published head's weights are the ones it was published with (the sha256 `flowclip
+    publish` recorded in its config): weights changed since are refused, never scored under
+    the published name."""
+    published = cfg.get("published")
+    if published is None:
+        return
+    want = published.get("head_sha256") if isinstance(published, dict) else None
+    if not isinstance(want, str) or len(want) != 64:
+        raise FlowclipError(f"{where}: config.json's `published` entry records no head_sha256; refused")
+    from ..hashing import file_sha256
+
+    have = file_sha256(path)
+    if have != want:
+        raise FlowclipError(
+            f"{where}: head.safetensors has sha256 {have[:12]}, not the {want[:12]} it was published with "
+            f"(its weights changed after publishing); refused"
+        )
 
 
 def _expected_weights(kind: str, dim: int, hparams: dict, origin, store_dim: int | None):
