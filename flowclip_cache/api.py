@@ -87,10 +87,11 @@ class Run:
         return {k: v.detach().clone() for k, v in self.head.state_dict().items()}
 
 
-def load_run(folder: str, device: str = "cpu") -> Run:
+def load_run(folder: str, device: str = "cpu", store_dim: int | None = None) -> Run:
     """A finished run folder, or a published head `hf:OWNER/NAME` (docs/publish.md),
     checked as `flowclip score` checks it (a malformed one is refused); nothing in it is
-    executed."""
+    executed. store_dim: the width of the store it will score (a built-in head of that
+    width is built as it is; otherwise its size is checked on torch's meta device first)."""
     from .errors import FlowclipError
     from .hub import run_folder
     from .training import checkpoint
@@ -99,7 +100,7 @@ def load_run(folder: str, device: str = "cpu") -> Run:
     folder = run_folder(folder)  # hf:OWNER/NAME: a published head, from the Hugging Face cache
     if not os.path.exists(os.path.join(folder, "DONE")):
         raise FlowclipError(f"{folder} is not a finished head run (no DONE)")
-    head, cfg = load_head(folder, device)
+    head, cfg = load_head(folder, device, store_dim=store_dim)
     history = checkpoint.read_state(folder).get("metrics", []) if checkpoint.exists(folder) else []
     return Run(folder, head, cfg, history)
 
@@ -129,11 +130,12 @@ def train_head(
     merged, initial = _head_setting({**base, **settings})
     cfg = TrainConfig.from_dict(merged, "train_head()")
     device = resolve_device(device)
+    fs = open_store(store)
     train_run(
-        open_store(store), train_manifest, out, cfg, device=device, resume=resume, overwrite=overwrite,
+        fs, train_manifest, out, cfg, device=device, resume=resume, overwrite=overwrite,
         placement=placement, progress=not quiet, initial_weights=initial, log=_silent if quiet else print,
     )  # fmt: skip
-    return load_run(out, device)
+    return load_run(out, device, store_dim=fs.meta["dim"])
 
 
 def _head_setting(settings: dict) -> tuple[dict, dict | None]:
@@ -284,14 +286,12 @@ class OnlineScorer:
         if run is None:
             self.head = build_head("clip", dim).to(self.device)
         else:
-            loaded = load_run(run, self.device)
             from .hashing import fingerprint_of
+            from .training.run_header import check_encoder
 
-            if loaded.config["store_fingerprint"] != fingerprint_of(enc.config):
-                raise FlowclipError(
-                    f"{run} was trained on encoder {loaded.config['store_fingerprint'][:12]}, not on "
-                    f"{model} as configured here ({fingerprint_of(enc.config)[:12]}); refused"
-                )
+            loaded = load_run(run, self.device)
+            here = {"fingerprint": fingerprint_of(enc.config), "encoder": enc.config}
+            check_encoder(loaded.config, here, run, "the encoder configured here is")
             self.head = loaded.head
 
     @torch.no_grad()

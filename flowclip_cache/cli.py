@@ -39,10 +39,19 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except click.UsageError as e:
             where = e.ctx.command_path if e.ctx is not None else ctx.command_path
-            click.secho(f"error: {e.format_message()} (see {where} --help)", fg="red", err=True)
+            message = " ".join(e.format_message().split())  # (click lays a choice list out on several lines)
+            click.secho(f"error: {message} (see {where} --help)", fg="red", err=True)
             sys.exit(2)
         except FlowclipError as e:
             click.secho(f"error: {e}", fg="red", err=True)
+            sys.exit(2)
+        except RecursionError:  # a JSON or YAML file nested deeper than the reader's stack: never a traceback
+            click.secho(
+                "error: an input file is nested too deeply to read (JSON or YAML deeper than Python's recursion "
+                "limit); check the files and folders this command was given",
+                fg="red",
+                err=True,
+            )
             sys.exit(2)
         except KeyboardInterrupt:
             click.secho(

@@ -49,21 +49,88 @@ _Loader.add_implicit_resolver(
 )
 
 
+# What a YAML file may expand to: its values counted as a reader walks them, each alias (*a)
+# at the full size of what it names, so a few lines of aliases to aliases cannot stand for
+# billions of values (PyYAML shares an alias's object, but every check and copy walks it)
+MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 100
+
+
+class _TooLarge(yaml.YAMLError):
+    """A document over MAX_YAML_VALUES or MAX_YAML_DEPTH, or one that names itself."""
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Values the document stands for with every alias expanded, computed once per node
+    (depth first, without recursion); _TooLarge past the bounds or on a cycle."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    open_nodes: set[int] = set()
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_YAML_DEPTH:
+            raise _TooLarge(f"nested over {MAX_YAML_DEPTH} levels deep")
+        kids = _children(node)
+        if done:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(k)] for k in kids)
+            if sizes[id(node)] > MAX_YAML_VALUES:
+                raise _TooLarge(f"expands to over {MAX_YAML_VALUES:,} values through its aliases (&name / *name)")
+            continue
+        if id(node) in sizes:
+            continue
+        if id(node) in open_nodes:
+            raise _TooLarge("an alias (*name) names a value that contains it")
+        open_nodes.add(id(node))
+        stack.append((node, depth, True))
+        stack.extend((k, depth + 1, False) for k in kids if id(k) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [x for pair in node.value for x in pair]
+    return []
+
+
 def _safe_load(text):
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader: no tags, no code)
+    """yaml.safe_load with YAML 1.2's numbers, refusing a document that expands past
+    MAX_YAML_VALUES values or MAX_YAML_DEPTH levels before anything is built from it."""
+    loader = _Loader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise _TooLarge(f"nested over {MAX_YAML_DEPTH} levels deep") from None
+        if node is None:
+            return None
+        _expanded_size(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
-def load_yaml(path: str) -> dict:
-    """A YAML mapping, safely (no tags, no code); syntax errors are one line naming the file."""
+def read_yaml(path: str):
+    """A YAML document, safely (no tags, no code, within MAX_YAML_VALUES and MAX_YAML_DEPTH);
+    errors are one line naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = _safe_load(f)
+            return _safe_load(f)
     except UnicodeDecodeError as e:
         raise FlowclipError(f"{path}: not UTF-8 text ({e})") from None
+    except _TooLarge as e:
+        raise FlowclipError(f"{path}: refused: the YAML {e} (a config is read only within these bounds)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise FlowclipError(f"{path}:{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+
+
+def load_yaml(path: str) -> dict:
+    """A YAML mapping (read_yaml); an empty file is {}."""
+    data = read_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -80,6 +147,8 @@ def parse_overrides(items: list[str]) -> list[tuple[list[str], object]]:
             raise FlowclipError(f"override {item!r}: expected KEY=VALUE")
         try:
             value = _safe_load(raw)
+        except _TooLarge as e:
+            raise FlowclipError(f"override {item[:80]!r}: refused: the YAML {e}") from None
         except yaml.YAMLError as e:
             raise FlowclipError(f"override {item!r}: value is not valid YAML ({e})") from e
         out.append((key.split("."), value))

@@ -19,7 +19,8 @@ from .store.manifest_keys import extract_flags
 
 KIND = "published-head"
 # what a run's config.json keeps when published: no local paths (store, manifest) of the publisher
-KEEP = ("train", "store_fingerprint", "encoder", "manifest_sha256", "git_revision", "head", "dim", "parameters")
+KEEP = ("train", "store_fingerprint", "encoder", "encoder_description", "manifest_sha256", "git_revision", "head",
+        "dim", "parameters")  # fmt: skip
 
 
 def publish(run: str, out: str, results: str | None = None, overwrite: bool = False, log=print, **card) -> str:
@@ -28,13 +29,18 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
     the extract command of its store, the training data, a sweep's selection, how to load it
     and, from a results folder the user names, the scores it got there. card: license,
     base_model, datasets, push (OWNER/NAME: upload it there), private."""
-    from .training.run_folder import load_head
+    from .training.run_header import check_run_files
 
-    head, cfg = load_head(run)  # checked as scoring checks it (a plug-in head must be available)
     push = card.pop("push", None)
     if push is not None:
         check_repo_id(push)
     outputs.check_replaceable(out, KIND, overwrite)
+    if not os.path.isfile(os.path.join(run, "DONE")):  # (before torch: a folder that is no run, or unfinished)
+        raise FlowclipError(f"{run} is not a finished train-head run folder (no DONE); publish takes one")
+    check_run_files(run, f"run folder {run}")
+    from .training.run_folder import load_head
+
+    head, cfg = load_head(run)  # checked as scoring checks it (a plug-in head must be available)
     weights = os.path.join(run, "head.safetensors")
     sha = hashlib.sha256(open(weights, "rb").read()).hexdigest()
     scores = _scores_of(results, sha) if results else None

@@ -241,7 +241,7 @@ def test_score_refusals(scored_world, tiny_encoder):
     other = FeatureStore.open_or_create(
         str(tmp / "other"), resolve(EncoderSpec("flowclip-tiny-vit", init_seed=5)).config
     )
-    with pytest.raises(FlowclipError, match="trained on encoder .* refused"):
+    with pytest.raises(FlowclipError, match="trained on .* but this store holds .* refused"):
         run_score(other, [s["candidates"]], [run], str(tmp / "x"), log=lambda *_: None)
     with pytest.raises(FlowclipError, match="features missing from the store(.|\n)*--pretrained none --init-seed 5"):
         run_score(other, [s["candidates"]], ["clip"], str(tmp / "y"), log=lambda *_: None)

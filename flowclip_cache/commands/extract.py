@@ -63,10 +63,15 @@ from .common import READOUT_NAMES, StorePlace, device_name
     help="Backend of a new store (an existing store keeps its own).",
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
-@click.option("--batch-size", default=64, show_default=True, help="Images per forward pass.")
-@click.option("--text-batch-size", default=256, show_default=True, help="Captions per forward pass.")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Images per forward pass."
+)
+@click.option(
+    "--text-batch-size", type=click.IntRange(min=1), default=256, show_default=True, help="Captions per forward pass."
+)
 @click.option(
     "--workers",
+    type=click.IntRange(min=0),
     default=min(4, os.cpu_count() or 1),
     show_default=True,
     help="Image decoding processes (0 = in the main process).",
@@ -83,8 +88,16 @@ from .common import READOUT_NAMES, StorePlace, device_name
     default=lambda: int(os.environ.get("WORLD_SIZE", 1)),
     help="Number of workers (default $WORLD_SIZE).",
 )
-@click.option("--image-unit", default=256, show_default=True, help="Images per committed segment.")
-@click.option("--caption-unit", default=4096, show_default=True, help="Captions per committed segment.")
+@click.option(
+    "--image-unit", type=click.IntRange(min=1), default=256, show_default=True, help="Images per committed segment."
+)
+@click.option(
+    "--caption-unit",
+    type=click.IntRange(min=1),
+    default=4096,
+    show_default=True,
+    help="Captions per committed segment.",
+)
 @click.option(
     "--rehash",
     is_flag=True,

@@ -146,6 +146,10 @@ def train_head_cmd(
     checked = [config_and_flags(TrainConfig, f, flags) for f in files]
     for settings, source in checked:
         TrainConfig.precheck(settings, source)  # every mistake a name, key or value can be, before torch
+    from ..training.checkpoint import check_claim
+
+    for out in outs:  # and every --out, before the settings are printed
+        check_claim(out, "head-run", "run", resume, overwrite, ", or score it: --scorer " + out)
     track = tracking(report_to, wandb_project, log=click.echo)
     from ..store import FeatureStore
     from ..training.loop import train_heads
@@ -211,14 +215,26 @@ def final_accuracy(state: dict) -> dict[str, float]:
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--device", default="auto", show_default=True)
 @click.option("--seed", default=0, show_default=True, help="Seed of the controls and the bootstrap.")
-@click.option("--bootstrap", "draws", default=10000, show_default=True, help="Bootstrap draws (0 = none).")
-@click.option("--max-memory", default=2048, show_default=True, help="MiB bound for retrieval blocks.")
-@click.option("--shortlist", type=int, help="Re-rank the global top K in retrieval (approximate; labelled).")
+@click.option(
+    "--bootstrap",
+    "draws",
+    type=click.IntRange(min=0),
+    default=10000,
+    show_default=True,
+    help="Bootstrap draws (0 = none).",
+)
+@click.option(
+    "--max-memory", type=click.IntRange(min=1), default=2048, show_default=True, help="MiB bound for retrieval blocks."
+)
+@click.option(
+    "--shortlist", type=click.IntRange(min=1), help="Re-rank the global top K in retrieval (approximate; labelled)."
+)
 @click.option("--image-root", type=click.Path())
 @click.option("--overwrite", is_flag=True, help="Replace a results folder flowclip score wrote (nothing else).")
 @click.option(
     "--explain",
     "explain_n",
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Also explain the N largest repairs and N largest regressions between the first and the last "
@@ -256,13 +272,17 @@ def score(
     blind_folds,
 ):
     """Score every benchmark manifest with every scorer, from one store."""
+    from ..outputs import check_replaceable
+    from ..scoring.manifest_specs import checked_manifests
     from ..scoring.scorer_specs import check_scorers, parse_controls
     from ..scoring.suites import members
 
-    ctl = parse_controls(controls)  # every mistake in a name, before torch is imported
-    check_scorers(scorers)
+    ctl = parse_controls(controls)  # every mistake a name, a file or a folder can be, before torch is imported
     if suite:
         members(suite)
+    check_scorers(scorers, store)
+    check_replaceable(out, "score-results", overwrite)
+    checked_manifests(list(manifests))
     from ..scoring.score import run_score
     from ..store import FeatureStore
 
@@ -343,7 +363,7 @@ def explain(store, manifests, scorers, records, limit, image_root, out, device, 
     one self-contained HTML explorer (explorer.html)."""
     from ..scoring.scorer_specs import check_scorers
 
-    check_scorers(scorers)  # before torch is imported
+    check_scorers(scorers, store)  # before torch is imported
     from ..scoring.explain import run_explain
     from ..store import FeatureStore
 

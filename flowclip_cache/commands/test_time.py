@@ -19,9 +19,11 @@ from .common import STORE, device_name, plugin_option
     show_default=True,
     help="simplematch: one iteration at threshold 0; ttm: 10 iterations, threshold 2 -> 0 (ttm.sh).",
 )
-@click.option("--iterations", type=int, help="Matching-training iterations (default: the recipe's).")
-@click.option("--epochs", type=int, default=30, show_default=True, help="Epochs per iteration.")
-@click.option("--batch-groups", type=int, default=50, show_default=True, help="Groups a training batch.")
+@click.option("--iterations", type=click.IntRange(min=1), help="Matching-training iterations (default: the recipe's).")
+@click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True, help="Epochs per iteration.")
+@click.option(
+    "--batch-groups", type=click.IntRange(min=1), default=50, show_default=True, help="Groups a training batch."
+)
 @click.option("--lr", type=float, help="Learning rate (default: the run's own training learning rate).")
 @click.option("--seed", type=int, default=42, show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="A new folder for the results.")
@@ -35,6 +37,17 @@ def test_time_match(store, manifest, scorer, recipe, iterations, epochs, batch_g
     matching GroupMatch picks, as Zhu et al. 2025's SimpleMatch / TTM do, here over the
     head on cached features), and report the official figures before and after each
     iteration. Labelled everywhere as adapted to the test set: not an official score."""
+    from ..errors import FlowclipError
+    from ..manifest import Manifest
+    from ..outputs import check_replaceable
+    from ..scoring.manifest_specs import scoring_of
+    from ..scoring.scorer_specs import check_scorers
+
+    check_replaceable(out, "test-time-matching", overwrite)  # every mistake a file can be, before torch is imported
+    name, sc = scoring_of(Manifest.read(manifest))
+    if sc.task != "groups":
+        raise FlowclipError(f"{manifest}: test-time matching takes a 2x2 group task; {name} is a {sc.task} task")
+    check_scorers([scorer], store)
     from ..scoring.test_time_matching import RECIPES, TTMConfig, run_test_time_matching
     from ..store import FeatureStore
 

@@ -76,8 +76,9 @@ def check_inputs(
         try:
             if not os.path.exists(resolve_image_path(image_root, rel, allow_outside_root)):
                 missing.append((rel, mp))
-        except BadImage:
-            pass  # (a failure row of its own, as collect reports it)
+        except BadImage as e:
+            if on_error == "fail":  # (with skip: a failure row of its own, as collect reports it)
+                raise FlowclipError(f"{mp}: image {rel!r}: {e} (--on-error fail)") from None
     if missing and (len(missing) == len(paths) or on_error == "fail"):
         rel, mp = missing[0]
         whole = "none of the" if len(missing) == len(paths) else f"{len(missing)} of the"

@@ -26,12 +26,11 @@ class Published:
 
 def published_numbers(path: str | None = None) -> list[Published]:
     """Every entry of the data file, its keys checked (a damaged file is refused, naming the entry)."""
-    import yaml
-
+    from ..config import read_yaml
     from ..errors import FlowclipError
 
     path = path or os.path.join(os.path.dirname(__file__), "published", "flow_clip_paper.yaml")
-    data = yaml.safe_load(open(path, encoding="utf-8"))
+    data = read_yaml(path)
     out = []
     for i, e in enumerate(data.get("numbers", []) if isinstance(data, dict) else []):
         try:

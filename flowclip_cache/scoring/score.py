@@ -29,6 +29,7 @@ from . import metrics
 from .aggregation import aggregate, bootstrap_task, cross_task_means, expected_members  # noqa: F401
 from .blind_audit import CAPTION_CHOICE, audit_manifest, blind_section, public, record_table
 from .engines import score_candidates, score_classification, score_retrieval  # noqa: F401
+from .manifest_specs import check_tasks
 from .matrix_tasks import MATRIX_TASKS, score_matrix_task
 from .metrics import headline  # noqa: F401  (callers import it here)
 from .paraphrase_task import score_paraphrase_task
@@ -81,12 +82,7 @@ def run_score(
         if not found:
             raise FlowclipError(f"--suite {suite}: none of its benchmarks among {', '.join(manifest_paths)}")
     checked = [(m, *scoring_of(m, log)) for m in found]  # fail before any work
-    names = [n for _, n, _ in checked]
-    if len(set(names)) < len(names):
-        raise FlowclipError(
-            f"two manifests score as the same task ({', '.join(sorted({n for n in names if names.count(n) > 1}))}); "
-            f"give one a different flowclip.meta 'name'"
-        )
+    check_tasks(checked)
     with outputs.staged(out, "score-results", overwrite) as tmp:  # a failure (or a full disk) leaves nothing
         summary = _score_all(
             store,

@@ -235,7 +235,7 @@ def run_test_time_matching(
     from .. import outputs
     from ..manifest import Manifest
     from ..store.banks import FeatureBank
-    from .scorers import scoring_of
+    from .manifest_specs import scoring_of
 
     cfg.check()
     outputs.check_replaceable(out, "test-time-matching", overwrite)

@@ -113,6 +113,19 @@ class KeyIndex:
         return int((self.keys[1:] == self.keys[:-1]).sum()) if len(self.keys) > 1 else 0
 
 
+def describe_encoder(encoder: dict) -> str:
+    """An encoder configuration in a few words a person recognises: its model and weights
+    ("ViT-B-32, weights open_clip:openai", "flowclip-tiny-clip, random weights (seed 3)")."""
+    w = encoder.get("weights") if isinstance(encoder.get("weights"), dict) else {}
+    if w.get("source") == "random-init":
+        weights = f"random weights (seed {w.get('init_seed')})"
+    else:
+        sha = f", sha256 {str(w['sha256'])[:12]}" if w.get("sha256") else ""
+        weights = f"weights {w.get('source', '?')}{sha}"
+    extra = [f"{k} {encoder[k]}" for k in ("token_mask",) if encoder.get(k) not in (None, "nonpad")]
+    return ", ".join([str(encoder.get("model", "?")), weights, *extra])
+
+
 def read_store_json(root: str) -> dict:
     """store.json, checked; StoreError naming the fault."""
     meta_path = os.path.join(root, "store.json")

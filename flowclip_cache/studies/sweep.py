@@ -30,6 +30,18 @@ def report_manifests(cfg: SweepConfig) -> tuple[list[str], bool]:
     """(what best.yaml's study scores, whether that is the split the sweep selected on).
     A manifest the sweep selects on reports a best that is biased upward: refused unless
     eval_on_selection: true, and then labelled."""
+    for key, path in (
+        ("store", cfg.store),
+        ("train", cfg.train),
+        ("validation", cfg.validation),
+        *(("eval", e) for e in cfg.eval),
+    ):  # every file a trial or best.yaml reads, before the first trial trains
+        if path is not None and "://" not in path and not os.path.exists(path):
+            raise FlowclipError(f"{key}: {path} does not exist")
+    if cfg.validation is not None:
+        from ..scoring.manifest_specs import checked_manifests
+
+        checked_manifests([cfg.validation])
     selection = cfg.validation or cfg.train
     where = f"validation: {cfg.validation}" if cfg.validation else f"the val split of train: {cfg.train}"
     if not cfg.eval:

@@ -30,20 +30,27 @@ if TYPE_CHECKING:  # (torch is imported where a tensor is made: reading a run's 
 POINTER = "checkpoint.json"
 
 
+def check_claim(out: str, kind: str, noun: str, resume: bool, overwrite: bool, finished_hint: str = "") -> None:
+    """Everything claim_run refuses, checked without changing anything (a command checks
+    every --out before torch is imported, so a refusal is its first line)."""
+    from .. import outputs
+
+    outputs.require_own(out, kind)
+    if os.path.exists(os.path.join(out, "DONE")) and not overwrite and not resume:
+        raise FlowclipError(f"{out} holds a finished {noun}; pass --overwrite to replace it" + finished_hint)
+    if overwrite and os.path.exists(out):
+        outputs.refuse_foreign(out)
+    elif exists(out) and not resume:
+        raise FlowclipError(f"{out} holds an unfinished {noun}; pass --resume to continue it or --overwrite")
+
+
 def claim_run(out: str, kind: str, noun: str, resume: bool, overwrite: bool, finished_hint: str = "") -> bool:
     """Make `out` this run's folder (train-head's, adapt's) and say whether the run had
     started: never another command's output, a finished run only with --overwrite (which
     replaces it), an unfinished one only with --resume."""
     from .. import outputs
 
-    outputs.require_own(out, kind)
-    if os.path.exists(os.path.join(out, "DONE")) and not overwrite:
-        raise FlowclipError(
-            f"{out} holds a finished {noun}"
-            + (" (nothing to resume)" if resume else "")
-            + "; pass --overwrite to replace it"
-            + finished_hint
-        )
+    check_claim(out, kind, noun, resume, overwrite, finished_hint)
     if overwrite and os.path.exists(out):
         outputs.remove_own(out)  # only what the marker lists; anything else refused, named
     started = exists(out)

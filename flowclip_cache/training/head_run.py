@@ -17,10 +17,12 @@ from ..errors import FlowclipError
 from ..hashing import file_sha256
 from ..progress import stage
 from ..store import FeatureStore
+from ..store.layout import describe_encoder
 from . import checkpoint
 from .adamw import AdamW
 from .losses import batch_loss
 from .run_folder import git_revision, load_checkpoint, save_checkpoint, write_finished_head
+from .run_header import check_encoder
 from .train_config import recorded_settings
 from .training_data import TrainingData, pairwise_accuracies
 
@@ -53,6 +55,7 @@ class HeadRun:
             "store": store.root,
             "store_fingerprint": store.fingerprint,
             "encoder": store.encoder_config["model"],
+            "encoder_description": describe_encoder(store.encoder_config),
             "manifest": os.path.abspath(manifest_path),
             "manifest_sha256": file_sha256(manifest_path),
             "git_revision": git_revision(),
@@ -64,11 +67,7 @@ class HeadRun:
         }
         if started:
             old = json.load(open(os.path.join(out, "config.json")))
-            if old["store_fingerprint"] != store.fingerprint:
-                raise FlowclipError(
-                    f"{out} was trained on another encoder (store fingerprint "
-                    f"{old['store_fingerprint'][:12]}, this store {store.fingerprint[:12]}); refused"
-                )
+            check_encoder(old, store.meta, out)
             # a run may be continued past its cap
             same = lambda t: {k: v for k, v in recorded_settings(t).items() if k != "max_steps"}
             if (

@@ -15,6 +15,7 @@ from ..errors import FlowclipError
 from ..head_specs import builtin_kinds
 from ..heads import REGISTRY, Head, available_kinds, build_head, head_class
 from . import checkpoint
+from .run_header import check_published, read_run_config, weight_shapes
 
 
 def git_revision() -> str:
@@ -66,15 +67,9 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr, store_dim: int | 
     from ..heads.plugins import check_deferred, check_origin, plugin_hint
 
     where = f"run folder {run_dir}"
-    try:
-        cfg = json.load(open(os.path.join(run_dir, "config.json")))
-        hp = cfg["head"]
-        kind, dim = hp["kind"], hp["dim"]
-        if not isinstance(cfg["store_fingerprint"], str) or not isinstance(cfg["train"], dict):
-            raise TypeError("store_fingerprint must be a string and train a mapping")
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-        what = "nested too deeply to read" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
-        raise FlowclipError(f"{where}: config.json is missing or malformed ({what})") from None
+    cfg = read_run_config(run_dir, where)
+    hp = cfg["head"]
+    kind, dim = hp["kind"], hp["dim"]
     origin = hp.get("plugin")
     if isinstance(origin, dict) and isinstance(kind, str) and kind not in REGISTRY:
         check_deferred(origin, where)  # before any --plugin file is imported
@@ -89,7 +84,7 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr, store_dim: int | 
     path = os.path.join(run_dir, "head.safetensors")
     head, want = _expected_weights(kind, dim, hparams, origin, store_dim)
     _check_header(path, where, kind, {k: tuple(v.shape) for k, v in want.items()})
-    _check_published(cfg, path, where)
+    check_published(cfg, path, where)
     if head is None:
         head = build_head(kind, dim, **hparams)
     try:
@@ -105,26 +100,6 @@ def load_head(run_dir: str, device: str = "cpu", warn=_stderr, store_dim: int | 
             raise FlowclipError(f"{where}: {k} holds NaN or inf")
     head.load_state_dict(weights)
     return head.to(device).eval(), cfg
-
-
-def _check_published(cfg: dict, path: str, where: str) -> None:
-    """A published head's weights are the ones it was published with (the sha256 `flowclip
-    publish` recorded in its config): weights changed since are refused, never scored under
-    the published name."""
-    published = cfg.get("published")
-    if published is None:
-        return
-    want = published.get("head_sha256") if isinstance(published, dict) else None
-    if not isinstance(want, str) or len(want) != 64:
-        raise FlowclipError(f"{where}: config.json's `published` entry records no head_sha256; refused")
-    from ..hashing import file_sha256
-
-    have = file_sha256(path)
-    if have != want:
-        raise FlowclipError(
-            f"{where}: head.safetensors has sha256 {have[:12]}, not the {want[:12]} it was published with "
-            f"(its weights changed after publishing); refused"
-        )
 
 
 def _expected_weights(kind: str, dim: int, hparams: dict, origin, store_dim: int | None):
@@ -144,13 +119,7 @@ def _check_header(path: str, where: str, kind: str, want: dict[str, tuple]) -> N
     """The weights file's names and shapes, read from its header alone, against the head the
     config describes: a run folder whose config.json claims another size (a stranger's, say)
     is refused before a head of that size is built."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(path, "pt") as f:
-            have = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    except (OSError, SafetensorError) as e:
-        raise FlowclipError(f"{where}: head.safetensors is unreadable ({e})") from None
+    have = weight_shapes(path, where)
     if set(have) != set(want):
         raise FlowclipError(f"{where}: head.safetensors holds {sorted(have)}, a {kind} head needs {sorted(want)}")
     for k, shape in have.items():

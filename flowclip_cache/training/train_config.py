@@ -45,7 +45,7 @@ class TrainConfig:
     # a registered kind (flow, global, ..., an installed or loaded plug-in's), or FILE.py:Class /
     # package.module:Class, which from_dict imports and registers (docs/plugins.md)
     head: str = field(default="flow", metadata={"choices": HeadKinds()})
-    epochs: int = field(default=5, metadata={"min": 0})
+    epochs: int = field(default=5, metadata={"min": 1})  # (0 would write a finished run of an untrained head)
     batch_size: int = field(default=32, metadata={"min": 1})  # records per batch (each brings one negative)
     lr: float = field(default=8e-5, metadata={"min": 0.0})
     weight_decay: float = field(default=1e-4, metadata={"min": 0.0})
@@ -118,11 +118,19 @@ class TrainConfig:
         """What from_dict refuses that needs no head imported (torch): a head name no kind
         or file can be, unknown keys, wrong types, out-of-range values. A plug-in class
         (FILE.py:Class) is imported later, by from_dict."""
+        kind = d.get("head", "flow") if isinstance(d, dict) else None
         if isinstance(d, dict):
             check_head_name(d.get("head"), f"{source}: key 'head'")
             if is_head_spec(d.get("head")):
                 d = {k: v for k, v in d.items() if k != "head"}
         check_fields(cls, d, source)
+        if isinstance(d, dict) and kind in builtin_kinds():  # built-in heads declare none
+            for key, what in (("head_options", "options"), ("loss_weights", "loss terms")):
+                if d.get(key):
+                    raise FlowclipError(
+                        f"{source}: key {key!r}: {sorted(d[key])} are not {what} of the {d.get('head', 'flow')} head "
+                        f"(none: only a plug-in head declares {what})"
+                    )
 
     def describe(self) -> str:
         """The settings in force, one line: a head's options with its declared defaults
