@@ -273,7 +273,6 @@ class OnlineScorer:
         **spec,
     ):
         from .devices import resolve_device
-        from .errors import FlowclipError
         from .extraction.encoders import EncoderSpec, load_model, resolve
         from .heads import build_head
 
