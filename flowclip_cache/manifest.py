@@ -53,7 +53,9 @@ KINDS: dict[str, KindSpec] = {
     # Winoground-style 2x2 groups: images[i]'s own caption is captions[i]
     "groups": KindSpec("groups", ("record_id", "images", "captions"), ("captions",), image_column="images"),
     # SugarCrepe++-style: an image, two captions that describe it (paraphrases) and a negative
-    "paraphrases": KindSpec("paraphrases", ("record_id", "image", "positives", "negative"), ("positives", "negative")),
+    "paraphrases": KindSpec(
+        "paraphrases", ("record_id", "image", "positives", "negative"), ("positives", "negative"), ("crop",)
+    ),
 }
 
 

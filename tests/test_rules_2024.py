@@ -225,9 +225,11 @@ def test_hard_positives_reads_a_checkout_and_refuses_misaligned_files(tmp_path):
         (tmp_path / folder).mkdir(exist_ok=True)
         json.dump(recs, open(tmp_path / folder / FILES[subset], "w"))
 
+    box = {"bbox_x": 1, "bbox_y": 2, "bbox_w": 30, "bbox_h": 20}
     for sub in FILES:
         recs = [{"image_id": str(i), "true_caption": f"walking {sub} {i}", "false_caption": f"jumping {sub} {i}",
-                 "image_path": f"data/VG_100K/{i}.jpg"} for i in range(2)]  # fmt: skip
+                 "image_path": f"{i}.jpg" if sub == "swap" else f"data/VG_100K/{i}.jpg",
+                 **(box if sub == "swap" else {})} for i in range(2)]  # fmt: skip
         write("data", sub, recs)
         write(
             "swapped_data", sub, [dict(r, true_caption=r["true_caption"].replace("walking", "strolling")) for r in recs]
@@ -235,13 +237,17 @@ def test_hard_positives_reads_a_checkout_and_refuses_misaligned_files(tmp_path):
     rep = get("hard-positives").build(str(tmp_path), str(tmp_path / "hp.parquet"), RowErrors())
     rows = Manifest.read(tmp_path / "hp.parquet").table.to_pylist()
     assert rep.records == 6 and rep.counts == {"swap": 2, "replace_att": 2, "replace_rel": 2}
+    assert rows[1]["image"] == "data/images/1.jpg" and rows[1]["crop"] == [1, 2, 30, 20]  # VG_Attribution's
     r = rows[3]
-    assert r["record_id"] == "replace_att/1" and r["image"] == "data/VG_100K/1.jpg"
+    assert r["record_id"] == "replace_att/1" and r["image"] == "data/VG_100K/1.jpg" and r["crop"] is None
     assert (
         r["positives"] == ["walking replace_att 1", "strolling replace_att 1"]
         and r["negative"] == "jumping replace_att 1"
     )
     bad = json.load(open(tmp_path / "swapped_data" / FILES["swap"]))
+    json.dump([bad[0], dict(bad[1], bbox_w=31)], open(tmp_path / "swapped_data" / FILES["swap"], "w"))
+    with pytest.raises(ManifestError, match=r"record 1: its bbox differs"):
+        get("hard-positives").build(str(tmp_path), str(tmp_path / "hp2.parquet"), RowErrors())
     bad[1]["false_caption"] = "another negative"
     json.dump(bad, open(tmp_path / "swapped_data" / FILES["swap"], "w"))
     with pytest.raises(ManifestError, match=r"record 1: its image or hard negative differs"):
@@ -446,6 +452,27 @@ def test_negbench_retrieval_through_score_and_no_shortlist(lab, tmp_path):
                   log=lambda *_: None)  # fmt: skip
 
 
+def fs_of_file(tmp_path, name: str, root) -> np.ndarray:
+    """The tiny CLIP's global feature of one image file, extracted alone into a store of its own."""
+    import pyarrow as pa
+    from click.testing import CliRunner
+
+    from flowclip_cache.cli import main
+    from flowclip_cache.manifest import Manifest, write_manifest
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.store.manifest_keys import image_keys
+
+    man = str(tmp_path / "one.parquet")
+    write_manifest(man, pa.table({"record_id": ["0"], "image": [name], "captions": [["a", "b"]], "gold": [0]}),
+                   "candidates")  # fmt: skip
+    store = str(tmp_path / "one-store")
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", man,
+                                  "--image-root", str(root), "--quiet", "--workers", "0"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    fs = FeatureStore(store)
+    return fs.load_global("img", image_keys(fs, Manifest.read(man), str(root)))[0]
+
+
 def test_hard_positives_score_end_to_end_as_run_eval_reads_the_scores(tmp_path):
     """A checkout in the release's layout (images under data/VG_100K), built, extracted with the
     tiny CLIP and scored by `flowclip score`: each subset's three figures equal run_eval.py's
@@ -467,12 +494,17 @@ def test_hard_positives_score_end_to_end_as_run_eval_reads_the_scores(tmp_path):
     caps = sorted({c for r in Manifest.read(s["candidates"]).table.to_pylist() for c in r["captions"]})
     src = tmp_path / "hp"
     (src / "data" / "VG_100K").mkdir(parents=True)
+    (src / "data" / "images").mkdir()
     (src / "swapped_data").mkdir()
     for i, p in enumerate(pngs):
         Image.open(p).convert("RGB").save(src / "data" / "VG_100K" / f"{i}.jpg", "JPEG")
+        Image.open(p).convert("RGB").save(src / "data" / "images" / f"{i}.jpg", "JPEG")
+    box = {"bbox_x": 3, "bbox_y": 5, "bbox_w": 40, "bbox_h": 30}
     for k, sub in enumerate(FILES):
-        recs = [{"image_id": str(i), "image_path": f"data/VG_100K/{(i + k) % len(pngs)}.jpg",
-                 "true_caption": caps[(3 * i + k) % len(caps)], "false_caption": caps[(3 * i + k + 1) % len(caps)]}
+        recs = [{"image_id": str(i), "true_caption": caps[(3 * i + k) % len(caps)],
+                 "false_caption": caps[(3 * i + k + 1) % len(caps)],
+                 **({"image_path": f"{(i + k) % len(pngs)}.jpg", **box} if sub == "swap" else
+                    {"image_path": f"data/VG_100K/{(i + k) % len(pngs)}.jpg"})}
                 for i in range(6)]  # fmt: skip
         json.dump(recs, open(src / "data" / FILES[sub], "w"))
         hp = [dict(r, true_caption=caps[(3 * i + k + 2) % len(caps)]) for i, r in enumerate(recs)]
@@ -501,6 +533,13 @@ def test_hard_positives_score_end_to_end_as_run_eval_reads_the_scores(tmp_path):
         for sub in FILES:
             assert res["by_subset"][f"{sub} {m}"] == dec[subset == sub].mean()
     assert res["n"] == 18 and res["headline_metric"] == "augmented"
+    # SWAP's images are VG_Attribution's: data/images/<image_path> cropped to the box, as a
+    # file cropped by PIL and extracted on its own gives them
+    (tmp_path / "crop").mkdir()
+    Image.open(src / "data" / "images" / "0.jpg").crop((3, 5, 43, 35)).save(tmp_path / "crop" / "0.png")
+    own = fs_of_file(tmp_path, "0.png", tmp_path / "crop")
+    swap0 = next(i for i, r in enumerate(rows) if r["record_id"] == "swap/0")
+    assert np.array_equal(fs.load_global("img", image_keys(fs, Manifest.read(man), str(src)))[swap0], own)
     md = (out / "results.md").read_text()
     assert "**augmented**" in md and "| hard-positives | clip |" in md
 

@@ -6,8 +6,11 @@ holds (image, c, c_n) and swapped_data/<file> (image, c_p, c_n), record by recor
 two lists aligned by position, as run_eval.py pairs them), each entry {image_id,
 true_caption, false_caption, image_path}; three subsets: swap
 (visual_genome_attribution.json, SWAP), replace_att (vl_checklist_attributes.json) and
-replace_rel (vl_checklist_relations.json, REPLACE). image_path is relative to the folder
-the release runs in (data/VG_100K/...): that folder is the image root.
+replace_rel (vl_checklist_relations.json, REPLACE). The image root is the folder the release
+runs in (the checkout), and each subset's images are where its dataset class reads them
+(dataset_zoo/aro_datasets.py): SWAP's `VG_Attribution` opens <root_dir>/images/<image_path>
+(root_dir "data") and crops it to the record's bbox_x, bbox_y, bbox_w, bbox_h, as ARO does;
+REPLACE's `VL_Checklist_Attribute` / `VL_Checklist_Relation` open image_path as it is, uncropped.
 
 Score, as run_eval.py `main` computes it, every comparison strict (a tie is wrong):
 **original** s(c) > s(c_n) (`orig_acc`), **hard positive** s(c_p) > s(c_n) (`mod_acc`),
@@ -48,12 +51,29 @@ def _subset(source: str, subset: str, errors: RowErrors) -> list[dict]:
         fb = [text_field(b, k, hp_path, f"record {i}", errors) for k in KEYS]
         if None in fa or None in fb:
             continue
+        box = _box(a, orig_path, i, errors) if subset == "swap" else None
+        if subset == "swap" and (box is None or _box(b, hp_path, i, errors) != box):
+            if box is not None:
+                errors(hp_path, f"record {i}", f"its bbox differs from {orig_path}'s record {i}")
+            continue
         if fa[1:] != fb[1:]:
             errors(hp_path, f"record {i}", f"its image or hard negative differs from {orig_path}'s record {i}")
             continue
-        rows.append({"record_id": f"{subset}/{i}", "image": fa[2], "positives": [fa[0], fb[0]], "negative": fa[1],
-                     "subset": subset, "_at": f"{hp_path}: record {i}"})  # fmt: skip
+        row = {"record_id": f"{subset}/{i}", "image": fa[2], "positives": [fa[0], fb[0]], "negative": fa[1],
+               "subset": subset, "_at": f"{hp_path}: record {i}"}  # fmt: skip
+        if subset == "swap":  # VG_Attribution: <root_dir>/images/<image_path>, cropped to the box
+            row.update(image=f"data/images/{fa[2]}", crop=box)
+        rows.append(row)
     return rows
+
+
+def _box(rec: dict, path: str, i: int, errors: RowErrors) -> list[float] | None:
+    """A SWAP record's bbox_x, bbox_y, bbox_w, bbox_h (PIL's crop box is x, y, x + w, y + h)."""
+    try:
+        return [float(rec[k]) for k in ("bbox_x", "bbox_y", "bbox_w", "bbox_h")]
+    except (KeyError, TypeError, ValueError):
+        errors(path, f"record {i}", "missing or non-numeric bbox_x/bbox_y/bbox_w/bbox_h (VG_Attribution crops to it)")
+        return None
 
 
 def build(source: str, out: str, errors: RowErrors) -> BuildReport:
@@ -64,7 +84,8 @@ def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         counts[subset] = len(mine)
     report = BuildReport(len(rows), len({r["image"] for r in rows}), counts, errors.skipped)
     report.notes.append(
-        f"image root: the folder image_path is relative to (the checkout, {source}, as the release runs)"
+        f"image root: the checkout ({source}), as the release runs: SWAP's images under data/images/ (cropped "
+        f"to their boxes), REPLACE's at their image_path"
     )
     return write_records(out, rows, "paraphrases", "hard-positives", report)
 
