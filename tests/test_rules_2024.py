@@ -279,17 +279,24 @@ def test_negbench_mcq_equals_evaluate_model_on_planted_ties():
     gold = rng.integers(0, 4, n)
     types = np.array(["positive", "negative", "hybrid"])[rng.integers(0, 3, n)]
     subset = np.where(np.arange(n) < 250, "coco", "voc2007")
-    res = aggregate(get("negbench-mcq").scoring, s, gold, {"subset": subset.tolist(), "template": types.tolist()}, None)
+    cols = {"subset": subset.tolist(), "template": types.tolist(), "file_template": [f"{a} {b}" for a, b in
+                                                                                    zip(subset, types)]}  # fmt: skip
+    res = aggregate(get("negbench-mcq").scoring, s, gold, cols, None)
     per = {}
-    for sub in ("coco", "voc2007"):
+    for sub in ("coco", "voc2007"):  # evaluate_model run on each CSV: its total and its per-template figures
         m = subset == sub
         ref = negbench_mcq(s[m].astype(np.float64), gold[m], types[m].tolist())
         assert res["by_subset"][sub] == ref["total_accuracy"]
+        for t in ("positive", "negative", "hybrid"):
+            assert res["by_file_template"][f"{sub} {t}"] == ref[f"{t}_accuracy"]
         per[sub] = ref["total_accuracy"]
     assert res["score"] == pytest.approx(np.mean(list(per.values())), abs=1e-15)
-    whole = negbench_mcq(s.astype(np.float64), gold, types.tolist())
+    whole = negbench_mcq(s.astype(np.float64), gold, types.tolist())  # pooled over the files: ours, named so
     for t in ("positive", "negative", "hybrid"):
         assert res["by_template"][t] == whole[f"{t}_accuracy"]
+    titles = dict(get("negbench-mcq").scoring.breakdowns())
+    assert titles["per file and template (as released: each CSV's accuracies)"] == "by_file_template"
+    assert "ours" in next(t for t, k in titles.items() if k == "by_template")
     tied_first = (s == s.max(1, keepdims=True)).sum(1) > 1
     assert tied_first.sum() > 50  # the planted ties are there, and decided as argmax decides them
 

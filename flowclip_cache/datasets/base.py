@@ -35,6 +35,7 @@ class Scoring:
     min_group: int = 0  # groups with fewer records are dropped (ARO VG-Attribution: 25)
     exclude_column: str | None = None  # boolean column: records outside the official score
     report_by: tuple[str, ...] = ()  # further columns to break results down by
+    report_titles: tuple[tuple[str, str], ...] = ()  # (report_by column, its title) where "per <column>" says too little
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # named means of group_by values (SugarCrepe Add/...)
     group_weighting: str = "groups"  # a named group's mean: "groups" (unweighted over its members) or
     # "records" (pooled over its records, i.e. weighted by subset size)
@@ -148,7 +149,8 @@ class Scoring:
             (f"per {level}: the mean over its {below}s (means of means)", f"nested_{level}")
             for level, below in zip(self.nest[:-1], self.nest[1:])
         ]
-        out += [(f"per {c}", f"by_{c}") for c in self.report_by]
+        titles = dict(self.report_titles)
+        out += [(titles.get(c, f"per {c}"), f"by_{c}") for c in self.report_by]
         if self.task in ("candidates", "image_candidates"):
             out += [(f"Recall@1 per {c}", f"recall_by_{c}") for c in self.report_by]
             out += [(f"Recall@{k} per {c}", f"recall_at{k}_by_{c}") for c in self.report_by for k in self.recall_at[1:]]
