@@ -90,11 +90,12 @@ def test_exports_in_each_evaluators_layout():
     """Each format read back as its evaluator reads it gives the evaluator's figures."""
     s = planted_groups(40, 7) + np.float32(1e-3) * np.arange(40, dtype=np.float32)[:, None, None]
     ids = [str(i) for i in range(40)]
-    rows = table("vismin-csv", ids, s)
-    assert rows[0] == ["id", "T0_I0", "T0_I1", "T1_I0", "T1_I1"]
-    back = [{k: (v if k == "id" else float(v)) for k, v in zip(rows[0], r)} for r in rows[1:]]
-    cats = ["object"] * 40
-    assert vismin_metric([dict(p, category="object") for p in back]) == vismin_metric(vismin_predictions(s, cats))
+    cats = ["object"] * 20 + ["counting"] * 20
+    rows = table("vismin-csv", [f"{c}/{i % 20}" for c, i in zip(cats, range(40))], s)  # ids restart per category
+    assert rows[0] == ["id", "T0_I0", "T0_I1", "T1_I0", "T1_I1", "category"]
+    back = [{k: (v if k in ("id", "category") else float(v)) for k, v in zip(rows[0], r)} for r in rows[1:]]
+    assert [p["id"] for p in back] == [str(i % 20) for i in range(40)] and back[25]["category"] == "counting"
+    assert vismin_metric(back) == vismin_metric(vismin_predictions(s, cats))  # as metric.py reads the rows
     assert all(np.float32(p["T0_I1"]) == s[i, 1, 0] for i, p in enumerate(back))  # exact, not rounded
     c = table("c0_i0", ids, s)
     assert c[0] == ["id", "c0_i0", "c0_i1", "c1_i0", "c1_i1"]
@@ -137,16 +138,18 @@ def test_converters_read_their_release_layouts(tmp_path):
     png = tmp_path / "x.png"
     Image.new("RGB", (8, 8), (200, 10, 10)).save(png)
     b = [{"bytes": png.read_bytes(), "path": "x.png"}] * 2
-    ds = datasets.Dataset.from_dict({"id": [0, 1], "text_0": ["a", "b"], "text_1": ["c", "d"], "image_0": b,
-                                     "image_1": b, "category": ["object", "counting"]})  # fmt: skip
+    ds = datasets.Dataset.from_dict({"id": [0, 0, 1], "text_0": ["a", "b", "e"], "text_1": ["c", "d", "f"],
+                                     "image_0": b + b[:1], "image_1": b + b[:1],
+                                     "category": ["object", "counting", "object"]})  # fmt: skip
     ds = ds.cast_column("image_0", datasets.Image()).cast_column("image_1", datasets.Image())
     datasets.DatasetDict({"test": ds}).save_to_disk(str(tmp_path / "vismin"))
     rep = get("vismin").build(str(tmp_path / "vismin"), str(tmp_path / "v.parquet"), RowErrors(),
                               images_out=str(tmp_path / "vimg"))  # fmt: skip
     rows = Manifest.read(tmp_path / "v.parquet").table.to_pylist()
-    assert rep.records == 2 and rep.counts == {"object": 1, "counting": 1}
+    assert rep.records == 3 and rep.counts == {"object": 2, "counting": 1}  # ids restart per category, as released
+    assert [r["record_id"] for r in rows] == ["object/0", "counting/0", "object/1"]
     assert rows[1]["captions"] == ["b", "d"] and rows[1]["category"] == "counting"
-    assert sorted(os.listdir(tmp_path / "vimg")) == [f"vismin-00000{i}-{k}.png" for i in range(2) for k in range(2)]
+    assert sorted(os.listdir(tmp_path / "vimg")) == [f"vismin-00000{i}-{k}.png" for i in range(3) for k in range(2)]
 
 
 def test_export_command_from_a_score_folder(tmp_path):
@@ -161,8 +164,9 @@ def test_export_command_from_a_score_folder(tmp_path):
     res = tmp_path / "res"
     res.mkdir()
     s = planted_groups(5, 8)
-    rows = [{"benchmark": "vismin", "record_id": str(i), "control": "real", "scorer": "clip",
+    rows = [{"benchmark": "vismin", "record_id": f"object/{i}", "control": "real", "scorer": "clip",
              "scores": m.ravel().tolist(), "gold": None, "correct": True} for i, m in enumerate(s)]  # fmt: skip
+    rows += [dict(r, benchmark="naturalbench", record_id=str(i)) for i, r in enumerate(rows)]
     rows.append({"benchmark": "aro", "record_id": "0", "control": "real", "scorer": "clip", "scores": [0.1, 0.2],
                  "gold": 0, "correct": False})  # fmt: skip
     pq.write_table(pa.Table.from_pylist(rows), res / "records.parquet")
@@ -170,12 +174,12 @@ def test_export_command_from_a_score_folder(tmp_path):
                                   "vismin-csv", "--out", str(tmp_path / "ex")])  # fmt: skip
     assert r.exit_code == 0, r.output
     got = list(csv.reader(open(tmp_path / "ex" / "vismin_submission.csv")))
-    assert got[0] == ["id", "T0_I0", "T0_I1", "T1_I0", "T1_I1"] and len(got) == 6
-    assert float(got[2][2]) == s[1, 1, 0]
-    again = CliRunner().invoke(main, ["export", str(res), "--benchmark", "vismin", "--scorer", "clip", "--format",
-                                      "naturalbench-npy", "--out", str(tmp_path / "ex")])  # fmt: skip
+    assert got[0] == ["id", "T0_I0", "T0_I1", "T1_I0", "T1_I1", "category"] and len(got) == 6
+    assert float(got[2][2]) == s[1, 1, 0] and got[2][0] == "1" and got[2][5] == "object"
+    again = CliRunner().invoke(main, ["export", str(res), "--benchmark", "naturalbench", "--scorer", "clip",
+                                      "--format", "naturalbench-npy", "--out", str(tmp_path / "ex")])  # fmt: skip
     assert again.exit_code == 2 and "overwrite" in again.output
-    r = CliRunner().invoke(main, ["export", str(res), "--benchmark", "vismin", "--scorer", "clip", "--format",
+    r = CliRunner().invoke(main, ["export", str(res), "--benchmark", "naturalbench", "--scorer", "clip", "--format",
                                   "naturalbench-npy", "--out", str(tmp_path / "ex"), "--overwrite"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert np.array_equal(np.load(tmp_path / "ex" / "scores_i2t.npy"), s)

@@ -44,7 +44,8 @@ def build_groups(
         for i, rec in enumerate(data):
             where = f"{source}: {split} row {i}"
             rid, imgs, caps, extra = row(i, rec)
-            rid = plain_id(rid, where)  # a copy's id is text of its own, never a path
+            # a copy's id is text of its own, never a path; a tuple: parts that together identify it
+            rid = "/".join(plain_id(x, where) for x in rid) if isinstance(rid, tuple) else plain_id(rid, where)
             if any(not isinstance(c, str) or not c.strip() for c in caps):
                 errors(source, f"{split} row {i}", "an empty, missing or non-text caption")
                 continue

@@ -69,10 +69,15 @@ BENCHMARK = Benchmark(
     kind="candidates",
     build=build,
     scoring=Scoring(
-        task="candidates", tie_rule="first", aggregate="subset_mean", group_by="subset",
+        task="candidates",
+        tie_rule="first",
+        aggregate="subset_mean",
+        group_by="subset",
         report_by=("file_template", "template"),
-        report_titles=(("file_template", "per file and template (as released: each CSV's accuracies)"),
-                       ("template", "per template, pooled over the files (ours, not the release's)")),
+        report_titles=(
+            ("file_template", "per file and template (as released: each CSV's accuracies)"),
+            ("template", "per template, pooled over the files (ours, not the release's)"),
+        ),
     ),  # fmt: skip
     options={"image_prefix": "the leading part of image_path to remove (the rest: a path under --image-root)"},
 )

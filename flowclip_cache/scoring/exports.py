@@ -5,8 +5,11 @@ scores there: image 0 with captions 0, 1, then image 1 with captions 0, 1).
     c0_i0            CSV id,c0_i0,c0_i1,c1_i0,c1_i1: the keys Winoground's evaluation and
                      Baiqi-Li/NaturalBench naturalbench_retrieval.py `get_retrieval_scores`
                      give each group (c<caption>_i<image>)
-    vismin-csv       CSV id,T0_I0,T0_I1,T1_I0,T1_I1: the submission file of rabiulcste/vismin
-                     vismin-bench/README.md (T<text>_I<image>)
+    vismin-csv       CSV id,T0_I0,T0_I1,T1_I0,T1_I1,category: the submission columns of
+                     rabiulcste/vismin vismin-bench/README.md (T<text>_I<image>) and the category
+                     metric.py `compute_contrastive_accuracy` groups by (eval.py's predictions
+                     carry it: the release's ids restart in every category), records in the
+                     copy's order
     naturalbench-npy the [groups, 2 images, 2 captions] float32 array naturalbench_retrieval.py
                      passes to `evaluate_scores` (scores_i2t), groups in index order
 
@@ -53,8 +56,11 @@ def table(fmt: str, ids: list[str], s: np.ndarray) -> list[list[str]]:
     """The CSV rows (header first) of a CSV format; s [n, image, caption]."""
     if fmt == "c0_i0":
         head, cells = ["id", "c0_i0", "c0_i1", "c1_i0", "c1_i1"], (s[:, 0, 0], s[:, 1, 0], s[:, 0, 1], s[:, 1, 1])
-    elif fmt == "vismin-csv":
+    elif fmt == "vismin-csv":  # record ids are "<category>/<id>" (datasets/vismin.py)
         head, cells = ["id", "T0_I0", "T0_I1", "T1_I0", "T1_I1"], (s[:, 0, 0], s[:, 1, 0], s[:, 0, 1], s[:, 1, 1])
+        split = [rid.rpartition("/") for rid in ids]
+        rows = [[own, *map(_cell, vals), cat] for (cat, _, own), *vals in zip(split, *cells)]
+        return [[*head, "category"], *rows]
     else:
         raise ValueError(fmt)
     return [head] + [[rid, *map(_cell, vals)] for rid, *vals in zip(ids, *cells)]
