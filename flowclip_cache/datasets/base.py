@@ -35,9 +35,7 @@ class Scoring:
     min_group: int = 0  # groups with fewer records are dropped (ARO VG-Attribution: 25)
     exclude_column: str | None = None  # boolean column: records outside the official score
     report_by: tuple[str, ...] = ()  # further columns to break results down by
-    report_titles: tuple[
-        tuple[str, str], ...
-    ] = ()  # (report_by column, its title) where "per <column>" says too little
+    report_titles: tuple[tuple[str, str], ...] = ()  # (report_by column, its title) where "per <col>" says too little
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # named means of group_by values (SugarCrepe Add/...)
     group_weighting: str = "groups"  # a named group's mean: "groups" (unweighted over its members) or
     # "records" (pooled over its records, i.e. weighted by subset size)
