@@ -116,13 +116,15 @@ def train_head(
     overwrite: bool = False,
     placement: str = "auto",
     quiet: bool = False,
+    allow_missing: bool = False,
     **settings,
 ) -> Run:
     """Train a head as `flowclip train-head` does (the same function, so the same weights
     for the same settings): `config` a TrainConfig or a dict of its keys, `settings` keys
     over it (head="global", epochs=2, ...); checked like a YAML config. `head` is a kind,
     "FILE.py:Class", a Head subclass, or a Head instance (training starts from its weights;
-    its options are the run's head_options)."""
+    its options are the run's head_options). allow_missing: train on the records left when some
+    rest on images or captions extract could not read (refused otherwise)."""
     from .devices import resolve_device
     from .training.loop import train_head as train_run
 
@@ -133,7 +135,8 @@ def train_head(
     fs = open_store(store)
     train_run(
         fs, train_manifest, out, cfg, device=device, resume=resume, overwrite=overwrite,
-        placement=placement, progress=not quiet, initial_weights=initial, log=_silent if quiet else print,
+        placement=placement, progress=not quiet, initial_weights=initial, allow_missing=allow_missing,
+        log=_silent if quiet else print,
     )  # fmt: skip
     return load_run(out, device, store_dim=fs.meta["dim"])
 

@@ -88,6 +88,12 @@ def _training(card: dict) -> list[str]:
     if data.get("records") is not None:
         source = f", source: {data['source']}" if data.get("source") else ""
         lines += [f"Trained on the manifest `{data['manifest']}` ({data['records']:,} records{source}).", ""]
+    if data.get("left_out"):
+        lines += [
+            f"**Partial data:** {data['left_out']:,} of the manifest's records were left out of training "
+            f"(extract could not read their image or caption; trained with --allow-missing).",
+            "",
+        ]
     lines += ["| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in card["train"].items()]]
     lines += [
         f"| training manifest sha256 | `{str(data.get('sha256', '?'))[:16]}` |",

@@ -108,6 +108,8 @@ def training_data(cfg: dict) -> dict:
     from .manifest import Manifest
 
     data = {"manifest": os.path.basename(str(cfg.get("manifest", "?"))), "sha256": cfg.get("manifest_sha256")}
+    if cfg.get("excluded_failed"):  # trained on part of its manifest (--allow-missing): said on the card
+        data["left_out"] = len(cfg["excluded_failed"])
     try:
         if file_sha256(cfg["manifest"]) == cfg.get("manifest_sha256"):
             m = Manifest.read(cfg["manifest"])

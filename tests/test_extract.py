@@ -26,6 +26,7 @@ def run(store_dir, enc, manifests, root, backend="zarr", **kw):
     fs = FeatureStore.open_or_create(str(store_dir), enc.config, backend)
     kw.setdefault("workers", 0)
     kw.setdefault("progress", False)
+    kw.setdefault("on_error", "skip")  # (these tests read the failure rows: as --on-error skip)
     return fs, extract_mod.run_extract(fs, enc, manifests, root, **kw)
 
 
@@ -314,3 +315,24 @@ def test_captions_with_equal_token_ids_get_identical_features(tmp_path, sample, 
     c = fs.load_captions([caption_key(rows[0]["captions"][0]), caption_key(rows[1]["captions"][0])])
     np.testing.assert_array_equal(c.global_[0], c.global_[1])
     np.testing.assert_array_equal(c.tokens[c.offsets[0] : c.offsets[1]], c.tokens[c.offsets[1] : c.offsets[2]])
+
+
+def test_a_partial_input_fails_unless_asked_and_the_store_says_so(tmp_path, sample):
+    """extract's default is --on-error fail: images missing under --image-root (a folder of
+    the data not given, as COCO's val2014 beside train2014) refuse the command in one line,
+    naming how many, the first and their folders, before a store exists; --on-error skip
+    extracts the rest, and `store info` counts what failed."""
+    rows = Manifest.read(sample["candidates"]).table.to_pylist()
+    rows[3]["image"] = "val2014/gone.png"
+    man = tmp_path / "m.parquet"
+    write_manifest(man, pa.Table.from_pylist(rows), "candidates")
+    args = ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-clip", "--manifest", str(man),
+            "--image-root", sample["image_root"], "--workers", "0", "--quiet"]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "1 of the" in r.output and "'val2014/gone.png'" in r.output and "in val2014" in r.output
+    assert "--on-error skip" in r.output and not (tmp_path / "st").exists()
+    r = CliRunner().invoke(main, [*args, "--on-error", "skip"])
+    assert r.exit_code == 0 and "failed:   1" in r.output, r.output
+    r = CliRunner().invoke(main, ["store", "info", str(tmp_path / "st")])
+    assert "failed_to_extract" in r.output and "'images': 1" in r.output, r.output

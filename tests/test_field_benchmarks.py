@@ -442,7 +442,8 @@ def test_a_group_whose_image_failed_is_left_out_and_its_cells_are_marked(field, 
     write_manifest(tmp_path / "w.parquet", pa.Table.from_pylist(rows), "groups", {"benchmark": "winoground"})
     root = str(field["base"] / "images")
     args = ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-clip", "--image-root", root]
-    r = CliRunner().invoke(cli, [*args, "--manifest", str(tmp_path / "w.parquet"), "--workers", "0", "--quiet"])
+    r = CliRunner().invoke(cli, [*args, "--manifest", str(tmp_path / "w.parquet"), "--workers", "0", "--quiet",
+                                 "--on-error", "skip"])  # fmt: skip
     assert r.exit_code == 0, r.output
     out = tmp_path / "res"
     score = ["score", "--store", str(tmp_path / "st"), "--manifests", str(tmp_path / "w.parquet"), "--scorer", "clip"]

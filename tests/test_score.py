@@ -543,8 +543,8 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     write_manifest(man, pa.Table.from_pylist(rows), "candidates", {"benchmark": "sugarcrepe"})
     fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
     s = run_extract(fs, tiny_encoder, [str(man), sample["training"]], sample["image_root"], workers=0, progress=False,
-                    log=lambda *_: None)  # fmt: skip
-    assert len(s.failures) == 2
+                    on_error="skip", log=lambda *_: None)  # fmt: skip
+    assert len(s.failures) == 2 and fs.failed_items() == {"images": 1, "captions": 1}  # (store info counts them)
     fs.refresh()
     from flowclip_cache.training.loop import TrainConfig, train_head
 

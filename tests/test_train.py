@@ -505,11 +505,11 @@ def test_a_folder_without_flowclips_marker_is_never_reopened(world, tmp_path):
     assert HeadRun.reopen_past_max_steps(run, more, lambda *_: None) and not os.path.exists(os.path.join(run, "DONE"))
 
 
-def test_a_training_manifest_with_failed_rows_trains_on_the_rest(tmp_path, tiny_encoder, sample):
+def test_a_training_manifest_with_failed_rows_trains_on_the_rest_only_when_asked(tmp_path, tiny_encoder, sample):
     """A training record whose image extract could not read, and one whose negative was
-    empty, are left out by name: train-head trains on the rest, says so, and records them
-    in the run's config.json (issue 38: it refused the whole manifest and proposed the
-    extract that fails them again). A record never extracted is still refused."""
+    empty: training on the rest is refused in one line, naming how many and the first,
+    unless allow_missing (--allow-missing); then they are left out by name, said, and
+    recorded in the run's config.json. A study's dry run agrees."""
     import pyarrow as pa
 
     from flowclip_cache.extraction.extract import run_extract
@@ -522,13 +522,18 @@ def test_a_training_manifest_with_failed_rows_trains_on_the_rest(tmp_path, tiny_
     man = tmp_path / "train.parquet"
     write_manifest(man, pa.Table.from_pylist(rows), "training")
     fs = FeatureStore.open_or_create(str(tmp_path / "store"), tiny_encoder.config)
-    s = run_extract(fs, tiny_encoder, [str(man)], sample["image_root"], workers=0, progress=False, log=lambda *_: None)
+    s = run_extract(fs, tiny_encoder, [str(man)], sample["image_root"], workers=0, progress=False, on_error="skip",
+                    log=lambda *_: None)  # fmt: skip
     assert len(s.failures) == 2
     fs.refresh()
     said = []
     run = str(tmp_path / "run")
-    train_head(fs, str(man), run, TrainConfig(head="flow", epochs=1, batch_size=4), progress=False, log=said.append)
-    assert any("2 records left out of training" in line and rows[1]["record_id"] in line for line in said), said
+    with pytest.raises(FlowclipError, match=r"2 of \d+ records .* rest on an image or caption .* --allow-missing"):
+        train_head(fs, str(man), run, TrainConfig(head="flow", epochs=1, batch_size=4), progress=False)
+    assert not os.path.exists(run)  # refused before the run folder was made
+    train_head(fs, str(man), run, TrainConfig(head="flow", epochs=1, batch_size=4), progress=False, log=said.append,
+               allow_missing=True)  # fmt: skip
+    assert any("left out of training" in line and rows[1]["record_id"] in line for line in said), said
     conf = json.load(open(os.path.join(run, "config.json")))
     assert [d["record"] for d in conf["excluded_failed"]] == [rows[1]["record_id"], rows[4]["record_id"]]
     assert os.path.exists(os.path.join(run, "DONE"))
@@ -537,6 +542,9 @@ def test_a_training_manifest_with_failed_rows_trains_on_the_rest(tmp_path, tiny_
 
     checked = check_study(store_path=fs.root, train_manifest=str(man), eval_manifests=[], runs=[], run_dirs={},
                           base_train={}, device="cpu", log=lambda *_: None)  # fmt: skip
+    assert any("--allow-missing" in p for p in checked.problems), checked.problems
+    checked = check_study(store_path=fs.root, train_manifest=str(man), eval_manifests=[], runs=[], run_dirs={},
+                          base_train={}, device="cpu", allow_missing=True, log=lambda *_: None)  # fmt: skip
     assert not any("train" in p for p in checked.problems), checked.problems
     assert any("2 records left out (failed at extract" in line for line in checked.lines), checked.lines
     rows[0]["image"] = "never-extracted.png"  # not a recorded failure: refused as before

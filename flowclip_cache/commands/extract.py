@@ -77,7 +77,14 @@ from .common import READOUT_NAMES, StorePlace, device_name
     help="Image decoding processes (0 = in the main process).",
 )
 @click.option("--token-mask", type=click.Choice(["nonpad", "content"]), default="nonpad", show_default=True)
-@click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip", show_default=True)
+@click.option(
+    "--on-error",
+    type=click.Choice(["fail", "skip"]),
+    default="fail",
+    show_default=True,
+    help="fail: an image or caption that cannot be read stops the command (missing files before anything is "
+    "written); skip: extract the rest and record the failures in the store (store info counts them).",
+)
 @click.option("--allow-outside-root", is_flag=True, help="Allow image paths outside --image-root.")
 @click.option(
     "--rank", type=int, default=lambda: int(os.environ.get("RANK", 0)), help="This worker's share (default $RANK)."

@@ -108,6 +108,12 @@ def _train_option(name, typ, help):
 @click.option("--image-root", type=click.Path(), help="Only where the store saw the same paths under several roots.")
 @click.option("--resume", is_flag=True, help="Continue an unfinished run in --out.")
 @click.option("--overwrite", is_flag=True, help="Replace a run in --out.")
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="Train on the records left when some rest on images or captions extract could not read "
+    "(refused otherwise; the run's config.json lists those left out).",
+)
 @click.option("--quiet", is_flag=True)
 @report_to_option
 def train_head_cmd(
@@ -123,6 +129,7 @@ def train_head_cmd(
     image_root,
     resume,
     overwrite,
+    allow_missing,
     quiet,
     report_to,
     wandb_project,
@@ -175,6 +182,7 @@ def train_head_cmd(
             placement=data_placement,
             watch=track.watch,
             stack=stack,
+            allow_missing=allow_missing,
             log=click.echo,
         )
         for out, state in zip(outs, states):

@@ -69,7 +69,7 @@ def run_extract(
     batch_size: int = 64,
     text_batch_size: int = 256,
     workers: int = 2,
-    on_error: str = "skip",
+    on_error: str = "fail",
     allow_outside_root: bool = False,
     rank: int = 0,
     world_size: int = 1,

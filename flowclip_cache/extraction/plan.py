@@ -59,7 +59,7 @@ def _check_root(image_root: str | None, names_images: bool) -> None:
 
 
 def check_inputs(
-    manifest_paths: list[str], image_root: str | None, allow_outside_root: bool = False, on_error: str = "skip"
+    manifest_paths: list[str], image_root: str | None, allow_outside_root: bool = False, on_error: str = "fail"
 ) -> None:
     """What can be refused before a store is created: an unreadable manifest, a missing
     image root, and an image root under which none of the manifests' images exists (or,
@@ -79,12 +79,20 @@ def check_inputs(
         except BadImage as e:
             if on_error == "fail":  # (with skip: a failure row of its own, as collect reports it)
                 raise FlowclipError(f"{mp}: image {rel!r}: {e} (--on-error fail)") from None
-    if missing and (len(missing) == len(paths) or on_error == "fail"):
+    if missing and len(missing) == len(paths):
         rel, mp = missing[0]
-        whole = "none of the" if len(missing) == len(paths) else f"{len(missing)} of the"
         raise FlowclipError(
-            f"{whole} {len(paths)} images the manifests name exist under --image-root {image_root} "
+            f"none of the {len(paths)} images the manifests name exist under --image-root {image_root} "
             f"(first: {rel!r}, from {mp}); is it the folder their paths are relative to?"
+        )
+    if missing and on_error == "fail":
+        rel, mp = missing[0]
+        folders = sorted({os.path.dirname(r) or "." for r, _ in missing})
+        raise FlowclipError(
+            f"{len(missing)} of the {len(paths)} images the manifests name do not exist under --image-root "
+            f"{image_root} (first: {rel!r}, from {mp}; in {', '.join(folders[:4])}"
+            f"{', ...' if len(folders) > 4 else ''}): give a root that holds them all, or --on-error skip to "
+            f"extract the rest (a store missing them is recorded as such)"
         )
 
 

@@ -377,6 +377,16 @@ class FeatureStore(FeatureReads, RecordFiles):
                 total += os.path.getsize(os.path.join(dirpath, f))
         return total
 
+    def failed_items(self) -> dict[str, int]:
+        """Distinct images and captions an extract recorded it could not read (failures/, kept
+        across runs: a manifest's rows on them are left out of scoring, and refused by training
+        unless --allow-missing)."""
+        seen: dict[str, set] = {"images": set(), "captions": set()}
+        for _, t in self.read_records("failures", ("kind", "path_or_text")):
+            for kind, item in zip(t.column("kind").to_pylist(), t.column("path_or_text").to_pylist()):
+                seen["images" if kind == "image" else "captions"].add(item)
+        return {k: len(v) for k, v in seen.items()}
+
     def info(self) -> dict:
         n_tok = 0
         for s in self.segments:
@@ -397,6 +407,7 @@ class FeatureStore(FeatureReads, RecordFiles):
             "captions": self.count(CAPTION),
             "caption_tokens": n_tok,
             "global_only": {k: self.global_only(kind) for k, kind in (("images", IMAGE), ("captions", CAPTION))},
+            "failed_to_extract": self.failed_items(),
             "segments": len(self.segments),
             "duplicate_rows": self.duplicates(IMAGE) + self.duplicates(CAPTION),
             "bytes_on_disk": self.size_on_disk(),

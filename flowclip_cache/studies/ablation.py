@@ -44,6 +44,8 @@ class AblationConfig:
     wandb_project: str = "flowclip"
     wandb_group: str | None = None  # the runs' group (default: the study folder's name)
     data_placement: str = "auto"  # where training features live: auto | device | host | store
+    # train on the records left when some rest on images or captions extract could not read
+    allow_missing: bool = False
     side_by_side: bool = True  # heads sharing a data order train on the same batches
     stack: bool = False  # side-by-side heads of one class and settings take one batched step (stacked.py)
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
@@ -181,6 +183,7 @@ def _execute(cfg: AblationConfig, spec, dry_run: bool, jobs: int, progress: bool
         device=cfg.device,
         side_by_side="stacked" if cfg.side_by_side and cfg.stack else cfg.side_by_side,
         placement=cfg.data_placement,
+        allow_missing=cfg.allow_missing,
         world=cfg.world,
         feature_dims=_dims(spec) if cfg.world is not None and not cfg.store else None,
         progress=progress,

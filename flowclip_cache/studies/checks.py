@@ -64,6 +64,7 @@ def check_study(
     device,
     world=None,
     feature_dims=None,
+    allow_missing: bool = False,
     log=print,
 ) -> Checked:
     from ..devices import resolve_device
@@ -110,7 +111,7 @@ def check_study(
         f"store: {out.store.root} (fingerprint {out.store.fingerprint[:16]}, {out.store.encoder_config['model']})"
     )
     _check_heads(out, out.store.meta["dim"])
-    _check_training(out, train_manifest)
+    _check_training(out, train_manifest, allow_missing)
     _check_evaluation(out, eval_manifests, log)
     return out
 
@@ -125,7 +126,7 @@ def _check_heads(out: Checked, dim: int) -> None:
             _try(out, cfg.check_contract, dim)
 
 
-def _check_training(out: Checked, path) -> None:
+def _check_training(out: Checked, path, allow_missing: bool = False) -> None:
     """The training manifest read as training reads it (training_data.training_records:
     failed rows dropped, every record's captions and features found), kept for the study
     to train on."""
@@ -144,6 +145,11 @@ def _check_training(out: Checked, path) -> None:
     split = recs.columns["split"] if recs else m.table.column("split").to_pylist()  # (the plan's steps even so)
     out.train_path, out.train_records = path, sum(s == "train" for s in split)
     if recs is None:
+        return
+    if recs.skipped and not allow_missing:
+        from ..training.training_data import check_missing
+
+        _try(out, check_missing, recs, False)  # the refusal, a problem found before training
         return
     out.training = recs
     out.lines.append(

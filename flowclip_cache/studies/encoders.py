@@ -40,6 +40,8 @@ class EncodersConfig:
     report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (docs/tracking.md)
     wandb_project: str = "flowclip"
     data_placement: str = "auto"
+    # train on the records left when some rest on images or captions extract could not read
+    allow_missing: bool = False
     side_by_side: bool = True
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
 
@@ -103,6 +105,7 @@ def run(cfg: EncodersConfig, dry_run: bool, jobs: int, log=print, progress: bool
                 device=cfg.device,
                 side_by_side=cfg.side_by_side,
                 placement=cfg.data_placement,
+                allow_missing=cfg.allow_missing,
                 progress=progress,
                 figures=cfg.figures,
                 tracking=tracking,

@@ -29,6 +29,8 @@ class SensitivityConfig:
     report_to: list[str] = field(default_factory=list)  # tensorboard, wandb (docs/tracking.md)
     wandb_project: str = "flowclip"
     data_placement: str = "auto"  # where training features live: auto | device | host | store
+    # train on the records left when some rest on images or captions extract could not read
+    allow_missing: bool = False
     side_by_side: bool = True  # heads sharing a data order train on the same batches
     figures: bool = True  # the scores' PNGs (margins, CREPE curves); false: results only
 
@@ -65,6 +67,7 @@ def run(cfg: SensitivityConfig, dry_run: bool, jobs: int, log=print, progress: b
             device=cfg.device,
             side_by_side=cfg.side_by_side,
             placement=cfg.data_placement,
+            allow_missing=cfg.allow_missing,
             progress=progress,
             figures=cfg.figures,
             tracking=tracking,

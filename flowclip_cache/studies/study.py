@@ -70,6 +70,7 @@ def execute(
     training_free=(),
     resample_seeds: bool = False,
     tracking=None,
+    allow_missing: bool = False,
     log=print,
 ) -> dict | None:
     """suite: score only that suite's members among eval_manifests (flowclip score --suite).
@@ -98,6 +99,7 @@ def execute(
             device=device,
             world=world,
             feature_dims=feature_dims,
+            allow_missing=allow_missing,
             log=log,
         )
     for line in checked.lines:
@@ -138,6 +140,7 @@ def execute(
         placement=placement,
         rank=(rank, ranks),
         records=checked.training,
+        allow_missing=allow_missing,
         **shared,
     )
     scoring = {**shared, "figures": figures, "suite": suite, "training_free": list(training_free),
@@ -277,6 +280,7 @@ def train_missing(
     rank: tuple[int, int] = (0, 1),
     tracking=None,
     records=None,
+    allow_missing: bool = False,
 ) -> None:
     """Train every run not finished (resuming partial ones), from one in-memory copy of the
     features (of records: train_manifest's TrainingRecords as the checks read them, else
@@ -315,6 +319,7 @@ def train_missing(
                 device,
                 placement=placement,
                 log=lambda m: log(f"  {m}"),
+                allow_missing=allow_missing,
             )
 
         def train_group(group: list[RunSpec]):
@@ -405,6 +410,12 @@ def _write_summary(store, out, runs, run_dirs, score, training_free, t0, clock) 
     }
     enc = store.encoder_config
     summary["encoder"] = {"model": enc.get("model"), "patch_readout": enc.get("patch_readout", "standard")}
+    left_out = {  # runs trained on part of their manifest (allow_missing): said in the summary
+        r.folder: len(json.load(open(os.path.join(run_dirs[r.folder], "config.json"))).get("excluded_failed", []))
+        for r in runs
+    }
+    if any(left_out.values()):
+        summary["training_records_left_out"] = left_out
     profile = os.path.join(out, "profile.json")
     if os.path.exists(profile):
         summary["encoder_profile"] = json.load(open(profile))

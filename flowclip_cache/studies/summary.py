@@ -245,6 +245,14 @@ def summary_markdown(summary: dict) -> list[str]:
         "Figures are percent (summary.json: the same, in percent; the score's results.json holds fractions).",
         "",
     ]
+    if summary.get("training_records_left_out"):
+        n = max(summary["training_records_left_out"].values())
+        md += [
+            f"**Partial training data:** the runs were trained without {n:,} records of the training manifest "
+            "(extract could not read their image or caption; allow_missing: true). Each run's config.json lists "
+            "them under excluded_failed.",
+            "",
+        ]
     if "encoder_profile" in summary:
         md += ["## The frozen encoder's profile", "", profile_table(summary["encoder_profile"], "frozen encoder"), ""]
     md += (

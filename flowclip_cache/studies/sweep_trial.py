@@ -60,6 +60,8 @@ class SweepConfig:
     # the same batches where they share a data order, and take one batched step with stack
     jobs: int = field(default=1, metadata={"min": 1})
     stack: bool = False
+    # train on the records left when some rest on images or captions extract could not read
+    allow_missing: bool = False
 
 
 def distributions(space: dict) -> dict:
@@ -175,7 +177,8 @@ def run_generation(cfg: SweepConfig, store, trials: list, tracking=None) -> dict
         try:
             if todo:
                 train_heads(store, cfg.train, todo, device=cfg.device, resume=True, progress=False, stack=cfg.stack,
-                            watch=tracking.watch if tracking else None, log=lambda *_: None)  # fmt: skip
+                            watch=tracking.watch if tracking else None, allow_missing=cfg.allow_missing,
+                            log=lambda *_: None)  # fmt: skip
             for n, _ in group:
                 values[n] = objective_value(cfg, store, n, checkpoint.read_state(folder(n)))
         except FlowclipError as e:
@@ -263,7 +266,12 @@ def prepare(cfg: SweepConfig) -> tuple[dict, Any]:
         raise FlowclipError(f"pruner: {cfg.pruner} needs jobs: 1 (a pruned trial would stop the runs beside it)")
     if cfg.pruner != "none" and not _has_val_split(cfg.train):
         raise FlowclipError(f"pruner: {cfg.pruner} watches the val accuracy per epoch; {cfg.train} has no val split")
-    return space, FeatureStore(cfg.store)
+    store = FeatureStore(cfg.store)
+    from ..manifest import Manifest
+    from ..training.training_data import check_missing, training_records
+
+    check_missing(training_records(store, Manifest.read(cfg.train)), cfg.allow_missing)  # before any trial
+    return space, store
 
 
 def _has_val_split(manifest: str) -> bool:

@@ -34,9 +34,10 @@ from . import checkpoint
 from .adamw import AdamW
 from .head_run import HeadRun, end_epoch_together, start_together, stop_together
 from .losses import batch_loss
+from .run_header import check_encoder, read_run_config
 from .stacked import Stacker
 from .train_config import TrainConfig
-from .training_data import TrainingData, load_training_data
+from .training_data import TrainingData, check_missing, load_training_data, training_records
 
 
 def seconds_per_step(data: TrainingData, cfg: TrainConfig, device: str, repeats: int = 3) -> float:
@@ -77,6 +78,7 @@ def train_heads(
     initial_weights: list[dict | None] | None = None,
     watch=None,
     stack: bool = False,
+    allow_missing: bool = False,
     log=print,
 ) -> list[dict]:
     """Train several heads side by side on the same batches: each batch is gathered once
@@ -85,7 +87,8 @@ def train_heads(
     state_dict per run that a new run starts from instead of its head's own initialisation
     (the Python API's train_head(head=instance)). watch(out, record): every record a run
     logs, as it is logged (tracking.py; a sweep's pruner). stack: runs that can stack take
-    one batched step (stacked.py)."""
+    one batched step (stacked.py). allow_missing: train on the records left once those whose
+    features extract could not make are dropped (refused otherwise: training_data.check_missing)."""
     cfgs = [c for _, c in runs]
     ref = cfgs[0]
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
@@ -103,7 +106,13 @@ def train_heads(
     for out, cfg in runs:
         log(f"{os.path.basename(os.path.normpath(out))}: {cfg.describe()}")
         cfg.check_contract(store.meta["dim"])  # a broken head fails here, before any folder is written
-    manifest = Manifest.read(manifest_path) if data is None else None  # (data: read by whoever loaded it)
+    for out, _ in runs:  # a run resumed on another encoder, refused first (its config says which)
+        if resume and os.path.isfile(os.path.join(out, "config.json")):
+            check_encoder(read_run_config(out, out), store.meta, out)
+    manifest = None  # (data: read by whoever loaded it)
+    if data is None:  # the records, read and their missing features judged before any folder is written
+        manifest = training_records(store, Manifest.read(manifest_path), image_root)
+        check_missing(manifest, allow_missing)
     new = {out: os.path.isdir(out) for out, _ in runs if not os.path.exists(out) or not os.listdir(out)}
     try:
         started_flags = [
@@ -155,7 +164,7 @@ def _train(
     if data is None:
         with stage("loading"):
             data = load_training_data(
-                store, manifest, any(c.uses_tokens for c in cfgs), device, image_root, placement, log
+                store, manifest, any(c.uses_tokens for c in cfgs), device, image_root, placement, log, True
             )
     train_rec = np.nonzero(data.split == "train")[0]
     if len(train_rec) < 2:
@@ -274,6 +283,7 @@ def train_head(
     placement: str = "auto",
     initial_weights: dict | None = None,
     watch=None,
+    allow_missing: bool = False,
     log=print,
 ) -> dict:
     """One head. data: features already gathered for this manifest (a study shares one copy)."""
@@ -291,5 +301,6 @@ def train_head(
         data=data,
         initial_weights=[initial_weights],
         watch=watch,
+        allow_missing=allow_missing,
         log=log,
     )[0]

@@ -83,6 +83,26 @@ def training_records(store: FeatureStore, manifest: Manifest, image_root: str | 
     return TrainingRecords(manifest, skipped, t, texts, rec_pos, rec_neg, ikeys)
 
 
+def check_missing(recs: TrainingRecords, allow_missing: bool) -> str | None:
+    """Records extract could not give features to (an image or caption it recorded as
+    failed): a refusal unless allow_missing, else the line that says how many were left
+    out. None when every record is there."""
+    skipped = recs.skipped
+    if not skipped:
+        return None
+    whole = len(skipped) + len(recs.manifest)
+    what = (
+        f"{recs.manifest.path}: {len(skipped)} of {whole} records ({100 * len(skipped) / whole:.1f}%) rest on an "
+        f"image or caption extract could not read (first: {skipped[0]['record']}, {skipped[0]['reason']})"
+    )
+    if not allow_missing:
+        raise FlowclipError(
+            f"{what}; extract them (check --image-root holds every folder the manifest names), or pass "
+            f"--allow-missing (allow_missing: true in a config) to train on the rest, recorded in the run"
+        )
+    return f"{what}: left out of training (--allow-missing); the run's config.json lists them under excluded_failed"
+
+
 def load_training_data(
     store: FeatureStore,
     manifest: Manifest | TrainingRecords,
@@ -91,19 +111,18 @@ def load_training_data(
     image_root: str | None = None,
     placement: str = "device",
     log=print,
+    allow_missing: bool = False,
 ) -> TrainingData:
     """The manifest's records (or its TrainingRecords, already read) as indices into a bank
     of their features; placement auto|device|host|store says where the features live
-    (store/banks.py), chosen from a memory estimate made before anything is loaded."""
+    (store/banks.py), chosen from a memory estimate made before anything is loaded. Records
+    whose features extract could not make are refused unless allow_missing (check_missing)."""
     recs = manifest if isinstance(manifest, TrainingRecords) else training_records(store, manifest, image_root)
     skipped, t, texts, ikeys = recs.skipped, recs.columns, recs.texts, recs.image_keys
     rec_pos, rec_neg = recs.rec_pos, recs.rec_neg
-    if skipped:
-        log(
-            f"{recs.manifest.path}: {len(skipped)} records left out of training: extract recorded their image or "
-            f"caption as failed (first: {skipped[0]['record']}, {skipped[0]['reason']}); the run's config.json "
-            f"lists them under excluded_failed"
-        )
+    said = check_missing(recs, allow_missing)
+    if said:
+        log(said)
     uimg = sorted(set(ikeys))
     img_index = {k: i for i, k in enumerate(uimg)}
     need = memory_need(store, uimg, texts, need_patches, len(rec_pos), rec_neg.shape[1])
