@@ -18,7 +18,7 @@ DIMS = (16, 512)  # the widths checked: kernels differ with them (64 for all pai
 
 
 def _unit(g, *shape):
-    return F.normalize(torch.randn(*shape, generator=g), dim=-1)
+    return F.normalize(torch.randn(*shape, generator=g), dim=-1).to(DEVICE)
 
 
 def _random(g, n: int, ell: int, D: int):
@@ -26,9 +26,12 @@ def _random(g, n: int, ell: int, D: int):
     return _unit(g, n, D), _unit(g, n, N, D), _unit(g, n, D), _unit(g, n, ell, D)
 
 
+DEVICE = "cpu"  # tests/test_cuda.py sets "cuda"
+
+
 def _head(kind: str, D: int):
     torch.manual_seed(1)
-    head = build_head(kind, D)
+    head = build_head(kind, D).to(DEVICE)
     with torch.no_grad():
         for p in head.parameters():  # away from the identity start, so every term counts
             p.add_(0.05 * torch.randn_like(p))
@@ -45,12 +48,12 @@ def matched_positions(kind: str, D: int, ell: int = 13, seed: int = 0) -> list[s
     token count, against the pair alone."""
     head, g = _head(kind, D), torch.Generator().manual_seed(seed)
     v, P, t, H = _random(g, PAIR_BLOCK, ell, D)
-    mask = torch.ones(PAIR_BLOCK, ell, dtype=torch.bool)
+    mask = torch.ones(PAIR_BLOCK, ell, dtype=torch.bool, device=DEVICE)
     bad = []
     with torch.no_grad():
         alone = matched_scores(head, *_pair_inputs(head, v[:1], P[:1], t[:1], H[:1], mask[:1]))[0]
         for k in range(PAIR_BLOCK):
-            order = torch.arange(PAIR_BLOCK)
+            order = torch.arange(PAIR_BLOCK, device=DEVICE)
             order[0], order[k] = k, 0  # the pair at position k, its neighbours random
             got = matched_scores(head, *_pair_inputs(head, v[order], P[order], t[order], H[order], mask[order]))
             if not torch.equal(got[k], alone):
@@ -65,8 +68,8 @@ def all_pair_positions(kind: str, D: int = 64, ell: int = 11, seed: int = 0) -> 
     head, g = _head(kind, D), torch.Generator().manual_seed(seed)
     I, T = IMAGE_BLOCK, TEXT_BLOCK
     (v, P, _, _), (_, _, t, H) = _random(g, I, ell, D), _random(g, T, ell, D)
-    mask = torch.ones(T, ell, dtype=torch.bool)
-    rows, cols = torch.arange(0, I, 3), torch.arange(0, T, 4)
+    mask = torch.ones(T, ell, dtype=torch.bool, device=DEVICE)
+    rows, cols = torch.arange(0, I, 3, device=DEVICE), torch.arange(0, T, 4, device=DEVICE)
     v[rows], P[rows], t[cols], H[cols] = v[0].clone(), P[0].clone(), t[0].clone(), H[0].clone()
     with torch.no_grad():
         grid = all_pair_scores(head, *_pair_inputs(head, v, P, t, H, mask))[rows][:, cols]
@@ -79,22 +82,22 @@ def planted_ties(D: int, seed: int = 0) -> list[str]:
     """FILIP's image-to-text score takes each patch's best token, so a caption with one of
     its tokens repeated ties the caption in the release; with the two captions at every
     position of their blocks, every engine ties them too."""
-    head, g = build_head("filip-score-i2t", D), torch.Generator().manual_seed(seed)
+    head, g = build_head("filip-score-i2t", D).to(DEVICE), torch.Generator().manual_seed(seed)
     ell = 9
     v, P, t, H = _random(g, PAIR_BLOCK, ell + 1, D)
     H[:, ell] = H[:, 0]
-    short = (torch.arange(ell + 1)[None] < ell).expand(PAIR_BLOCK, -1)  # without the repeated token
-    long = torch.ones(PAIR_BLOCK, ell + 1, dtype=torch.bool)
+    short = (torch.arange(ell + 1, device=DEVICE)[None] < ell).expand(PAIR_BLOCK, -1)  # no repeated token
+    long = torch.ones(PAIR_BLOCK, ell + 1, dtype=torch.bool, device=DEVICE)
     bad = []
     with torch.no_grad():
         for k in range(PAIR_BLOCK):
-            order = torch.arange(PAIR_BLOCK)
+            order = torch.arange(PAIR_BLOCK, device=DEVICE)
             order[0], order[k] = k, 0
             a = matched_scores(head, v[order], P[order], t[order], H[order, :ell], short[:, :ell])
             b = matched_scores(head, v[order], P[order], t[order], H[order], long)
             if not torch.equal(a[k], b[k]):
                 bad.append(f"planted tie, d={D}, seed {seed}, matched, position {k}: {a[k].item()!r}, {b[k].item()!r}")
-        padded = torch.cat([H[:, :ell], torch.zeros(PAIR_BLOCK, 1, D)], 1)  # the short captions
+        padded = torch.cat([H[:, :ell], torch.zeros(PAIR_BLOCK, 1, D, device=DEVICE)], 1)  # the short captions
         grid = all_pair_scores(head, v, P, torch.cat([t, t]), torch.cat([padded, H]), torch.cat([short, long]))
     n_bad = int((grid[:, :PAIR_BLOCK] != grid[:, PAIR_BLOCK:]).sum())
     what = f"planted tie, d={D}, seed {seed}, all pairs: {n_bad} of {PAIR_BLOCK**2} pairs untied"

@@ -145,3 +145,19 @@ def test_stacked_runs_and_shared_evaluations_on_cuda(tmp_path, tiny_encoder, mon
             torch.testing.assert_close(wa[n], wb[n], rtol=1e-5, atol=1e-6)
         evals = lambda text: [x for x in text.splitlines() if '"eval"' in x]  # noqa: E731
         assert evals(la) == evals(lb)
+
+
+def test_exact_products_give_the_cpus_bits_and_pairs_their_own_on_cuda(monkeypatch):
+    """Exact products are exact: cuBLAS's float64 sums give the CPU's very bits, and a pair
+    at every position of its block scores its bits alone on the GPU too (pair_positions)."""
+    import pair_positions
+
+    from flowclip_cache.heads import available_kinds
+    from flowclip_cache.heads.exact import exact_products
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(300, 512, generator=g), torch.randn(70, 512, generator=g)
+    with torch.no_grad(), exact_products():
+        assert torch.equal((a.cuda() @ b.cuda().T).cpu(), a @ b.T)
+    monkeypatch.setattr(pair_positions, "DEVICE", "cuda")
+    assert pair_positions.every_failure(available_kinds()) == []
