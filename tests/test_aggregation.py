@@ -116,7 +116,7 @@ def test_below_chance_is_said_only_with_a_test_and_learnt_only_below_the_frozen_
     0.5 is P = 0.101 (exact fractions), not below chance; 80 of 222 is, and with CLIP at 44.59 the head is below
     it too; with CLIP at 35 the preference is the encoder's. binomial_tail by hand: P(X <= 1)
     for Bin(3, 0.5) = 4/8."""
-    from flowclip_cache.studies.summary import _below_chance, binomial_tail
+    from flowclip_cache.studies.answer import _below_chance, binomial_tail
 
     assert binomial_tail(1, 3, 0.5) == pytest.approx(0.5) and binomial_tail(3, 3, 0.5) == pytest.approx(1.0)
     chance = lambda t: 50.0  # noqa: E731
@@ -187,7 +187,8 @@ def test_a_reports_sentences_follow_its_figures():
     only its significant comparisons says how many of how many; the binding lab's sentence
     names what the project's run found for this encoder and readout, and only for those;
     the wall time counts the invocation from its start. Each checked by hand."""
-    from flowclip_cache.studies.summary import _beyond_chance, _binding_lab_pointer, _wall_time, binomial_tail, overall
+    from flowclip_cache.studies.answer import _beyond_chance, binomial_tail, overall
+    from flowclip_cache.studies.summary import _binding_lab_pointer, _wall_time
 
     p15 = 1 - binomial_tail(14, 22, 0.05)
     assert p15 < 1e-12 and "more than chance" in _beyond_chance(15, 22) and "weak" not in _beyond_chance(15, 22)
@@ -205,7 +206,7 @@ def test_a_reports_sentences_follow_its_figures():
     assert "all 12 of its binding intervals were above 0" in standard and "4 of its 12" in clear
     assert "holds no figures for flowclip-tiny-clip with standard patches" in other_enc and "above 0" not in other_enc
     # a training-free scorer below chance is not said to have learnt anything; a trained head is
-    from flowclip_cache.studies.summary import _below_chance
+    from flowclip_cache.studies.answer import _below_chance
 
     table = {"clip": {"t": {"mean": 44.59}}, "filip-score": {"t": {"mean": 30.0}}, "flow": {"t": {"mean": 30.0}}}
     low = {"records": {"t": 222}, "table": table, "training_free": ["filip-score"]}
@@ -512,3 +513,37 @@ def test_the_bootstrap_statistic_at_unit_weights_is_each_official_score():
         )
         assert stat[0] == pytest.approx(res["score"], abs=1e-12), name
         assert not lost[0]
+
+
+def test_a_summary_opens_with_the_answer_where_a_training_free_scorer_wins():
+    """Issue 65's demo: the untrained filip-score ahead of both trained heads on the synthetic
+    mean, and a summary that said so nowhere. The answer now comes first: the best scorer on
+    each cross-task mean, the best trained head against the best training-free scorer with
+    the bootstrap's interval of that mean, and 'no trained head beats' said plainly."""
+    from flowclip_cache.studies.summary import summary_markdown
+
+    runs = [RunSpec("flow", 0, {"head": "flow"}), RunSpec("global", 0, {"head": "global"})]
+    tasks = ("synthetic-swap-att", "synthetic-order")
+    scores = {"clip": 0.70, "filip-score": 0.84, runs[0].folder: 0.795, runs[1].folder: 0.80}
+    mean = {r: {"synthetic": {"mean": v, "members": list(tasks)}} for r, v in scores.items()}
+    score = {
+        "results": {f"real|{r}": {t: {"score": v, "n": 50} for t in tasks} for r, v in scores.items()},
+        "cross_task_means": {f"real|{r}": m for r, m in mean.items()}, "controls": ["real"],
+        "decision_changes": {}, "store_fingerprint": "x", "git_revision": "y",
+        "bootstrap": {"mean: synthetic": {"flow - filip-score": {"mean_pts": -4.5, "ci95_pts": [-7.25, -1.5],
+                                                                 "p_two_sided": 0.002, "draws_missing_a_group": 0}}},
+    }  # fmt: skip
+    summary = summarise(score, runs, training_free=["filip-score"])
+    md = "\n".join(summary_markdown(summary))
+    answer = md[md.index("## The answer") :]
+    assert md.index("## The answer") < md.index("|")  # before any table
+    assert "- **synthetic** mean (2 tasks): best filip-score, 84.00." in answer
+    assert (
+        "The best trained head, global (80.00), is -4.00 points from the best training-free scorer, filip-score "
+        "(84.00) (not bootstrapped: name [filip-score, global] in compare: for its interval). **No trained head "
+        "beats filip-score here.**" in answer
+    )
+    summary["table"]["global"]["synthetic"]["mean"] = 79.0  # flow now the best head: its interval is there
+    answer = "\n".join(summary_markdown(summary))
+    assert "flow (79.50), is -4.50 points from the best training-free scorer, filip-score (84.00): 95% interval " \
+           "[-7.25, -1.50], which excludes 0 (p 0.002)." in answer  # fmt: skip

@@ -25,8 +25,9 @@ BOOTSTRAP_NOTE = (
     "scorer and task; a method's seeds averaged inside each draw). *observed* is the difference of the "
     "two methods' official scores over every record once (the tables' figures); the interval is the "
     "draws' 2.5th-97.5th percentiles, marked * where it excludes 0. *p* is the bootstrap's two-sided p of "
-    "no difference (twice the smaller share of draws on either side of 0); *Holm p* adjusts it for every "
-    "comparison in the table (Holm's step-down correction): read a difference as shown where Holm p < 0.05."
+    "no difference from B draws, 2 (k + 1) / (B + 1) with k the draws on the smaller side of 0 (never 0: "
+    "B draws cannot show less than 2 / (B + 1)); *Holm p* adjusts it for every comparison of its family, the "
+    "table (Holm's step-down correction): read a difference as shown where Holm p < 0.05."
 )
 
 
@@ -311,13 +312,37 @@ def _zero_shot(summary, scorers, benches, name):
 
 def _bootstrap(summary, scorers, benches, name):
     return bootstrap_table(summary["bootstrap"], "## Paired image-cluster bootstrap (95% interval, points)",
-                           PARTIAL_NOTE), []  # fmt: skip
+                           PARTIAL_NOTE, summary.get("bootstrap_family")), []  # fmt: skip
 
 
-def bootstrap_table(bootstrap: dict, title: str, partial_note: str) -> list[str]:
+def family_line(fam: dict | None) -> list[str]:
+    """What the correction runs over, and whether its draws can resolve it at its level."""
+    if not fam:
+        return []
+    what = (
+        f"the {len(fam['contrasts'])} contrasts named in advance (compare: {', '.join(fam['contrasts'])})"
+        if fam["kind"] == "pre-set contrasts"
+        else "every pair of scorers (none named in advance: an exploratory family)"
+    )
+    line = (
+        f"**Family.** Holm's correction runs over these {fam['comparisons']} comparisons: {what}, on every task. "
+        f"With {fam['draws']:,} draws a p is at least {fam['p_floor']:.2g}, so a Holm p at least "
+        f"{fam['smallest_holm_p']:.2g}"
+    )
+    if fam["smallest_holm_p"] >= fam["alpha"]:
+        line += (
+            f": **no comparison here can be shown at {fam['alpha']:g}**, whatever its interval, for want of draws; "
+            f"{fam['draws_to_resolve']:,} draws or more could (--bootstrap / bootstrap:)."
+        )
+    else:
+        line += f", below {fam['alpha']:g}: the draws can resolve the family."
+    return [line, ""]
+
+
+def bootstrap_table(bootstrap: dict, title: str, partial_note: str, fam: dict | None = None) -> list[str]:
     """The paired bootstrap's comparisons as a table (a score's results.md, a study's
     summary.md): the observed difference, its 95% interval, the bootstrap's two-sided p and
-    Holm's adjustment of it over every comparison in the table."""
+    Holm's adjustment of it over every comparison in the table (its family: fam)."""
     from .stats import holm
 
     if not bootstrap:
@@ -333,7 +358,7 @@ def bootstrap_table(bootstrap: dict, title: str, partial_note: str) -> list[str]
     note = BOOTSTRAP_NOTE + (" Here each draw also draws each method's seeds with replacement." if resampled else "")
     header = ["task", "difference", "observed", "95% CI", "p", f"Holm p (of {len(comps)})", "draws missing a group"]
     partial = any(v.get("partial") for _, _, v in comps)
-    return [title, "", note, "", *table(header, rows), "", *([partial_note, ""] if partial else [])]
+    return [title, "", note, "", *family_line(fam), *table(header, rows), "", *([partial_note, ""] if partial else [])]
 
 
 def _changes(summary, scorers, benches, name):

@@ -15,7 +15,7 @@ import os
 from ..errors import FlowclipError
 from ..outputs import kind_of
 
-FIXED = ("results", "control", "scorer", "method", "head")
+FIXED = ("results", "control", "scorer", "method", "head", "identity")
 GROUP_MATCH = "groupmatch:"  # a group task's GroupMatch (test-time matching; not its official score)
 BLIND = "blind:"  # a scorer's accuracy where the blind audit's text probe fails (not an official score)
 
@@ -61,7 +61,8 @@ def result_rows(folder: str, base: str) -> list[dict]:
         control, _, run = key.partition("|")
         s = scorers.get(run, {})
         row = {"results": os.path.relpath(folder, base), "control": control, "scorer": run,
-               "method": s.get("method", run), "head": s.get("kind", "")}  # fmt: skip
+               "method": s.get("method", run), "head": s.get("kind", ""),
+               "identity": s.get("identity", "")}  # fmt: skip
         train = {k: v for k, v in (s.get("train") or {}).items() if k != "head"}  # (the head: its own column)
         row.update(_flat(train, "train."))
         for task, res in per_task.items():

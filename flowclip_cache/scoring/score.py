@@ -176,11 +176,14 @@ def _score_all(
     mark_partial(results, excluded, lost)
     methods, pairs = _comparisons(scorers, compare)
     bootstrap = (
-        paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed, resample_seeds)
+        paired_bootstrap(boot_tasks, methods, pairs, len(all_images), bootstrap_draws, seed, resample_seeds,
+                         bootstrapped_means(benches, [t["name"] for t in boot_tasks]))
         if pairs and boot_tasks and bootstrap_draws
         else {}
-    )
+    )  # fmt: skip
     summary = _summary(store, scorers, controls, seed, results, benches, changes, bootstrap, t0)
+    if bootstrap:
+        summary["bootstrap_family"] = family(bootstrap, pairs, preset=compare is not None, draws=bootstrap_draws)
     if audits:  # an audit of a task that left records out says so, as the task's figures do
         part = partial_tasks(summary)
         summary["blind_audit"] = {
@@ -218,7 +221,8 @@ def scorer_entry(s) -> dict:
     """What results.json records of a scorer: its labels, weights' sha256, head kind and
     training settings (None for the frozen encoder), for `flowclip results` and readers."""
     train = recorded_settings(s.train) if s.train else None
-    return {"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind, "train": train}
+    return {"run": s.run, "method": s.method, "head_sha256": s.head_sha256, "kind": s.head.kind, "train": train,
+            "identity": s.identity}  # fmt: skip
 
 
 def _without_failed(store, m, name, sc, image_root, excluded: dict, lost: dict, log):
@@ -323,6 +327,37 @@ def mark_partial_comparisons(summary: dict) -> None:
             if task.split("/")[0] in partial or task in partial:
                 for v in per_pair.values():
                     v["partial"] = partial.get(task, partial.get(task.split("/")[0], ""))
+
+
+def bootstrapped_means(benches: dict, tasks: list[str]) -> dict[str, list[str]]:
+    """The cross-task means the bootstrap compares as tasks of their own ("mean: NAME"): those
+    whose members (here) are whole tasks, each the unweighted mean of its members' scores as
+    the summary's mean is; a mean of named groups (SugarCrepe's Add, ...) is left out."""
+    members: dict[str, list[str]] = {}
+    grouped: set[str] = set()
+    for bench, sc in benches.items():
+        for name, group in sc.joins if bench in tasks else ():
+            (grouped.add(name) if group else members.setdefault(name, []).append(bench))
+    return {f"mean: {k}": v for k, v in members.items() if k not in grouped and len(v) > 1}
+
+
+def family(bootstrap: dict, pairs, *, preset: bool, draws: int, alpha: float = 0.05) -> dict:
+    """The family the bootstrap's p-values are corrected over (Holm): every comparison the
+    table shows, its contrasts named in advance (`compare`) or every pair of scorers, and
+    what its draws can resolve: the smallest p is 2 / (B + 1), the smallest Holm p m times it."""
+    from .stats import draws_to_resolve, p_floor
+
+    m = sum(len(d) for d in bootstrap.values())
+    return {
+        "kind": "pre-set contrasts" if preset else "every pair of scorers",
+        "contrasts": [f"{b} - {a}" for a, b in pairs],
+        "comparisons": m,
+        "draws": draws,
+        "alpha": alpha,
+        "p_floor": p_floor(draws),
+        "smallest_holm_p": min(1.0, m * p_floor(draws)),
+        "draws_to_resolve": draws_to_resolve(m, alpha),
+    }
 
 
 def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:

@@ -25,6 +25,7 @@ class Scorer:
     head: Head
     head_sha256: str  # of the weights file; "frozen" for clip
     train: dict | None = None  # the run's training settings (config.json); None for clip
+    identity: str = ""  # what decided its weights, named (run_header.identity_digest); "" for clip
 
 
 def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str = "name") -> list[Scorer]:
@@ -34,7 +35,7 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str
     name for every run (a study, whose runs are its folders)."""
     from ..heads.base import check_token_mask
     from ..training.run_folder import load_head
-    from ..training.run_header import check_encoder
+    from ..training.run_header import check_encoder, identity_digest, run_identity
 
     parsed = [scorer_folder(spec) for spec in specs]
     labelled = scorer_labels(parsed, labels)  # (before any head is built: a clash is refused at once)
@@ -46,7 +47,7 @@ def load_scorers(specs: list[str], store: FeatureStore, device: str, labels: str
             head, cfg = load_head(path, device, store_dim=store.meta["dim"])
             check_encoder(cfg, store.meta, f"--scorer {spec}")
             sha = hashlib.sha256(open(os.path.join(path, "head.safetensors"), "rb").read()).hexdigest()
-            scorer = Scorer(method, run, head, sha, cfg["train"])
+            scorer = Scorer(method, run, head, sha, cfg["train"], identity_digest(run_identity(cfg)))
         check_token_mask(type(scorer.head), store.encoder_config["token_mask"], f"--scorer {spec}")
         out.append(scorer)
     same_method([(s.method, s.run, s.train) for s in out])

@@ -61,9 +61,24 @@ def seed_picks(draws: int, k: int, seed: int, chunk: int = 500):
 
 
 def two_sided_p(d: np.ndarray) -> float:
-    """The bootstrap's two-sided p-value of 'no difference': twice the smaller share of
-    draws on either side of 0 (at most 1)."""
-    return float(min(1.0, 2 * min(np.mean(d <= 0), np.mean(d >= 0)))) if len(d) else float("nan")
+    """The bootstrap's two-sided p-value of 'no difference' from B draws: twice (k + 1) / (B + 1),
+    k the draws on the smaller side of 0 (ties with 0 counted on both), at most 1. Never 0:
+    B draws cannot show a p below 2 / (B + 1) (p_floor; Davison and Hinkley 1997, eq. 4.11)."""
+    if not len(d):
+        return float("nan")
+    k = min(int(np.sum(d <= 0)), int(np.sum(d >= 0)))
+    return float(min(1.0, 2 * (k + 1) / (len(d) + 1)))
+
+
+def p_floor(draws: int) -> float:
+    """The smallest two-sided p B draws can give (every draw on one side of 0)."""
+    return 2.0 / (draws + 1)
+
+
+def draws_to_resolve(m: int, alpha: float = 0.05) -> int:
+    """The fewest draws with which Holm over m comparisons can hold one below alpha: its
+    smallest adjusted p, m * p_floor(B), must be under alpha (B + 1 > 2 m / alpha)."""
+    return int(np.floor(2 * m / alpha))
 
 
 def holm(p: list[float]) -> list[float]:
@@ -85,6 +100,7 @@ def paired_bootstrap(
     draws: int = 10_000,
     seed: int = 0,
     resample_seeds: bool = False,
+    means: dict[str, list[str]] | None = None,
 ) -> dict:
     """tasks: [{name, image_index [n] (into the shared image list), groups [n] or None,
                correct: {run: [n] bool}}]
@@ -94,14 +110,19 @@ def paired_bootstrap(
     resample_seeds: each draw also draws a method's runs with replacement (the same picks
     for every method with as many runs: paired by seed), so the interval holds the spread
     over seeds as well as over images; False: the runs averaged in every draw (the paper's
-    Sec. 4.3)."""
-    diffs: dict[str, dict[str, list]] = {t["name"]: {f"{b} - {a}": [] for a, b in pairs} for t in tasks}
+    Sec. 4.3). means: a cross-task mean's name -> its member tasks (each among tasks): the
+    unweighted mean of their statistics in each draw, compared as a task of its own."""
+    means = {k: v for k, v in (means or {}).items() if v and all(m in {t["name"] for t in tasks} for m in v)}
+    diffs: dict[str, dict[str, list]] = {
+        n: {f"{b} - {a}": [] for a, b in pairs} for n in [t["name"] for t in tasks] + list(means)
+    }
     grouping = {t["name"]: levels_of(t["groups"]) for t in tasks}
     lost = {t["name"]: 0 for t in tasks}
     sizes = sorted({len(r) for r in methods.values() if len(r) > 1}) if resample_seeds else []
     picks_of = {k: seed_picks(draws, k, seed) for k in sizes}
     for Wimg in image_weights(n_images, draws, seed):
         picks = {k: next(g) for k, g in picks_of.items()}
+        per_task: dict[str, dict] = {}
         for t in tasks:
             W = Wimg[:, t["image_index"]]
             stat = {}
@@ -113,20 +134,30 @@ def paired_bootstrap(
                 V, k = np.stack(vals), len(runs)  # [runs, draws of this chunk]
                 stat[m] = V[picks[k].T, np.arange(V.shape[1])].mean(0) if k in picks else V.mean(0)
             lost[t["name"]] += int(missing.sum())
+            per_task[t["name"]] = stat
             for a, b in pairs:
                 diffs[t["name"]][f"{b} - {a}"].append(stat[b] - stat[a])
+        for name, members in means.items():
+            mean_of = lambda m: np.mean([per_task[x][m] for x in members], 0)  # noqa: E731
+            for a, b in pairs:
+                diffs[name][f"{b} - {a}"].append(mean_of(b) - mean_of(a))
     out: dict[str, dict] = {}
+    observed_of: dict[str, dict] = {}
     for t in tasks:
-        out[t["name"]] = {}
         one = np.ones((1, len(t["image_index"])))
-        observed = {
+        observed_of[t["name"]] = {
             m: np.mean([weighted_stat(t["correct"][r], one, *grouping[t["name"]], t.get("digits"))[0][0] for r in runs])
             for m, runs in methods.items()
         }
-        for (a, b), (key, chunks) in zip(pairs, diffs[t["name"]].items()):
+    for name, members in means.items():
+        observed_of[name] = {m: np.mean([observed_of[x][m] for x in members]) for m in methods}
+    for name, observed in observed_of.items():
+        out[name] = {}
+        lost_here = lost.get(name, sum(lost[x] for x in means.get(name, ())))
+        for (a, b), (key, chunks) in zip(pairs, diffs[name].items()):
             d = np.concatenate(chunks) * 100
             ok = d[~np.isnan(d)]
-            out[t["name"]][key] = {
+            out[name][key] = {
                 "mean_pts": float(100 * (observed[b] - observed[a])),  # the observed difference, not the draws'
                 "bootstrap_mean_pts": float(ok.mean()) if len(ok) else float("nan"),
                 "ci95_pts": [float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))]
@@ -134,7 +165,7 @@ def paired_bootstrap(
                 else [float("nan")] * 2,
                 "p_two_sided": two_sided_p(ok),
                 "draws": draws,
-                "draws_missing_a_group": lost[t["name"]],
+                "draws_missing_a_group": lost_here,
                 "seeds_resampled": bool(resample_seeds),
             }
     return out

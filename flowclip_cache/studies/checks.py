@@ -319,3 +319,62 @@ def summary_is_current(out: str, what: dict, log) -> bool:
         " changed): finished runs are kept, the rest is trained and everything is scored again"
     )
     return False
+
+
+def place_runs(runs, run_dirs: dict, checked, train_manifest: str, log) -> dict:
+    """Each run's folder: its settings' name, unless a run trained with other settings holds
+    it (another epochs, head option, plug-in source, store or manifest: run_header.run_identity).
+    Such a run is never reported as done: this one trains into <name>__id-<identity>, and the
+    old stays. The dry run says so."""
+    from ..training.head_run import HeadRun
+    from ..training.run_header import identity_changes, identity_digest, read_run_config, run_identity
+
+    if checked.store is None:
+        return run_dirs
+    placed = dict(run_dirs)
+    for r in runs:
+        cfg, base = checked.cfgs.get(r.folder), run_dirs[r.folder]
+        if cfg is None or not os.path.isfile(os.path.join(base, "config.json")):
+            continue
+        want = run_identity(HeadRun.run_config(checked.store, train_manifest, cfg, checked.device))
+        have = run_identity(read_run_config(base, base))
+        if have == want:
+            continue
+        alt = f"{base}__id-{identity_digest(want)}"
+        if os.path.isfile(os.path.join(alt, "config.json")) and run_identity(read_run_config(alt, alt)) != want:
+            raise FlowclipError(f"{alt}: its settings are not those its name says; remove it or give another out:")
+        placed[r.folder] = alt
+        changes = identity_changes(have, want)
+        log(
+            f"  [changed] {r.folder}: trained with other settings ({'; '.join(changes[:4])}"
+            f"{'; ...' if len(changes) > 4 else ''}); this study's run goes to {os.path.basename(alt)}, "
+            "the old one stays"
+        )
+    return placed
+
+
+def check_compare(compare, runs, training_free) -> None:
+    """Each contrast names scorers the study has, refused before any training otherwise."""
+    have = ["clip", *training_free, *dict.fromkeys(r.method for r in runs)]
+    for pair in compare:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise FlowclipError(f"compare: {pair!r} is not a pair [baseline, other]")
+        absent = [m for m in pair if m not in have]
+        if absent:
+            raise FlowclipError(
+                f"compare: {pair[0]} vs {pair[1]}: {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not among "
+                f"this study's scorers ({', '.join(have)}); name two of them, or give compare: []"
+            )
+
+
+def check_names(suite: str | None, training_free) -> None:
+    """An unknown suite or training-free scorer, refused at once (CLIP is always scored)."""
+    from ..head_specs import training_free_kinds
+    from ..scoring.suites import members
+
+    if suite:
+        members(suite)
+    known = [k for k in training_free_kinds() if k != "clip"]
+    unknown = [k for k in training_free if k not in known]
+    if unknown:
+        raise FlowclipError(f"training_free: {unknown} are not training-free scorers; use {', '.join(known)}")

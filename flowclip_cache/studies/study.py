@@ -17,7 +17,7 @@ from ..errors import FlowclipError
 from ..progress import invocation_seconds, stage, stage_seconds
 from ..store import FeatureStore
 from ..training import checkpoint
-from .checks import DONE, done_key, summary_is_current
+from .checks import DONE, check_compare, check_names, done_key, place_runs, summary_is_current
 from .spread import claim, my_groups, one_at_a_time, study_rank
 from .summary import mean_std, write_summary
 
@@ -80,7 +80,8 @@ def execute(
     from .. import outputs
 
     clock = (time.perf_counter(), stage_seconds())  # this study's own wall time and stages
-    _check_names(suite, training_free)  # before any training
+    check_names(suite, training_free)  # before any training
+    check_compare(compare, runs, training_free)
     from .checks import check_study, plan_lines
 
     run_dirs = {r.folder: os.path.join(out, "runs", r.folder) for r in runs}
@@ -104,12 +105,17 @@ def execute(
         )
     for line in checked.lines:
         log(f"  {line}")
+    base_dirs = run_dirs
+    run_dirs = place_runs(runs, run_dirs, checked, train_manifest, log)
     plan_lines(runs, run_dirs, checked, log, measure=dry_run, stacked=side_by_side == "stacked")
     what = done_key(runs, eval_manifests, controls, bootstrap, compare)
     if suite:
         what["suite"] = suite  # (absent otherwise: summaries written before suites stay current)
     if training_free:
         what["training_free"] = list(training_free)  # (likewise)
+    moved = {r.folder: os.path.basename(run_dirs[r.folder]) for r in runs if run_dirs[r.folder] != base_dirs[r.folder]}
+    if moved:  # runs trained into another folder (other settings than the one its name had): a summary of theirs
+        what["run_folders"] = moved
     finished = summary_is_current(out, what, log)
     if checked.problems:
         raise FlowclipError(
@@ -149,19 +155,6 @@ def execute(
         store, eval_manifests, out, runs, run_dirs, what, controls, bootstrap, compare, t0, scoring
     )
     return summarise() if ranks == 1 else _summarise_last_rank(rank, ranks, out, runs, run_dirs, what, summarise, log)
-
-
-def _check_names(suite: str | None, training_free) -> None:
-    """An unknown suite or training-free scorer, refused at once (CLIP is always scored)."""
-    from ..head_specs import training_free_kinds
-    from ..scoring.suites import members
-
-    if suite:
-        members(suite)
-    known = [k for k in training_free_kinds() if k != "clip"]
-    unknown = [k for k in training_free if k not in known]
-    if unknown:
-        raise FlowclipError(f"training_free: {unknown} are not training-free scorers; use {', '.join(known)}")
 
 
 def _summarise_last_rank(rank: int, ranks: int, out, runs, run_dirs, what, summarise, log) -> dict | None:
@@ -258,6 +251,9 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "own_training_accuracy": own,
         "training_free": list(training_free),  # methods nothing trained (no 'learnt' said of them)
         "bootstrap": score["bootstrap"],
+        "bootstrap_family": score.get("bootstrap_family"),
+        # what decided each run's weights, named (run_header.run_identity: settings, head, store, manifest)
+        "identities": {e["run"]: e.get("identity") for e in score.get("scorers", []) if e.get("identity")},
         "decision_changes": score["decision_changes"],
         "store_fingerprint": score["store_fingerprint"],
         "git_revision": score["git_revision"],

@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from ..progress import stage_line
+from .answer import answer, overall
 
 
 def mean_std(vals: list[float]) -> dict:
@@ -30,165 +31,6 @@ PARTIAL_NOTE = (
     "\\* rests on part of its records (in the bootstrap table: '(partial)'; rows extract recorded as failed "
     "were left out, or a cross-task mean lacks a member): the score's results.md says which."
 )
-
-
-QUESTIONS = (  # the overall conclusion's groups: a task joins the first whose words it holds
-    ("binding", ("swap-att", "swap-obj", "binding", "abc", "spatial", "clevr", "pug")),
-    ("word order", ("order",)),
-)
-
-
-def _question(task: str) -> str:
-    return next((q for q, words in QUESTIONS if any(w in task.lower() for w in words)), "other tasks")
-
-
-def overall(summary: dict) -> list[str]:
-    """The conclusion first: how many intervals exclude 0 against how many would by chance,
-    grouped by question (binding, word order, the rest); then what the image controls and
-    chance say: accuracy under Fixed (one image for every record) above chance is a
-    preference for the gold caption's text alone, and a trained head below chance on a task
-    has learnt to prefer its foils."""
-    comps = [(t, k, v) for t, d in summary["bootstrap"].items() for k, v in d.items()]
-    if not comps:
-        return []
-    excl = [(t, k, v) for t, k, v in comps if v["ci95_pts"][0] > 0 or v["ci95_pts"][1] < 0]
-    lines = [
-        f"**Overall.** Of {len(comps)} paired comparisons, {len(excl)} {'has' if len(excl) == 1 else 'have'} a 95% "
-        f"interval that excludes 0; about {len(comps) / 20:.1f} would by chance alone. "
-        + _beyond_chance(len(excl), len(comps))
-        + _after_holm(comps)
-    ]
-    for q in [q for q, _ in QUESTIONS] + ["other tasks"]:
-        mine = [(t, k, v) for t, k, v in comps if _question(t) == q]
-        if not mine:
-            continue
-        hits = [f"{k} on {t} {v['mean_pts']:+.2f} [{v['ci95_pts'][0]:.2f}, {v['ci95_pts'][1]:.2f}]"
-                for t, k, v in excl if _question(t) == q]  # fmt: skip
-        shown = f"{len(hits)} of {len(mine)} exclude{'s' if len(hits) == 1 else ''} 0"
-        lines.append(
-            f"- {q.capitalize()} ({len(mine)} comparison{'' if len(mine) == 1 else 's'}): "
-            + (f"{shown}: " + "; ".join(hits) + (f"; the other {len(mine) - len(hits)} include 0." if len(hits) <
-               len(mine) else ".") if hits else "no interval excludes 0: no difference shown.")
-        )  # fmt: skip
-    lines += _against_chance(summary)
-    return lines + [""]
-
-
-def _after_holm(comps) -> str:
-    """How many differences stand after Holm's correction over every comparison shown."""
-    from ..scoring.stats import holm
-
-    p = [v.get("p_two_sided", float("nan")) for _, _, v in comps]
-    if all(x != x for x in p):  # no p recorded (a summary from before they were)
-        return ""
-    held = [f"{k} on {t}" for (t, k, _), q in zip(comps, holm(p)) if q < 0.05]
-    return f" After Holm's correction over all {len(comps)}, {len(held)} stand (p < 0.05)" + (
-        f": {'; '.join(held)}." if held else "."
-    )
-
-
-def _beyond_chance(k: int, n: int) -> str:
-    """Whether k intervals of n excluding 0 are more than chance: the probability of k or
-    more under n independent comparisons at 5% each (the study's intervals share records,
-    so they are not independent: a guide, said so)."""
-    if k == 0:
-        return "None does."
-    p = 1.0 if k == 0 else 1.0 - binomial_tail(k - 1, n, 0.05)
-    if p < 0.01:
-        return (
-            f"{k} or more by chance alone has probability {p:.2g} (were the comparisons independent, which they "
-            "are not quite: they share records), so these are more than chance."
-        )
-    return (
-        f"{k} or more by chance alone has probability {p:.2g} (were the comparisons independent): no more than "
-        "chance would often give, so each is weak evidence."
-    )
-
-
-def _against_chance(summary: dict) -> list[str]:
-    profile = summary.get("encoder_profile", {}).get("chance", {})
-    # chance of a task in %, NaN when the profile has none (every comparison with NaN is false)
-    chance = lambda t: 100 * profile.get(t.removeprefix("synthetic-"), float("nan"))  # noqa: E731
-    out = []
-    fixed = summary["controls"].get("fixed", {}).get("clip", {})
-    text_only = [f"{t} {v['mean']:.2f} (chance {chance(t):.0f})" for t, v in fixed.items()
-                 if v["mean"] > chance(t) + 10]  # fmt: skip
-    if text_only:
-        out.append(
-            "- Text alone: under the Fixed control every record sees the same image, yet CLIP scores "
-            + ", ".join(text_only)
-            + ": there the gold caption wins on its text alone, so gains on these tasks need not come from the image."
-        )
-        out += _text_preference_of_heads(summary, [t for t, v in fixed.items() if v["mean"] > chance(t) + 10])
-    return out + _below_chance(summary, chance)
-
-
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), exactly (log space): the one-sided p-value of k
-    successes in n against a success rate p."""
-    from math import exp, lgamma, log
-
-    if not 0 < p < 1:
-        return float("nan")
-    logs = [lgamma(n + 1) - lgamma(i + 1) - lgamma(n - i + 1) + i * log(p) + (n - i) * log(1 - p) for i in range(k + 1)]
-    top = max(logs)
-    return min(1.0, exp(top) * sum(exp(x - top) for x in logs))
-
-
-def _below_chance(summary: dict, chance) -> list[str]:
-    """A head is said to be below chance on a task only when an exact binomial test says so
-    (its mean accuracy's records against chance, one-sided p < 0.025), and its preference
-    for the foils is called learnt only when the frozen encoder is not itself below chance
-    and the head is clearly below it too (the same test against CLIP's accuracy)."""
-    records = summary.get("records", {})
-    table = summary["table"]
-    out = []
-    for m, row in table.items():
-        for t, v in row.items():
-            n, c = records.get(t), chance(t)
-            if m == "clip" or m in summary.get("training_free", ()) or not n or not c == c or v["mean"] >= c:
-                continue
-            k = int(round(v["mean"] * n / 100))
-            p = binomial_tail(k, n, c / 100)
-            if not p < 0.025:
-                continue
-            clip = table.get("clip", {}).get(t, {}).get("mean")
-            if clip is None:
-                why = "the frozen encoder's accuracy there is not in the study"
-            elif clip < c and binomial_tail(int(round(clip * n / 100)), n, c / 100) < 0.025:
-                why = f"the frozen encoder is below chance there too ({clip:.2f}): the preference is the encoder's"
-            elif binomial_tail(k, n, clip / 100) < 0.025:
-                why = f"below the frozen encoder's {clip:.2f} as well: the head learnt to prefer the foils"
-            else:
-                why = f"the frozen encoder is at {clip:.2f}: not clearly below it, so not shown to be learnt"
-            out.append(f"- Below chance: {m} {v['mean']:.2f} on {t} ({n} records, chance {c:.0f}; exact binomial "
-                       f"one-sided p = {p:.3g}); {why}.")  # fmt: skip
-    return out
-
-
-def _text_preference_of_heads(summary: dict, tasks: list[str]) -> list[str]:
-    """Where CLIP prefers the gold on its text alone, whether another scorer's gain with real
-    images keeps that preference (a trained head's, or a training-free one's): its own Fixed
-    accuracy beside CLIP's."""
-    fixed, real = summary["controls"].get("fixed", {}), summary["table"]
-    out = []
-    for t in tasks:
-        heads = [m for m in real if m != "clip" and t in fixed.get(m, {}) and t in real[m]]
-        if not heads or t not in real.get("clip", {}):
-            continue
-        gain = lambda m: real[m][t]["mean"] - real["clip"][t]["mean"]  # noqa: E731
-        kept = [m for m in heads if fixed[m][t]["mean"] >= fixed["clip"][t]["mean"]]
-        said = "; ".join(f"{m} {gain(m):+.2f} with real images, {fixed[m][t]['mean']:.2f} under Fixed" for m in heads)
-        verdict = (
-            "each keeps less of the text-alone preference than CLIP, so its gain with real images rests on the image"
-            if not kept
-            else f"{', '.join(kept)} keep{'s' if len(kept) == 1 else ''} at least CLIP's text-alone preference, so "
-            "part of a gain there may be the text's"
-        )
-        out.append(
-            f"- {t}, the other scorers against CLIP's {fixed['clip'][t]['mean']:.2f} under Fixed: {said}: {verdict}."
-        )
-    return out
 
 
 def conclusions(summary: dict) -> list[str]:
@@ -242,6 +84,7 @@ def summary_markdown(summary: dict) -> list[str]:
     md = [
         "# Study summary",
         "",
+        *answer(summary),
         "Figures are percent (summary.json: the same, in percent; the score's results.json holds fractions).",
         "",
     ]
@@ -373,7 +216,10 @@ def _bootstrap_table(summary: dict) -> list[str]:
     from ..scoring.report import bootstrap_table
 
     return bootstrap_table(
-        summary["bootstrap"], "## Paired image-cluster bootstrap, 95% intervals (points)", PARTIAL_NOTE
+        summary["bootstrap"],
+        "## Paired image-cluster bootstrap, 95% intervals (points)",
+        PARTIAL_NOTE,
+        summary.get("bootstrap_family"),
     )
 
 

@@ -155,7 +155,9 @@ def run_generation(cfg: SweepConfig, store, trials: list, tracking=None) -> dict
     each is scored. {trial number: its objective (values and spread set on the trial), or
     the FlowclipError that failed it (and the runs it trained beside)}. Two trials of the
     same settings share their runs."""
+    from ..training.head_run import HeadRun
     from ..training.loop import TrainConfig, train_heads
+    from ..training.run_header import check_same_run, read_run_config
 
     runs: dict[str, tuple[dict, list[int]]] = {}  # folder name -> (settings, the trials it serves)
     for t in trials:
@@ -173,6 +175,10 @@ def run_generation(cfg: SweepConfig, store, trials: list, tracking=None) -> dict
             continue
         groups.setdefault((tc.seed, tc.batch_size, tc.epochs), []).append((name, tc))
     for group in groups.values():
+        for n, tc in group:  # a finished trial is these settings' run, or the sweep is refused (never reused)
+            if os.path.exists(os.path.join(folder(n), "DONE")):
+                check_same_run(read_run_config(folder(n), folder(n)),
+                               HeadRun.run_config(store, cfg.train, tc, cfg.device), folder(n))  # fmt: skip
         todo = [(folder(n), tc) for n, tc in group if not os.path.exists(os.path.join(folder(n), "DONE"))]
         try:
             if todo:

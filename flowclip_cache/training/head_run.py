@@ -22,8 +22,7 @@ from . import checkpoint
 from .adamw import AdamW
 from .losses import batch_loss
 from .run_folder import git_revision, load_checkpoint, save_checkpoint, write_finished_head
-from .run_header import check_encoder
-from .train_config import recorded_settings
+from .run_header import check_encoder, check_same_run
 from .training_data import TrainingData, pairwise_accuracies
 
 if TYPE_CHECKING:
@@ -39,18 +38,10 @@ class HeadRun:
     """One run folder: its head, optimiser, state, log and evaluation."""
 
     @staticmethod
-    def prepare_folder(
-        store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, device: str, resume: bool, overwrite: bool
-    ) -> bool:
-        """Check the run folder before any data are loaded: never mix two runs, never
-        resume on another encoder or with other settings. Returns whether it had started."""
-        started = checkpoint.claim_run(out, "head-run", "run", resume, overwrite, ", or score it: --scorer " + out)
-        if not started and os.path.exists(os.path.join(out, "state.json")):
-            raise FlowclipError(
-                f"{out} is an unfinished run of an older flowclip (no {checkpoint.POINTER}); "
-                f"pass --overwrite to start it again"
-            )
-        run_config = {
+    def run_config(store: FeatureStore, manifest_path: str, cfg: TrainConfig, device: str) -> dict:
+        """The config.json a run of these settings on this store and manifest records (its
+        identity: run_header.run_identity)."""
+        return {
             "train": dataclasses.asdict(cfg),
             "store": store.root,
             "store_fingerprint": store.fingerprint,
@@ -65,16 +56,24 @@ class HeadRun:
             "torch": torch.__version__,
             "device": device,
         }
+
+    @staticmethod
+    def prepare_folder(
+        store: FeatureStore, manifest_path: str, out: str, cfg: TrainConfig, device: str, resume: bool, overwrite: bool
+    ) -> bool:
+        """Check the run folder before any data are loaded: never mix two runs, never
+        resume on another encoder or with other settings. Returns whether it had started."""
+        started = checkpoint.claim_run(out, "head-run", "run", resume, overwrite, ", or score it: --scorer " + out)
+        if not started and os.path.exists(os.path.join(out, "state.json")):
+            raise FlowclipError(
+                f"{out} is an unfinished run of an older flowclip (no {checkpoint.POINTER}); "
+                f"pass --overwrite to start it again"
+            )
+        run_config = HeadRun.run_config(store, manifest_path, cfg, device)
         if started:
             old = json.load(open(os.path.join(out, "config.json")))
             check_encoder(old, store.meta, out)
-            # a run may be continued past its cap
-            same = lambda t: {k: v for k, v in recorded_settings(t).items() if k != "max_steps"}
-            if (
-                same(old["train"]) != same(run_config["train"])
-                or old["manifest_sha256"] != run_config["manifest_sha256"]
-            ):
-                raise FlowclipError(f"{out}: --resume with other settings or another manifest than the run began with")
+            check_same_run(old, run_config, out)  # (a run may be continued past its cap: max_steps aside)
             if old["train"].get("max_steps") != cfg.max_steps:
                 old["train"]["max_steps"] = cfg.max_steps
                 outputs.atomic_write(os.path.join(out, "config.json"), lambda p: json.dump(old, open(p, "w"), indent=1))

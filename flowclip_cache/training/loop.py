@@ -34,7 +34,7 @@ from . import checkpoint
 from .adamw import AdamW
 from .head_run import HeadRun, end_epoch_together, start_together, stop_together
 from .losses import batch_loss
-from .run_header import check_encoder, read_run_config
+from .run_header import check_encoder, check_same_run, read_run_config
 from .stacked import Stacker
 from .train_config import TrainConfig
 from .training_data import TrainingData, check_missing, load_training_data, training_records
@@ -94,6 +94,9 @@ def train_heads(
     if any((c.seed, c.batch_size, c.epochs) != (ref.seed, ref.batch_size, ref.epochs) for c in cfgs):
         raise FlowclipError("side-by-side runs must share seed, batch size and epochs")
     finished = [out for out, _ in runs if resume and not overwrite and os.path.exists(os.path.join(out, "DONE"))]
+    for out, cfg in runs:  # a finished run is these settings' run, or refused (never reported as done under them)
+        if out in finished:
+            check_same_run(read_run_config(out, out), HeadRun.run_config(store, manifest_path, cfg, device), out)
     for out, cfg in runs:  # a run that stopped at its max_steps goes on under a larger one
         if out in finished and HeadRun.reopen_past_max_steps(out, cfg, log):
             finished.remove(out)

@@ -82,3 +82,52 @@ def check_run_files(run_dir: str, where: str, store_meta: dict | None = None) ->
     if store_meta is not None:
         check_encoder(cfg, store_meta, where)
     return cfg
+
+
+def run_identity(config: dict) -> dict:
+    """Everything that decides a run's weights, as its config.json records it: the resolved
+    training settings (every default filled in; max_steps aside, as a larger cap continues
+    the same run), the head (kind, width, settings, a plug-in's source sha256), the store's
+    fingerprint and the training manifest's sha256."""
+    from .train_config import recorded_settings
+
+    train = {k: v for k, v in recorded_settings(config.get("train", {})).items() if k != "max_steps"}
+    return {
+        "train": train,
+        "head": config.get("head"),
+        "store_fingerprint": config.get("store_fingerprint"),
+        "manifest_sha256": config.get("manifest_sha256"),
+    }
+
+
+def identity_digest(identity: dict) -> str:
+    """A short name of an identity (the same settings give the same name)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def identity_changes(old: dict, new: dict) -> list[str]:
+    """'key: old -> new' for each setting two identities hold differently (nested keys dotted)."""
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in (d or {}).items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    a, b = flat(old), flat(new)
+    short = lambda v: f"{v[:12]}…" if isinstance(v, str) and len(v) > 16 else repr(v)  # noqa: E731
+    return [f"{k}: {short(a.get(k))} -> {short(b.get(k))}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def check_same_run(old: dict, new: dict, out: str) -> None:
+    """A run continued (--resume) or reported as done is the run these settings make:
+    refused otherwise, naming each setting that differs and its two values."""
+    changes = identity_changes(run_identity(old), run_identity(new))
+    if changes:
+        raise FlowclipError(
+            f"{out} was trained with other settings than these ({'; '.join(changes[:6])}"
+            f"{'; ...' if len(changes) > 6 else ''}): a run is never continued or reported under settings it was "
+            f"not trained with; give another --out (or --overwrite to replace it)"
+        )
