@@ -46,7 +46,9 @@ def test_two_ranks_under_torchrun_write_the_one_process_tables(lab, tmp_path):
     p = subprocess.run([*torchrun, "-m", "flowclip_cache", *args, f"out={tmp_path / 'two'}", "--quiet"], env=env,
                        capture_output=True, text=True, timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert p.stdout.count("runs to train here") == 2 and "of other ranks are not yet" in p.stdout
+    # (the rank that finishes first usually says the others are not yet done; when both finish
+    # together, the lock lets one write the summary: either way one summary, checked below)
+    assert p.stdout.count("runs to train here") == 2
     from flowclip_cache.studies.ablation import DEFAULT_HEADS
     from flowclip_cache.studies.study import RunSpec
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import tarfile
 from collections.abc import Iterator
+from typing import Literal
 
 from ..errors import ManifestError
 
 MAX_TEXT_BYTES = 1 << 20  # a caption, an alt-text or a sample's JSON: the field's are under 10 KiB
-MODES = {"tar": "r:", "tar.gz": "r:gz"}
+MODES: dict[str, Literal["r:", "r:gz"]] = {"tar": "r:", "tar.gz": "r:gz"}
 
 
 class MemberTooLarge(ValueError):
@@ -36,7 +37,7 @@ def members(path: str, compression: str) -> Iterator[tuple[tarfile.TarFile, tarf
                 m = tf.next()
                 if m is None:
                     return
-                tf.members = []  # streamed: nothing kept per member
+                tf.members = []  # type: ignore[attr-defined]  # streamed: tarfile keeps no member list
                 if m.isfile():
                     yield tf, m
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:

@@ -96,7 +96,9 @@ def read_shard(path: str, errors: RowErrors):
     """Samples of one shard in file order: (key, {extension: bytes}), a sample's members
     being consecutive (webdataset's rule); only the members flowclip reads are read, each
     within its limit. A sample with a member over its limit is a row error."""
-    key, parts, bad = None, {}, None
+    key: str | None = None
+    parts: dict[str, bytes] = {}
+    bad: str | None = None
     for tf, m in _archives.members(path, "tar"):
         hit = _MEMBER.match(m.name)
         if not hit:

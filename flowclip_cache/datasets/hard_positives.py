@@ -59,7 +59,7 @@ def _subset(source: str, subset: str, errors: RowErrors) -> list[dict]:
         if fa[1:] != fb[1:]:
             errors(hp_path, f"record {i}", f"its image or hard negative differs from {orig_path}'s record {i}")
             continue
-        row = {"record_id": f"{subset}/{i}", "image": fa[2], "positives": [fa[0], fb[0]], "negative": fa[1],
+        row: dict = {"record_id": f"{subset}/{i}", "image": fa[2], "positives": [fa[0], fb[0]], "negative": fa[1],
                "subset": subset, "_at": f"{hp_path}: record {i}"}  # fmt: skip
         if subset == "swap":  # VG_Attribution: <root_dir>/images/<image_path>, cropped to the box
             row.update(image=f"data/images/{fa[2]}", crop=box)

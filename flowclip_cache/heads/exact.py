@@ -65,7 +65,7 @@ def _on_grid(x: torch.Tensor, dims: tuple[int, ...], bits: int) -> tuple[torch.T
     _, e = torch.frexp(amax)  # amax = m 2^e, m in [0.5, 1); 0 -> e = 0
     s = torch.ldexp(torch.ones_like(amax), (e - bits).to(torch.float64))
     y = y.mul_(torch.ldexp(torch.ones_like(amax), (bits - e).to(torch.float64))).round_()  # x / s, exact
-    x._flowclip_grid = (key, x._version, y, s)
+    x._flowclip_grid = (key, x._version, y, s)  # type: ignore[attr-defined]  # (a tensor takes attributes)
     return y, s
 
 

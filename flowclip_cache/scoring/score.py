@@ -36,7 +36,7 @@ from .paraphrase_task import score_paraphrase_task
 from .report import partial_tasks, results_markdown
 from .report_field import group_section, paraphrase_section, suite_section, threshold_section
 from .scorers import CONTROLS, Scorer, control_images, evaluation_manifests, find_manifests, load_scorers, scoring_of  # noqa: F401
-from .stats import paired_bootstrap
+from .stats import bootstrapped_means, family, paired_bootstrap
 
 
 def run_score(
@@ -327,37 +327,6 @@ def mark_partial_comparisons(summary: dict) -> None:
             if task.split("/")[0] in partial or task in partial:
                 for v in per_pair.values():
                     v["partial"] = partial.get(task, partial.get(task.split("/")[0], ""))
-
-
-def bootstrapped_means(benches: dict, tasks: list[str]) -> dict[str, list[str]]:
-    """The cross-task means the bootstrap compares as tasks of their own ("mean: NAME"): those
-    whose members (here) are whole tasks, each the unweighted mean of its members' scores as
-    the summary's mean is; a mean of named groups (SugarCrepe's Add, ...) is left out."""
-    members: dict[str, list[str]] = {}
-    grouped: set[str] = set()
-    for bench, sc in benches.items():
-        for name, group in sc.joins if bench in tasks else ():
-            (grouped.add(name) if group else members.setdefault(name, []).append(bench))
-    return {f"mean: {k}": v for k, v in members.items() if k not in grouped and len(v) > 1}
-
-
-def family(bootstrap: dict, pairs, *, preset: bool, draws: int, alpha: float = 0.05) -> dict:
-    """The family the bootstrap's p-values are corrected over (Holm): every comparison the
-    table shows, its contrasts named in advance (`compare`) or every pair of scorers, and
-    what its draws can resolve: the smallest p is 2 / (B + 1), the smallest Holm p m times it."""
-    from .stats import draws_to_resolve, p_floor
-
-    m = sum(len(d) for d in bootstrap.values())
-    return {
-        "kind": "pre-set contrasts" if preset else "every pair of scorers",
-        "contrasts": [f"{b} - {a}" for a, b in pairs],
-        "comparisons": m,
-        "draws": draws,
-        "alpha": alpha,
-        "p_floor": p_floor(draws),
-        "smallest_holm_p": min(1.0, m * p_floor(draws)),
-        "draws_to_resolve": draws_to_resolve(m, alpha),
-    }
 
 
 def _comparisons(scorers, compare) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:

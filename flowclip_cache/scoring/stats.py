@@ -169,3 +169,32 @@ def paired_bootstrap(
                 "seeds_resampled": bool(resample_seeds),
             }
     return out
+
+
+def bootstrapped_means(benches: dict, tasks: list[str]) -> dict[str, list[str]]:
+    """The cross-task means the bootstrap compares as tasks of their own ("mean: NAME"): those
+    whose members (here) are whole tasks, each the unweighted mean of its members' scores as
+    the summary's mean is; a mean of named groups (SugarCrepe's Add, ...) is left out."""
+    members: dict[str, list[str]] = {}
+    grouped: set[str] = set()
+    for bench, sc in benches.items():
+        for name, group in sc.joins if bench in tasks else ():
+            (grouped.add(name) if group else members.setdefault(name, []).append(bench))
+    return {f"mean: {k}": v for k, v in members.items() if k not in grouped and len(v) > 1}
+
+
+def family(bootstrap: dict, pairs, *, preset: bool, draws: int, alpha: float = 0.05) -> dict:
+    """The family the bootstrap's p-values are corrected over (Holm): every comparison the
+    table shows, its contrasts named in advance (`compare`) or every pair of scorers, and
+    what its draws can resolve: the smallest p is 2 / (B + 1), the smallest Holm p m times it."""
+    m = sum(len(d) for d in bootstrap.values())
+    return {
+        "kind": "pre-set contrasts" if preset else "every pair of scorers",
+        "contrasts": [f"{b} - {a}" for a, b in pairs],
+        "comparisons": m,
+        "draws": draws,
+        "alpha": alpha,
+        "p_floor": p_floor(draws),
+        "smallest_holm_p": min(1.0, m * p_floor(draws)),
+        "draws_to_resolve": draws_to_resolve(m, alpha),
+    }

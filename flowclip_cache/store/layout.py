@@ -116,7 +116,7 @@ class KeyIndex:
 def describe_encoder(encoder: dict) -> str:
     """An encoder configuration in a few words a person recognises: its model and weights
     ("ViT-B-32, weights open_clip:openai", "flowclip-tiny-clip, random weights (seed 3)")."""
-    w = encoder.get("weights") if isinstance(encoder.get("weights"), dict) else {}
+    w: dict = encoder["weights"] if isinstance(encoder.get("weights"), dict) else {}
     if w.get("source") == "random-init":
         weights = f"random weights (seed {w.get('init_seed')})"
     else:

@@ -184,13 +184,13 @@ def answer(summary: dict) -> list[str]:
         have = {m: row[mean]["mean"] for m, row in table.items() if mean in row}
         if not have:
             continue
-        best = max(have, key=have.get)
+        best = max(have, key=lambda m: have[m])
         n = len(summary.get("mean_members", {}).get(mean, []))
         line = f"- **{mean}** mean ({n} tasks): best {best}, {have[best]:.2f}."
         trained = {m: v for m, v in have.items() if m not in free}
         untrained = {m: v for m, v in have.items() if m in free}
         if trained and untrained:
-            h, f = max(trained, key=trained.get), max(untrained, key=untrained.get)
+            h, f = max(trained, key=lambda m: trained[m]), max(untrained, key=lambda m: untrained[m])
             d = have[h] - have[f]
             said = (
                 f" The best trained head, {h} ({have[h]:.2f}), is {d:+.2f} points from the best training-free "

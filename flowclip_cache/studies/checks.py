@@ -29,6 +29,14 @@ class Checked:
     estimated: bool = False  # train_records estimated from the world's settings (not built yet)
     feature_dims: tuple[int, int] | None = None  # (d, patches) of the encoder, for a step's timing
 
+    def refuse_problems(self) -> None:
+        """Every problem found before training, in one refusal."""
+        if self.problems:
+            n = len(self.problems)
+            raise FlowclipError(
+                f"{n} problem{'s' if n > 1 else ''} found before training:\n  " + "\n  ".join(self.problems)
+            )
+
 
 def _try(out: Checked, fn, *a, **k):
     """fn's result, or None with its error added to the problems."""
@@ -290,16 +298,27 @@ def random_training_data(d: int, patches: int, records: int, device: str, tokens
     )  # fmt: skip
 
 
-def done_key(runs: list, eval_manifests: list[str], controls, bootstrap: int, compare) -> dict:
+def done_key(
+    runs: list, eval_manifests: list[str], controls, bootstrap: int, compare, suite=None, training_free=(), moved=None
+) -> dict:
     """What a summary was made from: a study whose grid, manifests, controls or comparisons
-    change (more seeds, say) is not finished just because an older summary is in place."""
-    return {
+    change (more seeds, say) is not finished just because an older summary is in place; nor
+    one whose runs moved to other folders (place_runs: trained with other settings). Keys
+    absent when unused, so summaries written before them stay current."""
+    what = {
         "runs": sorted(r.folder for r in runs),
         "eval_manifests": sorted(os.path.abspath(m) for m in eval_manifests),
         "controls": list(controls),
         "bootstrap": int(bootstrap),
         "compare": [list(p) for p in compare],
     }
+    if suite:
+        what["suite"] = suite
+    if training_free:
+        what["training_free"] = list(training_free)
+    if moved:
+        what["run_folders"] = moved
+    return what
 
 
 def summary_is_current(out: str, what: dict, log) -> bool:

@@ -108,20 +108,10 @@ def execute(
     base_dirs = run_dirs
     run_dirs = place_runs(runs, run_dirs, checked, train_manifest, log)
     plan_lines(runs, run_dirs, checked, log, measure=dry_run, stacked=side_by_side == "stacked")
-    what = done_key(runs, eval_manifests, controls, bootstrap, compare)
-    if suite:
-        what["suite"] = suite  # (absent otherwise: summaries written before suites stay current)
-    if training_free:
-        what["training_free"] = list(training_free)  # (likewise)
     moved = {r.folder: os.path.basename(run_dirs[r.folder]) for r in runs if run_dirs[r.folder] != base_dirs[r.folder]}
-    if moved:  # runs trained into another folder (other settings than the one its name had): a summary of theirs
-        what["run_folders"] = moved
+    what = done_key(runs, eval_manifests, controls, bootstrap, compare, suite, training_free, moved)
     finished = summary_is_current(out, what, log)
-    if checked.problems:
-        raise FlowclipError(
-            f"{len(checked.problems)} problem{'s' if len(checked.problems) > 1 else ''} found before training:\n  "
-            + "\n  ".join(checked.problems)
-        )
+    checked.refuse_problems()
     if dry_run:
         log("  dry run: every check passed")
         return None
@@ -228,16 +218,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
                     }
             table[method] = row
         tables[control] = table
-    own = {}
-    for method, folders in by_method.items():
-        per: dict = {}
-        for f in folders:
-            if run_dirs and f in run_dirs and checkpoint.exists(run_dirs[f]):
-                last = checkpoint.read_state(run_dirs[f])["metrics"][-1]["train_sample"]
-                for k, v in last.items():
-                    if k != "pairs":
-                        per.setdefault(k, []).append(v * 100)
-        own[method] = {k: mean_std(v) for k, v in per.items()}
+    own = own_accuracy(by_method, run_dirs)
     return {
         "units": "percent (mean, std); points (delta, bootstrap)",
         "columns": tasks + means,
@@ -258,6 +239,21 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "store_fingerprint": score["store_fingerprint"],
         "git_revision": score["git_revision"],
     }
+
+
+def own_accuracy(by_method: dict, run_dirs: dict | None) -> dict:
+    """Each method's own training-sample pairwise accuracy at its end, across its seeds."""
+    own = {}
+    for method, folders in by_method.items():
+        per: dict = {}
+        for f in folders:
+            if run_dirs and f in run_dirs and checkpoint.exists(run_dirs[f]):
+                last = checkpoint.read_state(run_dirs[f])["metrics"][-1]["train_sample"]
+                for k, v in last.items():
+                    if k != "pairs":
+                        per.setdefault(k, []).append(v * 100)
+        own[method] = {k: mean_std(v) for k, v in per.items()}
+    return own
 
 
 def train_missing(

@@ -66,9 +66,9 @@ def check_encoder(cfg: dict, store_meta: dict, where: str, here: str = "this sto
 
     if cfg["store_fingerprint"] == store_meta["fingerprint"]:
         return
-    theirs = cfg.get("encoder_description") or f"encoder {cfg.get('encoder', '?')}"
+    theirs = cfg.get("encoder_description") or str(cfg.get("encoder", "?"))
     raise FlowclipError(
-        f"{where}: trained on {theirs} (store fingerprint {cfg['store_fingerprint'][:12]}), but {here} "
+        f"{where}: trained on the encoder {theirs} (store fingerprint {cfg['store_fingerprint'][:12]}), but {here} "
         f"{describe_encoder(store_meta['encoder'])} ({store_meta['fingerprint'][:12]}); refused"
     )
 
