@@ -1,4 +1,4 @@
-"""The ablation engine's parts (issue 54): stacked steps, matched-pair evaluation, imports.
+"""The ablation engine's parts: stacked steps, matched-pair evaluation, imports.
 
     python benchmarks/bench_ablation.py [--reps 5] [--heads 8] [--device cpu]
 

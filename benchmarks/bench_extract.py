@@ -1,4 +1,4 @@
-"""Extraction speed and storage, side by side in one run (issue: stage one).
+"""Extraction speed and storage, side by side in one run (stage one).
 
     python benchmarks/bench_extract.py [--images 300] [--captions 2000] [--model ViT-B-32] [--reps 3]
 

@@ -1,4 +1,4 @@
-"""A store at a URL against the same store on the local disk (issue 44): a train-head run
+"""A store at a URL against the same store on the local disk : a train-head run
 (its load and its epochs) from the URL through a warm chunk cache against the same run from
 the disk, and a cold read's throughput (an empty cache: every object fetched).
 

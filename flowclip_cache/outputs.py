@@ -269,9 +269,10 @@ def require_own(out: str, kind: str) -> None:
             f"{out} is inside the feature store {store}; outputs never go inside a store. Choose another --out"
         )
     if not os.path.isdir(out):
-        if os.path.exists(out):
+        if os.path.exists(out) and not os.path.isdir(out):  # (asked again: another rank may just have made it)
             raise FlowclipError(f"{out} exists and is a file, not {KINDS[kind]}; choose another --out")
-        return
+        if not os.path.isdir(out):
+            return
     if not os.listdir(out):
         return
     found = kind_of(out)

@@ -1,4 +1,4 @@
-"""Aggregations checked against hand computations (issue 11, part 6): each test names
+"""Aggregations checked against hand computations: each test names
 the mutation it was run against (a mean turned max, ddof 1 -> 0, a filter dropped)."""
 
 import numpy as np
@@ -53,7 +53,7 @@ def test_summarise_mean_and_sample_std_by_hand():
 
 def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
     """summary.md said an interval that excludes 0 is marked * and marked none (the demo's
-    report, issue 29); score's results.md did. Both now use report.interval_cell."""
+    report,); score's results.md did. Both now use report.interval_cell."""
     from flowclip_cache.studies.summary import write_summary
 
     runs = [RunSpec("flow", 0, {})]
@@ -90,7 +90,7 @@ def test_study_summary_marks_intervals_that_exclude_zero(tmp_path):
 
 
 def test_study_figure_draws_chance_and_marks_the_means():
-    """summary.png (issue 29): a chance segment per task, relative to CLIP as the bars are
+    """summary.png: a chance segment per task, relative to CLIP as the bars are
     (chance 20%, CLIP 30% -> -10 points), and the cross-task means shaded and labelled."""
     from flowclip_cache.studies.summary import summary_figure
 
@@ -111,7 +111,7 @@ def test_study_figure_draws_chance_and_marks_the_means():
 
 
 def test_below_chance_is_said_only_with_a_test_and_learnt_only_below_the_frozen_encoder():
-    """Issue 38: the demo called global 45.50 on 222 records 'below chance ... a learnt bias'
+    """the demo called global 45.50 on 222 records 'below chance ... a learnt bias'
     (about 1.3 standard errors from 50, CLIP itself at 44.59). Exactly: 101 of 222 against
     0.5 is P = 0.101 (exact fractions), not below chance; 80 of 222 is, and with CLIP at 44.59 the head is below
     it too; with CLIP at 35 the preference is the encoder's. binomial_tail by hand: P(X <= 1)
@@ -130,7 +130,7 @@ def test_below_chance_is_said_only_with_a_test_and_learnt_only_below_the_frozen_
 
 
 def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
-    """Issue 29: the overall reading first (how many intervals exclude 0 against chance,
+    """the overall reading first (how many intervals exclude 0 against chance,
     by question), what Fixed-control accuracy above chance and a head below chance mean."""
     from flowclip_cache.scoring.profile import PROFILE_FAMILIES
     from flowclip_cache.studies.summary import summary_markdown
@@ -156,7 +156,7 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
         "chance": chance, "accuracy": {f: 0.5 for f in PROFILE_FAMILIES}, "grounding": {"hit_rate": 0.1, "chance": 0.1}
     }  # fmt: skip
     md = "\n".join(summary_markdown(summary))
-    assert "Columns: each task family's accuracy" in md  # the profile's columns explained (issue 53)
+    assert "Columns: each task family's accuracy" in md  # the profile's columns explained
     body = md[md.index("## Conclusions") :]
     overall = body.index("**Overall.** Of 2 paired comparisons, 1 has a 95% interval")
     assert overall < body.index("- synthetic-swap-att: flow - clip")
@@ -183,7 +183,7 @@ def test_study_conclusion_comes_first_grouped_with_chance_and_controls():
 
 
 def test_a_reports_sentences_follow_its_figures():
-    """Issue 53: 15 of 22 intervals excluding 0 is not 'weak evidence'; a question listing
+    """15 of 22 intervals excluding 0 is not 'weak evidence'; a question listing
     only its significant comparisons says how many of how many; the binding lab's sentence
     names what the project's run found for this encoder and readout, and only for those;
     the wall time counts the invocation from its start. Each checked by hand."""
@@ -459,7 +459,7 @@ def test_a_study_summary_marks_figures_resting_on_part_of_their_records():
 
 
 def test_the_binding_labs_summary_counts_intervals_that_exclude_zero():
-    """Issue 38: the grid summary prints, itself, how many intervals exclude 0 and how many
+    """the grid summary prints, itself, how many intervals exclude 0 and how many
     would by chance (docs/results-synthetic.md computed them by hand). By hand: 3 of 48
     exclude 0 (two above, one below); 48 / 20 = 2.4 by chance."""
     from flowclip_cache.studies.grid import exclusion_count
@@ -516,7 +516,7 @@ def test_the_bootstrap_statistic_at_unit_weights_is_each_official_score():
 
 
 def test_a_summary_opens_with_the_answer_where_a_training_free_scorer_wins():
-    """Issue 65's demo: the untrained filip-score ahead of both trained heads on the synthetic
+    """demo: the untrained filip-score ahead of both trained heads on the synthetic
     mean, and a summary that said so nowhere. The answer now comes first: the best scorer on
     each cross-task mean, the best trained head against the best training-free scorer with
     the bootstrap's interval of that mean, and 'no trained head beats' said plainly."""

@@ -134,7 +134,7 @@ def test_online_scoring_equals_extract_then_score(lab, tmp_path, model):
         assert r["record_id"] == row["record_id"]
         assert r["scores"] == [got[i, caption[c]].item() for c in row["captions"]], r["record_id"]
     for r, row, i in list(zip(recs, rows, f.row_image.tolist()))[:4]:
-        # one record at a time: the same bits (issue 53: 19 of 32 flow scores differed by up to 1.2e-7)
+        # one record at a time: the same bits
         alone = online([images[i]], row["captions"])[0].tolist()
         assert r["scores"] == alone, (r["record_id"], r["scores"], alone)
     if run:  # another encoder's run is refused

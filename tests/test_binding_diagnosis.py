@@ -64,8 +64,8 @@ def test_diagnose_averages_records():
     for role in ROLES:
         assert d["s_token_gold_minus_foil"][role] == pytest.approx(sum(p[role] for p in per) / 3)
     assert d["attribute_support_on_own_object"]["words"] == 6
-    # chance: each colour word's own cell's share, averaged (issue 55: the corner cell's 9/64 was
-    # taken for every word); red's cell (0, 1) and blue's (2, 1) hold 3 x 2 = 6 of the 64 patches
+    # chance: each colour word's own cell's share, averaged; red's cell (0, 1) and blue's (2, 1)
+    # hold 3 x 2 = 6 of the 64 patches
     assert d["attribute_support_on_own_object"]["chance"] == pytest.approx(6 / 64)
 
 

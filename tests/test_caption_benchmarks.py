@@ -1,4 +1,4 @@
-"""The caption-side benchmarks of the field's suite (issue 40): VALSE and SugarCrepe++
+"""The caption-side benchmarks of the field's suite: VALSE and SugarCrepe++
 from their real files (counts), their official rules against float64 transcriptions of
 the released scripts on planted ties, and from small files in each official layout
 through extract and score under every head; the figures that need a calibrated match

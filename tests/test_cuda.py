@@ -111,7 +111,7 @@ def test_adapt_on_cuda_fp32_and_bf16(tmp_path, sample):
 
 
 def test_stacked_runs_and_shared_evaluations_on_cuda(tmp_path, tiny_encoder, monkeypatch):
-    """Issue 54 on a GPU: stacked Flow-CLIP and Global-M runs end as their side-by-side runs
+    """on a GPU: stacked Flow-CLIP and Global-M runs end as their side-by-side runs
     to FP32 round-off with every logged evaluation equal, and runs from the same start (both
     head classes: Flow-CLIP at W = 0 scores as Global-M) share one start evaluation."""
     from safetensors.torch import load_file

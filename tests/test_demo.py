@@ -43,6 +43,17 @@ def test_demo_end_to_end(tmp_path):
     open(summary, "w").write(without)
     r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1"])
     assert r.exit_code == 0 and open(summary).read() == without + EXPLORER_LINK
+    # a head of one's own beside the demo's: its world, store and runs reused, the new head trained and compared
+    from conftest import doc_file
+
+    (tmp_path / "bilinear.py").write_text(doc_file("plugins.md", "bilinear", "bilinear.py"))
+    r = CliRunner().invoke(main, ["demo", "--out", out, "--scenes", "60", "--epochs", "1", "--head",
+                                  f"mine={tmp_path / 'bilinear.py'}:Bilinear"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert r.output.count("[done   ]") == 3 and "[todo   ] mine" in r.output and "0 new images" in r.output
+    assert "start (before training):" in r.output  # a plug-in is not told it scores as the frozen encoder
+    boot = json.load(open(os.path.join(out, "summary.json")))["bootstrap"]
+    assert {"mine - global", "mine - flow_hnb_cimr", "mine - filip-score"} <= set(boot["synthetic-swap-att"])
 
 
 def json_of(out: str) -> dict:
@@ -65,7 +76,7 @@ def test_demo_report_reads_itself(tmp_path):
     assert "ask under which encoder, readout and world" in md
     assert "with flowclip-tiny-clip-filip and standard patches (this study's), all 12 of its binding" in md
     assert "frozen encoder profile (%)" in r.output and "{'accuracy'" not in r.output
-    # the encoder's own local evidence, untrained, is a row and is compared with Flow-CLIP (issue 55)
+    # the encoder's own local evidence, untrained, is a row and is compared with Flow-CLIP
     assert "| filip-score |" in md and "filip-score" in json_of(out)["bootstrap"]["synthetic-swap-att"].__repr__()
     # the image-choice and group stand-ins are scored (Real only: their controls read n/d, explained)
     import json

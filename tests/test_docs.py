@@ -63,6 +63,7 @@ def test_plugins_example(tmp_path):
         assert r.returncode == 0, f"{lang} block failed:\n{code}\n{r.stdout}\n{r.stderr}"
         out += r.stdout
     assert "| real | bilinear |" in out and "explaining 2 records" in out
+    assert "mine - global" in open(tmp_path / "flowclip-demo" / "summary.md").read()  # the first command's comparison
     assert "U: (128, 16) origin: Bilinear" in out and "sample benchmark:" in out
     assert "dry run: every check passed" in out and (tmp_path / "study" / "STUDY_DONE").exists()
     runs = sorted(os.listdir(tmp_path / "study" / "runs"))

@@ -217,8 +217,7 @@ def test_vl_compos_sugarcrepe_weights_are_our_headlines(tmp_path):
     """vl_compo's SugarCrepe column, fitted to its published rows, weights the seven subsets
     .1432 .0683 .1219 .0896 .2437 .2496 .0838 (docs/method.md): each subset's share of its
     family's records over 3, i.e. the mean of Add, Replace and Swap pooled over records,
-    which is flowclip's headline; derived here from the released files' counts (issue 53:
-    the docs said the two figures differ)."""
+    which is flowclip's headline; derived here from the released files' counts."""
     import numpy as np
 
     from flowclip_cache.datasets import get

@@ -406,7 +406,7 @@ def test_token_map_heads_explain_their_own_maps(kind):
 
 def test_scorers_are_labelled_by_the_name_they_were_given(explained, tmp_path):
     """explain.json, the page and the figures name a scorer by its NAME=, not its folder's
-    name (issue 29); the margins figure of a score says both when they differ."""
+    name; the margins figure of a score says both when they differ."""
     s, ex = explained["sample"], str(tmp_path / "ex")
     args = ["explain", "--store", explained["store"], "--manifest", s["candidates"], "--scorer",
             f"calibrated={explained['global']}", "--scorer", f"local={explained['flow']}", "--records", "all",
@@ -438,7 +438,7 @@ def test_tokens_are_shown_by_role_content_words_first(explained):
 
 
 def test_the_figures_read_alone(explained):
-    """Issue 38: grid.png names its margin axis, says in a legend which colour is a right and
+    """grid.png names its margin axis, says in a legend which colour is a right and
     which a wrong decision, and gives each sensitivity map a colour bar; a record's figure
     has a colour bar too, the note on how maps read, and as many map columns per token as
     the head has maps (a one-map head's figure was laid out for three)."""
@@ -463,3 +463,33 @@ def test_the_figures_read_alone(explained):
     for cap in one["maps"][list(one["maps"])[-1]]["captions"]:
         cap["maps"] = dict(list(cap["maps"].items())[:1])
     assert len(record_plot(one, None, grid).axes) == 2 * (1 + TOKENS_SHOWN) + 2
+
+
+def test_the_grid_shows_repairs_and_regressions_by_its_stated_rule():
+    """15 repairs and 8 regressions sorted by change: the grid takes 4 of each, the largest
+    |change of margin| first, and says so in its title (before: the first 8 repairs and no
+    regression). One side short: the other fills the rows. The maps draw the image in colour."""
+    from flowclip_cache.scoring.explain_figures import draw_map, grid_selection
+
+    def rec(i, status, change):
+        return {"record_id": str(i), "status": status, "margins": {"a": 0.0, "b": change}}
+
+    recs = [rec(i, "repair", 0.01 * (i + 1)) for i in range(15)] + [rec(15 + i, "regression", -0.02 * (i + 1))
+                                                                     for i in range(8)]  # fmt: skip
+    shown, title = grid_selection(recs, 8)
+    assert [r["record_id"] for r in shown] == ["14", "13", "12", "11", "22", "21", "20", "19"]
+    assert title == "4 of 15 repairs, 4 of 8 regressions: the largest |change of margin| of each"
+    shown, title = grid_selection(recs[:15] + recs[15:17], 8)
+    assert sum(r["status"] == "regression" for r in shown) == 2 and len(shown) == 8
+    assert title.startswith("6 of 15 repairs, 2 of 2 regressions")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    fig, ax = plt.subplots()
+    im = Image.new("RGB", (16, 16), (220, 30, 30))  # a red image stays red under its map
+    draw_map(ax, im, np.zeros(16), 4, "t")
+    assert ax.images[0].get_array().shape == (16, 16, 3) and tuple(ax.images[0].get_array()[0, 0]) == (220, 30, 30)
+    plt.close(fig)

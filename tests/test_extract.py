@@ -217,7 +217,7 @@ def test_on_error_fail_exits_non_zero(tmp_path, tiny_encoder):
             "--quiet",
         ],
     )
-    # refused before any store is made (issue 53), naming the image and the manifest
+    # refused before any store is made, naming the image and the manifest
     assert r.exit_code == 2 and "none of the 1 images the manifests name exist" in r.output, r.output
     assert "'missing.png'" in r.output and not (tmp_path / "st").exists()
 

@@ -393,11 +393,11 @@ def test_models_lists_families_tags_and_the_weights_found_here(tmp_path):
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("  ")}
     assert "openai" in lines["ViT-B-32"] and "openai*" not in lines["ViT-B-32"]
     assert "synthetic*" in lines["flowclip-tiny-clip"] and "blip:<Hugging Face repo" in r.stdout
-    # which tiny CLIP is which, read from its card (issue 53: the grounded one was not named)
+    # which tiny CLIP is which, read from its card
     assert "causal text tower, global InfoNCE alone" in lines["flowclip-tiny-clip"]
     assert "bidirectional text tower, global InfoNCE alone" in lines["flowclip-tiny-clip-bidir"]
     assert "grounded: global InfoNCE + FILIP's token-wise loss; colour words" in lines["flowclip-tiny-clip-filip"]
-    # issue 55: the grounded twin pretrained without world 0's held-out pairs says so from its card
+    #: the grounded twin pretrained without world 0's held-out pairs says so from its card
     clean = lines["flowclip-tiny-clip-filip-clean"]
     assert "synthetic*" in clean and "never saw synthetic world 0's held-out colour-shape pairs" in clean
     assert r.stdout.index("openai-clip:") < r.stdout.index("siglip:")

@@ -243,8 +243,7 @@ def test_two_stores_of_one_encoder_are_bit_identical(tmp_path, backend, model, r
 
 
 def test_every_forward_runs_at_a_fixed_shape_whatever_the_batch(tiny_model, monkeypatch):
-    """The mechanism behind "same input, same bits" (issue 38: removing the text padding
-    left every invariance test green, since on this CPU it changed no bits): every image
+    """The mechanism behind "same input, same bits": every image
     forward takes exactly IMAGE_ROWS images, and every text forward TEXT_ROWS captions at a
     width from LENGTH_BUCKETS (the tiny CLIP's tower is causal), whether 1, 5 or 70
     captions of mixed lengths are encoded. Mutation checked: dropping the text padding (a

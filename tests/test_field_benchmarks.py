@@ -1,4 +1,4 @@
-"""The image-choice and group benchmarks (issue 39) from their official layouts to
+"""The image-choice and group benchmarks from their official layouts to
 scores: each converter on a small file written in the layout its official loader reads
 (the real file where ../shared/benchmarks holds it, with its counts), then every
 manifest extracted with the tiny CLIP and scored under every built-in head and a
@@ -249,7 +249,7 @@ def test_score_writes_group_and_image_choice_tables(field, tmp_path):
     assert r.exit_code == 0, r.output
     md = (out / "results.md").read_text()
     assert "## Group tasks" in md and "mmvp-vlm" in md and "image " in md
-    assert "### Test-time matching (not the official metric)" in md  # issue 56: beside, never among them
+    assert "### Test-time matching (not the official metric)" in md  #: beside, never among them
     res = json.loads((out / "results.json").read_text())["results"]["real|clip"]
     assert res["mmvp-vlm"]["headline_metric"] == "image" and set(res["winoground"]["metrics"]) == {
         "text",

@@ -1,4 +1,4 @@
-"""The training-free FILIP score (heads/filip_score.py, issue 55) against a float64
+"""The training-free FILIP score (heads/filip_score.py,) against a float64
 transcription of its authors' released code (mindspore-lab/mindformers,
 mindformers/models/filip/filip.py: FilipImgProcess, FilipTextProcess, FilipLogit as
 FilipGather calls it), on random features and on planted ties; then through `flowclip

@@ -180,7 +180,7 @@ def test_untrained_head_scores_like_the_encoder():
 
 
 def test_flow_clip_at_w_zero_scores_as_global_m_in_every_gateway():
-    """Issue 54: with W = 0, ICER's refinement is the identity (q_res = q), so s_token is 0
+    """with W = 0, ICER's refinement is the identity (q_res = q), so s_token is 0
     by the equations and a Flow-CLIP head is Global-M with its M. Its kernels compute that 0
     only to round-off; scoring's two gateways give it Global-M's very bits (Head.scores_as),
     never under autograd (training differentiates in W) and never once W moves."""
@@ -414,7 +414,7 @@ def test_fsc_local_refuses_a_content_mask_store(sample, tmp_path):
 
 
 def test_the_kernels_chunks_run_one_thread_each_spread_over_torchs_threads():
-    """run_chunks (issue 38): each chunk of the scoring kernel runs single-threaded and the
+    """run_chunks: each chunk of the scoring kernel runs single-threaded and the
     chunks spread over torch's threads, so no op waits at a barrier for a core another
     process keeps busy (bench_score.py with one core loaded: 6.7k pairs/s before, 16.4k
     after; docs/performance.md); torch's thread count is restored after; the

@@ -1,4 +1,4 @@
-"""A stranger's copy of a benchmark (issue 53): a Hugging Face copy, written with pyarrow
+"""A stranger's copy of a benchmark: a Hugging Face copy, written with pyarrow
 alone in the hub's Parquet layout or save_to_disk's Arrow layout, whose fields try to name
 files, repeat ids, hide non-images, omit columns or hold the wrong types. Each is refused
 in one line with exit 2, and nothing is written outside the folders the user named (nor,

@@ -1,4 +1,4 @@
-"""A normal (non-editable) install carries everything the package reads (issue 11, part 7):
+"""A normal (non-editable) install carries everything the package reads:
 the wheel is built and unpacked outside the repository, and imported from there."""
 
 import os
@@ -81,7 +81,7 @@ def test_every_package_folder_is_in_the_wheel_list():
 
 @pytest.mark.slow
 def test_the_wheel_and_sdist_pass_twine_and_run_the_demo_from_a_venv(tmp_path, dist):
-    """Ready to publish (issue 53): `python -m build` makes the sdist and, from it, the
+    """Ready to publish: `python -m build` makes the sdist and, from it, the
     wheel; `twine check` passes both; the wheel installs into a new virtual environment and
     `flowclip demo` runs there, from a folder with no checkout, on the weights, model configs
     and pipelines the wheel carries. (The venv sees this machine's site-packages for torch

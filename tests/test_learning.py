@@ -1,4 +1,4 @@
-"""Tests that fail when learning is wrong (issue 11, part 6): a planted world where only
+"""Tests that fail when learning is wrong: a planted world where only
 the token term can tell gold from foil, and golden values of a seeded run on it.
 
 The planted store is written directly (seeded numpy, no encoder), so these numbers

@@ -58,3 +58,25 @@ def test_modules_and_functions_read_at_once():
                 if lines > 70:
                     long_functions.append(f"{rel}: {node.name} ({lines} lines)")
     assert not long_modules and not long_functions, long_modules + long_functions
+
+
+def test_no_page_docstring_or_comment_speaks_of_sessions_or_issue_numbers():
+    """The docs are a reference and the code says why, not when: the history lives in git.
+    No "session N" or "issue N" in the package, the docs, the README, the pipelines, the
+    catalogue, the benchmarks or the tests."""
+    import glob
+    import os
+    import re
+
+    said = re.compile(r"\b[Ss]essions? \d|\b[Ii]ssues? \d|\([Ii]ssue\b|\b[Tt]his session\b|\b[Ss]essions? \d+-\d")
+    where = ["README.md", "CONTRIBUTING.md", "docs/*.md", "pipelines/*.yaml", "manifests/*.yaml",
+             "flowclip_cache/**/*.py", "benchmarks/*.py", "tests/*.py"]  # fmt: skip
+    hits = []
+    for pattern in where:
+        for path in sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True)):
+            if path.endswith("test_lint.py"):
+                continue
+            for i, line in enumerate(open(path, encoding="utf-8"), 1):
+                if said.search(line):
+                    hits.append(f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()[:100]}")
+    assert not hits, f"{len(hits)} lines:\n" + "\n".join(hits[:40])

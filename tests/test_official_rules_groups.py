@@ -1,7 +1,7 @@
 """Each image-choice and group benchmark's official rule, transcribed independently in
 float64 from its released code (not from flowclip's), run on the same score matrices
 with planted exact ties: flowclip's aggregation must agree on every record and every
-reported number (issue 39).
+reported number.
 
 Transcribed from: Winoground's text_correct / image_correct / group_correct (the
 dataset card's notebooks) and EqBen's cal_wino_score (Wangt-CN/EqBen
@@ -190,7 +190,7 @@ def test_spec_equals_argmax_accuracy_and_the_mean_over_subsets(direction):
 
 
 def test_group_match_equals_the_released_margin_and_a_brute_force_assignment():
-    """Issue 56, test-time matching: GroupMatch per group equals the released evaluate.py's
+    """test-time matching: GroupMatch per group equals the released evaluate.py's
     `oracle_margin > 0` (torch float32, as there) and the brute-force best assignment of the
     two captions (the identity strictly above the swap) on planted ties; individual match is
     each image's own strict choice. Both sit beside the official figures, never among them,

@@ -1,4 +1,4 @@
-"""Nothing a command does destroys data it did not make (issue 11, part 3)."""
+"""Nothing a command does destroys data it did not make."""
 
 import errno
 import os
@@ -374,8 +374,7 @@ def test_a_marker_never_reaches_outside_its_folder(tmp):
 def test_overwrite_checks_the_whole_tree_not_just_the_top(scored_world, tmp):
     """A file a user put inside a run's checkpoint folder, or inside a score's figures,
     is someone else's as much as one beside them: --overwrite refuses, naming it, and
-    deletes nothing (issue 38; before, the top level alone was checked and the listed
-    folder went whole). A marked run nested in a listed folder answers for itself."""
+    deletes nothing. A marked run nested in a listed folder answers for itself."""
     from flowclip_cache import outputs
 
     fs, s, _, _ = scored_world
@@ -404,7 +403,7 @@ def test_overwrite_checks_the_whole_tree_not_just_the_top(scored_world, tmp):
         outputs.publish(str(tmp / "t3"), res, "explain", overwrite=True)
     assert (tmp / "res" / "records" / "notes.txt").read_text() == "mine"
     # a marked output inside a listed folder (a study's runs/<run>/) is judged by its own
-    # marker where the outer marker lists it; one copied in unlisted is foreign whole (issue 53)
+    # marker where the outer marker lists it; one copied in unlisted is foreign whole
     outer = tmp / "outer"
     (outer / "runs").mkdir(parents=True)
     outputs.mark(str(outer), "study", ["runs"])
@@ -420,8 +419,7 @@ def test_overwrite_checks_the_whole_tree_not_just_the_top(scored_world, tmp):
 
 def test_overwrite_never_deletes_an_output_copied_into_a_checkpoint(scored_world, tmp):
     """A flowclip output (its own marker inside) copied by the user into RUN/ckpt-N/:
-    train-head --out RUN --overwrite refuses, naming it, and deletes nothing (issue 53:
-    before, the copy answered for itself by its marker, and went with the checkpoint)."""
+    train-head --out RUN --overwrite refuses, naming it, and deletes nothing."""
     fs, s, _, _ = scored_world
     run = str(tmp / "run")
     cfg = TrainConfig(head="flow", epochs=1, batch_size=8)
@@ -459,7 +457,7 @@ def test_a_strangers_nested_paths_never_leave_the_folder(tmp):
 
 def test_the_marker_forgets_a_replaced_checkpoint(scored_world, tmp):
     """After --max-steps and --resume, the marker lists the checkpoint folder that exists,
-    not the ones replaced (issue 38: ckpt-00000000 stayed listed); a look-alike folder of
+    not the ones replaced; a look-alike folder of
     the user's named like a checkpoint is never removed."""
     from flowclip_cache import outputs
 

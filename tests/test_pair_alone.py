@@ -1,4 +1,4 @@
-"""A pair's score is a function of the pair alone (issue 53): in each engine, every
+"""A pair's score is a function of the pair alone: in each engine, every
 scorer gives a pair the same bits alone as among others of other token counts, in any
 position: matched pairs (candidates, groups, image choice, paraphrases, training's
 evaluation, OnlineScorer) and all pairs (retrieval, zero-shot with a pairwise head).

@@ -1,4 +1,4 @@
-"""`flowclip run paper --dry-run` (issue 27): the whole paper's plan on a machine with none of
+"""`flowclip run paper --dry-run`: the whole paper's plan on a machine with none of
 its inputs, every printed command one that flowclip parses, what exists and what is missing,
 estimates labelled, and nothing created."""
 
@@ -70,7 +70,7 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     )
     assert f"--pretrained {tmp_path}/cache/tsvlc-merged.safetensors" in out
     # FSC-CLIP as its authors built it (QuickGELU: `--pretrained openai` in their open_clip 2.24); the others
-    # as their own loaders build them; each step labelled with the tables it feeds (issue 53)
+    # as their own loaders build them; each step labelled with the tables it feeds
     extracts = {line.split("$ ", 1)[1] for line in out.splitlines() if "$ flowclip extract" in line}
     fsc = [c for c in extracts if "fsc-clip-ViT-B-32.pt" in c]
     assert len(fsc) > 2 and all("--model ViT-B-32-quickgelu " in c for c in fsc), fsc  # (one per image folder)
@@ -183,7 +183,7 @@ def test_measured_estimates_on_a_small_encoder(tmp_path):
     from flowclip_cache.config import parse_overrides
     from flowclip_cache.paper.plan import study_steps
 
-    # the frozen FILIP score is scored beside Tab. 2's heads (ours, issue 55), and only there
+    # the frozen FILIP score is scored beside Tab. 2's heads (ours,), and only there
     args = {
         s.name: dict((k[0], v) for k, v in parse_overrides(shlex.split(s.commands[0])[3:])) for s in study_steps(cfg)
     }
@@ -328,7 +328,7 @@ def test_the_dry_run_measures_each_cost_once_and_nothing_after_its_deadline(monk
 def test_the_dry_run_measures_the_encoders_before_the_heads(tmp_path, monkeypatch):
     """Extraction and adaptation (the biggest steps) are priced first: with time for one
     measurement only, the encoder's forward is it, and every extract and adapt step has
-    an estimate (issue 53: the head steps spent the 30 s and those had none)."""
+    an estimate."""
     from flowclip_cache.paper import costs as costs_module
 
     calls = []

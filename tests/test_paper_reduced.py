@@ -1,5 +1,4 @@
-"""The whole paper plan on the synthetic world (issue 27's reduced run; pipelines/
-paper-synthetic.yaml): every step runs as one command, every table and figure of the paper
+"""The whole paper plan on the synthetic world: every step runs as one command, every table and figure of the paper
 is written in its layout with the published numbers beside ours and the stand-ins
 labelled; a rerun does nothing; a step whose output is lost is redone alone; two ranks
 under torchrun write the one-process tables."""
@@ -73,7 +72,7 @@ def test_every_table_and_figure_in_the_papers_layout(reduced):
         for m in (
             "CLIP",
             "NegCLIP",
-            *(("NegCLIP (released)",) if b == "COCO" else ()),  # a stand-in in its released form (issue 53)
+            *(("NegCLIP (released)",) if b == "COCO" else ()),  # a stand-in in its released form
             "LABCLIP",
             "FSC-CLIP",
             *released[b],
@@ -86,7 +85,7 @@ def test_every_table_and_figure_in_the_papers_layout(reduced):
         assert ("missing" in " ".join(r)) == (r[1] == "DCSM"), r
     tab2 = _table((paper / "tab2.md").read_text(), "scorer")
     rows = ["CLIP", "Global-M (HNB)", "Global-M+CIMR", "Flow-CLIP (HNB)", "Flow-CLIP+CIMR"]
-    rows += ["FILIP score, frozen (ours; not in the paper)"]  # scored by tab2-coco's study (issue 55)
+    rows += ["FILIP score, frozen (ours; not in the paper)"]  # scored by tab2-coco's study
     assert [r[0] for r in tab2] == rows + [f"Δ {r}" for r in rows[1:]]
     assert not any("missing" in c for r in tab2 for c in r)  # all 11 tasks and both means stood in for
     assert "paper 55.95" in tab2[0][15] and "paper 71.10" in tab2[4][15]  # the published 11-task means

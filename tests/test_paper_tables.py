@@ -150,7 +150,7 @@ def test_tab2_rows_changes_from_clip_and_the_quoted_differences_with_our_interva
         "clip": [_run(res(0.50, 0.40))],
         "global": [_run(res(0.60, 0.50)), _run(res(0.62, 0.52))],
         "flow_hnb_cimr": [_run(res(0.70, 0.48)), _run(res(0.72, 0.50))],
-        "filip-score": [_run(res(0.66, 0.45))],  # ours beside Tab. 2 (issue 55)
+        "filip-score": [_run(res(0.66, 0.45))],  # ours beside Tab. 2
     }
     boot = {"abc6k": {"flow_hnb_cimr - global": {"ci95_pts": [5.0, 15.0]}},
             "whatsup-coco-spatial": {"flow_hnb_cimr - global": {"ci95_pts": [-4.0, -1.0]}}}  # fmt: skip
@@ -185,7 +185,7 @@ def test_a_cell_read_back_for_the_csv_is_the_number_it_shows():
 
 def test_smaller_margin_share_weighs_subsets_as_the_benchmark_does():
     """§4.3's share of records Global-M ranks right on which Flow-CLIP's margin is smaller,
-    'using the benchmarks' subset weights' (issue 38: it was pooled over records), by hand:
+    'using the benchmarks' subset weights', by hand:
     subset one qualifies a, b in each of two seeds (c is ranked wrong) and only a in seed 1
     is smaller (seed 2's b ties: not smaller) -> 1/4; subset two qualifies d twice, smaller
     both times -> 2/2. Subset-weighted (1/4 + 1) / 2 = 0.625; pooled it would be 3/6.
@@ -202,7 +202,7 @@ def test_smaller_margin_share_weighs_subsets_as_the_benchmark_does():
 
 def test_fig3_names_one_configuration_in_its_header_and_its_quoted_lines():
     """The curves are the complete Flow-CLIP (HNB + CIMR): the header and every quoted line
-    say so (issue 38: the lines named the paper's 'Flow-CLIP (HNB)' under a header naming
+    say so (: the lines named the paper's 'Flow-CLIP (HNB)' under a header naming
     HNB + CIMR), each line keeping the paper's own label in parentheses."""
     from flowclip_cache.paper.figures import FIG3_FLOW, fig3
 

@@ -52,7 +52,7 @@ def test_dry_run_and_errors(tmp_path):
     # the world is not built yet: its records are estimated, a step timed on random features
     assert "training records: about" in r.output and "epochs x ~" in r.output and "x ? steps" not in r.output
     assert "time left: about" in r.output and "an estimate" in r.output
-    # a cap on steps is the plan (issue 53: it printed the epochs' steps where max_steps was 5)
+    # a cap on steps is the plan
     r = CliRunner().invoke(main, ["run", SYNTH, f"out={tmp_path}/s", "--dry-run", *REDUCED, "train_config.max_steps=5"])
     assert r.exit_code == 0, r.output
     assert r.output.count("5 steps (max_steps; 1 epochs x ~") == 4 and "(40 steps," not in r.output, r.output
@@ -233,7 +233,7 @@ def test_a_study_trains_from_the_store_placement(tmp_path, monkeypatch):
         *REDUCED,
         "seeds=[0,1]",
         "bootstrap=50",
-        "resample_seeds=true",  # (issue 55: the bootstrap draws the two seeds too)
+        "resample_seeds=true",  #
         "data_placement=store",
         "--quiet",
     ]
@@ -248,7 +248,7 @@ def test_a_study_trains_from_the_store_placement(tmp_path, monkeypatch):
     timing = json.load(open(tmp_path / "s" / "summary.json"))["timing"]
     assert any(k.endswith("seed-1") for k in timing["train_seconds_per_run"])
     assert any(k.endswith("seed-0") for k in timing["train_seconds_per_run"])
-    # where this study's time went (issue 54), its stages only (other tests ran in this process)
+    # where this study's time went, its stages only (other tests ran in this process)
     stages = timing["stage_seconds"]
     assert {"imports", "checks", "loading", "steps", "evaluation", "scoring", "summary"} <= set(stages), stages
     assert 0 < sum(stages.values()) <= timing["study_wall_seconds"] <= timing["this_invocation_seconds"]

@@ -1,4 +1,4 @@
-"""Training data placements (issue 18): device, host and store give bit-identical
+"""Training data placements: device, host and store give bit-identical
 weights for the same seed; the estimate is exact; auto falls back to the store; a store
 placement refuses damage like every other reader."""
 

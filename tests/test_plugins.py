@@ -69,7 +69,7 @@ def test_a_head_file_trains_scores_and_a_run_folder_imports_nothing(lab, tmp_pat
     r = cli(*score, "--plugin", head_file, "--out", tmp_path / "again")  # another sha256: refused, one line
     assert r.exit_code == 2 and "is not the one it was trained with" in r.stderr
     assert "--allow-changed-plugin" in r.stderr and "before importing it" in r.stderr
-    assert not mark.exists()  # the changed file was refused by its sha256 before it ran (issue 53)
+    assert not mark.exists()  # the changed file was refused by its sha256 before it ran
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "again").exists()
     r = cli(*score, "--plugin", head_file, "--allow-changed-plugin", "--out", tmp_path / "again")  # the user's word
     assert r.exit_code == 0 and "is not the one it was trained with" in r.stderr and "its scores may differ" in r.stderr
@@ -153,7 +153,7 @@ def test_each_broken_contract_rule_is_one_line_before_anything_is_written(lab, t
 def test_a_broken_token_map_stops_train_head_not_explain(lab, tmp_path):
     """token_maps is what explain calls: a plug-in whose token_maps breaks (here H taken as
     [L, d], where it is [T, L, d] for T captions) stops train-head with one line naming the
-    method and its shapes (issue 38: explain met it later as a raw traceback)."""
+    method and its shapes."""
     buggy = (
         HEAD + "\n\nclass Buggy(Bilinear):\n    kind = 'buggy'\n\n"
         "    def token_maps(self, P, H, mask):\n        m = H @ P.T\n        return {'m': m[0]}, mask.float()\n"

@@ -220,8 +220,7 @@ def test_the_comparison_on_hand_made_numbers():
 @pytest.mark.skipif(not os.path.exists(PAPER), reason=f"the paper is not at {PAPER}")
 def test_each_prose_number_has_the_row_and_column_of_its_place_in_the_sentence():
     """A number in a sentence is labelled by where it stands there: 'from 88.91% to 89.92%'
-    is Global-M's and then Flow-CLIP's (issue 38: exchanging those two labels in the data
-    file left the test above green). Mutation checked: swapping the texts of
+    is Global-M's and then Flow-CLIP's. Mutation checked: swapping the texts of
     tab5.siglip.global.aro_avg and tab5.siglip.flow.aro_avg fails here."""
     by_sentence: dict[str, list] = {}
     for n in published_numbers():

@@ -1,4 +1,4 @@
-"""Commands refused in one line, exit 2, leaving nothing behind (issue 53): a refused
+"""Commands refused in one line, exit 2, leaving nothing behind: a refused
 extract creates no store; an unknown --where column names the columns; a missing store
 is one line, not click's usage block."""
 
@@ -50,7 +50,7 @@ def test_unknown_where_column_and_a_missing_store_are_one_line(tmp_path):
     assert r.exit_code == 0 and "| 50.00 |" in r.output, r.output
     for where in ("nosuch=1", "head.kind=flow"):
         r = CliRunner().invoke(main, ["results", str(scored), "--where", where, "--out", str(tmp_path / "o")])
-        assert_refused(r, f"--where {where.split('=')[0]}", "no such column", "head, method")
+        assert_refused(r, f"--where {where.split('=')[0]}", "no such column", "head, identity, method")
         assert not (tmp_path / "o").exists()
     r = CliRunner().invoke(main, ["score", "--store", str(tmp_path / "no-store"), "--manifests", str(tmp_path),
                                   "--scorer", "clip", "--out", str(tmp_path / "s")])  # fmt: skip
@@ -86,7 +86,7 @@ MISTAKES = {  # a typical mistake -> what its one line says; each refused before
 
 
 def test_typical_mistakes_are_refused_before_torch_is_imported(tmp_path, sample):
-    """Issue 53: 16 of 20 typical mistakes answered only after torch was imported (1.9-6.5
+    """16 of 20 typical mistakes answered only after torch was imported (1.9-6.5
     CPU-s each). Each now: exit 2, one line, and torch never imported (checked in a fresh
     process per mistake)."""
     import subprocess

@@ -1,4 +1,4 @@
-"""flowclip results (issue 43): the score outputs under folders - a sweep's trials and
+"""flowclip results: the score outputs under folders - a sweep's trials and
 separate score runs - as one table, the settings that differ as columns, each figure the
 one results.json holds; filtered, sorted, written whole to a new --out or not at all."""
 
@@ -72,7 +72,7 @@ def test_one_table_of_a_sweep_and_a_score_run(afternoon, tmp_path):
 
 
 def test_group_match_columns_only_when_asked(tmp_path):
-    """Issue 56: `--group-match` adds each group task's GroupMatch after the benchmarks,
+    """`--group-match` adds each group task's GroupMatch after the benchmarks,
     named as not the official score; without it the table is the official figures alone."""
     from flowclip_cache import outputs
 

@@ -154,13 +154,13 @@ def test_bootstrap_by_hand_and_groups():
     lo, hi = out["t"]["C - A"]["ci95_pts"]
     assert 0 <= lo <= 50 <= hi <= 100
     # the difference printed is the observed one (C 100%, A 50%: exactly 50 points), not the
-    # draws' mean beside it (issue 55: 6.97 was printed for an observed 6.92)
+    # draws' mean beside it
     c_a = out["t"]["C - A"]
     assert c_a["mean_pts"] == 50.0 and c_a["bootstrap_mean_pts"] != 50.0
 
 
 def test_seeds_resampled_and_holm_by_hand():
-    """Issue 55. Every image scores alike, so images carry no spread: method A's two seeds
+    """Every image scores alike, so images carry no spread: method A's two seeds
     both 50%, B's seeds 100% and 0%. Averaging the seeds in each draw (the paper's Sec. 4.3)
     gives B - A = 0 in every draw; drawing the seeds too gives B in {0, 50, 100} with
     probabilities 1/4, 1/2, 1/4, so the 95% interval is [-50, 50] and p = 1. Holm's
@@ -484,7 +484,7 @@ def test_retrieval_spilled_to_disk_equals_in_memory(scored_world):
 
 
 def test_scorers_of_one_retrieval_or_zero_shot_manifest_read_its_features_once(scored_world, monkeypatch):
-    """Issue 54: one score's scorers share a retrieval (or zero-shot) manifest's keys and
+    """one score's scorers share a retrieval (or zero-shot) manifest's keys and
     feature bank: a bank with tokens, read for the first head that needs them, serves every
     head after it (a read per scorer fails the count); each scorer's figures are the ones
     it has scored alone."""
@@ -568,7 +568,7 @@ def test_rows_that_failed_at_extract_are_left_out_and_marked(tmp_path, tiny_enco
     assert "left out records whose image or caption failed" in md
     assert "- sugarcrepe: rests on part of its records (" in md
     # every figure resting on those records is marked, in every file a reader may open alone
-    # (issue 38): the task's cells, the groups that lost records, the CSV's last field, the
+    #: the task's cells, the groups that lost records, the CSV's last field, the
     # bootstrap interval and the decision changes
     assert "| real | clip | " in md and all(
         cell.endswith(" *")

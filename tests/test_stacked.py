@@ -1,4 +1,4 @@
-"""Stacked training (issue 54): runs whose heads share a class and settings take one
+"""Stacked training: runs whose heads share a class and settings take one
 batched step, and each ends as it would alone to FP32 round-off (vmap's reductions over a
 stack may associate otherwise than one run's: seen at 1e-10 on weights with 4 runs, none
 with 3), with every logged evaluation equal (no decision differs); a killed stacked run
@@ -92,7 +92,18 @@ def test_a_killed_stacked_run_resumes_to_the_same_weights(world, tmp_path):
 
 def test_the_dry_run_names_the_stacked_groups(tmp_path):
     heads = "heads={g: {head: global}, g2: {head: global, lr: 0.002}, flow: {head: flow, cimr: 0.1}}"
-    args = ["run", SYNTH, f"out={tmp_path}/s", "--dry-run", *REDUCED, heads, "stack=true", "train_config.max_steps=3"]
+    compare = "compare=[[g, flow]]"
+    args = [
+        "run",
+        SYNTH,
+        f"out={tmp_path}/s",
+        "--dry-run",
+        *REDUCED,
+        heads,
+        compare,
+        "stack=true",
+        "train_config.max_steps=3",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     lines = [x.strip() for x in r.output.splitlines() if "stacked:" in x]

@@ -1,5 +1,5 @@
-"""A damaged store is detected and refused, never read as zeros (issue 11, part 1),
-and several writers at once leave a store every reader reads the same way (part 2)."""
+"""A damaged store is detected and refused, never read as zeros,
+and several writers at once leave a store every reader reads the same way."""
 
 import glob
 import json
@@ -133,8 +133,8 @@ def test_corrupt_record_files_are_refused(filled, folder):
 
 
 def test_a_commit_record_that_miscounts_its_segment_is_reported(filled):
-    """A commit record's rows and kind are checked against its segment (issue 53: they
-    were never compared); the record is what is damaged, and quarantine moves it."""
+    """A commit record's rows and kind are checked against its segment; the record is what
+    is damaged, and quarantine moves it."""
     seg = next(s for s in filled.segments if s.kind == IMAGE)
     path = filled.commit_record(seg.name)
     rec = json.load(open(path))

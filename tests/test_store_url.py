@@ -1,4 +1,4 @@
-"""Stores at a URL (issue 44): extract, train-head, score, verify and compact straight on a
+"""Stores at a URL: extract, train-head, score, verify and compact straight on a
 URL (fsspec's memory:// in one process; S3 on moto's server on the loopback address for
 separate processes), read through the local chunk cache, written by concurrent writers
 without locks, some killed at random points; every feature bit-identical to the same
@@ -192,8 +192,8 @@ def test_refusals_are_one_line(tmp_path, monkeypatch):
 
 
 def test_compact_at_a_url_removes_duplicates_and_old_uncommitted_uploads(tmp_path, chunk_cache, monkeypatch):
-    """A bound under an hour is refused (issue 53: 0 beside a live writer removed part of its
-    upload); the test then lowers the floor to see old uploads go without waiting an hour."""
+    """A bound under an hour is refused; the test then lowers the floor to see old uploads go
+    without waiting an hour."""
     from flowclip_cache.store import remote
 
     url = memory_url()

@@ -1,4 +1,4 @@
-"""Identical inputs score identical bits in every engine (issue 38): a class name given
+"""Identical inputs score identical bits in every engine: a class name given
 twice, a caption text that recurs in a gallery, an image shared by two gallery records, a
 candidate listed twice. A GEMM may round two equal columns apart (on this CPU a duplicated
 class column of `v @ C.T`, and of the contiguous `[d, C]` classifier too, differs in most

@@ -293,7 +293,7 @@ def test_side_by_side_equals_one_by_one(world, tmp_path):
 
 
 def test_an_evaluation_is_computed_once_per_head_weights_and_records(world, tmp_path, monkeypatch):
-    """Issue 54: runs that start from the same weights (two Flow-CLIP heads, CIMR 0 and 0.1,
+    """runs that start from the same weights (two Flow-CLIP heads, CIMR 0 and 0.1,
     and a Global-M head: Flow-CLIP at W = 0 scores as Global-M, Head.scores_as) share their
     start evaluation, computed once per record set; after a step their weights differ and
     each is evaluated. The logged figures equal the solo run's, bit for bit. (A key of the
@@ -322,7 +322,7 @@ def test_an_evaluation_is_computed_once_per_head_weights_and_records(world, tmp_
 
 
 def test_heads_evaluated_together_gather_each_chunk_once_and_score_as_alone(world):
-    """Issue 54: runs that reach an epoch's end together are evaluated together: each chunk
+    """runs that reach an epoch's end together are evaluated together: each chunk
     of records has its features gathered once for every head (a gather per head fails the
     count), and each head's accuracy is the one it has evaluated alone."""
     import numpy as np
@@ -459,7 +459,7 @@ def test_max_steps_is_a_finished_run_that_a_larger_cap_continues(world, tmp_path
                                   "--lr", "1e-3", "--max-steps", "5", "--resume", "--quiet"])  # fmt: skip
     assert r.exit_code == 0 and "continuing to 5" in r.output, r.output
     # its evaluations say where they were made: the start once, then the step it stopped at
-    # (issue 38: both the cap's and the resume's read "start (before training...)")
+    # (: both the cap's and the resume's read "start (before training...)")
     assert r.output.count("start (before training") == 0 and "step 5 (max_steps" in r.output, r.output
     five = str(tmp_path / "five")
     base = dict(head="flow", epochs=2, batch_size=8, lr=1e-3)
@@ -555,7 +555,7 @@ def test_a_training_manifest_with_failed_rows_trains_on_the_rest_only_when_asked
 
 
 def test_adamw_is_torchs_without_the_compiler_stack(world, tmp_path):
-    """Issue 54: training's AdamW steps, saves and loads as torch.optim.AdamW does, bit for
+    """training's AdamW steps, saves and loads as torch.optim.AdamW does, bit for
     bit, and a train-head process never imports torch._dynamo or torch._inductor (torch's
     optimiser wrappers and use_deterministic_algorithms did: +1.5-1.9 s a process)."""
     from flowclip_cache.training.adamw import AdamW
@@ -587,7 +587,7 @@ def test_adamw_is_torchs_without_the_compiler_stack(world, tmp_path):
 
 
 def test_score_process_imports_no_compiler_stack(lab, tmp_path):
-    """Issue 54: scoring a run folder builds its built-in head at the store's own dimension,
+    """scoring a run folder builds its built-in head at the store's own dimension,
     not on the meta device (whose torch.eye and normal_ import torch._dynamo: +0.7 s and
     ~900 modules a process); a config naming another size still allocates nothing."""
     run = str(tmp_path / "run")

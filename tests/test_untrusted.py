@@ -1,5 +1,5 @@
 """Input a stranger hands us: refused per row or in one clear line, never a traceback,
-never a file outside the folder the user named, never a hang (issue 11, part 4)."""
+never a file outside the folder the user named, never a hang."""
 
 import io
 import json
@@ -232,8 +232,7 @@ def test_malformed_head_runs_are_refused_not_scored(tmp_path):
 
 
 def test_a_config_claiming_a_huge_head_allocates_nothing(tmp_path, monkeypatch):
-    """config.json says head.dim 300000 beside real 4-wide weights (issue 38: the loader
-    built the 300000-wide head, 360 GB, and died): the weights file's header is checked
+    """config.json says head.dim 300000 beside real 4-wide weights: the weights file's header is checked
     against the described shapes on torch's meta device first, so no head of that size is
     ever built in memory. Mutation checked: building the head before the header check
     makes the recorded build devices include 'cpu'."""

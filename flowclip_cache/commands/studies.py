@@ -125,12 +125,29 @@ def pretrain_tiny_clip(config, overrides, out, export_to, quiet):
     default=None,
     help="The tiny CLIP's patch readout (default: the demo's, see docs/results-synthetic.md).",
 )
-def demo(out, scenes, epochs, quiet, zoo, patch_readout):
+@click.option(
+    "--head",
+    "extra_heads",
+    multiple=True,
+    metavar="NAME=HEAD",
+    help="Also train and score a head of your own (NAME=FILE.py:Class, or a kind) beside the demo's, "
+    "compared with each of them and with FILIP's training-free score; repeatable. The demo's world, store "
+    "and finished runs in --out are reused.",
+)
+def demo(out, scenes, epochs, quiet, zoo, patch_readout, extra_heads):
     """The whole pipeline offline: synthetic world, tiny CLIP, three heads, scored with controls."""
     from ..studies.demo import run_demo
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo, patch_readout=patch_readout)
+    heads = {}
+    for item in extra_heads:
+        name, sep, target = item.partition("=")
+        if not sep or not name or not target:
+            raise FlowclipError(f"--head {item!r}: expected NAME=HEAD (e.g. --head mine=my_head.py:MyHead)")
+        heads[name] = {"head": target}
+    heads = study_heads({"heads": heads}, "--head")["heads"] if heads else {}
+    run_demo(out, scenes, epochs, log=click.echo, progress=not quiet, zoo=zoo, patch_readout=patch_readout,
+             extra_heads=heads)  # fmt: skip
     click.echo(open(os.path.join(out, "summary.md")).read())
     click.echo(f"report: {os.path.join(out, 'summary.md')} (tables), {os.path.join(out, 'score')} (every record)")
 

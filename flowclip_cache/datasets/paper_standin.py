@@ -1,5 +1,5 @@
 """Stand-ins for the paper's benchmarks and training sources, from the synthetic world
-(issue 27's reduced run; docs/paper.md, "The reduced run"). `--option as=NAME` writes a
+(the reduced run; docs/paper.md, "The reduced run"). `--option as=NAME` writes a
 manifest that `flowclip score` reads as the paper's benchmark NAME (its registered
 scoring, groups and cross-task means) but whose records are synthetic, each manifest
 saying so in its metadata (`stand_in`). `--source` is the world folder, generated there

@@ -11,13 +11,15 @@ from .dcsm import DcsmHead
 from .filip import FilipHead
 from .filip_score import FilipScore, FilipScoreI2T
 from .flow import FlowHead, token_scores, token_scores_direct
+from .flow_evidence import FlowEvidenceHead, FlowEvidenceUnrefinedHead
 from .fsc_local import FscLocalHead
 from .global_m import GlobalHead, global_scores
 from .labclip import LabclipHead
 from .plugins import load_entry_points
 
 REGISTRY.update({h.kind: h for h in (ClipHead, GlobalHead, FlowHead, FilipHead, LabclipHead, FscLocalHead, DcsmHead,
-                                     FilipScore, FilipScoreI2T)})  # fmt: skip
+                                     FilipScore, FilipScoreI2T, FlowEvidenceHead,
+                                     FlowEvidenceUnrefinedHead)})  # fmt: skip
 HEAD_KINDS = tuple(REGISTRY)  # the built-in kinds
 
 

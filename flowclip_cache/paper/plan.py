@@ -1,4 +1,4 @@
-"""The whole paper as one plan (`flowclip run paper`; issue 27, docs/paper.md).
+"""The whole paper as one plan (`flowclip run paper`; docs/paper.md).
 
 Steps in the order they run: manifests (one per official source, or the synthetic
 stand-ins), feature stores (one per encoder, one extract command per image folder),
@@ -245,7 +245,7 @@ def study_steps(cfg: PaperConfig) -> list[Step]:
         _study(cfg, "ablation", "tab2-coco", "Tab. 2; Tab. 1 (frozen, COCO); Tab. 4 (matched controls); Tab. 7 (COCO); "
                "Figs. 3, 7", b32, "coco-train", [(main, glob, 2 * n), (main, flow, 2 * n)],
                controls=["real", "shuffle", "fixed"], train_config=coco, bootstrap=cfg.bootstrap,
-               training_free=["filip-score"]),  # our row beside Tab. 2, not the paper's (issue 55)
+               training_free=["filip-score"]),  # our row beside Tab. 2, not the paper's
         _study(cfg, "sensitivity", "tab3", "Tab. 3", b32, "coco-train", [(main, flow, 8 * n)],
                train_config=coco),
     ]  # fmt: skip

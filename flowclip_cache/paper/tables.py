@@ -1,4 +1,4 @@
-"""The paper's tables in its layout, each cell ours over the published value (issue 27;
+"""The paper's tables in its layout, each cell ours over the published value (
 docs/paper.md). Pure functions over numbers: a study's per-seed results go in, Markdown
 lines come out. So far Tab. 7 (zero-shot top-1 and Recall@1, with the change from CLIP)."""
 

@@ -55,12 +55,13 @@ MAP_NOTE = (
 
 
 def draw_map(ax, im, values, grid: int, title: str, top=None):
-    """The map over the image (grey); returns the drawn map, for a colour bar."""
+    """The map over the image, in its own colours (a colour-binding record's colours are what
+    its captions are about); returns the drawn map, for a colour bar."""
     a = relative(values, grid)
     lim = max(float(np.abs(a).max()), 1e-12)
     size = im.size[0] if im is not None else grid
     if im is not None:
-        ax.imshow(np.asarray(im.convert("L")), cmap="gray", extent=(0, size, size, 0))
+        ax.imshow(np.asarray(im.convert("RGB")), extent=(0, size, size, 0))
     ax.imshow(
         a,
         cmap="RdBu_r",
@@ -153,9 +154,38 @@ def _margins_text(rec: dict) -> str:
     return "margins: " + ", ".join(f"{run} {m:+.4f}" for run, m in rec["margins"].items())
 
 
+def margin_change(rec: dict) -> float:
+    """The last scorer's gold-foil margin minus the first's."""
+    m = list(rec["margins"].values())
+    return m[-1] - m[0] if m else 0.0
+
+
+def grid_selection(records: list[dict], most: int = 8) -> tuple[list[dict], str]:
+    """The records a grid shows, by a stated rule, and the rule with its counts: repairs and
+    regressions alike, half the rows each (the other's share where one has fewer), each the
+    largest |change of margin| first; other records only where both run out. A figure pasted
+    into slides then shows both sides and says how many of each it chose from."""
+    by = {st: sorted((r for r in records if r["status"] == st), key=lambda r: -abs(margin_change(r)))
+          for st in ("repair", "regression")}  # fmt: skip
+    half = most // 2
+    take_rep = min(len(by["repair"]), max(half, most - len(by["regression"])))
+    take_reg = min(len(by["regression"]), most - take_rep)
+    shown = by["repair"][:take_rep] + by["regression"][:take_reg]
+    others = [r for r in records if r["status"] not in by]
+    shown += others[: most - len(shown)]
+    extra = len(shown) - take_rep - take_reg
+    title = (
+        f"{take_rep} of {len(by['repair'])} repairs, {take_reg} of {len(by['regression'])} regressions"
+        + (f", {extra} of {len(others)} others" if extra else "")
+        + ": the largest |change of margin| of each"
+    )
+    return shown, title
+
+
 def grid_figure(records: list[dict], grid: int, path: str, most: int = 8) -> None:
     """Paper-style grid (Figs. 7-8): per record the image with the last token scorer's
-    sensitivity (top patches boxed) and every scorer's gold-foil margin."""
+    sensitivity (top patches boxed) and every scorer's gold-foil margin; the records by
+    grid_selection's rule, named in the title."""
     plt = _plt()
     fig = grid_plot(records, grid, most)
     fig.savefig(path, dpi=90)
@@ -168,7 +198,7 @@ def grid_plot(records: list[dict], grid: int, most: int = 8):
     from matplotlib.patches import Patch
 
     plt = _plt()
-    shown = records[:most]
+    shown, rule = grid_selection(records, most)
     n_scorers = max((len(r["margins"]) for r in shown), default=1)
     row_height = max(2.2, 0.35 * n_scorers + 1.0)  # every scorer's label its own line: no overlap
     fig, axes = plt.subplots(
@@ -184,10 +214,10 @@ def grid_plot(records: list[dict], grid: int, most: int = 8):
             _picture(axes[r, 0], im, f"{rec['record_id']} ({rec['status']})")
         elif runs:
             mp = rec["maps"][runs[-1]]
-            shown = draw_map(
+            drawn = draw_map(
                 axes[r, 0], im, mp["sensitivity"], grid, f"{rec['record_id']} ({rec['status']})", mp["top_patches"]
             )
-            fig.colorbar(shown, ax=axes[r, 0], fraction=0.046, pad=0.02).set_label("sensitivity, relative", fontsize=6)
+            fig.colorbar(drawn, ax=axes[r, 0], fraction=0.046, pad=0.02).set_label("sensitivity, relative", fontsize=6)
         else:
             axes[r, 0].axis("off")
         names = [n if len(n) <= 32 else n[:31] + "…" for n in rec["margins"]]
@@ -200,7 +230,8 @@ def grid_plot(records: list[dict], grid: int, most: int = 8):
         axes[r, 1].tick_params(labelsize=7)
     right_wrong = [Patch(color="tab:green", label="decided right (margin > 0)"),
                    Patch(color="tab:red", label="decided wrong (margin <= 0)")]  # fmt: skip
-    fig.legend(handles=right_wrong, loc="upper center", ncol=2, fontsize=7)
+    fig.suptitle(rule, fontsize=8, y=0.995)
+    fig.legend(handles=right_wrong, loc="upper center", ncol=2, fontsize=7, bbox_to_anchor=(0.5, 0.975))
     fig.text(0.5, 0.005, MAP_NOTE, ha="center", fontsize=6)
     fig.tight_layout(rect=(0, 0.02, 1, 0.95))
     return fig

@@ -1,4 +1,4 @@
-"""The frozen CLIP's profile on the synthetic world (issue: the world must make the
+"""The frozen CLIP's profile on the synthetic world (the world must make the
 frozen CLIP behave like real CLIP before any head experiment means anything):
 object recognition, binding, relations, and whether patches ground the words."""
 

@@ -30,7 +30,7 @@ FIELD = [
         "bivlc", "imagecode", "spec-i2t", "spec-t2i", "cola-multiobj", "valse", "sugarcrepe-pp",
         "vl-checklist", "svo-probes", "crepe-systematicity",
         "naturalbench", "vismin", "hard-positives", "negbench-mcq", "negbench-retrieval",
-        "countercurate", "countercurate-counting", "sdci-matching", "sdci-negatives",  # issue 56: 2024-26
+        "countercurate", "countercurate-counting", "sdci-matching", "sdci-negatives",  # 2024-26
     )
 ]  # fmt: skip
 VL_COMPO = [

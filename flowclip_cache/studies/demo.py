@@ -60,7 +60,11 @@ def run_demo(
     progress: bool = True,
     zoo: bool = False,
     patch_readout: str | None = None,
+    extra_heads: dict | None = None,
 ) -> dict:
+    """The demo's study; extra_heads (name -> {head: kind}): heads of one's own trained beside
+    the demo's and compared with each of them and with FILIP's training-free score (the
+    demo's world, store and finished runs reused)."""
     enc = demo_encoder()
     readout = patch_readout or DEMO_READOUT
     if readout != "standard":
@@ -79,13 +83,14 @@ def run_demo(
         },
         encoder=enc,
         seeds=[0],
-        heads={**HEADS, **(ZOO if zoo else {})},
+        heads={**HEADS, **(ZOO if zoo else {}), **(extra_heads or {})},
         train_config={"epochs": epochs, "batch_size": 32, "lr": 1e-3},
         controls=["real", "shuffle", "fixed"],
         bootstrap=bootstrap_draws,
         training_free=["filip-score"],  # the encoder's own local evidence, untrained: the baseline to beat
         compare=[["global", "flow_hnb"], ["global", "flow_hnb_cimr"], ["filip-score", "flow_hnb_cimr"]]
-        + ([["flow_hnb_cimr", k] for k in ZOO] if zoo else []),
+        + ([["flow_hnb_cimr", k] for k in ZOO] if zoo else [])
+        + [[base, k] for k in extra_heads or {} for base in ("filip-score", *HEADS)],
     )
     summary = run(cfg, dry_run=False, jobs=1, log=log, progress=progress)
     explain_demo(cfg, log)

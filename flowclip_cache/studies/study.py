@@ -224,8 +224,8 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "columns": tasks + means,
         "tasks": tasks,
         "records": {t: r["n"] for t, r in res.get("real|clip", {}).items() if isinstance(r.get("n"), int)},
-        # each cross-task column's members, as the score's results name them (issue 29: the
-        # report's syn-binding and synthetic columns never said what they average)
+        # each cross-task column's members, as the score's results name them (a column such
+        # as syn-binding says what it averages)
         "mean_members": {m: ctm["real|clip"][m]["members"] for m in means if m in ctm.get("real|clip", {})},
         "table": tables["real"] if "real" in tables else {},
         "controls": tables,

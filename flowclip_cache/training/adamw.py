@@ -1,4 +1,4 @@
-"""torch's AdamW without the compiler stack (issue 54).
+"""torch's AdamW without the compiler stack.
 
 torch.optim wraps add_param_group, zero_grad, state_dict, load_state_dict and step in
 guards for torch.compile that import torch._dynamo (and with it torch._inductor) on first

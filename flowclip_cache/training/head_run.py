@@ -153,7 +153,11 @@ class HeadRun:
         self.logf.flush()
         step = self.state["global_step"]
         if step == 0:
-            what = "start (before training; CLIP, Global-M and Flow-CLIP then score as the frozen encoder)"
+            what = "start (before training" + (  # (only the heads that start as the identity say so)
+                "; a Global-M or Flow-CLIP head then scores as the frozen encoder)"
+                if self.cfg.head in ("global", "flow")
+                else ")"
+            )
         elif self.state["step_in_epoch"]:  # mid-epoch: a run stopped at its max_steps
             what = f"step {step} (max_steps, {self.state['step_in_epoch']} steps into epoch {epoch + 1})"
         else:
