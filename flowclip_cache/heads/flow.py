@@ -119,10 +119,9 @@ def run_chunks(chunk, starts, cpu: bool) -> None:
     """chunk(i0) for every start. On the CPU each chunk runs on one thread, the chunks
     spread over torch's threads (a pool), never one op split across threads: an op split
     across two threads waits at its end for the slower one, and the kernel's many small
-    passes each waited on a second core that another process kept busy (docs/performance.md,
-    "Pair scoring, under load": 6.7k pairs/s at two threads with one core loaded, below the
-    autograd layout's 9.1k; 16.4k this way). One thread per chunk also makes a chunk's bits
-    independent of the thread count."""
+    passes each waited on a second core that another process kept busy (with one of two
+    cores loaded: 6.7k pairs/s split, below the autograd layout's 9.1k; 16.4k this way). One
+    thread per chunk also makes a chunk's bits independent of the thread count."""
     starts = list(starts)
     threads = torch.get_num_threads()
     if not cpu:
@@ -151,7 +150,7 @@ def run_chunks(chunk, starts, cpu: bool) -> None:
 
 
 def _token_scores_inference(P, H, mask, M_tok, W, tau_p):
-    """All pairs without autograd (docs/performance.md, "Pair scoring"): each image's and
+    """All pairs without autograd (docs/performance.md, "Scoring"): each image's and
     each token's projections, then the kernel over them (token_scores_from_parts)."""
     return token_scores_from_parts(*image_parts(P, W), *token_parts(H, M_tok, W), mask, tau_p)
 
