@@ -126,7 +126,7 @@ def summary_markdown(summary: dict) -> list[str]:
 # and patch readout: the binding intervals of Flow-CLIP (HNB + CIMR) minus Global-M above 0
 LAB_RUNS = {
     ("flowclip-tiny-clip-filip", "standard"): "all 12 of its binding intervals were above 0",
-    ("flowclip-tiny-clip-filip", "clearclip"): "4 of its 12 binding intervals were above 0",
+    ("flowclip-tiny-clip-filip", "clearclip"): "3 of its 12 binding intervals were above 0",
 }
 
 
@@ -136,7 +136,9 @@ def _binding_lab_pointer(encoder: dict | None) -> str:
     said = (
         "How these synthetic-world figures read against the paper, and why a frozen tiny CLIP's patches limit "
         "what they can show: docs/results-synthetic.md in the flowclip repository; sections 8 and 9 (`flowclip "
-        "run binding-lab`) ask under which encoder, readout and world Flow-CLIP's binding gain over Global-M appears."
+        "run binding-lab`) ask under which encoder, readout and world Flow-CLIP's binding gain over Global-M appears, "
+        "section 10 (`flowclip run binding-question`) whether it adds anything to the encoder's own token-patch "
+        "evidence, and section 13 (`flowclip run refinement`) whether the refinement alone does."
     )
     if not encoder:
         return said
