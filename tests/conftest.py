@@ -83,7 +83,8 @@ def lab(tmp_path_factory):
     s = make_sample(str(root / "sample"), n_images=16)
     r = CliRunner().invoke(
         main,
-        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--manifest", s["candidates"],
+        ["extract", "--store", str(root / "store"), "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                   "--manifest", s["candidates"],
          "--manifest", s["training"], "--image-root", s["image_root"], "--quiet"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output

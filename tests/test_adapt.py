@@ -600,6 +600,8 @@ def test_extract_under_torchrun_builds_the_one_process_store(world, tmp_path):
         str(tmp_path / "two"),
         "--model",
         TINY,
+        "--pretrained",
+        "none",
         "--manifest",
         s["training"],
         "--manifest",

@@ -102,7 +102,8 @@ def test_online_scoring_equals_extract_then_score(lab, tmp_path, model):
     store = lab["store"]
     if model != "flowclip-tiny-clip":  # a random ViT-B/32: its own store of the sample's candidates
         store = str(tmp_path / "b32")
-        r = CliRunner().invoke(main, ["extract", "--store", store, "--model", model, "--manifest", lab["candidates"],
+        r = CliRunner().invoke(main, ["extract", "--store", store, "--model", model, "--pretrained", "none",
+                                      "--manifest", lab["candidates"],
                                       "--image-root", lab["image_root"], "--quiet"])  # fmt: skip
         assert r.exit_code == 0, r.output
     run = None  # the random ViT-B/32 is scored by its frozen encoder (CLIP), the tiny CLIP by a trained head

@@ -194,7 +194,8 @@ def caption_side(tmp_path_factory):
     built = {n: get(n).build(str(src / d), str(out / f"{n}.parquet"), RowErrors())
              for n, d in (("valse", "valse"), ("sugarcrepe-pp", "scpp"))}  # fmt: skip
     store = base / "store"
-    args = ["extract", "--store", str(store), "--model", "flowclip-tiny-clip", "--image-root", str(root),
+    args = ["extract", "--store", str(store), "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                      "--image-root", str(root),
             "--workers", "0", "--quiet", "--on-error", "fail", "--manifest", str(out / "valse.parquet"),
             "--manifest", str(out / "sugarcrepe-pp.parquet")]  # fmt: skip
     r = CliRunner().invoke(cli, args)
@@ -405,7 +406,17 @@ def svo(tmp_path_factory):
         lines.append(f'"{caps[k % 3]}",x,y,{a == 1},{b == 1},{c == 1},http://a/{pos},http://a/{neg},{pos},{neg}')
     (base / "svo_probes.csv").write_text("\n".join(lines) + "\n")
     r = get("svo-probes").build(str(base), str(base / "svo-probes.parquet"), RowErrors(), images=str(images))
-    args = ["extract", "--store", str(base / "store"), "--model", "flowclip-tiny-clip", "--image-root", str(images)]
+    args = [
+        "extract",
+        "--store",
+        str(base / "store"),
+        "--model",
+        "flowclip-tiny-clip",
+        "--pretrained",
+        "none",
+        "--image-root",
+        str(images),
+    ]
     args += ["--workers", "0", "--quiet", "--on-error", "fail", "--manifest", str(base / "svo-probes.parquet")]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
@@ -569,7 +580,17 @@ def test_vl_checklist_and_crepe_systematicity_score_under_every_head(tmp_path):
     (tmp_path / "syst_vg_hard_negs_unseen_compounds_in_yfcc.csv").write_text(head + rows[0] + "\n")
     get("vl-checklist").build(str(src), str(tmp_path / "vl.parquet"), RowErrors(), images=str(root))
     get("crepe-systematicity").build(str(tmp_path), str(tmp_path / "cr.parquet"), RowErrors(), train_dataset="yfcc")
-    args = ["extract", "--store", str(tmp_path / "store"), "--model", "flowclip-tiny-clip", "--image-root", str(root)]
+    args = [
+        "extract",
+        "--store",
+        str(tmp_path / "store"),
+        "--model",
+        "flowclip-tiny-clip",
+        "--pretrained",
+        "none",
+        "--image-root",
+        str(root),
+    ]
     args += ["--workers", "0", "--quiet", "--on-error", "fail"]
     r = CliRunner().invoke(
         cli, args + ["--manifest", str(tmp_path / "vl.parquet"), "--manifest", str(tmp_path / "cr.parquet")]

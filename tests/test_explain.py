@@ -34,6 +34,8 @@ def explained(tmp_path_factory):
             st,
             "--model",
             "flowclip-tiny-vit",
+            "--pretrained",
+            "none",
             "--manifest",
             s["candidates"],
             "--manifest",

@@ -208,6 +208,8 @@ def test_on_error_fail_exits_non_zero(tmp_path, tiny_encoder):
             str(tmp_path / "st"),
             "--model",
             "flowclip-tiny-vit",
+            "--pretrained",
+            "none",
             "--manifest",
             man,
             "--image-root",
@@ -326,7 +328,8 @@ def test_a_partial_input_fails_unless_asked_and_the_store_says_so(tmp_path, samp
     rows[3]["image"] = "val2014/gone.png"
     man = tmp_path / "m.parquet"
     write_manifest(man, pa.Table.from_pylist(rows), "candidates")
-    args = ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-clip", "--manifest", str(man),
+    args = ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                      "--manifest", str(man),
             "--image-root", sample["image_root"], "--workers", "0", "--quiet"]  # fmt: skip
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output

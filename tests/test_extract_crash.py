@@ -25,6 +25,8 @@ def extract_cmd(store, s, backend):
         store,
         "--model",
         "flowclip-tiny-vit",
+        "--pretrained",
+        "none",
         "--manifest",
         s["candidates"],
         "--manifest",

@@ -347,6 +347,8 @@ def test_family_extract_train_score_end_to_end(family, tmp_path, siglip_tokenize
             other,
             "--model",
             "flowclip-tiny-vit",
+            "--pretrained",
+            "none",
             "--manifest",
             s["candidates"],
             "--image-root",

@@ -152,7 +152,17 @@ def field(tmp_path_factory):
     for image_root, names in [(root, [n for n in built if n not in exported])] + [
         (p, [n]) for n, p in exported.items()
     ]:
-        args = ["extract", "--store", str(store), "--model", "flowclip-tiny-clip", "--image-root", str(image_root)]
+        args = [
+            "extract",
+            "--store",
+            str(store),
+            "--model",
+            "flowclip-tiny-clip",
+            "--pretrained",
+            "none",
+            "--image-root",
+            str(image_root),
+        ]
         args += ["--workers", "0", "--quiet", "--on-error", "fail"]
         args += sum([["--manifest", str(out / f"{n}.parquet")] for n in names], [])
         r = CliRunner().invoke(cli, args)
@@ -441,7 +451,17 @@ def test_a_group_whose_image_failed_is_left_out_and_its_cells_are_marked(field, 
     rows[1]["images"] = [rows[1]["images"][0], "missing.png"]  # a Relation record with a Symbolic tag
     write_manifest(tmp_path / "w.parquet", pa.Table.from_pylist(rows), "groups", {"benchmark": "winoground"})
     root = str(field["base"] / "images")
-    args = ["extract", "--store", str(tmp_path / "st"), "--model", "flowclip-tiny-clip", "--image-root", root]
+    args = [
+        "extract",
+        "--store",
+        str(tmp_path / "st"),
+        "--model",
+        "flowclip-tiny-clip",
+        "--pretrained",
+        "none",
+        "--image-root",
+        root,
+    ]
     r = CliRunner().invoke(cli, [*args, "--manifest", str(tmp_path / "w.parquet"), "--workers", "0", "--quiet",
                                  "--on-error", "skip"])  # fmt: skip
     assert r.exit_code == 0, r.output

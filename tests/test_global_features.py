@@ -21,7 +21,8 @@ def _cli(*args):
 
 
 def _extract(store, sample, *extra):
-    r = _cli("extract", "--store", store, "--model", TINY, "--manifest", sample["candidates"], "--manifest",
+    r = _cli("extract", "--store", store, "--model", TINY, "--pretrained", "none",
+             "--manifest", sample["candidates"], "--manifest",
              sample["training"], "--image-root", sample["image_root"], "--workers", "0", "--quiet", *extra)  # fmt: skip
     assert r.exit_code == 0, r.output
     return FeatureStore(store)

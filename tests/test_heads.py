@@ -392,7 +392,8 @@ def test_fsc_local_refuses_a_content_mask_store(sample, tmp_path):
         return CliRunner().invoke(main, [str(a) for a in args])
 
     for mask in ("content", "nonpad"):
-        r = run("extract", "--store", tmp_path / mask, "--model", "flowclip-tiny-clip", "--token-mask", mask,
+        r = run("extract", "--store", tmp_path / mask, "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                "--token-mask", mask,
                 "--manifest", sample["training"], "--image-root", sample["image_root"], "--quiet")  # fmt: skip
         assert r.exit_code == 0, r.output
     train = ["train-head", "--train", sample["training"], "--epochs", "1", "--batch-size", "4", "--quiet"]

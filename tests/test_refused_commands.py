@@ -77,7 +77,7 @@ MISTAKES = {  # a typical mistake -> what its one line says; each refused before
     "study key typo": (["run", "synthetic", "seedz=[0]", "--dry-run"], "unknown keys ['seedz']"),
     "study file key typo": (["run", "{d}/study.yaml", "--dry-run"], "unknown keys ['trian']"),
     "sweep key typo": (["sweep", "{d}/sweep.yaml"], "unknown keys ['trails']"),
-    "model typo": (["extract", "--store", "{d}/s", "--model", "ViT-B-3", "--manifest", "{m}"],
+    "model typo": (["extract", "--store", "{d}/s", "--model", "ViT-B-3", "--pretrained", "none", "--manifest", "{m}"],
                    "unknown model config 'ViT-B-3'; did you mean ViT-B-32"),
     "pretrained typo": (["extract", "--store", "{d}/s", "--model", "ViT-B-32", "--pretrained", "opnai",
                          "--manifest", "{m}"], "no pretrained tag 'opnai'"),
@@ -154,8 +154,9 @@ def test_mistakes_with_stores_runs_and_files_are_refused_before_torch(lab, tmp_p
     d, tr, cand = tmp_path, lab["training"], lab["candidates"]
     run = fc.train_head(lab["store"], tr, str(d / "run"), head="global", epochs=1, batch_size=4, quiet=True).folder
     other = d / "other-store"
-    r = CliRunner().invoke(main, ["extract", "--store", str(other), "--model", "flowclip-tiny-clip", "--init-seed", "3",
-                                  "--manifest", tr, "--image-root", lab["image_root"], "--quiet"])  # fmt: skip
+    r = CliRunner().invoke(main, ["extract", "--store", str(other), "--model", "flowclip-tiny-clip", "--pretrained",
+                                  "none", "--init-seed", "3", "--manifest", tr, "--image-root", lab["image_root"],
+                                  "--quiet"])  # fmt: skip
     assert r.exit_code == 0, r.output
     run2 = fc.train_head(str(other), tr, str(d / "run2"), head="global", epochs=1, batch_size=4, quiet=True).folder
     shutil.copytree(run, d / "trunc")
@@ -213,8 +214,9 @@ def test_mistakes_with_stores_runs_and_files_are_refused_before_torch(lab, tmp_p
         "train-head --epochs 0": (["train-head", "--store", lab["store"], "--train", tr, "--out", d / "r",
                                    "--epochs", "0"], ["must be at least 1"]),
         "score --bootstrap -5": ([*S, cand, "--scorer", "clip", "--out", d / "o", "--bootstrap", "-5"], ["x>=0"]),
-        "extract --batch-size 0": (["extract", "--store", d / "s", "--model", "flowclip-tiny-clip", "--manifest",
-                                    cand, "--image-root", lab["image_root"], "--batch-size", "0"], ["x>=1"]),
+        "extract --batch-size 0": (["extract", "--store", d / "s", "--model", "flowclip-tiny-clip", "--pretrained",
+                                    "none", "--manifest", cand, "--image-root", lab["image_root"], "--batch-size",
+                                    "0"], ["x>=1"]),
         "export without --format": (["export", d, "--benchmark", "x", "--scorer", "y", "--out", d / "o"],
                                     ["Missing option '--format'", "c0_i0"]),
         "train-head --overwrite onto a user's folder": (["train-head", "--store", lab["store"], "--train", tr,
@@ -222,7 +224,8 @@ def test_mistakes_with_stores_runs_and_files_are_refused_before_torch(lab, tmp_p
                                                         ["not a folder flowclip wrote"]),
         "a sweep whose validation manifest does not exist": (["sweep", d / "sweep.yaml"], ["does not exist"]),
         "an image symlinked out of the root, --on-error fail": (
-            ["extract", "--store", d / "s", "--model", "flowclip-tiny-clip", "--manifest", d / "link.parquet",
+            ["extract", "--store", d / "s", "--model", "flowclip-tiny-clip", "--pretrained", "none",
+             "--manifest", d / "link.parquet",
              "--image-root", d / "img", "--on-error", "fail"], ["out.jpg"]),
         "a study file of aliases": (["run", d / "study.yaml", "--dry-run"], ["expands to over 100,000 values"]),
         "a sweep's pruner_options of aliases": (["sweep", d / "bomb-sweep.yaml"], ["expands to over 100,000"]),

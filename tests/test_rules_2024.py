@@ -477,7 +477,8 @@ def fs_of_file(tmp_path, name: str, root) -> np.ndarray:
     write_manifest(man, pa.table({"record_id": ["0"], "image": [name], "captions": [["a", "b"]], "gold": [0]}),
                    "candidates")  # fmt: skip
     store = str(tmp_path / "one-store")
-    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", man,
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                  "--manifest", man,
                                   "--image-root", str(root), "--quiet", "--workers", "0"])  # fmt: skip
     assert r.exit_code == 0, r.output
     fs = FeatureStore(store)
@@ -523,7 +524,8 @@ def test_hard_positives_score_end_to_end_as_run_eval_reads_the_scores(tmp_path):
     man = str(tmp_path / "hard-positives.parquet")
     get("hard-positives").build(str(src), man, RowErrors())
     store = str(tmp_path / "store")
-    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", man,
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                  "--manifest", man,
                                   "--image-root", str(src), "--quiet", "--workers", "0"])  # fmt: skip
     assert r.exit_code == 0, r.output
     out = tmp_path / "score"
@@ -598,7 +600,8 @@ def test_countercurate_counting_builds_as_prep_count_benchmark_and_scores_as_cli
     get("countercurate-counting").build(str(vg), str(tmp_path / "again.parquet"), RowErrors())
     assert Manifest.read(str(tmp_path / "again.parquet")).table.to_pylist() == rows
     store, out = str(tmp_path / "store"), tmp_path / "score"
-    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", man,
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                  "--manifest", man,
                                   "--image-root", str(src), "--quiet", "--workers", "0"])  # fmt: skip
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["score", "--store", store, "--manifests", man, "--scorer", "clip", "--out", str(out),

@@ -158,7 +158,8 @@ def _features(store, manifest, root):
 def test_both_tests_score_as_run_dense_cap_test_on_model(dci, tmp_path):
     out, photos = dci["out"], str(dci["root"] / "photos")
     store = str(tmp_path / "store")
-    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest",
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                  "--manifest",
                                   str(out / "sdci-matching.parquet"), "--manifest", str(out / "sdci-negatives.parquet"),
                                   "--image-root", photos, "--quiet", "--workers", "0"])  # fmt: skip
     assert r.exit_code == 0, r.output

@@ -79,7 +79,8 @@ def test_extract_under_torchrun_puts_each_rank_on_its_own_gpu(monkeypatch, tmp_p
     monkeypatch.setattr(
         extraction, "run_extract", lambda *a, **k: seen.update(k) or SimpleNamespace(lines=lambda: [], failures=0)
     )
-    args = ["extract", "--store", str(tmp_path / "store"), "--model", "flowclip-tiny-clip", "--manifest",
+    args = ["extract", "--store", str(tmp_path / "store"), "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                      "--manifest",
             s["candidates"], "--image-root", s["image_root"], "--device", "cuda", "--quiet"]  # fmt: skip
     for local, device in ((None, "cuda"), ("3", "cuda:3")):
         if local is None:

@@ -39,7 +39,8 @@ def invoke(*args):
 
 def extract_args(sample, store, *extra):
     return [
-        "extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest", sample["training"],
+        "extract", "--store", store, "--model", "flowclip-tiny-clip", "--pretrained", "none",
+            "--manifest", sample["training"],
         "--manifest", sample["candidates"], "--image-root", sample["image_root"], "--workers", "0", "--quiet", *extra,
     ]  # fmt: skip
 
@@ -420,7 +421,8 @@ def test_a_study_runs_from_a_store_at_a_url(tmp_path, sample, chunk_cache):
     import shutil
 
     url = memory_url()
-    invoke("extract", "--store", url, "--model", "flowclip-tiny-vit", "--manifest", sample["training"], "--manifest",
+    invoke("extract", "--store", url, "--model", "flowclip-tiny-vit", "--pretrained", "none",
+           "--manifest", sample["training"], "--manifest",
            sample["candidates"], "--image-root", sample["image_root"], "--workers", "0", "--quiet")  # fmt: skip
     evals = tmp_path / "evals"
     evals.mkdir()

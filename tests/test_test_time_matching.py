@@ -145,7 +145,8 @@ def world(tmp_path_factory):
     build_world(w, seed=3, train_scenes=20, eval_scenes=10, heldout_scenes=5)
     build_contrasts(w, seed=3, n=30)
     store = str(root / "store")
-    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--manifest",
+    r = CliRunner().invoke(main, ["extract", "--store", store, "--model", "flowclip-tiny-clip", "--pretrained", "none",
+                                  "--manifest",
                                   f"{w}/eval_groups.parquet", "--manifest", f"{w}/eval_swap-att.parquet",
                                   "--image-root", f"{w}/images", "--quiet"])  # fmt: skip
     assert r.exit_code == 0, r.output

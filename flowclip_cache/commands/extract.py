@@ -25,11 +25,10 @@ from .common import READOUT_NAMES, StorePlace, device_name
 )
 @click.option(
     "--pretrained",
-    default="none",
-    show_default=True,
-    help="open_clip pretrained tag (e.g. openai), a local checkpoint file, 'synthetic' (the tiny CLIP "
-    "that ships: --model flowclip-tiny-clip), for BLIP and hf-hub: models 'hf' (the repo's or folder's "
-    "safetensors weights), or 'none': RANDOM weights, the default.",
+    default=None,
+    help="Required: an open_clip pretrained tag (e.g. openai), a local checkpoint file, 'synthetic' (the tiny "
+    "CLIP that ships: --model flowclip-tiny-clip), for BLIP and hf-hub: models 'hf' (the repo's or folder's "
+    "safetensors weights), or 'none' for RANDOM weights (a store of random features, said so by its name).",
 )
 @click.option("--init-seed", default=0, show_default=True, help="Seed of random weights (--pretrained none).")
 @click.option(
@@ -154,6 +153,15 @@ def extract(
 
     if not 0 <= rank < world_size:
         raise FlowclipError(f"--rank {rank} must lie in [0, --world-size {world_size})")
+    if pretrained is None:  # random features look like any others: never the default
+        from ..extraction.families.listing import released_tags
+
+        tags = released_tags(model)
+        raise FlowclipError(
+            f"--pretrained is required: {model}'s released weights are "
+            + (", ".join(tags) if tags else "none known here")
+            + "; or a local checkpoint file, or 'none' for random weights"
+        )
     check_encoder_name(model, pretrained)  # a mistyped name, before torch is imported
     check_inputs(list(manifests), image_root, allow_outside_root, on_error)  # refused before a store exists
     enc = resolve(

@@ -68,6 +68,18 @@ def shipped_about(model: str, cfg: dict) -> str:
     return what
 
 
+def released_tags(model: str) -> list[str]:
+    """The --pretrained values a model takes besides a file and 'none', from open_clip's
+    table read as data (and 'synthetic' for a tiny CLIP that ships); [] when unknown."""
+    if model.startswith(("blip:", "hf-hub:")):
+        return ["hf"]
+    try:
+        table = pretrained_table()
+    except (TableUnreadable, OSError, SyntaxError, ValueError):
+        return []
+    return list(table.get(model, {})) + (["synthetic"] if _has_shipped(model) else [])
+
+
 def check_encoder_name(model: str, pretrained: str) -> None:
     """extract's --model and --pretrained, checked from open_clip's files read as data (no
     torch): an unknown config, or a tag its model does not have, is refused at once. What
