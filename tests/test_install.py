@@ -24,6 +24,8 @@ def dist(tmp_path_factory):
 
 @pytest.mark.slow
 def test_wheel_carries_catalogue_pipelines_configs_and_weights(tmp_path, dist):
+    # the build is quiet: no data folder taken for a package it would ignore
+    assert "would be ignored" not in dist[1] and "absent from the `packages`" not in dist[1], dist[1][-2000:]
     wheel = next(dist[0].glob("flowclip-*.whl"))
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
