@@ -21,7 +21,7 @@ from .common import READOUT_NAMES, StorePlace, device_name
     required=True,
     help="An open_clip config (OpenAI-style CLIP: ViT-B-32, ViT-B-16, ViT-L-14, ViT-L-14-336; SigLIP: "
     "ViT-B-16-SigLIP, ViT-B-16-SigLIP2, ...), an open_clip Hub repository hf-hub:ORG/REPO (with "
-    "--pretrained hf), or blip:<HF repo or folder> (BLIP ITC). docs/encoders.md lists the families.",
+    "--pretrained hf), or blip:<HF repo or folder> (BLIP ITC). `flowclip models` lists them.",
 )
 @click.option(
     "--pretrained",
@@ -224,5 +224,6 @@ def models(show_all, as_json):
     )
     click.echo(
         "\n* weights found on this machine. Any model also runs with random weights (--pretrained none), "
-        "or from a file (--pretrained /path/to/weights.safetensors); docs/encoders.md."
+        "or from a file (--pretrained /path/to/weights.safetensors); `flowclip extract --help` for the flags, and "
+        "docs/encoders.md in the flowclip repository for each family."
     )
