@@ -62,7 +62,8 @@ def test_plugins_example(tmp_path):
         r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
         assert r.returncode == 0, f"{lang} block failed:\n{code}\n{r.stdout}\n{r.stderr}"
         out += r.stdout
-    assert "| real | bilinear |" in out and "explaining 2 records" in out
+    assert "| real | bilinear |" in (tmp_path / "results" / "results.md").read_text() and "explaining 2 records" in out
+    assert "results: results/results.md" in out  # score --quiet says where, and prints no table
     assert "mine - global" in open(tmp_path / "flowclip-demo" / "summary.md").read()  # the first command's comparison
     assert "U: (128, 16) origin: Bilinear" in out and "sample benchmark:" in out
     assert "dry run: every check passed" in out and (tmp_path / "study" / "STUDY_DONE").exists()

@@ -257,7 +257,7 @@ def final_accuracy(state: dict) -> dict[str, float]:
     help="Also the blind audit with K folds (e.g. 5): a probe on the captions' text features alone, "
     "each caption-choice task's blind accuracy, every scorer's accuracy where the text alone fails (0: none).",
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress bar, and the results table not printed (only where it is).")
 @click.option("--no-figures", is_flag=True, help="No PNGs (margins, CREPE curves): results only.")
 @plugin_option
 def score(
@@ -313,7 +313,10 @@ def score(
         blind_folds=blind_folds,
         log=click.echo,
     )
-    click.echo(open(os.path.join(out, "results.md")).read())
+    if quiet:  # (the tables are in the folder; --quiet says where, in one line)
+        click.echo(f"results: {os.path.join(out, 'results.md')}")
+    else:
+        click.echo(open(os.path.join(out, "results.md")).read())
     if explain_n:
         from ..scoring.explain import run_explain
 
