@@ -97,11 +97,21 @@ def manifest_split(path, out_a, out_b, fraction, seed):
 
 
 @manifest.command("list")
-def manifest_list():
-    """The benchmark catalogue: converters, expected counts, sources, options."""
+@click.option("--suite", help="Only a suite's members (score --suite NAME): paper, field, vl-compo.")
+def manifest_list(suite):
+    """The benchmark catalogue: converters, expected counts, sources, options; with --suite,
+    the suite's members, each with the column and figure it gives the suite's table."""
     from ..catalogue import load_catalogue
     from ..datasets import all_benchmarks
 
+    if suite:
+        from ..scoring.suites import members
+
+        rows = members(suite)
+        click.echo(f"{suite}: {len({b for _, b, _ in rows})} benchmarks, {len({c for c, _, _ in rows})} columns")
+        for column, bench, figure in rows:
+            click.echo(f"  {column:24s} {bench:28s} {figure}")
+        return
     cat = load_catalogue()
     for name, b in all_benchmarks().items():
         entry = cat.get(name, {})
