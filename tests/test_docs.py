@@ -10,6 +10,22 @@ from conftest import ROOT
 from conftest import doc_examples as examples
 
 
+def run_example(doc: str, name: str, cwd) -> str:
+    """Every block of docs/DOC's example NAME run in CWD in order (a `# file: NAME` block
+    saved there instead); their stdout together."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    out = ""
+    for lang, code in examples(doc)[name]:
+        if code.startswith("# file: "):
+            (cwd / code.split("\n", 1)[0][len("# file: ") :]).write_text(code)
+            continue
+        cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
+        r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, f"{lang} block failed:\n{code}\n{r.stdout}\n{r.stderr}"
+        out += r.stdout
+    return out
+
+
 @pytest.mark.slow
 def test_own_candidates_example(tmp_path):
     blocks = examples("manifests.md")["own-candidates"]
@@ -38,13 +54,7 @@ def test_offline_families_example(tmp_path):
 
 
 def test_python_api_example(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
-    out = ""
-    for lang, code in examples("python-api.md")["python-api"]:
-        cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
-        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert r.returncode == 0, f"{lang} block failed:\n{code}\n{r.stdout}\n{r.stderr}"
-        out += r.stdout
+    out = run_example("python-api.md", "python-api", tmp_path)
     assert "pairwise accuracy after training:" in out and "per-record rows" in out and "online: tensor(" in out
     assert "all pairs from the store: torch.Size([16," in out
 
@@ -52,16 +62,7 @@ def test_python_api_example(tmp_path):
 def test_plugins_example(tmp_path):
     """docs/plugins.md: a head file of the user's, trained, scored and explained from the
     command line, then from Python, then in a study (the `# file:` block is saved, not run)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
-    out = ""
-    for lang, code in examples("plugins.md")["bilinear"]:
-        if code.startswith("# file: "):
-            (tmp_path / code.split("\n", 1)[0][len("# file: ") :]).write_text(code)
-            continue
-        cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
-        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert r.returncode == 0, f"{lang} block failed:\n{code}\n{r.stdout}\n{r.stderr}"
-        out += r.stdout
+    out = run_example("plugins.md", "bilinear", tmp_path)
     assert "| real | bilinear |" in (tmp_path / "results" / "results.md").read_text() and "explaining 2 records" in out
     assert "results: results/results.md" in out  # score --quiet says where, and prints no table
     assert "mine - global" in open(tmp_path / "flowclip-demo" / "summary.md").read()  # the first command's comparison
@@ -97,3 +98,31 @@ def test_field_kinds_example(tmp_path):
     assert "| synthetic-groups | clip | text " in r.stdout
     res = json.load(open(tmp_path / "results" / "results.json"))["results"]["real|clip"]
     assert res["synthetic-image-choice"]["n"] == 100 and res["synthetic-groups"]["n"] == 100  # a third of 300 scenes
+
+
+@pytest.mark.slow
+def test_publish_example(tmp_path):
+    """docs/publish.md opens with a head trained, scored and published on the sample; the
+    published folder scores every record as its run does."""
+    out = run_example("publish.md", "publish", tmp_path)
+    assert "published runs/flow_s0 -> published/flow-sample" in out
+    card = (tmp_path / "published" / "flow-sample" / "README.md").read_text()
+    assert "library_name: flowclip" in card and "--pretrained synthetic" in card
+    rows = json.load(open(tmp_path / "results" / "published" / "results.json"))["results"]["real|flow"]
+    published = json.load(open(tmp_path / "results" / "published" / "results.json"))["results"]["real|published"]
+    assert rows["sample"]["n"] == 16 and rows["sample"]["score"] == published["sample"]["score"]
+
+
+@pytest.mark.slow
+def test_studies_example(tmp_path):
+    """docs/studies.md: the ablation study shared by two torchrun processes on the sample,
+    each run claimed by one rank, both ranks training; then the stacked train-head with the
+    two config files the page shows."""
+    out = run_example("studies.md", "two-ranks", tmp_path)
+    claims = [json.loads(p.read_text()) for p in (tmp_path / "studies" / "ablation" / "runs").glob("*.claim")]
+    assert len(claims) == 8 and {c["rank"] for c in claims} == {0, 1} and '"world": 2' in out
+    assert (tmp_path / "studies" / "ablation" / "STUDY_DONE").exists()
+    run_example("studies.md", "stacked", tmp_path)
+    configs = {p: json.load(open(tmp_path / "runs" / p / "config.json")) for p in ("g", "f")}
+    assert configs["g"]["head"]["kind"] == "global" and configs["f"]["head"]["kind"] == "flow"
+    assert configs["f"]["train"]["cimr"] == 0.1 and configs["g"]["train"]["cimr"] == 0.0
