@@ -126,3 +126,17 @@ def test_studies_example(tmp_path):
     configs = {p: json.load(open(tmp_path / "runs" / p / "config.json")) for p in ("g", "f")}
     assert configs["g"]["head"]["kind"] == "global" and configs["f"]["head"]["kind"] == "flow"
     assert configs["f"]["train"]["cimr"] == 0.1 and configs["g"]["train"]["cimr"] == 0.0
+
+
+def test_suites_listed(tmp_path):
+    """docs/manifests.md lists every suite's members as `flowclip manifest list --suite`
+    prints them (a member added to a suite and not to the page fails here)."""
+    from click.testing import CliRunner
+
+    from flowclip_cache.cli import main
+    from flowclip_cache.scoring.suites import SUITES
+
+    page = open(os.path.join(ROOT, "docs", "manifests.md")).read()
+    for name in SUITES:
+        r = CliRunner().invoke(main, ["manifest", "list", "--suite", name])
+        assert r.exit_code == 0 and f"$ flowclip manifest list --suite {name}\n{r.output}```" in page, name
