@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 
+from ..extraction.sizes import encoder_shape, feature_bytes
 from .paths import TRAINING_SOURCES, manifest_path
 
-TOKENS_PER_CAPTION = 16  # assumed for the disk estimate (valid tokens, with the special ones)
 PAPER_COUNTS = {  # (images, training records) of the training sources as §4.1 states them
     "coco-train": (113_287, 566_435),
     "cc3m-train": (101_830, 97_734),
@@ -63,42 +62,10 @@ def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
     return entry.get("images") or records, captions, 0, "the catalogue's counts"
 
 
-def encoder_shape(model: str) -> tuple[int, int] | str:
-    """(embedding width, patches) from the encoder's resolved configuration (no weights);
-    where it does not resolve here (no transformers, a tokenizer not at hand), from its
-    model config alone; else why not."""
-    from ..extraction.encoders import EncoderSpec, resolve
-
-    try:
-        config = resolve(EncoderSpec(model, "none")).config
-    except Exception as e:  # noqa: BLE001 - said in the plan, which goes on
-        return _shape_from_config(model) or f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
-    return config.get("dim") or config["model_cfg"]["embed_dim"], config["num_patches"]
-
-
-def _shape_from_config(model: str) -> tuple[int, int] | None:
-    """BLIP: the defaults its family reads a config with (256-d, 384 px in 16-px patches);
-    open_clip: embed_dim, and the patches its vision config (or timm name) implies."""
-    import open_clip
-
-    from ..extraction.encoders import register_package_configs
-
-    if model.startswith("blip:"):
-        return 256, (384 // 16) ** 2
-    register_package_configs()
-    cfg = open_clip.get_model_config(model) or {}
-    vision = cfg.get("vision_cfg", {})
-    patch = vision.get("patch_size") or int((re.search(r"patch(\d+)", vision.get("timm_model_name", "")) or [0, 0])[1])
-    size = vision.get("image_size", 224)
-    h, w = (size, size) if isinstance(size, int) else size
-    return (cfg["embed_dim"], (h // patch) * (w // patch)) if cfg and patch else None
-
-
 def store_bytes(cfg, step, shape, needs=None) -> tuple[int | None, list[str]]:
     """FP16 bytes of the global + patch features of every image and the sentence + token
     features of every caption the step's manifests (or `needs`) hold (images shared across
     manifests counted once per manifest: an upper bound)."""
-    d, patches = shape
     total, unknown = 0, []
     for name in cfg.sources:
         if manifest_path(cfg, name) not in (step.needs if needs is None else needs):
@@ -108,7 +75,7 @@ def store_bytes(cfg, step, shape, needs=None) -> tuple[int | None, list[str]]:
             unknown.append(name)
             continue
         images, captions = c[0], c[1]
-        total += 2 * d * (images * (1 + patches) + captions * (1 + TOKENS_PER_CAPTION))
+        total += feature_bytes(shape, images, captions)
     return total, unknown
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from ..extraction.sizes import measure_forward
+
 MEASURE_SECONDS = 30.0
 # backward and the optimiser step cost about twice the forward (a rule of thumb, not measured):
 # the adaptation estimate is 3 x the measured forward per record
@@ -43,42 +45,6 @@ class Costs:
         """Seconds of one optimiser step of `head` at the feature shape, or why not."""
         key = ("step", shape, tuple(sorted(head.items())))
         return self._get(key, lambda: measure_step(shape, head, self.device))
-
-
-def _timed(f, device: str, slow: float = 1.0) -> float:
-    """f's seconds: its first call when that took over `slow` seconds (on a slow device a
-    second call would spend the dry run's time), else the best of two more."""
-    import torch
-
-    def once():
-        t0 = time.perf_counter()
-        f()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
-    first = once()
-    return first if first > slow else min(once(), once())
-
-
-def measure_forward(model: str, device: str) -> tuple[float, float] | str:
-    """Seconds per image and per caption of the encoder's forward on `device` (random
-    weights of the same architecture; batches of 2 images, 8 captions)."""
-    import torch
-
-    from ..extraction.encoders import EncoderSpec, load_model, resolve
-    from ..extraction.features import encode_images, encode_texts
-
-    try:
-        enc = load_model(resolve(EncoderSpec(model, "none")), device)
-    except Exception as e:  # noqa: BLE001 - say why, and go on with the plan
-        return f"not measured ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
-    size = enc.config["preprocess"]["image_size"]
-    size = size[0] if isinstance(size, (list, tuple)) else size
-    x = torch.randn(2, 3, size, size, device=device)
-    tok = enc.tokenize(["a red cube to the left of a small blue sphere on a wooden table"] * 8).to(device)
-    with torch.no_grad():
-        return _timed(lambda: encode_images(enc, x), device) / 2, _timed(lambda: encode_texts(enc, tok), device) / 8
 
 
 def measure_step(shape, head: dict, device: str) -> float:
