@@ -244,3 +244,33 @@ def test_vl_compos_sugarcrepe_weights_are_our_headlines(tmp_path):
     res = aggregate(b.scoring, s, np.zeros(len(s), np.int64), cols)
     by = res["by_subset"]
     assert res["score"] == pytest.approx(sum(weights[k] * by[k] for k in weights), abs=1e-12)
+
+
+def test_the_dry_run_names_benchmarks_disk_and_time(three):
+    """--dry-run creates nothing and prints each benchmark (its manifest's images and
+    captions, or why absent), then per encoder the store's disk (2 bytes x width x (images
+    + captions) for global features) and the forward's time on this CPU."""
+    import re
+
+    from flowclip_cache.manifest import Manifest
+
+    root, _, _ = three
+    before = sorted(os.listdir(root))
+    args = [f"out={root}/study", f"cache={root}/cache", *SMALL, f"encoders={{a: {{model: {TINY}}}}}", "device=cpu"]
+    field = CliRunner().invoke(main, ["run", "encoders-suite", *args, "suite=field", "--dry-run"])
+    assert "winoground                 absent: no synthetic stand-in" in field.output
+    assert "crepe-productivity         a synthetic stand-in, built by the run" in field.output
+    assert "disk and time once the stand-ins are built" in field.output
+    r = CliRunner().invoke(main, ["run", "encoders-suite", *args, "--dry-run"])  # the paper suite's, all built
+    assert r.exit_code == 0, r.output[-3000:]
+    assert sorted(os.listdir(root)) == before
+    counted = re.findall(r"  ([\w-]+) +\S+\.parquet: ([\d,]+) images, ([\d,]+) captions", r.output)
+    assert {b for b, _, _ in counted} >= {"sugarcrepe", "clevr-binding", "cifar10"}
+    m = Manifest.read(str(root / "study" / "manifests" / "clevr-binding.parquet"))
+    images = {b: int(i.replace(",", "")) for b, i, _ in counted}
+    assert images["clevr-binding"] == len({p for ps in m.row_images() for p in ps}), r.output
+    total = sum(int(i.replace(",", "")) + int(c.replace(",", "")) for _, i, c in counted)
+    pattern = r"\[todo\] a: .*; ~([\d.]+) MiB \(global features, (\d+)-d, FP16\); ~\d+ (s|min|h) of forward on cpu"
+    line = re.search(pattern, r.output)
+    assert line and int(line[2]) == 64, r.output  # the tiny ViT's width
+    assert float(line[1]) == pytest.approx(2 * 64 * total / 2**20, abs=0.006)

@@ -6,6 +6,8 @@ encoders suite's print them as estimates."""
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import time
 
@@ -17,6 +19,26 @@ def feature_bytes(shape: tuple[int, int], images: int, captions: int) -> int:
     features of `captions` (TOKENS_PER_CAPTION each) at shape (width, patches)."""
     d, patches = shape
     return 2 * d * (images * (1 + patches) + captions * (1 + TOKENS_PER_CAPTION))
+
+
+def manifest_counts(path: str) -> tuple[int, int, int]:
+    """(distinct images, distinct caption texts, training records) of a manifest file,
+    read once per version of the file (a dry run asks for many sources' counts)."""
+    st = os.stat(path)
+    return _counted(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _counted(path: str, mtime_ns: int, size: int) -> tuple[int, int, int]:
+    from ..manifest import Manifest
+
+    m = Manifest.read(path)
+    texts: set[str] = set()
+    for col in m.spec.text_columns:
+        for v in m.table.column(col).to_pylist():
+            texts.update(v if isinstance(v, list) else [v])
+    train = sum(1 for s in m.table.column("split").to_pylist() if s == "train") if m.kind == "training" else 0
+    return len({p for ps in m.row_images() for p in ps}), len(texts), train
 
 
 def encoder_shape(model: str) -> tuple[int, int] | str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 
-from ..extraction.sizes import encoder_shape, feature_bytes
+from ..extraction.sizes import encoder_shape, feature_bytes, manifest_counts
 from .paths import TRAINING_SOURCES, manifest_path
 
 PAPER_COUNTS = {  # (images, training records) of the training sources as §4.1 states them
@@ -27,28 +27,12 @@ def _catalogue() -> dict:
     return load_catalogue()
 
 
-@functools.lru_cache(maxsize=256)
-def _counted(path: str, mtime_ns: int, size: int) -> tuple[int, int, int, str]:
-    """A manifest's counts, read once per version of the file (the dry run asks for each
-    source's counts from many steps)."""
-    from ..manifest import Manifest
-
-    m = Manifest.read(path)
-    texts: set[str] = set()
-    for col in m.spec.text_columns:
-        for v in m.table.column(col).to_pylist():
-            texts.update(v if isinstance(v, list) else [v])
-    train = sum(1 for s in m.table.column("split").to_pylist() if s == "train") if m.kind == "training" else 0
-    return len({p for ps in m.row_images() for p in ps}), len(texts), train, "counted"
-
-
 def counts(cfg, name: str) -> tuple[int, int, int, str] | None:
     """(images, captions, training records, where from) of a manifest: counted from its file
     when it exists, else estimated from the catalogue / the paper; None when unknown."""
     path = manifest_path(cfg, name)
     if os.path.exists(path):
-        st = os.stat(path)
-        return _counted(path, st.st_mtime_ns, st.st_size)
+        return (*manifest_counts(path), "counted")
     if cfg.standins is not None:
         return None  # a stand-in's size is the world's: known once built
     if name in TRAINING_SOURCES:

@@ -77,22 +77,38 @@ def benchmarks(cfg: EncodersSuiteConfig) -> list[str]:
 def inputs(cfg: EncodersSuiteConfig, log) -> tuple[dict[str, list[str]], dict[str, str]]:
     """(image root -> the manifests of the study's benchmarks under it, each benchmark
     absent with its reason); the stand-ins built first when configured."""
-    from ..manifest import Manifest
-
     if cfg.standins is not None:
         return standins(cfg, log)
-    wanted = set(benchmarks(cfg))
+    where = planned(cfg)[0]
     found: dict[str, list[str]] = {}
-    where: dict[str, str] = {}
     for root, paths in cfg.eval.items():
+        for path in _parquets(paths):
+            if path in where.values():
+                found.setdefault(root, []).append(path)
+    return found, {b: "no manifest among eval" for b in benchmarks(cfg) if b not in where}
+
+
+def planned(cfg: EncodersSuiteConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """(benchmark -> its manifest, benchmark -> why absent), building nothing: with
+    stand-ins, where each will be written."""
+    from ..datasets.paper_standin import CLASSIFICATION, EVAL, RETRIEVAL
+    from ..manifest import Manifest
+
+    where: dict[str, str] = {}
+    if cfg.standins is not None:
+        can = set(EVAL) | set(CLASSIFICATION) | set(RETRIEVAL) | {"sugarcrepe"}
+        where = {b: os.path.join(cfg.out, "manifests", f"{b}.parquet") for b in benchmarks(cfg) if b in can}
+        why = "no synthetic stand-in (datasets/paper_standin.py)"
+        return where, {b: why for b in benchmarks(cfg) if b not in where}
+    wanted = set(benchmarks(cfg))
+    for paths in cfg.eval.values():
         for path in _parquets(paths):
             bench = Manifest.read(path).meta.get("benchmark")
             if bench in wanted:
                 if bench in where:
                     raise FlowclipError(f"{bench}: two manifests ({where[bench]}, {path}); give one")
-                found.setdefault(root, []).append(path)
                 where[bench] = path
-    return found, {b: "no manifest among eval" for b in benchmarks(cfg) if b not in where}
+    return where, {b: "no manifest among eval" for b in benchmarks(cfg) if b not in where}
 
 
 def _parquets(paths: list[str]) -> list[str]:
@@ -112,25 +128,18 @@ def standins(cfg: EncodersSuiteConfig, log) -> tuple[dict[str, list[str]], dict[
     stand in for (OUT/manifests/<benchmark>.parquet), each built once."""
     from ..datasets import get
     from ..datasets.base import RowErrors
-    from ..datasets.paper_standin import CLASSIFICATION, EVAL, RETRIEVAL
     from .spread import one_at_a_time
 
-    world, folder = os.path.join(cfg.out, "world"), os.path.join(cfg.out, "manifests")
-    can = set(EVAL) | set(CLASSIFICATION) | set(RETRIEVAL) | {"sugarcrepe"}
-    made, absent = [], {}
-    os.makedirs(folder, exist_ok=True)
+    where, absent = planned(cfg)
+    world = os.path.join(cfg.out, "world")
+    os.makedirs(os.path.join(cfg.out, "manifests"), exist_ok=True)
     with one_at_a_time(cfg.out, "standins"):  # ranks build the world once
-        for bench in benchmarks(cfg):
-            if bench not in can:
-                absent[bench] = "no synthetic stand-in (datasets/paper_standin.py)"
-                continue
-            path = os.path.join(folder, f"{bench}.parquet")
+        for bench, path in where.items():
             if not os.path.exists(path):
                 opts = {"as": bench, **{k: str(v) for k, v in (cfg.standins or {}).items()}}
                 get("paper-standin").build(world, path, RowErrors("fail"), **opts)
                 log(f"stand-in {bench}: {path}")
-            made.append(path)
-    return {os.path.join(world, "images"): made}, absent
+    return {os.path.join(world, "images"): list(where.values())}, absent
 
 
 def score_encoder(cfg, name: str, found: dict[str, list[str]], log, progress: bool) -> None:
@@ -161,11 +170,10 @@ def run(cfg: EncodersSuiteConfig, dry_run: bool, jobs: int, log=print, progress:
     from .spread import claim, my_groups, one_at_a_time, study_rank
 
     names = list(cfg.encoders)
-    for name in names:
-        state = "done" if os.path.exists(os.path.join(cfg.out, "scores", name, "results.json")) else "todo"
-        enc = cfg.encoders[name]
-        log(f"  [{state:4s}] {name}: {enc['model']} ({enc.get('pretrained', 'none')}) -> {cfg.cache}/{name}")
     if dry_run:
+        from .suite_plan import print_plan
+
+        print_plan(cfg, *planned(cfg), log)
         return None
     claim_folder(cfg.out)
     found, absent = inputs(cfg, log)
