@@ -1,5 +1,5 @@
-"""hf:OWNER/NAME (or open_clip's hf-hub:OWNER/NAME): a published head (sharing.py) as a local run folder, through
-huggingface_hub's cache (HF_HUB_OFFLINE honoured). Only the published files are fetched:
+"""hf:OWNER/NAME (or open_clip's hf-hub:OWNER/NAME): a published head (sharing/publish.py)
+as a local run folder, through huggingface_hub's cache (HF_HUB_OFFLINE honoured). Only the published files are fetched:
 never code, never pickles; the folder is then checked as any stranger's run folder."""
 
 from __future__ import annotations

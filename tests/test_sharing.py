@@ -243,7 +243,7 @@ def test_a_failed_push_is_one_line_and_leaves_the_folder_complete(trained, tmp_p
 
 
 def test_the_base_model_is_the_hub_repo_of_the_encoders_open_clip_tag():
-    from flowclip_cache.sharing import base_model
+    from flowclip_cache.sharing.publish import base_model
 
     enc = {"model": "ViT-B-32", "weights": {"source": "open_clip:openai"}}
     assert base_model(enc) == "timm/vit_base_patch32_clip_224.openai"
@@ -252,7 +252,7 @@ def test_the_base_model_is_the_hub_repo_of_the_encoders_open_clip_tag():
 
 def test_the_cards_use_snippet_loads_a_plug_in_head_as_it_was_loaded():
     """A head from a file: --plugin FILE.py; from an installed module: --plugin its module."""
-    from flowclip_cache.model_card import render
+    from flowclip_cache.sharing.model_card import render
 
     base = {"name": "x", "license": "mit", "parameters": 10, "train": {}, "repo": "me/x",
             "encoder": {"model": "ViT-B-32", "fingerprint": "f" * 64}}  # fmt: skip

@@ -27,7 +27,7 @@ def publish(run, out, results, overwrite, push, private, license_, base_model, d
     as it is: the head's safetensors and config, DONE, and a model card with the Hub's
     metadata; --push uploads it (huggingface_hub, your token). Others load it with --scorer
     hf:OWNER/NAME."""
-    from ..sharing import publish as publish_run
+    from ..sharing.publish import publish as publish_run
 
     card = {"license": license_, "base_model": base_model, "datasets": list(datasets), "push": push, "private": private}
     publish_run(run, out, results, overwrite, log=click.echo, **card)

@@ -32,7 +32,7 @@ def scorer_folder(spec: str) -> tuple[str, str, bool]:
     if not sep or "/" in name or os.path.exists(spec):  # a bare path
         name, path = "", spec
     hub = is_hub_spec(path)
-    if hub:  # a published head (sharing.py): its local snapshot, labelled by its NAME
+    if hub:  # a published head (sharing/publish.py): its local snapshot, labelled by its NAME
         name, path = name or path.rsplit("/", 1)[-1].split("@")[0], hub_folder(path)
     if path in training_free_kinds():
         return name, path, hub

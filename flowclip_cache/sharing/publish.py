@@ -11,11 +11,11 @@ import json
 import os
 import shutil
 
-from . import outputs
-from .errors import FlowclipError
-from .hashing import file_sha256
+from .. import outputs
+from ..errors import FlowclipError
+from ..hashing import file_sha256
+from ..store.manifest_keys import extract_flags
 from .model_card import render as render_card
-from .store.manifest_keys import extract_flags
 
 KIND = "published-head"
 # what a run's config.json keeps when published: no local paths (store, manifest) of the publisher
@@ -29,7 +29,7 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
     the extract command of its store, the training data, a sweep's selection, how to load it
     and, from a results folder the user names, the scores it got there. card: license,
     base_model, datasets, push (OWNER/NAME: upload it there), private."""
-    from .training.run_header import check_run_files
+    from ..training.run_header import check_run_files
 
     push = card.pop("push", None)
     if push is not None:
@@ -38,7 +38,7 @@ def publish(run: str, out: str, results: str | None = None, overwrite: bool = Fa
     if not os.path.isfile(os.path.join(run, "DONE")):  # (before torch: a folder that is no run, or unfinished)
         raise FlowclipError(f"{run} is not a finished train-head run folder (no DONE); publish takes one")
     check_run_files(run, f"run folder {run}")
-    from .training.run_folder import load_head
+    from ..training.run_folder import load_head
 
     head, cfg = load_head(run)  # checked as scoring checks it (a plug-in head must be available)
     weights = os.path.join(run, "head.safetensors")
@@ -105,7 +105,7 @@ def push_folder(out: str, repo: str, private: bool, log) -> None:
 
 def training_data(cfg: dict) -> dict:
     """The training manifest's name, records and source, when it is still where the run read it."""
-    from .manifest import Manifest
+    from ..manifest import Manifest
 
     data = {"manifest": os.path.basename(str(cfg.get("manifest", "?"))), "sha256": cfg.get("manifest_sha256")}
     if cfg.get("excluded_failed"):  # trained on part of its manifest (--allow-missing): said on the card
@@ -166,7 +166,7 @@ def _encoder_of(cfg: dict) -> tuple[dict, dict | None]:
 def _scores_of(results: str, sha: str) -> dict:
     """{benchmark: official score} of the scorer in RESULTS whose head is this one (by
     the sha256 of its weights), Real images."""
-    from .scoring.score import headline
+    from ..scoring.score import headline
 
     try:
         summary = json.load(open(os.path.join(results, "results.json")))
