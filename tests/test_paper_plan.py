@@ -372,3 +372,56 @@ def test_scoring_pairs_by_task_kind(tmp_path):
     needs = [manifest_path(cfg, n) for n in ("sugarcrepe", "coco-retrieval", "cifar10", "coco-train")]
     sc, coco = counts(cfg, "sugarcrepe"), counts(cfg, "coco-retrieval")
     assert eval_pairs(cfg, needs) == sc[1] + coco[0] * coco[1] == 2 * 7_511 + 5_000 * 25_000
+
+
+def test_the_dry_run_ends_with_the_real_datas_sizes(tmp_path):
+    """The closing tables: each image folder with the sources that read it, the catalogue's
+    images (summed: an upper bound), its size measured when it is here (the files' bytes,
+    counted independently below) or the publisher's stated download, else 'not here'; then
+    each store's disk and time, each training study's time."""
+    folder = tmp_path / "data" / "whatsup" / "data"
+    folder.mkdir(parents=True)
+    sizes = [1000, 2**20, 12345]
+    for i, n in enumerate(sizes):
+        (folder / f"{i}.jpg").write_bytes(b"x" * n)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "a.jpg").write_bytes(b"y" * 777)
+    out = _dry(tmp_path, *QUICK)
+    tail = out.split("\nimage folders (under ")[1]
+    rows = {line.split()[0]: line for line in tail.splitlines()[1:] if line.startswith("  ") and "read by" in line}
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
+    assert (
+        f"{total / 2**20:.2f} MiB in 4 files (measured); read by whatsup-coco-spatial, whatsup-gqa-spatial"
+        in (rows["whatsup/data"])
+    )
+    assert "<= 4,138 images" in rows["whatsup/data"]  # the catalogue's 2,687 + 1,451
+    assert "not here; download 1 GB (cocodataset.org/#download); read by sugarcrepe" in rows["coco/val2017"]
+    assert "not here; download train2014 13 GB + val2014 6 GB (cocodataset.org/#download)" in rows["coco"]
+    assert "read by coco-train, aro-coco-order, abc6k, coco-retrieval" in rows["coco"]
+    assert rows["imagenetv2"].split("<= 10,000 images")[1].split(";")[0].strip() == "not here"
+    assert "images: counted once built" in rows["vg"]  # CREPE's count is the built manifest's
+    stores = tail.split("stores (under ")[1].split("training and adapting")[0]
+    assert "vit_b32" in stores and "GiB" in stores and "time not measured" in stores  # measure=false
+
+
+def test_a_folder_is_counted_for_a_bounded_time(tmp_path):
+    from flowclip_cache.paper.sizes import folder_bytes
+
+    for i in range(5):
+        (tmp_path / f"{i}.bin").write_bytes(b"z" * (i + 1))
+    assert folder_bytes(str(tmp_path)) == (15, 5, True)
+    assert folder_bytes(str(tmp_path), budget=-1.0) == (0, 0, False)  # past its budget: a lower bound, said so
+
+
+def test_the_docs_sizes_tables_are_the_dry_runs(tmp_path):
+    """docs/paper.md shows the image-folder and store tables as `flowclip run paper
+    --dry-run data=/data measure=false` prints them (a source or size changed and not the
+    page fails here)."""
+    from conftest import ROOT
+
+    r = CliRunner().invoke(main, ["run", "paper", "--dry-run", "data=/data", "measure=false",
+                                  f"out={tmp_path}/paper", f"manifests={tmp_path}/m", "cache=cache"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    printed = r.output.split("\nimage folders")[1].split("training and adapting")[0]
+    page = open(os.path.join(ROOT, "docs", "paper.md")).read()
+    assert "image folders" + printed.rstrip("\n") + "\n...\n```" in page

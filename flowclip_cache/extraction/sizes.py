@@ -21,6 +21,11 @@ def feature_bytes(shape: tuple[int, int], images: int, captions: int) -> int:
     return 2 * d * (images * (1 + patches) + captions * (1 + TOKENS_PER_CAPTION))
 
 
+def human_bytes(n_bytes: int) -> str:
+    """'12.34 MiB' below a GiB, else '1.23 GiB'."""
+    return f"{n_bytes / 2**20:.2f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:.2f} GiB"
+
+
 def manifest_counts(path: str) -> tuple[int, int, int]:
     """(distinct images, distinct caption texts, training records) of a manifest file,
     read once per version of the file (a dry run asks for many sources' counts)."""

@@ -393,9 +393,12 @@ def run(cfg: PaperConfig, dry_run: bool, jobs: int, log=print, progress: bool = 
     from .budget import print_plan
     from .inputs import write_tables
     from .runner import execute
+    from .sizes import print_sizes
 
     if dry_run:
-        print_plan(cfg, plan(cfg), log)
+        steps = plan(cfg)
+        print_plan(cfg, steps, log)
+        print_sizes(cfg, steps, log)
         return None
     claim_folder(cfg.out)
     if execute(cfg, plan, log):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..extraction.sizes import encoder_shape, feature_bytes, manifest_counts, measure_forward
+from ..extraction.sizes import encoder_shape, feature_bytes, human_bytes, manifest_counts, measure_forward
 
 
 def benchmark_lines(cfg, found: dict[str, str], absent: dict[str, str]) -> tuple[list[str], tuple[int, int] | None]:
@@ -36,7 +36,7 @@ def encoder_line(entry: dict, counted: tuple[int, int] | None, device: str | Non
     images, captions = counted
     global_only = entry.get("features", "global") == "global"
     n_bytes = 2 * shape[0] * (images + captions) if global_only else feature_bytes(shape, images, captions)
-    text = f"~{_size(n_bytes)} ({'global features' if global_only else 'every feature'}, {shape[0]}-d, FP16)"
+    text = f"~{human_bytes(n_bytes)} ({'global features' if global_only else 'every feature'}, {shape[0]}-d, FP16)"
     if device is None:
         return text + "; time not measured (the device is not on this machine: run the dry run there)"
     cost = measure_forward(entry["model"], device)
@@ -44,10 +44,6 @@ def encoder_line(entry: dict, counted: tuple[int, int] | None, device: str | Non
         return f"{text}; time {cost}"
     seconds = images * cost[0] + captions * cost[1]
     return f"{text}; ~{_duration(seconds)} of forward on {device}"
-
-
-def _size(n_bytes: int) -> str:
-    return f"{n_bytes / 2**20:.2f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:.2f} GiB"
 
 
 def _duration(seconds: float) -> str:
