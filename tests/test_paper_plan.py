@@ -84,7 +84,8 @@ def test_the_plan_on_a_bare_machine_lists_every_step_and_every_missing_input(tmp
     assert "--tau-p 0.06" in out and "'tau_p': 0.06" not in out  # CC3M's recipe, in the commands
     tab6 = next(line for line in out.splitlines() if "$ flowclip run backbones" in line)
     assert '"vit_b16"' in tab6 and '"vit_b32"' not in tab6  # B/32's rows are Tab. 2's runs, not trained twice
-    assert "(estimate)" in out.splitlines()[-2]  # the disk total, labelled
+    total = next(line for line in out.splitlines() if line.startswith("steps: "))
+    assert "disk of the stores ~" in total and total.endswith("GiB (estimate)")  # the disk total, labelled
 
 
 def test_every_command_of_the_plan_is_one_flowclip_parses(tmp_path):
