@@ -256,9 +256,9 @@ def test_flow_head_has_3d2_parameters_at_every_dimension(d):
 
 
 FAMILY_RUNS = {
-    "siglip": lambda fx: ["--model", "ViT-B-16-SigLIP", "--tokenizer", fx["siglip_tokenizer"]],
-    "clip-l14": lambda fx: ["--model", "ViT-L-14"],
-    "blip": lambda fx: ["--model", f"blip:{fx['blip_folder']}"],
+    "siglip": lambda fx: ["--model", "ViT-B-16-SigLIP", "--pretrained", "none", "--tokenizer", fx["siglip_tokenizer"]],
+    "clip-l14": lambda fx: ["--model", "ViT-L-14", "--pretrained", "none"],
+    "blip": lambda fx: ["--model", f"blip:{fx['blip_folder']}", "--pretrained", "none"],
 }
 
 

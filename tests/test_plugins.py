@@ -61,7 +61,8 @@ def test_a_head_file_trains_scores_and_a_run_folder_imports_nothing(lab, tmp_pat
     assert f"class Bilinear of the file {head_file} (sha256 {sha})" in r.stderr and "pass --plugin FILE" in r.stderr
     assert not mark.exists() and not (tmp_path / "refused").exists()  # the recorded path was never imported
     r = cli(*score, "--plugin", head_file, "--out", tmp_path / "scored")
-    assert r.exit_code == 0 and "| real | bil |" in r.stdout and "warning" not in r.stderr, r.output
+    scored = (tmp_path / "scored" / "results.md").read_text()
+    assert r.exit_code == 0 and "| real | bil |" in scored and "warning" not in r.stderr, r.output
     assert mark.read_text() == "x"  # imported once, because --plugin named it
     head_file.write_text(MARKED + "# edited after training\n")
     forget_plugins()

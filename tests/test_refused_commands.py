@@ -16,7 +16,7 @@ def test_a_refused_extract_leaves_no_store(tmp_path, sample):
     'another encoder configuration')."""
     store = tmp_path / "store"
     base = ["extract", "--store", str(store), "--manifest", sample["candidates"], "--workers", "0", "--quiet"]
-    tiny = ["--model", "flowclip-tiny-clip"]
+    tiny = ["--model", "flowclip-tiny-clip", "--pretrained", "none"]
     r = CliRunner().invoke(main, base + tiny + ["--image-root", str(tmp_path / "nowhere")])
     assert_refused(r, "does not exist")
     assert not store.exists()

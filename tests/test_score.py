@@ -304,6 +304,8 @@ def test_embedding_scorers_score_v_dot_their_caption_embedding():
         "global": True,
         "labclip": True,
         "flow": False,
+        "flow-evidence": False,
+        "flow-evidence-unrefined": False,
         "filip": False,
         "fsc-local": False,
         "dcsm": False,

@@ -41,7 +41,8 @@ class GlobalOnly(StoreError):
         super().__init__(
             f"{root}: {n} {what} have only global features (extracted with --features global), and a scorer or "
             f"head here needs their {part} features: add them with `flowclip extract --store {root} --features all` "
-            "and the same manifests (it encodes those rows again; what is stored stays)"
+            f"with the store's --model and --pretrained (`flowclip store info {root}` names them) and the same "
+            "manifests (it encodes those rows again; what is stored stays)"
         )
 
 
