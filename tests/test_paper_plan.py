@@ -426,3 +426,15 @@ def test_the_docs_sizes_tables_are_the_dry_runs(tmp_path):
     printed = r.output.split("\nimage folders")[1].split("training and adapting")[0]
     page = open(os.path.join(ROOT, "docs", "paper.md")).read()
     assert "image folders" + printed.rstrip("\n") + "\n...\n```" in page
+
+
+def test_a_folder_it_may_not_read_makes_the_count_a_lower_bound(tmp_path, monkeypatch):
+    import flowclip_cache.paper.sizes as sizes
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.bin").write_bytes(b"1234")
+    (tmp_path / "b").mkdir()
+    real = os.scandir
+    monkeypatch.setattr(sizes.os, "scandir", lambda p: real(p) if not str(p).endswith("b") else (_ for _ in ()).throw(
+        PermissionError(p)))  # fmt: skip
+    assert sizes.folder_bytes(str(tmp_path)) == (4, 1, False)

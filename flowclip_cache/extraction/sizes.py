@@ -14,10 +14,13 @@ import time
 TOKENS_PER_CAPTION = 16  # assumed for the disk estimate (valid tokens, with the special ones)
 
 
-def feature_bytes(shape: tuple[int, int], images: int, captions: int) -> int:
+def feature_bytes(shape: tuple[int, int], images: int, captions: int, global_only: bool = False) -> int:
     """FP16 bytes of the global + patch features of `images` and the sentence + token
-    features of `captions` (TOKENS_PER_CAPTION each) at shape (width, patches)."""
+    features of `captions` (TOKENS_PER_CAPTION each) at shape (width, patches); with
+    global_only, their global features alone (extract --features global)."""
     d, patches = shape
+    if global_only:
+        return 2 * d * (images + captions)
     return 2 * d * (images * (1 + patches) + captions * (1 + TOKENS_PER_CAPTION))
 
 

@@ -25,20 +25,25 @@ WALK_SECONDS = 20.0  # a folder's size is counted for at most this long (a netwo
 
 def folder_bytes(path: str, budget: float = WALK_SECONDS) -> tuple[int, int, bool]:
     """(bytes, files, complete) of the regular files under path, counted for at most
-    `budget` seconds (complete False: it stopped counting, the figures are a lower bound)."""
+    `budget` seconds (complete False: it stopped counting, or met a folder it may not read;
+    the figures are then a lower bound)."""
     total = files = 0
+    complete = True
     deadline = time.monotonic() + budget
     stack = [path]
     while stack:
         if time.monotonic() > deadline:
             return total, files, False
-        with os.scandir(stack.pop()) as entries:
-            for e in entries:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-                elif e.is_file(follow_symlinks=False):
-                    total, files = total + e.stat(follow_symlinks=False).st_size, files + 1
-    return total, files, True
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        total, files = total + e.stat(follow_symlinks=False).st_size, files + 1
+        except OSError:  # a folder it may not read: the count is a lower bound, said so
+            complete = False
+    return total, files, complete
 
 
 def image_folders(cfg) -> dict[str, list[str]]:
@@ -54,7 +59,8 @@ def _on_disk(cfg, folder: str) -> str:
     if os.path.isdir(path):
         n_bytes, files, complete = folder_bytes(path)
         size = f"{human_bytes(n_bytes)} in {files:,} files (measured)"
-        return size if complete else f"at least {size}: stopped counting after {WALK_SECONDS:.0f} s"
+        partial = f"not every file counted (unreadable, or past {WALK_SECONDS:.0f} s)"
+        return size if complete else f"at least {size}: {partial}"
     return f"not here; download {PUBLISHED_SIZES[folder]}" if folder in PUBLISHED_SIZES else "not here"
 
 

@@ -61,8 +61,9 @@ def _after_holm(comps, fam: dict | None = None) -> str:
             f"{fam['alpha']:g} (its smallest p is {fam['smallest_holm_p']:.2g}): {fam['draws_to_resolve']:,} draws or "
             f"more could."
         )
-    held = [f"{k} on {t}" for (t, k, _), q in zip(comps, holm(p)) if q < 0.05]
-    return f" After Holm's correction over all {len(comps)}, {len(held)} stand (p < 0.05)" + (
+    alpha = fam["alpha"] if fam else 0.05
+    held = [f"{k} on {t}" for (t, k, _), q in zip(comps, holm(p)) if q < alpha]
+    return f" After Holm's correction over all {len(comps)}, {len(held)} stand (p < {alpha:g})" + (
         f": {'; '.join(held)}." if held else "."
     )
 
@@ -73,7 +74,7 @@ def _beyond_chance(k: int, n: int) -> str:
     so they are not independent: a guide, said so)."""
     if k == 0:
         return "None does."
-    p = 1.0 if k == 0 else 1.0 - binomial_tail(k - 1, n, 0.05)
+    p = 1.0 - binomial_tail(k - 1, n, 0.05)
     if p < 0.01:
         return (
             f"{k} or more by chance alone has probability {p:.2g} (were the comparisons independent, which they "

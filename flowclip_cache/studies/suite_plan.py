@@ -35,7 +35,7 @@ def encoder_line(entry: dict, counted: tuple[int, int] | None, device: str | Non
         return f"{shape[0]}-d, {shape[1]} patches; disk and time once the stand-ins are built"
     images, captions = counted
     global_only = entry.get("features", "global") == "global"
-    n_bytes = 2 * shape[0] * (images + captions) if global_only else feature_bytes(shape, images, captions)
+    n_bytes = feature_bytes(shape, images, captions, global_only)
     text = f"~{human_bytes(n_bytes)} ({'global features' if global_only else 'every feature'}, {shape[0]}-d, FP16)"
     if device is None:
         return text + "; time not measured (the device is not on this machine: run the dry run there)"
