@@ -5,8 +5,10 @@ as raw 32-byte digests."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -24,6 +26,18 @@ def file_sha256(path: str) -> str:
                 break
             h.update(block)
     return h.hexdigest()
+
+
+def unchanged_file_sha256(path: str) -> str:
+    """file_sha256, computed once per version of the file (its size and mtime): a study
+    asks for its training manifest's hash for every run it names."""
+    st = os.stat(path)
+    return _versioned_sha256(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _versioned_sha256(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
 
 
 def image_key(file_digest: str, crop: Sequence[float] | None = None) -> str:

@@ -165,3 +165,19 @@ def test_a_rerun_after_a_setting_changed_never_reports_the_old_run(lab, tmp_path
                                   str(runs / first), "--head", "global", "--epochs", "3", "--batch-size", "4",
                                   "--resume", "--quiet"])  # fmt: skip
     assert r.exit_code == 2 and "train.epochs: 1 -> 3" in r.output and "never continued or reported" in r.output
+
+
+def test_a_study_hashes_its_training_manifest_once_per_version(tmp_path, monkeypatch):
+    """Every run's identity names the training manifest's sha256: read once per version of
+    the file, not once per run (a changed file is read again)."""
+    import flowclip_cache.hashing as hashing
+
+    reads = []
+    real = hashing.file_sha256
+    monkeypatch.setattr(hashing, "file_sha256", lambda p: reads.append(p) or real(p))
+    path = tmp_path / "m.parquet"
+    path.write_bytes(b"one")
+    first = [hashing.unchanged_file_sha256(str(path)) for _ in range(5)]
+    assert len(reads) == 1 and len(set(first)) == 1
+    path.write_bytes(b"two!")
+    assert hashing.unchanged_file_sha256(str(path)) != first[0] and len(reads) == 2

@@ -14,7 +14,7 @@ import torch
 
 from .. import outputs
 from ..errors import FlowclipError
-from ..hashing import file_sha256
+from ..hashing import unchanged_file_sha256
 from ..progress import stage
 from ..store import FeatureStore
 from ..store.layout import describe_encoder
@@ -48,7 +48,7 @@ class HeadRun:
             "encoder": store.encoder_config["model"],
             "encoder_description": describe_encoder(store.encoder_config),
             "manifest": os.path.abspath(manifest_path),
-            "manifest_sha256": file_sha256(manifest_path),
+            "manifest_sha256": unchanged_file_sha256(manifest_path),
             "git_revision": git_revision(),
             "head": cfg.build_head(store.meta["dim"]).hparams(),
             "dim": store.meta["dim"],

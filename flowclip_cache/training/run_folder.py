@@ -3,6 +3,7 @@ it ends, and loading a finished run for scoring (refusing a malformed one)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -18,7 +19,10 @@ from . import checkpoint
 from .run_header import check_published, read_run_config, weight_shapes
 
 
+@functools.cache
 def git_revision() -> str:
+    """The code's revision, asked of git once per process (the code a process runs does not
+    change under it)."""
     try:
         return (
             subprocess.run(
