@@ -98,12 +98,31 @@ def manifest_split(path, out_a, out_b, fraction, seed):
 
 @manifest.command("list")
 @click.option("--suite", help="Only a suite's members (score --suite NAME): paper, field, vl-compo.")
-def manifest_list(suite):
+@click.option("--sizes", is_flag=True, help="Each entry's images, store size and extraction time (estimates).")
+@click.option("--model", "models", multiple=True, default=["ViT-B-32"], show_default=True,
+              help="With --sizes: an encoder to size the stores for (repeat for several).")  # fmt: skip
+@click.option("--built", default="manifests/eval", show_default=True,
+              help="With --sizes: the folder of built manifests (<name>.parquet), read for their counts.")  # fmt: skip
+@click.option("--image-root", type=click.Path(exists=True, file_okay=False),
+              help="With --sizes: measure the bytes of each built manifest's images under this folder.")  # fmt: skip
+@click.option("--device", default="cpu", show_default=True, help="With --sizes: the device to time the forward on.")
+@click.option("--features", type=click.Choice(["all", "global"]), default="all", show_default=True,
+              help="With --sizes: the features extract would write (extract --features).")  # fmt: skip
+def manifest_list(suite, sizes, models, built, image_root, device, features):
     """The benchmark catalogue: converters, expected counts, sources, options; with --suite,
-    the suite's members, each with the column and figure it gives the suite's table."""
+    the suite's members, each with the column and figure it gives the suite's table; with
+    --sizes, each entry's images, its store per encoder and the extraction's time."""
     from ..catalogue import load_catalogue
     from ..datasets import all_benchmarks
 
+    if sizes:
+        from ..devices import resolve_device
+        from ..extraction.catalogue_sizes import print_catalogue_sizes
+
+        kinds = {n: b.kind for n, b in all_benchmarks().items()}
+        dev, global_only = resolve_device(device), features == "global"
+        print_catalogue_sizes(load_catalogue(), kinds, list(models), built, image_root, dev, global_only, click.echo)
+        return
     if suite:
         from ..scoring.suites import members
 

@@ -24,6 +24,13 @@ def feature_bytes(shape: tuple[int, int], images: int, captions: int, global_onl
     return 2 * d * (images * (1 + patches) + captions * (1 + TOKENS_PER_CAPTION))
 
 
+def duration(seconds: float) -> str:
+    """'12 s', '3.4 min' or '2.10 h'."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
 def human_bytes(n_bytes: int) -> str:
     """'12.34 MiB' below a GiB, else '1.23 GiB'."""
     return f"{n_bytes / 2**20:.2f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:.2f} GiB"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 
-from ..extraction.sizes import encoder_shape, feature_bytes, manifest_counts
+from ..extraction.sizes import duration, encoder_shape, feature_bytes, manifest_counts
 from .paths import TRAINING_SOURCES, manifest_path
 
 PAPER_COUNTS = {  # (images, training records) of the training sources as §4.1 states them
@@ -196,13 +196,6 @@ def _explain(cfg, s, shape, costs) -> None:
         return
     s.seconds = cfg.explorer_records * 2 * step / head["batch_size"]
     s.how = f"records x 2 scorers x a measured training step's per-record time ({cfg.device})"
-
-
-def duration(seconds: float) -> str:
-    """'12 s', '3.4 min' or '2.10 h'."""
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
 
 def _device_here(device: str) -> bool:

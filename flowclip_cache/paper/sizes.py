@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 
-from ..extraction.sizes import human_bytes
-from .budget import counts, duration
+from ..extraction.sizes import duration, human_bytes
+from .budget import counts
 
 # The download sizes their publishers state, for folders not yet here (a folder that is
 # here is measured instead). Only the sizes a publisher's page states; other folders say so.

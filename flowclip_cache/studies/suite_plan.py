@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..extraction.sizes import encoder_shape, feature_bytes, human_bytes, manifest_counts, measure_forward
+from ..extraction.sizes import duration, encoder_shape, feature_bytes, human_bytes, manifest_counts, measure_forward
 
 
 def benchmark_lines(cfg, found: dict[str, str], absent: dict[str, str]) -> tuple[list[str], tuple[int, int] | None]:
@@ -43,17 +43,7 @@ def encoder_line(entry: dict, counted: tuple[int, int] | None, device: str | Non
     if isinstance(cost, str):
         return f"{text}; time {cost}"
     seconds = images * cost[0] + captions * cost[1]
-    return f"{text}; ~{_duration(seconds)} of forward on {device}"
-
-
-def _duration(seconds: float) -> str:
-    return (
-        f"{seconds:.0f} s"
-        if seconds < 120
-        else f"{seconds / 60:.0f} min"
-        if seconds < 7200
-        else f"{seconds / 3600:.1f} h"
-    )
+    return f"{text}; ~{duration(seconds)} of forward on {device}"
 
 
 def print_plan(cfg, found: dict[str, str], absent: dict[str, str], log) -> None:
