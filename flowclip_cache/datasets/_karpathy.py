@@ -43,7 +43,9 @@ def karpathy_images(path: str, splits: set[str], errors: RowErrors) -> list[tupl
 
 
 def retrieval_benchmark(name: str, title: str, filename: str) -> Benchmark:
-    """Karpathy test split as a gallery: image->text and text->image Recall@1/5/10."""
+    """Karpathy test split as a gallery: image->text and text->image Recall@1/5/10, decided
+    as CLIP_benchmark's zeroshot_retrieval.evaluate decides them (tie_rule topk: a query
+    counts when one of its right answers is among the k torch.topk keeps)."""
 
     def build(source: str, out: str, errors: RowErrors) -> BuildReport:
         path = source if os.path.isfile(source) else os.path.join(source, filename)
@@ -51,6 +53,5 @@ def retrieval_benchmark(name: str, title: str, filename: str) -> Benchmark:
         report = BuildReport(len(rows), len(rows), {"captions": sum(len(r["captions"]) for r in rows)}, errors.skipped)
         return write_records(out, rows, "retrieval", name, report)
 
-    return Benchmark(
-        name=name, title=title, kind="retrieval", build=build, scoring=Scoring(task="retrieval", recall_at=(1, 5, 10))
-    )
+    scoring = Scoring(task="retrieval", tie_rule="topk", recall_at=(1, 5, 10))
+    return Benchmark(name=name, title=title, kind="retrieval", build=build, scoring=scoring)

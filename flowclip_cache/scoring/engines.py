@@ -11,7 +11,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import FlowclipError
 from ..hashing import caption_key
 from ..heads import Head
 from ..heads.fixed_shapes import IMAGE_BLOCK, TEXT_BLOCK, all_pair_scores, matched_scores
@@ -116,8 +115,9 @@ def score_retrieval(
     pair scores are computed in blocks; when the score matrix itself does not fit, it
     goes to a file in spill_dir (the score's own temporary folder) and is read back in
     row blocks. With shortlist, each query's global top K (kept blockwise) is re-ranked
-    by the head, and the result is labelled approximate. tie_rule "topk": the queries
-    decided as torch.topk keeps candidates (NegBench), on the whole matrix. read: what
+    by the head, and the result is labelled approximate (a tie in it counted wrong).
+    tie_rule "topk": the queries decided as torch.topk keeps candidates (CLIP_benchmark,
+    NegBench), on the whole matrix. read: what
     one score's scorers share of this manifest (its keys and feature bank), filled by the
     first of them and read by the rest."""
     read = {} if read is None else read
@@ -128,11 +128,6 @@ def score_retrieval(
     cap_image = np.repeat(np.arange(len(ikeys)), [len(c) for c in t["captions"]])
     n_i = len(ikeys)
     budget = max_memory_mb * 2**20
-    if shortlist and tie_rule == "topk":
-        raise FlowclipError(
-            f"{m.path}: its official rule decides ties as torch.topk does over every candidate; --shortlist "
-            f"re-ranks a few: score it without --shortlist"
-        )
     if shortlist and scorer.head.uses_tokens:  # (token heads give coarse global scores)
         cap_index = {c: i for i, c in enumerate(texts)}
         bank = FeatureBank.load(store, list(ikeys), texts, True, device)
@@ -141,7 +136,8 @@ def score_retrieval(
             img, cap = _shortlist_pairs(scorer.head, bank, cid, n_i, shortlist, budget, device)
             val = _chunked_matched(scorer.head, bank, torch.as_tensor(img, device=device), cid[cap], max_memory_mb)
         res = metrics.retrieval_recall_pairs(img, cap, val, cap_image, n_i)
-        res.update(approximate=True, shortlist=shortlist)
+        # approximate, and a tie inside the shortlist counts against the query whatever the set's rule
+        res.update(approximate=True, shortlist=shortlist, tie_rule="wrong")
         return res
     row_blocks = retrieval_scores(store, ikeys, caps, scorer, device, budget, spill_dir, read.setdefault("banks", {}))
     if tie_rule == "topk":

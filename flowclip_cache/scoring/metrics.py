@@ -259,7 +259,10 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:
     """Top-k accuracy as open_clip's and CLIP_benchmark's `accuracy` computes it:
     torch.topk(logits, max k, largest, sorted) keeps k classes, tied ones included or
     left out as topk keeps them (a tie with the true class is not counted correct by
-    rule). Also `ties`: images whose true class ties the best other class."""
+    rule); a k above the class count is None (CLIP_benchmark's `evaluate` leaves acc5 NaN
+    on a set of fewer than 5 classes). Also `mean_per_class_recall` (its
+    balanced_accuracy_score of the argmax) and `ties`: images whose true class ties the
+    best other class."""
     import torch
 
     t = torch.from_numpy(np.ascontiguousarray(logits, np.float32))
@@ -269,9 +272,19 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks=(1, 5)) -> dict:
     true = logits[np.arange(len(labels)), labels]
     others = logits.copy()
     others[np.arange(len(labels)), labels] = -np.inf
-    out = {f"top{k}": float(hit[:, :k].any(1).mean()) for k in ks}
+    out = {f"top{k}": float(hit[:, :k].any(1).mean()) if k <= t.shape[1] else None for k in ks}
+    out["mean_per_class_recall"] = mean_per_class_recall(t.argmax(1).numpy(), labels)
     out["ties"] = int((others.max(1) == true).sum())
     return out
+
+
+def mean_per_class_recall(predicted: np.ndarray, labels: np.ndarray) -> float:
+    """The mean over the classes that occur in `labels` of the share of their images
+    predicted right: scikit-learn's balanced_accuracy_score (not adjusted), which
+    CLIP_benchmark's zeroshot_classification.evaluate reports as mean_per_class_recall
+    (predicted: the argmax, its first maximum on a tie, as torch's argmax gives it)."""
+    classes = np.unique(labels)
+    return float(np.mean([np.mean(predicted[labels == c] == c) for c in classes]))
 
 
 def top_k(values: np.ndarray, k: int, axis: int = 1) -> np.ndarray:
