@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import ManifestError
+from .shards import image_file_exists
 
 SCHEMA_VERSION = 1
 META_KIND = b"flowclip.kind"
@@ -346,7 +347,7 @@ def check_manifest(m: Manifest, image_root: str | None = None) -> list[str]:
         seen = {}
         for ref in m.image_refs():
             if ref.path not in seen:
-                seen[ref.path] = os.path.isfile(os.path.join(image_root, ref.path))
+                seen[ref.path] = image_file_exists(image_root, ref.path)
             if not seen[ref.path]:
                 problems.append(f"{m.path}: row {ref.row}: image {ref.path!r} not found under {image_root}")
     if m.kind == "candidates":

@@ -29,6 +29,8 @@ REGISTRY = [
     "cifar10",
     "cifar100",
     "imagenetv2",
+    "wds_classification",
+    "wds_retrieval",
     "coco_train",
     "cc3m_train",
     "sample",

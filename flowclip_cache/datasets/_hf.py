@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ManifestError
+from ..shards import MAX_IMAGE_BYTES
 
 
 def read_split(source: str, split: str, what: str, columns: tuple[str, ...] = ()) -> pa.Table:
@@ -108,7 +109,6 @@ def _arrow(path: str) -> pa.Table:
         raise ManifestError(f"{path}: not a readable Arrow file ({e})") from None
 
 
-MAX_IMAGE_BYTES = 32 * 2**20  # one embedded image; the largest in the field's copies is under 5 MiB
 # the formats an embedded image may be in, told by their first bytes (never by the copy's path)
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", ".png"),

@@ -177,6 +177,9 @@ class Benchmark:
     build: Callable[..., BuildReport]  # build(source, out, errors, **options)
     scoring: Scoring | None
     options: dict = field(default_factory=dict)  # option name -> help
+    # a benchmark of many sets (a layout, not one dataset): each manifest's task is named by
+    # this format of its metadata's "dataset" (a plain lower-case name, checked when scored)
+    task_name: str = ""
 
 
 class RowErrors:

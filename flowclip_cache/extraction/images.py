@@ -8,11 +8,15 @@ are converted to 8-bit RGB.
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from ..errors import FlowclipError
+from ..shards import MAX_IMAGE_BYTES, MEMBER_SEP, read_member, split_member_path
 
 
 class BadImage(Exception):
@@ -20,6 +24,12 @@ class BadImage(Exception):
 
 
 def resolve_image_path(image_root: str, rel: str, allow_outside_root: bool = False) -> str:
+    """The real path of rel under the root (refused outside it unless allowed); a member
+    of a shard under the root (`test/0.tar/s01.jpg`) as its shard's real path, MEMBER_SEP
+    and the member's name."""
+    in_shard = None if os.path.isabs(rel) else split_member_path(image_root, rel)
+    if in_shard is not None:
+        return resolve_image_path(image_root, in_shard[0], allow_outside_root) + MEMBER_SEP + in_shard[1]
     root_real = os.path.realpath(image_root)
     if os.path.isabs(rel) and not allow_outside_root:
         raise BadImage("absolute path refused (pass --allow-outside-root to allow)")
@@ -68,14 +78,31 @@ def load_npy_frame(path: str) -> Image.Image:
     return Image.fromarray(np.ascontiguousarray(a[:, :, ::-1]), "RGB")
 
 
+def member_bytes(ref: str) -> bytes:
+    """The bytes of a shard member named as resolve_image_path names it."""
+    shard, _, member = ref.partition(MEMBER_SEP)
+    try:
+        return read_member(shard, member, MAX_IMAGE_BYTES)
+    except FlowclipError as e:
+        raise BadImage(str(e))
+    except FileNotFoundError:
+        raise BadImage("missing shard")
+    except (OSError, ValueError) as e:
+        raise BadImage(f"unreadable shard member ({e})")
+
+
 def load_image(path: str, crop=None) -> Image.Image:
-    """Decode fully (so a truncated file fails here, not later) and return 8-bit RGB."""
-    if path.lower().endswith(".npy"):
+    """Decode fully (so a truncated file fails here, not later) and return 8-bit RGB; a
+    shard member decodes from its bytes exactly as the same file would."""
+    if path.lower().endswith(".npy") and MEMBER_SEP not in path:
         return _crop(load_npy_frame(path), crop)
+    source = io.BytesIO(member_bytes(path)) if MEMBER_SEP in path else path
+    if isinstance(source, io.BytesIO) and not source.getbuffer().nbytes:
+        raise BadImage("zero-byte shard member")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as f:
+            with Image.open(source) as f:
                 f.load()
                 im = to_rgb(ImageOps.exif_transpose(f))
     except FileNotFoundError:
@@ -83,7 +110,7 @@ def load_image(path: str, crop=None) -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise BadImage(f"decompression bomb refused ({e})")
     except UnidentifiedImageError:
-        size = os.path.getsize(path) if os.path.exists(path) else -1
+        size = os.path.getsize(path) if isinstance(source, str) and os.path.exists(path) else -1
         raise BadImage("zero-byte file" if size == 0 else "not an image PIL can read")
     except (OSError, ValueError, SyntaxError) as e:
         raise BadImage(f"unreadable image ({e})")

@@ -15,8 +15,9 @@ import numpy as np
 from ..errors import FlowclipError
 from ..hashing import caption_key, file_sha256, image_key
 from ..manifest import ImageRef, Manifest
+from ..shards import MEMBER_SEP, image_file_exists
 from ..store import CAPTION, IMAGE, FeatureStore
-from .images import BadImage, resolve_image_path
+from .images import BadImage, member_bytes, resolve_image_path
 
 IMAGE_UNIT = 256  # images per segment (12.8 MB of ViT-B/32 patches)
 CAPTION_UNIT = 4096  # captions per segment
@@ -74,7 +75,8 @@ def check_inputs(
     missing = []
     for rel, mp in paths.items():
         try:
-            if not os.path.exists(resolve_image_path(image_root, rel, allow_outside_root)):
+            resolved = resolve_image_path(image_root, rel, allow_outside_root)
+            if not (image_file_exists(image_root, rel) if MEMBER_SEP in resolved else os.path.exists(resolved)):
                 missing.append((rel, mp))
         except BadImage as e:
             if on_error == "fail":  # (with skip: a failure row of its own, as collect reports it)
@@ -135,6 +137,11 @@ def collect(
     files = sorted({p for p in resolved.values() if isinstance(p, str)})
 
     def digest(p):
+        if MEMBER_SEP in p:  # a shard member: its bytes hashed (no file of its own to stat)
+            try:
+                return p, hashlib.sha256(member_bytes(p)).hexdigest(), None
+            except BadImage as e:
+                return p, e, None
         try:
             st = os.stat(p)
             if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever

@@ -65,6 +65,8 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
                 f"(keep training manifests out of the folders you score, or name files one by one)"
             )
         sc = bench.scoring
+        if bench.task_name:
+            name = _task_of_dataset(m, bench.task_name)
     elif m.kind == "training":
         raise FlowclipError(f"{m.path}: a training manifest; score takes evaluation manifests")
     elif m.kind not in CHOICE_KINDS:
@@ -103,6 +105,17 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
         if col not in m.table.column_names:
             raise FlowclipError(f"{m.path}: the {name} benchmark needs column {col!r}, which is missing")
     return name, sc
+
+
+def _task_of_dataset(m: Manifest, fmt: str) -> str:
+    """A many-set benchmark's task: its format of the manifest's "dataset" name."""
+    from ..datasets._wds import DATASET_NAME
+
+    dataset = m.meta.get("dataset")
+    if not isinstance(dataset, str) or not DATASET_NAME.match(dataset):
+        raise FlowclipError(f"{m.path}: flowclip.meta 'dataset' {str(dataset)[:80]!r} must be a lower-case name "
+                            f"(letters, digits, . _ -): rebuild it with flowclip manifest build")  # fmt: skip
+    return fmt.format(dataset=dataset)
 
 
 def check_tasks(checked: list) -> None:

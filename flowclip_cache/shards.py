@@ -1,0 +1,144 @@
+"""Webdataset tar shards as an image source, read in place (never unpacked to disk).
+
+A manifest names an image inside a shard as `<shard path>/<member name>` relative to the
+image root (`test/0.tar/s0000042.jpg`): the first path component ending in `.tar` that is
+a regular file under the root is the shard, the rest the member. A shard is indexed once
+(its headers streamed: member name -> data offset and size) and a member is read at its
+offset, so its bytes, its key (their sha256) and its features are the same as the same
+image's in a folder. Only plain tar is read in place (a compressed shard has no offsets);
+members over their limit, duplicates and non-regular members are refused by name.
+A member's name is data: it never becomes a path flowclip writes.
+
+Brace ranges (`{0..127}.tar`, `{a,b}.tar`), as webdataset and CLIP_benchmark write them,
+expand to shard paths; a range that matches no file is an error naming it."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tarfile
+
+from .errors import FlowclipError
+
+MEMBER_SEP = "\x00"  # shard path + SEP + member: NUL never occurs in a manifest's path
+MAX_IMAGE_BYTES = 32 * 2**20  # an image read from an archive or a dataset copy (the field's are under 5 MiB)
+MAX_MEMBERS = 1_000_000  # per shard (the field's shards hold ~1e4 samples)
+MAX_EXPANSION = 100_000  # shard paths one brace pattern may name
+_BRACE = re.compile(r"\{([^{}]*)\}")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """`{0..9}` (zero-padded as the bounds are written: `{000..127}`), `{a,b}`, nested or
+    repeated, left to right, as webdataset's braceexpand reads them."""
+    m = _BRACE.search(pattern)
+    if not m:
+        return [pattern]
+    body, head, tail = m.group(1), pattern[: m.start()], pattern[m.end() :]
+    if ".." in body and "," not in body:
+        lo, _, hi = body.partition("..")
+        if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
+            raise FlowclipError(f"{pattern}: brace range {{{body}}} must be two integers, low..high")
+        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        choices = [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+    else:
+        choices = body.split(",")
+    if len(choices) > MAX_EXPANSION:
+        raise FlowclipError(f"{pattern}: {{{body}}} names {len(choices):,} shards, over the {MAX_EXPANSION:,} read")
+    out = [p for c in choices for p in expand_braces(head + c + tail)]
+    if len(out) > MAX_EXPANSION:
+        raise FlowclipError(f"{pattern}: names {len(out):,} shards, over the {MAX_EXPANSION:,} read")
+    return out
+
+
+def shard_paths(pattern: str, root: str = "") -> list[str]:
+    """The shard files a pattern names (relative to root), each a regular file; one line
+    naming the first that is not, or the pattern when none is."""
+    paths = expand_braces(pattern)
+    missing = [p for p in paths if not os.path.isfile(os.path.join(root, p))]
+    if len(missing) == len(paths):
+        raise FlowclipError(f"{os.path.join(root, pattern)}: matches no shard file")
+    if missing:
+        raise FlowclipError(f"{os.path.join(root, missing[0])}: no such shard ({len(missing)} of {len(paths)} missing)")
+    return paths
+
+
+def shard_index(path: str) -> dict[str, tuple[int, int]]:
+    """member name -> (data offset, size) of a plain tar's regular members, read once per
+    version of the file."""
+    st = os.stat(path)
+    return _indexed(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _indexed(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        with tarfile.open(path, "r:") as tf:  # plain tar only: in-place reads need offsets
+            while (m := tf.next()) is not None:
+                tf.members = []  # type: ignore[attr-defined]  # streamed: no member list kept
+                if len(out) >= MAX_MEMBERS:
+                    raise FlowclipError(f"{path}: over {MAX_MEMBERS:,} members; split the shard")
+                if not m.isfile():
+                    continue
+                if m.name in out:
+                    raise FlowclipError(f"{path}: member {m.name[:120]!r} occurs twice; a shard names each once")
+                if m.offset_data + m.size > size:
+                    raise FlowclipError(f"{path}: member {m.name[:120]!r} runs past the end of the file (truncated)")
+                out[m.name] = (m.offset_data, m.size)
+    except (tarfile.TarError, EOFError, ValueError) as e:
+        raise FlowclipError(
+            f"{path}: not a plain tar flowclip reads in place ({type(e).__name__}: {e}); a compressed shard "
+            f"must be decompressed to .tar first"
+        ) from None
+    return out
+
+
+def read_member(path: str, member: str, limit: int) -> bytes:
+    """A member's bytes (at most `limit`; ValueError naming it beyond, or when absent)."""
+    index = shard_index(path)
+    if member not in index:
+        raise ValueError(f"no member {member[:120]!r} in the shard")
+    offset, size = index[member]
+    if size > limit:
+        raise ValueError(f"member {member[:120]!r} is {size:,} bytes, over the {limit:,} flowclip reads")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(size)
+    if len(data) != size:
+        raise ValueError(f"member {member[:120]!r}: the shard ends inside it (truncated)")
+    return data
+
+
+def split_member_path(root: str, rel: str) -> tuple[str, str] | None:
+    """(shard path relative to root, member name) when rel names a member of a shard file
+    under root, else None."""
+    parts = rel.replace("\\", "/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part.endswith(".tar") and os.path.isfile(os.path.join(root, *parts[: i + 1])):
+            return "/".join(parts[: i + 1]), "/".join(parts[i + 1 :])
+    return None
+
+
+def samples(path: str) -> list[tuple[str, dict[str, str]]]:
+    """A shard's samples in file order as webdataset groups them: (key, {extension:
+    member name}); key = the member's name up to the first '.' of its base name."""
+    out: list[tuple[str, dict[str, str]]] = []
+    for name in shard_index(path):  # dicts keep the file order
+        folder, _, base = name.rpartition("/")
+        stem, dot, ext = base.partition(".")
+        if not dot:
+            continue  # webdataset skips a member without an extension
+        key = f"{folder}/{stem}" if folder else stem
+        if not out or out[-1][0] != key:
+            out.append((key, {}))
+        out[-1][1][ext.lower()] = name
+    return out
+
+
+def image_file_exists(root: str, rel: str) -> bool:
+    """rel names a file under root, or a member of a shard file under root."""
+    in_shard = split_member_path(root, rel)
+    if in_shard is None:
+        return os.path.isfile(os.path.join(root, rel))
+    return in_shard[1] in shard_index(os.path.join(root, in_shard[0]))
