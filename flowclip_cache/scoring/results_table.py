@@ -18,6 +18,8 @@ from ..outputs import kind_of
 FIXED = ("results", "control", "scorer", "method", "head", "identity")
 GROUP_MATCH = "groupmatch:"  # a group task's GroupMatch (test-time matching; not its official score)
 BLIND = "blind:"  # a scorer's accuracy where the blind audit's text probe fails (not an official score)
+MEAN = "mean:"  # an axis's mean over the tasks every row has (scoring/tradeoff.py)
+PER_TASK = "_per_task"  # a row's results per task, as results.json holds them
 
 
 def find_results(folders: list[str]) -> list[str]:
@@ -65,6 +67,7 @@ def result_rows(folder: str, base: str) -> list[dict]:
                "identity": s.get("identity", "")}  # fmt: skip
         train = {k: v for k, v in (s.get("train") or {}).items() if k != "head"}  # (the head: its own column)
         row.update(_flat(train, "train."))
+        row[PER_TASK] = per_task  # (the axes' means read it; never a column)
         for task, res in per_task.items():
             v = headline(res) if isinstance(res, dict) else float("nan")
             row[f"score:{task}"] = 100 * v if isinstance(v, (int, float)) and math.isfinite(v) else None
@@ -87,7 +90,7 @@ def select(rows: list[dict], controls: list[str], where: list[str], sort: str | 
         if not sep:
             raise FlowclipError(f"--where {w!r}: expected COLUMN=VALUE (e.g. --where head=flow)")
         tests.append((key, value))
-    known = {c for r in rows for c in r}
+    known = {c for r in rows for c in r if c != PER_TASK}
     for key, _ in tests:
         if key not in known:
             raise FlowclipError(
@@ -112,6 +115,7 @@ def columns(rows: list[dict], benchmarks: list[str], group_match: bool = False, 
     keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in FIXED]
     differ = lambda k: len({str(r[k]) for r in rows if r.get(k) is not None}) > 1  # noqa: E731
     settings = [k for k in keys if k.startswith("train.") and differ(k)]
+    means = [k for k in keys if k.startswith(MEAN)]
     scores = [k for k in keys if k.startswith("score:")]
     if benchmarks:
         missing = [b for b in benchmarks if f"score:{b}" not in scores]
@@ -121,24 +125,43 @@ def columns(rows: list[dict], benchmarks: list[str], group_match: bool = False, 
     picked = {c.split(":", 1)[1] for c in scores}
     extra = ((GROUP_MATCH,) if group_match else ()) + ((BLIND,) if blind else ())
     asked = [k for k in keys if k.startswith(extra or ("\0",)) and k.split(":", 1)[1] in picked]
-    return list(FIXED) + settings + scores + asked
+    return list(FIXED) + settings + means + scores + asked
 
 
-def render(rows: list[dict], cols: list[str]) -> tuple[str, str]:
+def add_axis_means(rows: list[dict]) -> dict[str, list[str]]:
+    """Each row's compositional, zero-shot and retrieval means (%) over the tasks every row
+    has (scoring/tradeoff.py), as columns; returns those tasks per axis."""
+    from .tradeoff import axis_means, axis_tasks
+
+    tasks = axis_tasks([r[PER_TASK] for r in rows])
+    for r in rows:
+        for axis, v in axis_means(r[PER_TASK], tasks).items():
+            if v is not None:
+                r[f"{MEAN}{axis}"] = 100 * v
+    return tasks
+
+
+def render(rows: list[dict], cols: list[str], axis_counts: dict[str, int] | None = None) -> tuple[str, str]:
     """(Markdown, CSV) of the table; figures in percent, two decimals (settings as
-    recorded); '–' where absent."""
+    recorded); '–' where absent; a mean's header counts its tasks."""
     import csv
     import io
+
+    from .tradeoff import AXES
+
+    axis_counts = axis_counts or {}
 
     def name(c: str) -> str:
         if c.startswith(GROUP_MATCH):
             return f"{c.split(':', 1)[1]} GroupMatch (not official)"
         if c.startswith(BLIND):
             return f"{c.split(':', 1)[1]} blind-unsolved (not official)"
+        if c.startswith(MEAN):
+            return f"{AXES[c.split(':', 1)[1]]} ({axis_counts.get(c.split(':', 1)[1], 0)})"
         return c.split(":", 1)[1] if c.startswith("score:") else c.removeprefix("train.")
 
     def cell(c, v):
-        return "–" if v is None else f"{v:.2f}" if c.startswith(("score:", GROUP_MATCH, BLIND)) else str(v)
+        return "–" if v is None else f"{v:.2f}" if c.startswith(("score:", MEAN, GROUP_MATCH, BLIND)) else str(v)
 
     md = ["| " + " | ".join(map(name, cols)) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(cell(c, r.get(c)) for c in cols) + " |" for r in rows]
