@@ -90,3 +90,25 @@ def test_vl_compos_models_behind(scored, tmp_path):
     assert_refused(r, "row 2", "comp_avg", "not a number")
     r = cli("results", scored / "scores" / "both", "--published", published)
     assert_refused(r, "--out")
+
+
+def test_a_study_summary_carries_the_recognition_mean_beside_the_compositional_one(scored):
+    from flowclip_cache.studies.study import summarise
+    from flowclip_cache.studies.summary import summary_markdown
+
+    score = json.load(open(scored / "scores" / "both" / "results.json"))
+    summary = summarise(score, [], None, training_free=["filip-score"])
+    res = score["results"]
+    for method in ("clip", "filip-score"):
+        row = summary["table"][method]
+        assert row["compositional mean"]["mean"] == pytest.approx(100 * res[f"real|{method}"]["sample"]["score"])
+        assert row["zero-shot top-1 mean"]["mean"] == pytest.approx(100 * res[f"real|{method}"]["cifar10"]["top1"])
+    delta = summary["table"]["filip-score"]["compositional mean"]["delta"]
+    assert delta == pytest.approx(
+        100 * (res["real|filip-score"]["sample"]["score"] - res["real|clip"]["sample"]["score"])
+    )
+    assert summary["mean_members"]["zero-shot top-1 mean"] == ["cifar10"]
+    assert "zero-shot top-1 mean" in "\n".join(summary_markdown(summary))
+    # a study of compositional tasks alone shows no axis columns (its means are its tasks')
+    only = json.load(open(scored / "scores" / "compositional" / "results.json"))
+    assert "compositional mean" not in summarise(only, [], None, training_free=["filip-score"])["columns"]

@@ -61,6 +61,24 @@ def axis_means(per_task: dict, tasks: dict[str, list[str]]) -> dict[str, float |
     return out
 
 
+def axis_columns(results: dict) -> dict[str, tuple[str, list[str]]]:
+    """A study's axis columns (name -> (axis, tasks)) over the real-image rows of a score's
+    results: none unless a recognition axis has a task (a study of compositional tasks
+    alone already shows their means)."""
+    tasks = axis_tasks([v for k, v in results.items() if k.startswith("real|")])
+    if not tasks["zero_shot"] and not tasks["retrieval"]:
+        return {}
+    return {AXES[a]: (a, t) for a, t in tasks.items() if t}
+
+
+def axis_percent(per_task: dict, axis: str, tasks: list[str]) -> float | None:
+    """One row's mean on an axis, in percent (None when it lacks one of the tasks)."""
+    if any(not isinstance(per_task.get(t), dict) for t in tasks):
+        return None
+    v = axis_means(per_task, {axis: tasks})[axis]
+    return None if v is None else 100 * v
+
+
 def plot_tradeoff(points: list[dict], tasks: dict[str, list[str]], path: str, backdrop=None) -> None:
     """The figure: points [{label, x, y, base}] in percent (base: the label of the frozen
     encoder's point an arrow starts from, or None); backdrop [(x, y)] from vl_compo."""

@@ -176,6 +176,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
     """Mean +- sample std across seeds of each task's official score, per image control; change from
     CLIP; each head's own training accuracy. A training-free scorer: a method of one 'run'."""
     from ..scoring.score import headline
+    from ..scoring.tradeoff import axis_columns, axis_percent
 
     by_method: dict[str, list[str]] = {k: [k] for k in training_free}
     for r in runs:
@@ -183,16 +184,22 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
     res, ctm, controls = score["results"], score["cross_task_means"], score["controls"]
     tasks = sorted({t for k, v in res.items() if k.startswith("real|") for t in v})
     means = sorted({m for k, v in ctm.items() if k.startswith("real|") for m in v})
+    axes = axis_columns(res)  # the compositional and recognition means, when recognition sets were scored
+    means += list(axes)
 
     def value(control: str, run: str, col: str):
         if col in tasks:
             r = res.get(f"{control}|{run}", {}).get(col)
             return None if r is None else headline(r) * 100
+        if col in axes:
+            return axis_percent(res.get(f"{control}|{run}", {}), *axes[col])
         m = ctm.get(f"{control}|{run}", {}).get(col)
         return None if m is None else m["mean"] * 100
 
     def partial(control: str, run: str, col: str) -> bool:
         """Does the figure rest on part of its records (a row failed at extract, a mean missing a member)?"""
+        if col in axes:
+            return any(res.get(f"{control}|{run}", {}).get(t, {}).get("partial") for t in axes[col][1])
         r = (res if col in tasks else ctm).get(f"{control}|{run}", {}).get(col)
         return bool(r and r.get("partial"))
 
@@ -226,7 +233,8 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "records": {t: r["n"] for t, r in res.get("real|clip", {}).items() if isinstance(r.get("n"), int)},
         # each cross-task column's members, as the score's results name them (a column such
         # as syn-binding says what it averages)
-        "mean_members": {m: ctm["real|clip"][m]["members"] for m in means if m in ctm.get("real|clip", {})},
+        "mean_members": {m: ctm["real|clip"][m]["members"] for m in means if m in ctm.get("real|clip", {})}
+        | {c: t for c, (_, t) in axes.items()},
         "table": tables["real"] if "real" in tables else {},
         "controls": tables,
         "own_training_accuracy": own,
