@@ -67,6 +67,7 @@ SMALL = {
     "bench_score.py": ["--images", "8", "--captions", "16", "--reps", "1"],
     "bench_train.py": ["--steps", "2", "--encode-steps", "1"],
     "bench_url_store.py": ["--images", "64", "--reps", "1"],
+    "bench_zeroshot.py": ["--images", "8", "--classes", "5", "--reps", "1"],
     "gpu_suite.py": ["--dry-run"],  # the plan, each step's flags checked against its script (CUDA: the suite)
 }
 

@@ -203,28 +203,7 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         r = (res if col in tasks else ctm).get(f"{control}|{run}", {}).get(col)
         return bool(r and r.get("partial"))
 
-    tables = {}
-    for control in controls:
-        clip = {c: value(control, "clip", c) for c in tasks + means}
-        table = {
-            "clip": {
-                c: {"mean": v, "std": 0.0, "n": 1, "delta": 0.0, "partial": partial(control, "clip", c)}
-                for c, v in clip.items()
-                if v is not None
-            }
-        }
-        for method, folders in by_method.items():
-            row = {}
-            for col in tasks + means:
-                vals = [v for v in (value(control, f, col) for f in folders) if v is not None]
-                if vals:
-                    row[col] = {
-                        **mean_std(vals),
-                        "delta": float(np.mean(vals)) - (clip.get(col) or float("nan")),
-                        "partial": any(partial(control, f, col) for f in folders),
-                    }
-            table[method] = row
-        tables[control] = table
+    tables = {c: _control_table(c, tasks + means, by_method, value, partial) for c in controls}
     own = own_accuracy(by_method, run_dirs)
     return {
         "units": "percent (mean, std); points (delta, bootstrap)",
@@ -247,6 +226,31 @@ def summarise(score: dict, runs: list[RunSpec], run_dirs: dict[str, str] | None 
         "store_fingerprint": score["store_fingerprint"],
         "git_revision": score["git_revision"],
     }
+
+
+def _control_table(control: str, cols: list[str], by_method: dict, value, partial) -> dict:
+    """One image control's table: CLIP's figures, then each method's mean +- std across its
+    runs and its change from CLIP."""
+    clip = {c: value(control, "clip", c) for c in cols}
+    table = {
+        "clip": {
+            c: {"mean": v, "std": 0.0, "n": 1, "delta": 0.0, "partial": partial(control, "clip", c)}
+            for c, v in clip.items()
+            if v is not None
+        }
+    }
+    for method, folders in by_method.items():
+        row = {}
+        for col in cols:
+            vals = [v for v in (value(control, f, col) for f in folders) if v is not None]
+            if vals:
+                row[col] = {
+                    **mean_std(vals),
+                    "delta": float(np.mean(vals)) - (clip.get(col) or float("nan")),
+                    "partial": any(partial(control, f, col) for f in folders),
+                }
+        table[method] = row
+    return table
 
 
 def own_accuracy(by_method: dict, run_dirs: dict | None) -> dict:
