@@ -279,6 +279,12 @@ def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=
     return res
 
 
+# images a pairwise head classifies per call: each call prepares every prompt's token side
+# again, so small blocks spend most of their time there (64 images ran at half the kernel's
+# rate, benchmarks/bench_zeroshot.py); 1,024 ViT-B/32 images' patches are 100 MB in float32
+PAIRWISE_IMAGE_BLOCK = 1024
+
+
 def classification_scores(
     store, m: Manifest, scorer: Scorer, device, image_root=None, read: dict | None = None
 ) -> tuple[np.ndarray, str]:
@@ -305,8 +311,9 @@ def classification_scores(
             classifier = class_vecs.T.contiguous()  # [d, C], as CLIP_benchmark's zero_shot_classifier stacks it
             first = _first_equal_row(class_vecs)
         every_text = torch.arange(len(texts), device=device)
-        for i0 in range(0, len(uimg), 64):
-            ii = torch.arange(i0, min(len(uimg), i0 + 64), device=device)
+        block = 64 if class_vecs is not None else PAIRWISE_IMAGE_BLOCK
+        for i0 in range(0, len(uimg), block):
+            ii = torch.arange(i0, min(len(uimg), i0 + block), device=device)
             if class_vecs is not None:  # CLIP's rule: 100 * v . (renormalised mean prompt embedding)
                 v = bank.features(ii, cid[:1], False)[0].float()
                 per_class[i0 : i0 + len(ii)] = (100.0 * v @ classifier).cpu().numpy()[:, first]
