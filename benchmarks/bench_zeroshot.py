@@ -1,6 +1,6 @@
 """Zero-shot classification throughput of a pairwise head against the scoring kernel.
 
-    python benchmarks/bench_zeroshot.py [--images 256] [--classes 100] [--templates 2] [--reps 7]
+    python benchmarks/bench_zeroshot.py [--images 256] [--classes 100] [--templates 2] [--reps 7] [--device cpu]
 
 A Flow-CLIP head (random weights, d 512) classifies a synthetic store's images (ViT-B/32
 shapes, benchmarks/_synthetic.py) over classes x templates prompts through the engine
@@ -57,27 +57,29 @@ def main():
     ap.add_argument("--classes", type=int, default=100)
     ap.add_argument("--templates", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    dev = args.device
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as root:
         fs, m, images, texts = world(root, args.images, args.classes, args.templates)
-        head = build_head("flow", D).eval()
+        head = build_head("flow", D).eval().to(dev)
         with torch.no_grad():
             for p in head.parameters():  # away from the start (W = 0 skips the refinement's work)
                 p.add_(0.02 * torch.randn_like(p))
         flow = Scorer("flow", "flow", head, "bench")
-        glob = Scorer("global", "global", build_head("global", D).eval(), "bench")
-        bank = FeatureBank.load(fs, images, texts, True, "cpu")
-        every = bank.features(torch.arange(len(images)), torch.arange(len(texts)), True)
+        glob = Scorer("global", "global", build_head("global", D).eval().to(dev), "bench")
+        bank = FeatureBank.load(fs, images, texts, True, dev)
+        every = bank.features(torch.arange(len(images), device=dev), torch.arange(len(texts), device=dev), True)
 
         def kernel():
             with torch.no_grad():
                 all_pair_scores(flow.head, *every)
 
         sides = {
-            "engine": lambda: classification_scores(fs, m, flow, "cpu"),
+            "engine": lambda: classification_scores(fs, m, flow, dev),
             "kernel": kernel,
-            "global": lambda: classification_scores(fs, m, glob, "cpu"),
+            "global": lambda: classification_scores(fs, m, glob, dev),
         }
         t = alternate(sides, args.reps)
     pairs = args.images * len(texts)
@@ -90,7 +92,7 @@ def main():
     print(f"Global-M engine {pairs / statistics.median(t['global']):,.0f} pairs/s (class embeddings: one product)")
     imagenet = 50_000 * 1_000
     print(f"ImageNet-1k val, one template ({imagenet:,} pairs) with Flow-CLIP at the engine's rate: "
-          f"{imagenet / engine_rate / 60:,.0f} min on this device")  # fmt: skip
+          f"{imagenet / engine_rate / 60:,.0f} min on {dev}")  # fmt: skip
 
 
 if __name__ == "__main__":

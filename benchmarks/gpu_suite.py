@@ -9,7 +9,8 @@ minutes (each step a process with its own time limit; the limits add to that):
 3. head training: Flow-CLIP ms/step with the features on the device and in pinned host
    memory, and the COCO epoch they imply (bench_scale.py at a tenth of COCO's shapes);
 4. exact Flow-CLIP scoring: pairs/s, the share of the device's FP32 matmul rate, and the
-   COCO-5k gallery time (bench_score.py);
+   COCO-5k gallery time (bench_score.py); zero-shot classification through the engine
+   against the kernel, and ImageNet-1k's time (bench_zeroshot.py);
 5. an adapt step against bare open_clip (bench_adapt.py);
 6. the ablation engine: 8 Global-M and 8 Flow-CLIP heads stacked against side by side,
    matched-pair evaluation against the all-pairs kernel, and Tab. 2's ablation on a COCO
@@ -48,6 +49,9 @@ def steps(device: str) -> list[tuple[str, list[str], int]]:
           "--root", "{tmp}/scale"], 150),
         ("exact Flow-CLIP scoring: pairs/s, share of the FP32 matmul rate, COCO-5k gallery",
          [PY, bench("bench_score.py"), "--device", device, "--images", "256", "--captions", "1280", "--reps", "5"], 60),
+        ("zero-shot classification: Flow-CLIP engine against the kernel, ImageNet-1k's time",
+         [PY, bench("bench_zeroshot.py"), "--device", device, "--images", "2048", "--classes", "100", "--reps", "3"],
+         30),
         ("adapt step against bare open_clip", [PY, bench("bench_adapt.py"), "--device", device, "--batch", "64",
                                                "--repeats", "5"], 90),
         ("ablation engine: stacked steps of 8 heads against side by side",
@@ -56,7 +60,7 @@ def steps(device: str) -> list[tuple[str, list[str], int]]:
          [PY, bench("bench_ablation.py"), "--device", device, "--reps", "5", "--only", "matched"], 30),
         ("ablation engine: Tab. 2's ablation on COCO training shapes, the dry run's estimate",
          [PY, bench("bench_ablation.py"), "--device", device, "--only", "paper", "--paper-estimate", "{tmp}/paper",
-          "--fraction", "1"], 240),
+          "--fraction", "1"], 210),
     ]  # fmt: skip
 
 
