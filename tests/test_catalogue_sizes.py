@@ -54,3 +54,4 @@ def test_sizes_of_a_built_manifest_and_its_images(tmp_path):
     # an entry not built: the catalogue's image count alone; the synthetic world's entries are not listed
     assert "    5,000 images (catalogue); captions counted once built" in _section(r.output, "aro-coco-order")[1]
     assert "  synthetic-order (" not in r.output and "time on a GPU: run the same command there" in r.output
+    assert "  wds-classification (" not in r.output  # a layout of many sets: sized per set, once built

@@ -119,7 +119,7 @@ def manifest_list(suite, sizes, models, built, image_root, device, features):
         from ..devices import resolve_device
         from ..extraction.catalogue_sizes import print_catalogue_sizes
 
-        kinds = {n: b.kind for n, b in all_benchmarks().items()}
+        kinds = {n: b.kind for n, b in all_benchmarks().items() if not b.task_name}  # (a layout has no one size)
         dev, global_only = resolve_device(device), features == "global"
         print_catalogue_sizes(load_catalogue(), kinds, list(models), built, image_root, dev, global_only, click.echo)
         return
