@@ -63,6 +63,10 @@ def world(tmp_path_factory):
     return root, s, images, labels
 
 
+def cli_run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
 def _build(args) -> object:
     return CliRunner().invoke(main, ["manifest", "build", *map(str, args)])
 
@@ -123,6 +127,18 @@ def test_retrieval_shards_and_webdatasets_grouping(tmp_path, world):
     from flowclip_cache.datasets import get
 
     assert get("wds-retrieval").scoring.tie_rule == "topk"  # as CLIP_benchmark decides recall@k
+    r = cli_run("manifest", "check", tmp_path / "r.parquet", "--image-root", tmp_path / "wds_pairs")
+    assert r.exit_code == 0, r.output
+    r = cli_run("extract", "--store", tmp_path / "st", "--model", "flowclip-tiny-clip", "--pretrained", "synthetic",
+                "--manifest", tmp_path / "r.parquet", "--image-root", tmp_path / "wds_pairs", "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    r = cli_run("score", "--store", tmp_path / "st", "--manifests", tmp_path / "r.parquet", "--scorer", "clip",
+                "--bootstrap", "0", "--quiet", "--out", tmp_path / "res")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    from flowclip_cache.api import read_results
+
+    got = read_results(str(tmp_path / "res")).result("wds-pairs", "clip")
+    assert got["tie_rule"] == "topk" and 0 <= got["t2i_R@1"] <= 1
 
 
 def test_brace_ranges_expand_as_webdataset_writes_them():
