@@ -28,11 +28,19 @@ __all__ = [
     "load_plugin",
     "sweep",
     "sweep_objective",
+    "list_units",
+    "extract_units",
     "FlowclipError",
 ]
 
 _HEADS = ("Head", "TokenMapHead", "masked_token_mean", "token_shares")
-_WHERE = {"TrainConfig": ".training.train_config", "FlowclipError": ".errors", "load_plugin": ".heads.plugins"}
+_WHERE = {
+    "TrainConfig": ".training.train_config",
+    "FlowclipError": ".errors",
+    "load_plugin": ".heads.plugins",
+    "list_units": ".extraction.worker",
+    "extract_units": ".extraction.worker",
+}
 _WHERE.update({name: ".heads" for name in _HEADS})
 
 

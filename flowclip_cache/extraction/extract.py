@@ -79,13 +79,15 @@ def run_extract(
     loaded=None,
     rehash: bool = False,
     features: str = "all",
+    units: set[str] | None = None,
     log=print,
 ) -> Summary:
     """loaded: the encoder (encoders.load_model) already built for `enc` (a caller that
     extracts several times reuses one model); built here only when there is work.
     features: "all" (global, patch and token features) or "global" (the global ones
     alone: a fraction of the disk, all the CLIP scorer and global heads read; a later
-    run with "all" adds the rest to the same store)."""
+    run with "all" adds the rest to the same store). units: only these units
+    (`image-N`, `caption-N`: Plan.unit_names), in place of this rank's share."""
     if features not in FEATURES:
         raise FlowclipError(f"--features {features!r}: one of {', '.join(FEATURES)}")
     try:
@@ -108,6 +110,7 @@ def run_extract(
             loaded=loaded,
             rehash=rehash,
             full=features == "all",
+            units=units,
         )
     finally:
         store.release_writer()  # our temporaries go; a crash leaves them to the next writer's sweep
@@ -133,22 +136,13 @@ def _run_extract(
     loaded,
     rehash,
     full,
+    units=None,
 ):
     t0 = time.perf_counter()
-    col = collect(manifests, image_root, allow_outside_root, known_digests=None if rehash else store.file_digests())
-    store.add_file_digests(col.new_digests)  # kept even if extraction stops later
-    summary = Summary(failures=list(col.failures))
-    # Caption order needs token lengths; tokenise only when some caption is missing.
-    ckeys = sorted(col.captions)
-    tokens = None
-    if ckeys and not store.has(CAPTION, ckeys, full).all():
-        tokens = tokenize_captions(enc, col, summary, loaded)
-    if on_error == "fail" and summary.failures:
-        f = summary.failures[0]
-        raise FlowclipError(f"{f.kind} {f.item!r} ({f.source}): {f.reason} (--on-error fail)")
-    plan = make_plan(store, col, tokens, image_unit, caption_unit, full)
-    summary.images_stored, summary.captions_stored = plan.stored_images, plan.stored_captions
-    mine = plan.for_rank(rank, world_size)
+    col, tokens, plan, summary = plan_extract(
+        store, enc, manifests, image_root, on_error, allow_outside_root, image_unit, caption_unit, loaded, rehash, full
+    )
+    mine = plan.for_rank(rank, world_size) if units is None else plan.only(units)
 
     if mine.n_images or mine.n_captions:
         import torch
@@ -200,6 +194,26 @@ def _run_extract(
     if summary.failures:
         summary.failures_file = write_failures(store, summary.failures)
     return summary
+
+
+def plan_extract(store, enc, manifests, image_root, on_error="fail", allow_outside_root=False,
+                 image_unit=IMAGE_UNIT, caption_unit=CAPTION_UNIT, loaded=None, rehash=False, full=True):  # fmt: skip
+    """(collected keys, caption tokens, the plan, the summary so far): what every extract
+    decides before an encoder runs; the plan depends on the keys alone."""
+    col = collect(manifests, image_root, allow_outside_root, known_digests=None if rehash else store.file_digests())
+    store.add_file_digests(col.new_digests)  # kept even if extraction stops later
+    summary = Summary(failures=list(col.failures))
+    # Caption order needs token lengths; tokenise only when some caption is missing.
+    ckeys = sorted(col.captions)
+    tokens = None
+    if ckeys and not store.has(CAPTION, ckeys, full).all():
+        tokens = tokenize_captions(enc, col, summary, loaded)
+    if on_error == "fail" and summary.failures:
+        f = summary.failures[0]
+        raise FlowclipError(f"{f.kind} {f.item!r} ({f.source}): {f.reason} (--on-error fail)")
+    plan = make_plan(store, col, tokens, image_unit, caption_unit, full)
+    summary.images_stored, summary.captions_stored = plan.stored_images, plan.stored_captions
+    return col, tokens, plan, summary
 
 
 def _extract_images(

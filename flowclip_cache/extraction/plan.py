@@ -193,6 +193,21 @@ class Plan:
             self.stored_captions,
         )
 
+    def only(self, units: set[str]) -> "Plan":
+        """The units named (`image-N`, `caption-N`, as unit_names gives them)."""
+        return Plan(
+            [u for u in self.image_units if f"image-{u[0]}" in units],
+            [u for u in self.caption_units if f"caption-{u[0]}" in units],
+            self.stored_images,
+            self.stored_captions,
+        )
+
+    def unit_names(self) -> list[str]:
+        """The units with work left, named for a worker (extraction/worker.py)."""
+        return [f"image-{n}" for n, keys in self.image_units if keys] + [
+            f"caption-{n}" for n, keys in self.caption_units if keys
+        ]
+
     @property
     def n_images(self):
         return sum(len(k) for _, k in self.image_units)

@@ -1,0 +1,54 @@
+"""The worker the field's engines call: a Ray task, Ray Data's `map_batches`, a Spark
+`foreachPartition` or a Slurm array task hands it a store (a folder or a URL), the
+manifests and the names of some units, and it encodes exactly those units and commits
+each as extract does. Nothing global: the encoder is resolved and loaded in the call, the
+device is the caller's. A unit's keys are fixed by the manifests alone (the plan depends
+on the keys), so a retried or speculative task computes the same unit, and a unit already
+committed writes nothing: running a unit twice is harmless.
+
+    units = list_units(STORE, MANIFESTS, model="ViT-B-32", pretrained="openai", image_root=ROOT)
+    # ... the engine runs, anywhere, for each share of `units`:
+    extract_units(STORE, MANIFESTS, share, model="ViT-B-32", pretrained="openai", image_root=ROOT, device="cuda")
+    # then, once: flowclip store verify STORE (docs/scale.md)"""
+
+from __future__ import annotations
+
+from .plan import CAPTION_UNIT, IMAGE_UNIT
+
+
+def _open(store: str, model: str, pretrained: str, **encoder):
+    from ..store import FeatureStore
+    from .encoders import EncoderSpec, resolve
+
+    enc = resolve(EncoderSpec(model, pretrained, **encoder))
+    return FeatureStore.open_or_create(store, enc.config), enc
+
+
+def list_units(store: str, manifests: list[str], *, model: str, pretrained: str, image_root: str | None = None,
+               features: str = "all", image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT,
+               **encoder) -> list[str]:  # fmt: skip
+    """The units with work left (`image-N`, `caption-N`), for the driver to share out (the
+    unit sizes must be the workers')."""
+    from .extract import plan_extract
+
+    fs, enc = _open(store, model, pretrained, **encoder)
+    try:
+        plan = plan_extract(fs, enc, list(manifests), image_root, image_unit=image_unit, caption_unit=caption_unit,
+                            full=features == "all")[2]  # fmt: skip
+        return plan.unit_names()
+    finally:
+        fs.release_writer()
+
+
+def extract_units(store: str, manifests: list[str], units: list[str], *, model: str, pretrained: str,
+                  image_root: str | None = None, device: str = "cpu", features: str = "all", batch_size: int = 64,
+                  workers: int = 0, image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT,
+                  **encoder) -> dict:  # fmt: skip
+    """Encode and commit exactly these units; returns what was stored (counts, seconds)."""
+    from .extract import run_extract
+
+    fs, enc = _open(store, model, pretrained, **encoder)
+    s = run_extract(fs, enc, list(manifests), image_root, device=device, batch_size=batch_size, workers=workers,
+                    progress=False, features=features, units=set(units), image_unit=image_unit,
+                    caption_unit=caption_unit, log=lambda *_: None)  # fmt: skip
+    return {"units": list(units), "images_new": s.images_new, "captions_new": s.captions_new, "seconds": s.seconds}
