@@ -139,6 +139,10 @@ def test_retrieval_shards_and_webdatasets_grouping(tmp_path, world):
 
     got = read_results(str(tmp_path / "res")).result("wds-pairs", "clip")
     assert got["tie_rule"] == "topk" and 0 <= got["t2i_R@1"] <= 1
+    assert (
+        "wds-pairs: a query counts when one of its right answers is among the k torch.topk keeps"
+        in (tmp_path / "res" / "results.md").read_text()
+    )  # the report states the rule each gallery was decided by
 
 
 def test_brace_ranges_expand_as_webdataset_writes_them():

@@ -259,12 +259,18 @@ def _retrieval(summary, scorers, benches, name):
             csv += [
                 _csv("real", name[s.run], f"{t}/{k}", r.get(k, float("nan")) * 100, bool(r.get("partial"))) for k in ks
             ]
+    topk = [t for t in retr if benches[t].tie_rule == "topk"]
+    rest = [t for t in retr if t not in topk]
+    kept = (
+        f"{', '.join(topk)}: a query counts when one of its right answers is among the k torch.topk keeps "
+        "(CLIP_benchmark's and NegBench's recall_at_k; a shortlist's approximate figures count ties wrong)"
+    )
+    ranked = f"{', '.join(rest)}: a wrong candidate scoring exactly as high as the right one ranks above it"
+    rules = [kept] * bool(topk) + [ranked + " (both directions)"] * bool(rest)
     md = [
         "## Retrieval (Tab. 7)",
         "",
-        "A wrong candidate scoring exactly as high as the right one ranks above it "
-        "(both directions), except where a benchmark's code decides ties otherwise (NegBench: as torch.topk "
-        "keeps them); the ties columns count the queries whose right answer tied a wrong one.",
+        "Ties: " + "; ".join(rules) + ". The ties columns count the queries whose right answer tied a wrong one.",
         "",
         *table(["scorer", "benchmark"] + ks + ["i2t ties", "t2i ties"], rows),
         "",
