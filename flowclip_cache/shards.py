@@ -94,18 +94,20 @@ def _indexed(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int]]:
     return out
 
 
-def read_member(path: str, member: str, limit: int) -> bytes:
-    """A member's bytes (at most `limit`; ValueError naming it beyond, or when absent)."""
+def read_member(path: str, member: str, limit: int, head: int | None = None) -> bytes:
+    """A member's bytes (at most `limit`; ValueError naming it beyond, or when absent);
+    with head, its first `head` bytes only (its size still checked against the limit)."""
     index = shard_index(path)
     if member not in index:
         raise ValueError(f"no member {member[:120]!r} in the shard")
     offset, size = index[member]
     if size > limit:
         raise ValueError(f"member {member[:120]!r} is {size:,} bytes, over the {limit:,} flowclip reads")
+    want = size if head is None else min(head, size)
     with open(path, "rb") as f:
         f.seek(offset)
-        data = f.read(size)
-    if len(data) != size:
+        data = f.read(want)
+    if len(data) != want:
         raise ValueError(f"member {member[:120]!r}: the shard ends inside it (truncated)")
     return data
 
@@ -132,7 +134,7 @@ def samples(path: str) -> list[tuple[str, dict[str, str]]]:
         key = f"{folder}/{stem}" if folder else stem
         if not out or out[-1][0] != key:
             out.append((key, {}))
-        out[-1][1][ext.lower()] = name
+        out[-1][1][ext] = name  # as written: webdataset matches `jpg`, never `JPG`
     return out
 
 

@@ -121,6 +121,13 @@ _MAGIC = (
 )
 
 
+def image_format(raw: bytes) -> str | None:
+    """The extension of the image format the first bytes are in (None: no image format)."""
+    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
+        return ".webp"
+    return next((e for magic, e in _MAGIC if raw.startswith(magic)), None)
+
+
 def image_bytes(value, where: str) -> tuple[bytes, str]:
     """An Image feature's stored value -> (the file's bytes, the extension of the format
     they are in); bytes in no image format, or over MAX_IMAGE_BYTES, are refused."""
@@ -132,9 +139,7 @@ def image_bytes(value, where: str) -> tuple[bytes, str]:
             f"{where}: an embedded image of {len(raw) / 2**20:.1f} MiB, over the "
             f"{MAX_IMAGE_BYTES // 2**20} MiB flowclip writes for one image"
         )
-    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
-        return raw, ".webp"
-    ext = next((e for magic, e in _MAGIC if raw.startswith(magic)), None)
+    ext = image_format(raw)
     if ext is None:
         raise ManifestError(f"{where}: the embedded bytes are not an image (PNG, JPEG, GIF, BMP, TIFF or WebP)")
     return raw, ext

@@ -18,11 +18,11 @@ import re
 
 from ..errors import FlowclipError, ManifestError
 from ..shards import MAX_IMAGE_BYTES, read_member, samples, shard_paths
+from ._hf import image_format
 from .base import BuildReport, RowErrors, read_text, write_records
 
 IMAGE_EXTS = ("webp", "png", "jpg", "jpeg")  # CLIP_benchmark's order of preference
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
-_MAGIC = {"png": (b"\x89PNG\r\n\x1a\n",), "jpg": (b"\xff\xd8\xff",), "jpeg": (b"\xff\xd8\xff",)}
 MAX_LABEL_BYTES = 64
 
 
@@ -35,10 +35,9 @@ def dataset_name(source: str, name: str) -> str:
     return name
 
 
-def _is_image(data: bytes, ext: str) -> bool:
-    if ext == "webp":
-        return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
-    return data.startswith(_MAGIC[ext])
+def _is_image(head: bytes, ext: str) -> bool:
+    """The member's first bytes are in the format its extension names."""
+    return image_format(head) == (".jpg" if ext == "jpeg" else f".{ext}")
 
 
 def wds_samples(source: str, split: str, shards: str, field: str, errors: RowErrors):
@@ -69,7 +68,7 @@ def wds_samples(source: str, split: str, shards: str, field: str, errors: RowErr
                 errors(full, where, f"no {lacking} member")
                 continue
             try:
-                head = read_member(full, members[ext], MAX_IMAGE_BYTES)[:16]
+                head = read_member(full, members[ext], MAX_IMAGE_BYTES, head=16)  # (checked, not read whole)
                 value = read_member(full, members[field], MAX_LABEL_BYTES if field == "cls" else 1 << 20)
             except ValueError as e:
                 errors(full, where, str(e))
