@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .errors import FlowclipError
 from .store import FeatureStore
 from .training.train_config import TrainConfig
 
@@ -92,7 +93,6 @@ def load_run(folder: str, device: str = "cpu", store_dim: int | None = None) -> 
     checked as `flowclip score` checks it (a malformed one is refused); nothing in it is
     executed. store_dim: the width of the store it will score (a built-in head of that
     width is built as it is; otherwise its size is checked on torch's meta device first)."""
-    from .errors import FlowclipError
     from .hub import run_folder
     from .training import checkpoint
     from .training.run_folder import load_head
@@ -238,7 +238,6 @@ def test_time_match(
     `out`; returns results.json. settings: TTMConfig keys (iterations, epochs,
     batch_groups, lr, seed, threshold_start, ...) over the recipe's."""
     from .devices import resolve_device
-    from .errors import FlowclipError
     from .scoring.test_time_matching import RECIPES, TTMConfig, run_test_time_matching
 
     if recipe not in RECIPES:
@@ -279,6 +278,11 @@ class OnlineScorer:
         from .extraction.encoders import EncoderSpec, load_model, resolve
         from .heads import build_head
 
+        if spec.get("decode", "pil") != "pil":
+            raise FlowclipError(
+                f"a Scorer takes decoded PIL images, so its preprocessing is PIL's; decode={spec['decode']!r} "
+                "decodes files: extract them with `flowclip extract --decode` and score the store"
+            )
         self.device = resolve_device(device)
         enc = resolve(
             EncoderSpec(model, pretrained=pretrained, patch_readout=patch_readout, token_mask=token_mask, **spec)

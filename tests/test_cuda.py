@@ -1,5 +1,7 @@
 """The CUDA paths: run where a GPU is present, skipped with a reason elsewhere."""
 
+import os
+
 import pytest
 import torch
 
@@ -161,3 +163,25 @@ def test_exact_products_give_the_cpus_bits_and_pairs_their_own_on_cuda(monkeypat
         assert torch.equal((a.cuda() @ b.cuda().T).cpu(), a @ b.T)
     monkeypatch.setattr(pair_positions, "DEVICE", "cuda")
     assert pair_positions.every_failure(available_kinds()) == []
+
+
+def test_gpu_decode_is_a_function_of_each_image_and_close_to_the_cpus(tmp_path):
+    """--decode gpu: nvJPEG's pixels within a few levels of libjpeg-turbo's, an image's input
+    the same bits alone or in a batch, and a store extracted with it on the GPU."""
+    from flowclip_cache.extraction.encoders import EncoderSpec, resolve
+    from flowclip_cache.extraction.tensor_decode import decode_batch, read_raw, to_inputs
+    from flowclip_cache.extraction.worker import extract_units, list_units
+    from flowclip_cache.synthetic.sample import make_sample
+
+    s = make_sample(str(tmp_path / "s"), n_images=6, fmt="JPEG", size=160)
+    paths = sorted(os.path.join(s["image_root"], n) for n in os.listdir(s["image_root"]))
+    raws = [read_raw(p) for p in paths]
+    gpu, cpu = decode_batch(raws, "cuda"), decode_batch(raws, "cpu")
+    for g, c in zip(gpu, cpu):
+        assert g.shape == c.shape and (g.cpu().int() - c.int()).abs().float().mean() < 2
+    pre = resolve(EncoderSpec("flowclip-tiny-clip", "synthetic", decode="gpu")).config["preprocess"]
+    assert torch.equal(to_inputs(raws[3:4], pre, "cuda")[0], to_inputs(raws, pre, "cuda")[3])
+    kw = {"model": "flowclip-tiny-clip", "pretrained": "synthetic", "image_root": s["image_root"], "decode": "gpu"}
+    out = str(tmp_path / "g")
+    done = extract_units(out, [s["candidates"]], list_units(out, [s["candidates"]], **kw), device="cuda", **kw)
+    assert done["images_new"] == 6

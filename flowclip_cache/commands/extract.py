@@ -46,6 +46,15 @@ from .common import READOUT_NAMES, StorePlace, device_name
     "docs/method.md, 'Patch readouts'). The global is unchanged.",
 )
 @click.option(
+    "--decode",
+    type=click.Choice(["pil", "cpu", "gpu"]),
+    default="pil",
+    show_default=True,
+    help="Who decodes and resizes images: PIL (open_clip's transform), or torchvision in batches on the CPU "
+    "(cpu) or with nvJPEG on the GPU (gpu, with --device cuda). Each is its own preprocessing: its own store "
+    "fingerprint (docs/scale.md, 'GPU decode').",
+)
+@click.option(
     "--manifest",
     "manifests",
     multiple=True,
@@ -126,6 +135,7 @@ def extract(
     init_seed,
     tokenizer,
     patch_readout,
+    decode,
     manifests,
     image_root,
     backend,
@@ -149,6 +159,7 @@ def extract(
     from ..extraction.extract import run_extract
     from ..extraction.families.listing import check_encoder_name
     from ..extraction.plan import check_inputs
+    from ..extraction.tensor_decode import check_decode_device
     from ..store import FeatureStore
 
     if not 0 <= rank < world_size:
@@ -165,15 +176,18 @@ def extract(
     check_encoder_name(model, pretrained)  # a mistyped name, before torch is imported
     check_inputs(list(manifests), image_root, allow_outside_root, on_error)  # refused before a store exists
     enc = resolve(
-        EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer, patch_readout=patch_readout)
-    )
+        EncoderSpec(model, pretrained, init_seed, token_mask, tokenizer=tokenizer, patch_readout=patch_readout,
+                    decode=decode)
+    )  # fmt: skip
+    device = rank_device(device_name(device))  # under torchrun each rank on its own GPU
+    check_decode_device(enc.config, device)  # before a store exists
     fs = FeatureStore.open_or_create(store, enc.config, backend)
     summary = run_extract(
         fs,
         enc,
         list(manifests),
         image_root,
-        device=rank_device(device_name(device)),  # under torchrun each rank on its own GPU
+        device=device,
         batch_size=batch_size,
         text_batch_size=text_batch_size,
         workers=workers,

@@ -39,6 +39,7 @@ class EncoderSpec:
     force_quick_gelu: bool | None = None
     tokenizer: str | None = None  # a local tokenizer folder instead of the config's (HF tokenizers)
     patch_readout: str = "standard"  # how the last ViT block is read out into patches (patch_readouts.py)
+    decode: str = "pil"  # who decodes and resizes images: PIL, or torchvision on cpu or gpu (tensor_decode.py)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ def resolve(spec: EncoderSpec) -> ResolvedEncoder:
         config["patch_readout"] = spec.patch_readout
         if spec.patch_readout in REVISION:
             config["patch_readout_revision"] = REVISION[spec.patch_readout]
+    if spec.decode != "pil":  # absent for PIL, as for the standard readout
+        from .tensor_decode import decode_config
+
+        config["decode"] = decode_config(spec.decode, config["preprocess"])
     return ResolvedEncoder(spec, checkpoint, config)
 
 

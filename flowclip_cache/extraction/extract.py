@@ -34,13 +34,16 @@ from .plan import (
     make_plan,
     tokenize_captions,
 )
+from .tensor_decode import check_decode_device, read_raw, to_inputs
 
 FEATURES = ("all", "global")  # what extract --features writes: every feature, or the global ones alone
 
 
 class _ImageDataset:
-    def __init__(self, items: list[ImageItem], preprocess):
-        self.items, self.preprocess = items, preprocess
+    """An item's model input (PIL decode), or its raw form for a torchvision decode."""
+
+    def __init__(self, items: list[ImageItem], preprocess, decode: str = "pil"):
+        self.items, self.preprocess, self.decode = items, preprocess, decode
 
     def __len__(self):
         return len(self.items)
@@ -48,6 +51,8 @@ class _ImageDataset:
     def __getitem__(self, i):
         it = self.items[i]
         try:
+            if self.decode != "pil":
+                return i, read_raw(it.abs_path, it.crop), None
             return i, self.preprocess(load_image(it.abs_path, it.crop)), None
         except BadImage as e:
             return i, None, str(e)
@@ -55,8 +60,21 @@ class _ImageDataset:
             return i, None, f"cannot preprocess ({type(e).__name__}: {e})"
 
 
-def _collate(batch):
-    return batch
+class _Collate:
+    """A batch as (index, input or None, error): torchvision's decode runs here on the
+    decoding device (in the worker for --decode cpu, in the main process for gpu)."""
+
+    def __init__(self, pre: dict | None, device: str | None):
+        self.pre, self.device = pre, device
+
+    def __call__(self, batch):
+        if self.pre is None or self.device is None:
+            return batch
+        ok = [(i, raw) for i, raw, err in batch if raw is not None]
+        inputs = dict(zip([i for i, _ in ok], to_inputs([raw for _, raw in ok], self.pre, self.device)))
+        return [(i, None, err) if i not in inputs else
+                (i, None, inputs[i]) if isinstance(inputs[i], str) else (i, inputs[i], None)
+                for i, _, err in batch]  # fmt: skip
 
 
 def run_extract(
@@ -144,6 +162,8 @@ def _run_extract(
     )
     mine = plan.for_rank(rank, world_size) if units is None else plan.only(units)
 
+    if mine.n_images:
+        check_decode_device(enc.config, device)
     if mine.n_images or mine.n_captions:
         import torch
 
@@ -235,17 +255,22 @@ def _extract_images(
             batches.append(list(range(b, min(b + batch_size, start + len(u)))))
         start += len(u)
         unit_end.append(len(batches))
+    decode = model.config.get("decode")  # None: PIL's decode and the model's own transform
+    pre = model.config["preprocess"] if decode else None
+    on_gpu = decode is not None and decode["device"] != "cpu"
     loader = DataLoader(
-        _ImageDataset(items, preprocess),
+        _ImageDataset(items, preprocess, "pil" if decode is None else decode["device"]),
         batch_sampler=batches,
         num_workers=workers,
-        collate_fn=_collate,
+        collate_fn=_Collate(pre, None if decode is None or on_gpu else "cpu"),
         prefetch_factor=4 if workers else None,
     )
+    finish = _Collate(pre, device if on_gpu else None)  # nvJPEG in this process, on the model's device
     bar = progress_bar(len(items), "images", "img", progress)
     acc_keys, acc_g, acc_p = [], [], []
     unit_i = 0
     for bi, batch in enumerate(loader):
+        batch = finish(batch)
         ok = [(i, x) for i, x, err in batch if x is not None]
         for i, x, err in batch:
             if x is None:

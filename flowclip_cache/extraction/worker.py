@@ -45,8 +45,11 @@ def extract_units(store: str, manifests: list[str], units: list[str], *, model: 
                   workers: int = 0, image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT,
                   **encoder) -> dict:  # fmt: skip
     """Encode and commit exactly these units; returns what was stored (counts, seconds)."""
+    from .encoders import EncoderSpec, resolve
     from .extract import run_extract
+    from .tensor_decode import check_decode_device
 
+    check_decode_device(resolve(EncoderSpec(model, pretrained, **encoder)).config, device)  # before a store exists
     fs, enc = _open(store, model, pretrained, **encoder)
     s = run_extract(fs, enc, list(manifests), image_root, device=device, batch_size=batch_size, workers=workers,
                     progress=False, features=features, units=set(units), image_unit=image_unit,

@@ -100,6 +100,8 @@ def extract_flags(enc: dict) -> list[str]:
         flags += ["--token-mask", enc["token_mask"]]
     if enc.get("patch_readout", "standard") != "standard":
         flags += ["--patch-readout", enc["patch_readout"]]
+    if "decode" in enc:
+        flags += ["--decode", "gpu" if enc["decode"]["device"] == "cuda" else "cpu"]
     return flags
 
 

@@ -60,7 +60,7 @@ def plan(cfg: AblationConfig) -> list[RunSpec]:
     return [RunSpec(method, seed, dict(settings)) for method, settings in cfg.heads.items() for seed in cfg.seeds]
 
 
-ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout", "token_mask", "tokenizer"}  # extract's flags
+ENCODER_KEYS = {"model", "pretrained", "init_seed", "patch_readout", "token_mask", "tokenizer", "decode"}  # extract's
 
 
 def encoder_spec(encoder: dict):
@@ -78,6 +78,7 @@ def encoder_spec(encoder: dict):
         encoder.get("token_mask", "nonpad"),
         tokenizer=encoder.get("tokenizer"),
         patch_readout=encoder.get("patch_readout", "standard"),
+        decode=encoder.get("decode", "pil"),
     )
 
 
