@@ -76,7 +76,7 @@ def runs(kind: str, n: int, device):
 
     def run(i):
         cfg = TrainConfig(head=kind, lr=1e-4 * (i + 1))
-        head = cfg.build_head(D).to(device)
+        head = cfg.build_head(D).to(device).to(device)
         params = list(head.parameters())
         opt = AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
 
@@ -270,29 +270,29 @@ def _flowclip(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "flowclip_cache", *args], check=True, stdout=subprocess.DEVNULL)
 
 
-def _commands(store: str, train: str, gallery: str, out: str) -> None:
+def _commands(store: str, train: str, gallery: str, out: str, device: str, variants: dict) -> None:
     """Each variant as train-head then score, one process each."""
-    for name, v in VARIANTS.items():
+    for name, v in variants.items():
         run = os.path.join(out, name)
         _flowclip("train-head", "--store", store, "--train", train, "--out", run, "--head", v["head"],
                   "--cimr", str(v["cimr"]), "--lr", str(v["lr"]), "--epochs", "1", "--max-steps", str(STEPS),
-                  "--device", "cpu", "--quiet")  # fmt: skip
+                  "--device", device, "--quiet")  # fmt: skip
         _flowclip("score", "--store", store, "--manifests", gallery, "--scorer", run, "--out", run + "-scores",
-                  "--bootstrap", "0", "--no-figures", "--device", "cpu", "--quiet")  # fmt: skip
+                  "--bootstrap", "0", "--no-figures", "--device", device, "--quiet")  # fmt: skip
 
 
-def _study(store: str, train: str, gallery: str, out: str, stack: bool) -> None:
+def _study(store: str, train: str, gallery: str, out: str, stack: bool, device: str, variants: dict) -> None:
     heads = (
         "{"
-        + ", ".join(f"{k}: {{head: {v['head']}, cimr: {v['cimr']}, lr: {v['lr']:.6f}}}" for k, v in VARIANTS.items())
+        + ", ".join(f"{k}: {{head: {v['head']}, cimr: {v['cimr']}, lr: {v['lr']:.6f}}}" for k, v in variants.items())
         + "}"
     )
     _flowclip("run", "ablation", f"store={store}", f"train={train}", f"eval=[{gallery}]", f"out={out}", "seeds=[0]",
               f"heads={heads}", f"train_config={{epochs: 1, batch_size: 32, max_steps: {STEPS}}}", "bootstrap=0",
-              "compare=[]", "figures=false", "device=cpu", f"stack={str(stack).lower()}")  # fmt: skip
+              "compare=[]", "figures=false", f"device={device}", f"stack={str(stack).lower()}")  # fmt: skip
 
 
-def _arithmetic(store: str, train: str, gallery: str) -> dict[str, float]:
+def _arithmetic(store: str, train: str, gallery: str, device: str, variants: dict) -> dict[str, float]:
     """Seconds of the 8 variants' 20 steps, their end evaluations (the pairwise accuracy a
     run logs: 2,000 training-sample records and the val records; the 8 heads together, each
     chunk's features gathered once, as a study evaluates runs that end together) and gallery
@@ -307,19 +307,19 @@ def _arithmetic(store: str, train: str, gallery: str) -> dict[str, float]:
     from flowclip_cache.training.training_data import _pairwise_accuracies, load_training_data
 
     fs = FeatureStore(store)
-    data = load_training_data(fs, Manifest.read(train), True, "cpu", log=lambda *_: None)
+    data = load_training_data(fs, Manifest.read(train), True, device, log=lambda *_: None)
     train_rec = np.nonzero(data.split == "train")[0]
-    sample = np.sort(np.random.default_rng(0).choice(train_rec, 2000, replace=False))
+    sample = np.sort(np.random.default_rng(0).choice(train_rec, min(2000, len(train_rec)), replace=False))
     val = np.nonzero(data.split == "val")[0]
     g = Manifest.read(gallery).table.to_pydict()
     texts = sorted({c for cs in g["captions"] for c in cs})
     n_images = len(set(g["image_key"]))
-    bank = FeatureBank.load(fs, sorted(set(g["image_key"])), texts, True, "cpu")
+    bank = FeatureBank.load(fs, sorted(set(g["image_key"])), texts, True, device)
     total = {"steps": 0.0, "evaluation": 0.0, "gallery": 0.0}
     heads = []
-    for v in VARIANTS.values():
+    for v in variants.values():
         cfg = TrainConfig(head=v["head"], cimr=v["cimr"], lr=v["lr"])
-        head = cfg.build_head(D)
+        head = cfg.build_head(D).to(device)
         opt = AdamW(list(head.parameters()), lr=cfg.lr)
         rec = torch.arange(STEPS * 32)
         t0 = time.perf_counter()
@@ -347,16 +347,18 @@ def _arithmetic(store: str, train: str, gallery: str) -> dict[str, float]:
     return total
 
 
-def bench_end_to_end(root: str, reps: int) -> None:
+def bench_end_to_end(root: str, reps: int, device: str = "cpu", fraction: float = 0.05, n_variants: int = 8) -> None:
     import json
     import shutil
     import tempfile
 
+    from bench_scale import COCO_IMAGES, write_store
     from bench_scale import gallery as make_gallery
-    from bench_scale import write_store
 
-    store, train = write_store(root, 0.05)
-    gallery = make_gallery(root, store, 250)
+    variants = dict(list(VARIANTS.items())[:n_variants])
+    store, train = write_store(root, fraction)
+    n_gallery = min(250, int(COCO_IMAGES * fraction) // 10)  # 250 from 5% of COCO on
+    gallery = make_gallery(root, store, n_gallery)
     arithmetic: list[dict[str, float]] = []  # measured every round too: this machine's speed drifts
     stages: dict[str, list[dict]] = {"study": [], "stacked": []}
 
@@ -374,21 +376,24 @@ def bench_end_to_end(root: str, reps: int) -> None:
         return run
 
     sides = {
-        "commands": fresh(lambda o: _commands(store, train, gallery, o)),
-        "study": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), False), "study"),
-        "stacked": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), True), "stacked"),
+        "commands": fresh(lambda o: _commands(store, train, gallery, o, device, variants)),
+        "study": fresh(lambda o: _study(store, train, gallery, os.path.join(o, "s"), False, device, variants), "study"),
+        "stacked": fresh(
+            lambda o: _study(store, train, gallery, os.path.join(o, "s"), True, device, variants), "stacked"
+        ),
     }
     times: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(reps):  # fresh processes every time: no warm-up round
-        arithmetic.append(_arithmetic(store, train, gallery))
+        arithmetic.append(_arithmetic(store, train, gallery, device, variants))
         for side, fn in sides.items():
             times[side].append(timed(fn))
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     arith = {k: med([a[k] for a in arithmetic]) for k in arithmetic[0]}
     alone = arith["steps"] + arith["gallery"]
-    print(f"end-to-end: 8 variants x {STEPS} steps + 250-image gallery; arithmetic alone {alone:.1f} s, median "
+    print(f"end-to-end: {len(variants)} variants x {STEPS} steps + {n_gallery}-image gallery; arithmetic alone "
+          f"{alone:.1f} s, median "
           f"(steps {arith['steps']:.1f} s, gallery scores {arith['gallery']:.1f} s); "
-          f"the 8 end evaluations alone (together) {arith['evaluation']:.1f} s")  # fmt: skip
+          f"the {len(variants)} end evaluations alone (together) {arith['evaluation']:.1f} s")  # fmt: skip
     for side in times:
         wall = med(times[side])
         share = 100 * (wall - alone) / wall
@@ -402,9 +407,10 @@ def bench_end_to_end(root: str, reps: int) -> None:
                   + f", before the study and the rest {rest:.1f} (s, median)")  # fmt: skip
     for side in ("study", "stacked"):
         m, lo, hi = ratio(times["commands"], times[side])
-        print(f"  {side} vs the 16 commands: {m:.2f}x [{lo:.2f}, {hi:.2f}] (target >= 2.5)")
+        print(f"  {side} vs the {2 * len(variants)} commands: {m:.2f}x [{lo:.2f}, {hi:.2f}] (target >= 2.5)")
     # a study takes at least its arithmetic: the ratio a study of no overhead would have
-    print(f"  ceiling: the 16 commands / the arithmetic alone = {med(times['commands']) / alone:.2f}x (medians)")
+    ceiling = med(times["commands"]) / alone
+    print(f"  ceiling: the {2 * len(variants)} commands / the arithmetic alone = {ceiling:.2f}x (medians)")
 
 
 def bench_paper_estimate(root: str, fraction: float, device: str) -> None:
@@ -429,13 +435,14 @@ def bench_paper_estimate(root: str, fraction: float, device: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=8, help="heads stacked; --end-to-end's variants (at most 8)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--only", choices=["stacked", "matched", "gallery", "imports", "paper"], default=None,
+    ap.add_argument("--only", choices=["stacked", "matched", "gallery", "imports", "paper", "end-to-end"], default=None,
                     help="one part alone (paper: --paper-estimate's alone)")  # fmt: skip
     ap.add_argument("--end-to-end", metavar="ROOT", help="also the commands-vs-study comparison, its store under ROOT")
     ap.add_argument("--paper-estimate", metavar="ROOT", help="also Tab. 2's dry-run estimate, its store under ROOT")
     ap.add_argument("--fraction", type=float, default=1.0, help="--paper-estimate's share of COCO training (1: all)")
+    ap.add_argument("--end-to-end-fraction", type=float, default=0.05, help="--end-to-end's share of COCO training")
     a = ap.parse_args()
     threads = torch.get_num_threads()
     print(f"# d {D}, {N} patches, {L} tokens, batch {B}; torch threads {threads}; {a.reps} alternated reps")
@@ -450,7 +457,7 @@ def main() -> None:
         bench_imports(a.reps)
         bench_command_imports(a.reps)
     if a.end_to_end:
-        bench_end_to_end(a.end_to_end, a.reps)
+        bench_end_to_end(a.end_to_end, a.reps, a.device, a.end_to_end_fraction, a.heads)
     if a.paper_estimate:
         bench_paper_estimate(a.paper_estimate, a.fraction, a.device)
 
