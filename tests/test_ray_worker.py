@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
+from test_worker import same_store
 
 from flowclip_cache.extraction.worker import extract_units, list_units
 from flowclip_cache.store import FeatureStore
@@ -43,17 +43,6 @@ def _encode_or_die(store, manifests, share, image_root, first_try_marker):
     return extract_units(store, manifests, share, image_root=image_root, **KW)
 
 
-def _same_store(a: FeatureStore, b: FeatureStore, texts: list[str]) -> None:
-    from flowclip_cache.hashing import caption_key
-
-    assert sorted(os.listdir(a.segment_dir)) == sorted(os.listdir(b.segment_dir))
-    keys = sorted({k for roots in a.path_index().values() for k in roots.values()})
-    fa, fb = a.load_images(keys), b.load_images(keys)
-    assert np.array_equal(fa.global_, fb.global_) and np.array_equal(fa.patches, fb.patches)
-    ca, cb = a.load_captions([caption_key(t) for t in texts]), b.load_captions([caption_key(t) for t in texts])
-    assert np.array_equal(ca.global_, cb.global_) and np.array_equal(ca.tokens, cb.tokens)
-
-
 def test_ray_tasks_with_a_killed_and_retried_one_and_ray_data_give_one_process_store(ray_local, tmp_path):
     from flowclip_cache.manifest import Manifest
     from flowclip_cache.synthetic.sample import make_sample
@@ -75,7 +64,7 @@ def test_ray_tasks_with_a_killed_and_retried_one_and_ray_data_give_one_process_s
     assert os.path.exists(marker)  # the image task did die once
     assert done[0]["images_new"] == 10 - 4  # its retry found the first unit committed
     assert list_units(tasks, manifests, image_root=root, **KW) == []
-    _same_store(FeatureStore(one), FeatureStore(tasks), texts)
+    same_store(FeatureStore(one), FeatureStore(tasks), s["candidates"])
 
     data = str(tmp_path / "data")
     units = list_units(data, manifests, image_root=root, **KW)
@@ -86,4 +75,4 @@ def test_ray_tasks_with_a_killed_and_retried_one_and_ray_data_give_one_process_s
 
     counts = ray.data.from_items([{"unit": u} for u in units]).map_batches(encode_batch, batch_size=2).take_all()
     assert sum(c["images_new"] for c in counts) == 10 and sum(c["captions_new"] for c in counts) == len(texts)
-    _same_store(FeatureStore(one), FeatureStore(data), texts)
+    same_store(FeatureStore(one), FeatureStore(data), s["candidates"])

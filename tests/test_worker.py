@@ -31,8 +31,20 @@ extract_units(sys.argv[1], [sys.argv[2]], sys.argv[3].split(","), image_root=sys
 """
 
 
-def _keys(fs: FeatureStore) -> list[str]:
-    return sorted({k for roots in fs.path_index().values() for k in roots.values()})
+def same_store(a: FeatureStore, b: FeatureStore, manifest: str) -> None:
+    """The same segments, and every image's and caption's features bit for bit (the Ray and
+    Spark tests compare their stores with this too)."""
+    from flowclip_cache.hashing import caption_key
+    from flowclip_cache.manifest import Manifest
+
+    assert sorted(os.listdir(a.segment_dir)) == sorted(os.listdir(b.segment_dir))
+    keys = sorted({k for roots in a.path_index().values() for k in roots.values()})
+    assert keys == sorted({k for roots in b.path_index().values() for k in roots.values()})
+    fa, fb = a.load_images(keys), b.load_images(keys)
+    assert np.array_equal(fa.global_, fb.global_) and np.array_equal(fa.patches, fb.patches)
+    texts = sorted({t for cs in Manifest.read(manifest).table.column("captions").to_pylist() for t in cs})
+    ca, cb = a.load_captions([caption_key(t) for t in texts]), b.load_captions([caption_key(t) for t in texts])
+    assert np.array_equal(ca.global_, cb.global_) and np.array_equal(ca.tokens, cb.tokens)
 
 
 def test_shares_a_killed_and_retried_worker_and_one_process_give_the_same_store(tmp_path):
@@ -60,15 +72,4 @@ def test_shares_a_killed_and_retried_worker_and_one_process_give_the_same_store(
     again = extract_units(many, *args, units, image_root=s["image_root"], **KW)  # a speculative duplicate
     assert again["images_new"] == again["captions_new"] == 0
 
-    a, b = FeatureStore(one), FeatureStore(many)
-    assert sorted(os.listdir(a.segment_dir)) == sorted(os.listdir(b.segment_dir))
-    keys = _keys(a)
-    assert keys == _keys(b)
-    fa, fb = a.load_images(keys), b.load_images(keys)
-    assert np.array_equal(fa.global_, fb.global_) and np.array_equal(fa.patches, fb.patches)
-    from flowclip_cache.hashing import caption_key
-    from flowclip_cache.manifest import Manifest
-
-    texts = sorted({t for cs in Manifest.read(s["candidates"]).table.column("captions").to_pylist() for t in cs})
-    ca, cb = a.load_captions([caption_key(t) for t in texts]), b.load_captions([caption_key(t) for t in texts])
-    assert np.array_equal(ca.global_, cb.global_) and np.array_equal(ca.tokens, cb.tokens)
+    same_store(FeatureStore(one), FeatureStore(many), s["candidates"])
