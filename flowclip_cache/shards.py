@@ -9,6 +9,10 @@ image's in a folder. Only plain tar is read in place (a compressed shard has no 
 members over their limit, duplicates and non-regular members are refused by name.
 A member's name is data: it never becomes a path flowclip writes.
 
+Zip archives (`test.zip/images/0001.jpg`; ELEVATER's vision-datasets copies keep their
+images so) are read the same way through zipfile: each member's size bounded before it is
+read, its CRC checked on reading, one open handle per archive and process.
+
 Brace ranges (`{0..127}.tar`, `{a,b}.tar`), as webdataset and CLIP_benchmark write them,
 expand to shard paths; a range that matches no file is an error naming it."""
 
@@ -18,6 +22,8 @@ import functools
 import os
 import re
 import tarfile
+import zipfile
+import zlib
 
 from .errors import FlowclipError
 
@@ -63,11 +69,53 @@ def shard_paths(pattern: str, root: str = "") -> list[str]:
     return paths
 
 
+ARCHIVES = (".tar", ".zip")  # what a path component may name to be read in place
+
+
 def shard_index(path: str) -> dict[str, tuple[int, int]]:
     """member name -> (data offset, size) of a plain tar's regular members, read once per
-    version of the file."""
+    version of the file; for a zip, (-1, uncompressed size)."""
     st = os.stat(path)
+    if path.endswith(".zip"):
+        return _zip_indexed(path, st.st_mtime_ns, st.st_size)
     return _indexed(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _zip_handle(path: str, mtime_ns: int, size: int, pid: int) -> zipfile.ZipFile:
+    """One open archive per process (a handle shared across a fork would share its offset)."""
+    try:
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise FlowclipError(f"{path}: not a zip archive flowclip reads ({e})") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _zip_indexed(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    infos = _zip_handle(path, mtime_ns, size, os.getpid()).infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise FlowclipError(f"{path}: over {MAX_MEMBERS:,} members; split the archive")
+    for info in infos:
+        if info.is_dir():
+            continue
+        if info.filename in out:
+            raise FlowclipError(f"{path}: member {info.filename[:120]!r} occurs twice; an archive names each once")
+        out[info.filename] = (-1, info.file_size)
+    return out
+
+
+def _read_zip_member(path: str, member: str, want: int, whole: bool) -> bytes:
+    st = os.stat(path)
+    zf = _zip_handle(path, st.st_mtime_ns, st.st_size, os.getpid())
+    try:
+        with zf.open(member) as f:
+            data = f.read(want)
+            if whole and f.read(1):  # the stream is longer than the directory says
+                raise ValueError(f"member {member[:120]!r}: longer than its stated size (damaged archive)")
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as e:
+        raise ValueError(f"member {member[:120]!r}: damaged in the archive ({type(e).__name__}: {e})") from None
+    return data
 
 
 @functools.lru_cache(maxsize=64)
@@ -104,9 +152,12 @@ def read_member(path: str, member: str, limit: int, head: int | None = None) -> 
     if size > limit:
         raise ValueError(f"member {member[:120]!r} is {size:,} bytes, over the {limit:,} flowclip reads")
     want = size if head is None else min(head, size)
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read(want)
+    if path.endswith(".zip"):  # read whole: zipfile checks the CRC at the end
+        data = _read_zip_member(path, member, want, head is None)
+    else:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(want)
     if len(data) != want:
         raise ValueError(f"member {member[:120]!r}: the shard ends inside it (truncated)")
     return data
@@ -117,7 +168,7 @@ def split_member_path(root: str, rel: str) -> tuple[str, str] | None:
     under root, else None."""
     parts = rel.replace("\\", "/").split("/")
     for i, part in enumerate(parts[:-1]):
-        if part.endswith(".tar") and os.path.isfile(os.path.join(root, *parts[: i + 1])):
+        if part.endswith(ARCHIVES) and os.path.isfile(os.path.join(root, *parts[: i + 1])):
             return "/".join(parts[: i + 1]), "/".join(parts[i + 1 :])
     return None
 
