@@ -31,6 +31,7 @@ REGISTRY = [
     "imagenetv2",
     "wds_classification",
     "wds_retrieval",
+    "elevater",
     "coco_train",
     "cc3m_train",
     "sample",

@@ -271,11 +271,29 @@ def _shortlist_pairs(head, bank, cid, n_i: int, k: int, budget: int, device) -> 
 
 
 def score_classification(store, m: Manifest, scorer: Scorer, device, image_root=None, read: dict | None = None) -> dict:
-    """Top-1 and top-5 accuracy; read: what one score's scorers share of this manifest."""
+    """Top-1 and top-5 accuracy (not for a set of several labels an image), and a set's
+    own metric where its metadata names one (ELEVATER's: `score`); read: what one score's
+    scorers share of this manifest."""
     per_class, ensemble = classification_scores(store, m, scorer, device, image_root, read)
     labels = np.array(m.table.column("label").to_pylist())
-    res = metrics.topk_accuracy(per_class, labels, (1, 5))
+    res = {} if m.meta.get("multilabel") else metrics.topk_accuracy(per_class, labels, (1, 5))
     res["prompt_ensemble"] = ensemble
+    if "metric" in m.meta:
+        from .elevater import elevater_metric, probabilities
+
+        # ELEVATER's softmax(100 * cosine): an embedding scorer's logits carry the 100; a
+        # pairwise head's class score stands where the cosine stands
+        probs = probabilities(per_class if ensemble == "embedding" else 100.0 * per_class)
+        if m.meta.get("multilabel"):
+            targets = np.zeros(per_class.shape, np.int64)
+            for i, ls in enumerate(m.table.column("labels").to_pylist()):
+                targets[i, ls] = 1
+            res["score"] = elevater_metric(m.meta["metric"], probs, targets)
+        else:
+            res["score"] = elevater_metric(m.meta["metric"], probs, labels)
+        res["metric"] = m.meta["metric"]
+    if m.meta.get("partial"):
+        res["partial"] = m.meta["partial"]
     return res
 
 

@@ -293,6 +293,8 @@ def _zero_shot(summary, scorers, benches, name):
     zero = [t for t, sc in benches.items() if sc.task == "classification"]
     if not zero:
         return [], []
+    own = {t: r["metric"] for per in summary["results"].values() for t, r in per.items() if r.get("metric")}
+    figures = ZERO_SHOT_FIGURES | ({"score": "own metric"} if own else {})
     rows, csv = [], []
     for s in scorers:
         per = summary["results"].get(f"real|{s.run}", {})
@@ -301,7 +303,7 @@ def _zero_shot(summary, scorers, benches, name):
             + [
                 _star(fmt(_percent(per.get(t, {}).get(m))), bool(per.get(t, {}).get("partial")))
                 for t in zero
-                for m in ZERO_SHOT_FIGURES
+                for m in figures
             ]
             + [per.get(zero[0], {}).get("prompt_ensemble", ""), sum(per.get(t, {}).get("ties", 0) for t in zero)]
         )
@@ -309,7 +311,7 @@ def _zero_shot(summary, scorers, benches, name):
             _csv("real", name[s.run], f"{t}/{m}", _percent(per.get(t, {}).get(m)),
                  bool(per.get(t, {}).get("partial")))
             for t in zero
-            for m in ZERO_SHOT_FIGURES
+            for m in figures
         ]  # fmt: skip
     return [
         "## Zero-shot classification (Tab. 7)",
@@ -319,12 +321,16 @@ def _zero_shot(summary, scorers, benches, name):
         "the share of their images the argmax gets right (CLIP_benchmark's mean_per_class_recall). "
         "Prompts: `embedding` averages the normalised prompt "
         "embeddings and renormalises (CLIP's rule, for embedding scorers); `score` averages a pairwise "
-        "head's per-prompt scores. Ties: images whose true class ties the best other class.",
-        "",
-        *table(
-            ["scorer"] + [f"{t} {ZERO_SHOT_FIGURES[m]}" for t in zero for m in ZERO_SHOT_FIGURES] + ["prompts", "ties"],
-            rows,
+        "head's per-prompt scores. Ties: images whose true class ties the best other class."
+        + (
+            " Own metric: ELEVATER's TEST.METRIC over softmax(100 x logits) (scoring/elevater.py): "
+            + ", ".join(f"{t} {m}" for t, m in own.items())
+            + "."
+            if own
+            else ""
         ),
+        "",
+        *table(["scorer"] + [f"{t} {figures[m]}" for t in zero for m in figures] + ["prompts", "ties"], rows),
         "",
     ], csv
 

@@ -1,0 +1,239 @@
+"""ELEVATER's zero-shot sets (datasets/elevater.py) from a vision-datasets copy and a
+toolkit checkout, both made here in ELEVATER's own layouts: an Iris index with images in a
+zip (mean-per-class), a COCO index (roc_auc) and a multi-label Iris index (11point_mAP).
+Images are read in place from the zip and give the bits of the same files in a folder; the
+toolkit's prompts.py is read, never run; each figure `score` prints equals ELEVATER's rule
+computed here from the stored features and judged by vision-evaluation's own evaluator."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from PIL import Image
+
+from flowclip_cache.cli import main
+from flowclip_cache.manifest import Manifest
+
+v_eval = pytest.importorskip("vision_evaluation.evaluators", reason="pip install vision-evaluation")
+
+CANARY = "prompts-py-was-executed"
+PROMPTS = f"""
+import os
+open({CANARY!r}, "w").close()  # never run: the reader parses literals only
+caltech101_classes = ['red thing', ['blue thing', 'azure thing'], 'green thing']
+caltech101_templates = ['a photo of a {{}}.', 'a {{}}.']
+hatefulmemes_classes = ['meme', 'hatespeech meme']
+hatefulmemes_templates = ['a {{}}.']
+pascalvoc2007_classes = ['red thing', 'blue thing', 'green thing']
+pascalvoc2007_templates = ['a photo of a {{}}.']
+class_map = {{'caltech-101': caltech101_classes, 'hateful-memes': hatefulmemes_classes,
+             'voc-2007-classification': pascalvoc2007_classes}}
+template_map = {{'caltech-101': caltech101_templates, 'hateful-memes': hatefulmemes_templates,
+                'voc-2007-classification': pascalvoc2007_templates}}
+"""
+SETS = {  # ELEVATER's task -> (hub name, metric, type, index, labelmap, test images)
+    "caltech101": ("caltech-101", "mean-per-class", "classification_multiclass", "test.txt", "labels.txt", 12),
+    "hateful-memes": ("hateful-memes", "roc_auc", "classification_multiclass", "test_meta.json", None, 12),
+    "voc2007classification": ("voc-2007-classification", "11point_mAP", "classification_multilabel", "test_ic.txt",
+                              "labels.txt", 12),
+}  # fmt: skip
+
+
+def make_toolkit(root) -> str:
+    tk = root / "Elevater_Toolkit_IC"
+    res = tk / "vision_benchmark" / "resources" / "datasets"
+    res.mkdir(parents=True)
+    (tk / "vision_benchmark" / "datasets").mkdir()
+    (tk / "vision_benchmark" / "datasets" / "prompts.py").write_text(PROMPTS)
+    entries = []
+    for task, (hub, metric, kind, index, labelmap, n) in SETS.items():
+        (res / f"{task}.yaml").write_text(f"DATASET:\n  DATASET: '{hub}'\n  ROOT: '../DATASET/x'\nTEST:\n"
+                                          f"  METRIC: '{metric}'\n")  # fmt: skip
+        entries.append({"name": hub, "type": kind, "format": "coco" if index.endswith(".json") else "iris",
+                        "labelmap": labelmap, "test": {"index_path": index, "files_for_local_usage": ["test.zip"],
+                                                       "num_images": n}})  # fmt: skip
+    (res / "vision_datasets.json").write_text(json.dumps(entries))
+    return str(tk)
+
+
+def _png(seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    b = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)).save(b, "PNG")
+    return b.getvalue()
+
+
+def make_copy(root, task: str, rng) -> tuple[str, list]:
+    """A vision-datasets copy of one set: 12 images in test.zip, the folder `plain/` the same
+    files; returns (the copy's folder, each image's labels)."""
+    hub, metric, kind, index, labelmap, n = SETS[task]
+    src = root / task
+    (src / "plain" / "img").mkdir(parents=True)
+    labels = [[int(rng.integers(0, 2 if task == "hateful-memes" else 3))] for _ in range(n)]
+    if kind.endswith("multilabel"):
+        labels = [sorted({int(x) for x in rng.integers(0, 3, 2)}) for _ in range(n)]
+    with zipfile.ZipFile(src / "test.zip", "w") as z:
+        for i in range(n):
+            z.writestr(f"img/{i:03d}.png", _png(i))
+            (src / "plain" / "img" / f"{i:03d}.png").write_bytes(_png(i))
+    if index.endswith(".json"):
+        coco = {"images": [{"id": i + 1, "zip_file": "test.zip", "file_name": f"img/{i:03d}.png"} for i in range(n)],
+                "categories": [{"id": 7, "name": "meme"}, {"id": 9, "name": "hatespeech meme"}],
+                "annotations": [{"id": i, "image_id": i + 1, "category_id": (7, 9)[ls[0]]}
+                                for i, ls in enumerate(labels)]}  # fmt: skip
+        (src / index).write_text(json.dumps(coco))
+    else:
+        lines = [f"test.zip@img/{i:03d}.png {','.join(map(str, ls))}" for i, ls in enumerate(labels)]
+        (src / index).write_text("\n".join(lines) + "\n")
+        (src / labelmap).write_text("r\nb\ng\n")
+    return str(src), labels
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def elevater(tmp_path_factory):
+    root = tmp_path_factory.mktemp("elevater")
+    tk = make_toolkit(root)
+    rng = np.random.default_rng(0)
+    copies = {t: make_copy(root, t, rng) for t in SETS}
+    for task, (src, _) in copies.items():
+        r = cli("manifest", "build", "elevater", "--source", src, "--out", root / f"{task}.parquet",
+                "--option", f"task={task}", "--option", f"toolkit={tk}")  # fmt: skip
+        assert r.exit_code == 0, r.output
+        r = cli("extract", "--store", root / "st", "--model", "flowclip-tiny-clip", "--pretrained", "synthetic",
+                "--manifest", root / f"{task}.parquet", "--image-root", src, "--quiet")  # fmt: skip
+        assert r.exit_code == 0, r.output
+    return root, tk, copies
+
+
+def test_manifests_follow_the_toolkit_and_the_copy(elevater):
+    root, tk, copies = elevater
+    m = Manifest.read(root / "caltech101.parquet")
+    assert m.meta["classes"] == ["red thing", "blue thing", "green thing"]  # a list entry: its first name
+    assert m.meta["prompts"][1] == ["a photo of a blue thing.", "a blue thing."]
+    assert m.meta["metric"] == "mean-per-class"
+    assert m.table.column("image").to_pylist()[:2] == ["test.zip/img/000.png", "test.zip/img/001.png"]
+    assert m.table.column("label").to_pylist() == [ls[0] for ls in copies["caltech101"][1]]
+    coco = Manifest.read(root / "hateful-memes.parquet")  # categories 7, 9 -> positions 0, 1
+    assert coco.table.column("label").to_pylist() == [ls[0] for ls in copies["hateful-memes"][1]]
+    voc = Manifest.read(root / "voc2007classification.parquet")
+    assert voc.meta["multilabel"] and voc.table.column("labels").to_pylist() == copies["voc2007classification"][1]
+    assert not os.path.exists(CANARY) and not os.path.exists(os.path.join(tk, CANARY))
+
+
+def test_images_in_the_zip_are_the_folders_bits(elevater, tmp_path):
+    root, _, copies = elevater
+    from flowclip_cache.store import FeatureStore
+
+    src = copies["caltech101"][0]
+    m = Manifest.read(root / "caltech101.parquet")
+    import pyarrow as pa
+
+    from flowclip_cache.manifest import write_manifest
+
+    rows = [{"image": p.removeprefix("test.zip/"), "label": lab} for p, lab in
+            zip(m.table.column("image").to_pylist(), m.table.column("label").to_pylist())]  # fmt: skip
+    meta = {k: m.meta[k] for k in ("benchmark", "dataset", "classes", "templates", "prompts", "metric")}
+    write_manifest(tmp_path / "plain.parquet", pa.Table.from_pylist(rows), "classification", meta)
+    r = cli("extract", "--store", tmp_path / "st", "--model", "flowclip-tiny-clip", "--pretrained", "synthetic",
+            "--manifest", tmp_path / "plain.parquet", "--image-root", os.path.join(src, "plain"),
+            "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    a, b = FeatureStore(str(root / "st")), FeatureStore(str(tmp_path / "st"))
+    keys = sorted({k for roots in b.path_index().values() for k in roots.values()})
+    assert len(keys) == 12
+    fa, fb = a.load_images(keys), b.load_images(keys)  # the zip's members keyed and encoded as the files are
+    assert np.array_equal(fa.global_, fb.global_) and np.array_equal(fa.patches, fb.patches)
+
+
+def _elevater_by_hand(store, m, root):
+    """ELEVATER's clip_zeroshot_evaluator on the stored features: F.normalize(image), class
+    weights the renormalised mean of normalised template embeddings, softmax(100 * logits)."""
+    from flowclip_cache.hashing import caption_key
+    from flowclip_cache.store.manifest_keys import image_keys
+
+    img = torch.from_numpy(store.load_images(image_keys(store, m, root)).global_.astype(np.float32))
+    img = torch.nn.functional.normalize(img)
+    weights = []
+    for prompts in m.meta["prompts"]:
+        t = torch.from_numpy(store.load_captions([caption_key(p) for p in prompts]).global_.astype(np.float32))
+        t = t / t.norm(dim=-1, keepdim=True)
+        c = t.mean(0)
+        weights.append(c / c.norm())
+    return (100.0 * img @ torch.stack(weights, 1)).softmax(dim=-1).numpy()
+
+
+def test_each_figure_is_elevaters_rule_judged_by_vision_evaluation(elevater, tmp_path):
+    root, _, copies = elevater
+    from flowclip_cache.api import read_results
+    from flowclip_cache.store import FeatureStore
+
+    store = FeatureStore(str(root / "st"))
+    evaluators = {"mean-per-class": v_eval.BalancedAccuracyScoreEvaluator, "roc_auc": v_eval.RocAucEvaluator,
+                  "11point_mAP": lambda: v_eval.MeanAveragePrecisionNPointsEvaluator(11)}  # fmt: skip
+    for task in SETS:  # each copy its own image root: one score each
+        r = cli("score", "--store", root / "st", "--manifests", root / f"{task}.parquet", "--image-root",
+                copies[task][0], "--scorer", "clip", "--bootstrap", "0", "--quiet",
+                "--out", tmp_path / task)  # fmt: skip
+        assert r.exit_code == 0, r.output
+        res = read_results(str(tmp_path / task))
+        m = Manifest.read(root / f"{task}.parquet")
+        probs = _elevater_by_hand(store, m, copies[task][0])
+        labels = copies[task][1]
+        if m.meta["multilabel"]:
+            targets = np.zeros(probs.shape, int)
+            for i, ls in enumerate(labels):
+                targets[i, ls] = 1
+        else:
+            targets = np.array([ls[0] for ls in labels])
+        ev = evaluators[m.meta["metric"]]()
+        ev.add_predictions(probs, targets)
+        report = ev.get_report()
+        want = report["roc_auc"] if m.meta["metric"] == "roc_auc" else report[ev._get_id()]
+        got = res.result(f"elevater-{task}", "clip")
+        assert got["metric"] == m.meta["metric"] and got["score"] == pytest.approx(want, abs=1e-6), task
+        assert ("top1" in got) != m.meta["multilabel"]  # no top-k for several labels an image
+
+
+def test_bad_copies_and_toolkits_are_refused(elevater, tmp_path):
+    root, tk, copies = elevater
+    src = copies["caltech101"][0]
+    base = ["manifest", "build", "elevater", "--source", src, "--out", tmp_path / "x.parquet"]
+    r = cli(*base, "--option", "task=caltech101")
+    assert r.exit_code == 2 and "toolkit" in r.output
+    r = cli(*base, "--option", "task=sun397", "--option", f"toolkit={tk}")
+    assert r.exit_code == 2 and "not one of ELEVATER's 21" in r.output
+    index = os.path.join(src, "test.txt")
+    whole = open(index).read()
+    try:
+        open(index, "w").write("\n".join(whole.splitlines()[:5]) + "\n")  # a partial copy
+        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
+        assert r.exit_code == 2 and "partial copy" in r.output and "12" in r.output
+        first = whole.splitlines()[0]
+        open(index, "w").write(whole.replace(first, first.rsplit(" ", 1)[0] + " 7", 1))  # a class out of range
+        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
+        assert r.exit_code == 2 and "test.txt line" in r.output and "below 3" in r.output
+        open(index, "w").write(whole.replace("img/003.png", "img/999.png"))
+        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
+        assert r.exit_code == 2 and "img/999.png" in r.output
+    finally:
+        open(index, "w").write(whole)
+    assert not os.path.exists(tmp_path / "x.parquet")
+    prompts = os.path.join(tk, "vision_benchmark", "datasets", "prompts.py")
+    text = open(prompts).read()
+    try:
+        open(prompts, "w").write(text.replace("'caltech-101': caltech101_classes", "'caltech-101': list(range(3))"))
+        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
+        assert r.exit_code == 2 and "not a literal list" in r.output
+    finally:
+        open(prompts, "w").write(text)
