@@ -96,7 +96,7 @@ def test_beside_made_up_published_figures(three, tmp_path):
 
     root, _, _ = three
     path = tmp_path / "individual_results.csv"
-    path.write_text("arch,pretrained,family,aro::VG_Relation,sugarcrepe::swap_att,elevator::cifar10\n"
+    path.write_text("arch,pretrained,family,aro::VG_Relation,sugarcrepe::swap_att,whatsup::COCO_QA_ONE\n"
                     f"{TINY},none,A,40.0,50.0,10.0\nX,y,A,1,2,3\nX,y,B,4,5,6\n")  # fmt: skip
     data = load_yaml(find_config("encoders-suite")) | {"out": str(root / "study"), "published_individual": str(path),
                                                        "recognition": ["cifar10"]}  # fmt: skip
@@ -109,10 +109,15 @@ def test_beside_made_up_published_figures(three, tmp_path):
     assert got[("clip", "sugarcrepe::swap_att")][5] == pytest.approx(
         100 * res["sugarcrepe"]["by_subset"]["swap_att"] - 50
     )
-    assert "ELEVATER" in got[("clip", "elevator::cifar10")][6] and got[("clip", "sugarcrepe::swap_att")][6] == ""
+    assert got[("clip", "whatsup::COCO_QA_ONE")][6] == got[("clip", "sugarcrepe::swap_att")][6] == ""
+    from flowclip_cache.studies.vl_compo import expected
+
+    assert "ELEVATER" in expected("elevator::cifar10") and "not public" in expected("coco_karpathy::i2t/R@1")
     sig = rows["siglip"]["results"]
     assert got[("siglip", "aro::VG_Relation")][4] == 4.0  # family B's row, not A's
-    assert got[("siglip", "elevator::cifar10")][3] == pytest.approx(100 * sig["cifar10"]["top1"])
+    assert got[("siglip", "whatsup::COCO_QA_ONE")][3] == pytest.approx(
+        100 * sig["whatsup-coco-spatial"]["by_subset"]["one"]
+    )
     cfg.encoders["siglip"]["published_as"] = "X|y"
     with pytest.raises(FlowclipError, match="2 rows X \\(y\\), families A, B: name one"):
         comparison_rows(cfg, rows)
@@ -274,3 +279,33 @@ def test_the_dry_run_names_benchmarks_disk_and_time(three):
     line = re.search(pattern, r.output)
     assert line and int(line[2]) == 64, r.output  # the tiny ViT's width
     assert float(line[1]) == pytest.approx(2 * 64 * total / 2**20, abs=0.006)
+
+
+@pytest.mark.skipif(not VL_COMPO, reason="FLOWCLIP_VL_COMPO (a folder with vl_compo's two CSVs) is not set")
+def test_the_suites_recognition_columns_give_vl_compos_from_its_individual_figures():
+    """On every row: the vl-compo suite's coco/flickr R@1 columns, imagenet, 21_tasks_avg,
+    i2t_avg and t2i_avg, computed by suite_table from individual_results.csv's figures placed
+    where flowclip's results hold them, equal results.csv's columns (rows matched by arch and
+    pretrained, and family where two rows share those: the files name ALIP's family apart)."""
+    from flowclip_cache.scoring.suites import VL_COMPO_RECOGNITION, suite_table
+    from flowclip_cache.studies.vl_compo import HEADLINE, SUBMETRICS, read_published
+
+    ind = read_published(os.path.join(VL_COMPO, "individual_results.csv"), SUBMETRICS)
+    head = read_published(os.path.join(VL_COMPO, "results.csv"), HEADLINE)
+    checked = 0
+    by_two = {k[:2]: v for k, v in head.items()}
+    for key, figures in ind.items():
+        published = head.get(key) or by_two[key[:2]]
+        results: dict = {}
+        for column, value in figures.items():
+            bench, path = SUBMETRICS[column]
+            node = results.setdefault(bench, {})
+            *parents, leaf = path.split("/")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value / 100
+        row = suite_table("vl-compo", {"r": results}, {})["r"]
+        for column in (*VL_COMPO_RECOGNITION, "i2t_avg", "t2i_avg"):
+            assert 100 * row[column]["value"] == pytest.approx(published[column], abs=1e-6), (key, column)
+            checked += 1
+    assert checked == 202 * 8

@@ -107,6 +107,15 @@ def scoring_of(m: Manifest, log=None) -> tuple[str, Scoring]:
     return name, sc
 
 
+def task_of(m: Manifest) -> str | None:
+    """The task a registered benchmark's manifest scores as (a many-set benchmark's: from its
+    dataset name), else its metadata's benchmark name."""
+    name = m.meta.get("benchmark")
+    if name and name in all_benchmarks() and get_benchmark(name).task_name:
+        return _task_of_dataset(m, get_benchmark(name).task_name)
+    return name
+
+
 def _task_of_dataset(m: Manifest, fmt: str) -> str:
     """A many-set benchmark's task: its format of the manifest's "dataset" name."""
     from ..datasets._wds import DATASET_NAME

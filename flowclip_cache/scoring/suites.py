@@ -7,8 +7,11 @@ figure and the mean over the members present, the members named.
               SugarCrepe's Swap-A and Swap-O, ABC, CLEVR, PUG:SPAR, COCO- and GQA-Spatial);
               the suite's mean is the paper's "Avg. (11 tasks)"
     field     the paper's benchmarks and the field's image-choice and group tasks
-    vl-compo  vl_compo's 12 compositionality columns (ytaek-oh/vl_compo results.csv), each
-              read as that file derives it from its individual_results.csv (docs/method.md)
+    vl-compo  vl_compo's columns (ytaek-oh/vl_compo results.csv), each read as that file
+              derives it from its individual_results.csv (docs/method.md): the 12
+              compositional ones, whose mean is its comp_avg; COCO's and Flickr30k's R@1 each
+              way, with i2t_avg and t2i_avg their means; imagenet; and 21_tasks_avg, the
+              mean of ELEVATER's 21 zero-shot sets (datasets/elevater.py)
 
 A member is (column, benchmark, figure): figure "score" is the benchmark's official
 score; "metrics/<m>/score" a group task's text, image or group figure under the benchmark's
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..datasets._elevater import VL_COMPO_TASKS
 from ..errors import FlowclipError
 
 FIELD = [
@@ -56,7 +60,14 @@ VL_COMPO = [
     ("whatsup", "whatsup-gqa-spatial", "by_subset/one"),
     ("whatsup", "whatsup-gqa-spatial", "by_subset/two"),
     ("winoground", "winoground", "metrics/group/score"),
+    ("coco_i2t", "coco-retrieval", "i2t_R@1"),
+    ("coco_t2i", "coco-retrieval", "t2i_R@1"),
+    ("flickr_i2t", "flickr-retrieval", "i2t_R@1"),
+    ("flickr_t2i", "flickr-retrieval", "t2i_R@1"),
+    ("imagenet", "elevater-imagenet-1k", "score"),
+    *(("21_tasks_avg", f"elevater-{t}", "score") for t in VL_COMPO_TASKS),
 ]
+VL_COMPO_RECOGNITION = ("coco_i2t", "coco_t2i", "flickr_i2t", "flickr_t2i", "imagenet", "21_tasks_avg")
 PAPER = [
     ("VG-R", "aro-vg-relation", "score"), ("VG-A", "aro-vg-attribution", "score"),
     ("COCO Order", "aro-coco-order", "score"), ("Flickr Order", "aro-flickr-order", "score"),
@@ -65,6 +76,19 @@ PAPER = [
     ("COCO-Spatial", "whatsup-coco-spatial", "score"), ("GQA-Spatial", "whatsup-gqa-spatial", "score"),
 ]  # fmt: skip
 SUITES = {"paper": PAPER, "field": FIELD, "vl-compo": VL_COMPO}
+# a suite's means: name -> the columns averaged (default: "mean" over every column). vl_compo's
+# comp_avg (here "mean") is over its compositional columns alone, i2t_avg and t2i_avg over R@1
+MEANS = {
+    "vl-compo": {
+        "mean": [c for c in dict.fromkeys(c for c, _, _ in VL_COMPO) if c not in VL_COMPO_RECOGNITION],
+        "i2t_avg": ["coco_i2t", "flickr_i2t"],
+        "t2i_avg": ["coco_t2i", "flickr_t2i"],
+    }
+}
+
+
+def means(name: str) -> dict[str, list[str]]:
+    return MEANS.get(name, {"mean": list(dict.fromkeys(c for c, _, _ in members(name)))})
 
 
 def members(name: str) -> list[tuple[str, str, str]]:
@@ -80,20 +104,23 @@ def select(
     the store holds, and each absent member with its reason."""
     from ..store.layout import IMAGE
     from ..store.manifest_keys import image_keys
+    from .manifest_specs import task_of
 
     wanted = {b for _, b, _ in members(name)}
-    chosen, absent = [], {}
+    chosen, absent, have = [], {}, set()
     for m in manifests:
-        if m.meta.get("benchmark") not in wanted:
+        task = task_of(m)
+        if task not in wanted:
             continue
+        have.add(task)
         keys = image_keys(store, m, image_root) if store is not None else []
         if store is not None and (None in keys or not all(store.has(IMAGE, [k for k in keys if k], full=False))):
-            absent[m.meta["benchmark"]] = f"no features in the store for {m.path} (run extract)"
+            absent[task] = f"no features in the store for {m.path} (run extract)"
         else:
             chosen.append(m)
-    have = {m.meta["benchmark"] for m in chosen} | set(absent)
     for b in sorted(wanted - have):
-        absent[b] = "no manifest among those given" if b in registered else "not yet in flowclip (no converter)"
+        known = b in registered or (b.startswith("elevater-") and "elevater" in registered)
+        absent[b] = "no manifest among those given" if known else "not yet in flowclip (no converter)"
     return chosen, absent
 
 
@@ -131,13 +158,15 @@ def suite_table(name: str, results: dict, absent: dict[str, str]) -> dict:
             }
             for col, c in cols.items()
         }
-        present = [r["value"] for r in row.values() if r["value"] is not None]
-        row["mean"] = {
-            "value": float(np.mean(present)) if present else None,
-            "members": [c for c, r in row.items() if r["value"] is not None],
-            "missing": [c for c, r in row.items() if r["value"] is None],
-            "partial": sorted({b for r in row.values() if r["value"] is not None for b in r["partial"]}),
-        }
+        for mean, over in means(name).items():
+            parts = {c: row[c] for c in over}
+            present = [r["value"] for r in parts.values() if r["value"] is not None]
+            row[mean] = {
+                "value": float(np.mean(present)) if present else None,
+                "members": [c for c, r in parts.items() if r["value"] is not None],
+                "missing": [c for c, r in parts.items() if r["value"] is None],
+                "partial": sorted({b for r in parts.values() if r["value"] is not None for b in r["partial"]}),
+            }
         out[key] = row
     return out
 

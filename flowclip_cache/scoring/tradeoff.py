@@ -2,7 +2,9 @@
 tasks and what it costs on recognition. Per scorer, over the tasks its results hold:
 
 - compositional: the mean of every other task's headline (its official score);
-- zero-shot: the mean top-1 over zero-shot classification sets;
+- zero-shot: the mean over zero-shot classification sets of each set's figure: its own
+  metric where it names one (ELEVATER's sets: accuracy, mean-per-class, 11-point mAP or
+  ROC-AUC, as vl_compo's 21_tasks_avg averages them), else top-1;
 - retrieval: the mean over retrieval galleries of the mean of image->text and text->image R@1.
 
 A table of several scorers averages each axis over the tasks every scorer has (a mean over
@@ -15,12 +17,12 @@ from __future__ import annotations
 
 import math
 
-AXES = {"compositional": "compositional mean", "zero_shot": "zero-shot top-1 mean", "retrieval": "retrieval R@1 mean"}
+AXES = {"compositional": "compositional mean", "zero_shot": "zero-shot mean", "retrieval": "retrieval R@1 mean"}
 
 
 def task_axis(res: dict) -> str:
     """Which axis a task's results count on (told by the figures a task kind returns)."""
-    if "top1" in res and "prompt_ensemble" in res:
+    if "prompt_ensemble" in res:  # every classification result (a multi-label set has no top-1)
         return "zero_shot"
     return "retrieval" if "i2t_R@1" in res and "t2i_R@1" in res else "compositional"
 
@@ -30,7 +32,7 @@ def axis_figure(res: dict, axis: str) -> float | None:
     from .metrics import headline
 
     if axis == "zero_shot":
-        v = res.get("top1")
+        v = res.get("score", res.get("top1"))  # a set's own metric, else top-1
     elif axis == "retrieval":
         v = (res["i2t_R@1"] + res["t2i_R@1"]) / 2
     else:
