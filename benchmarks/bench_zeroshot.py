@@ -12,7 +12,11 @@ the median of the per-repetition kernel/engine time ratios with their min-max (t
 >= 0.8: the engine adds the store read and the per-class mean, not a second pass). Then
 what ImageNet-1k's validation set (50,000 images x 1,000 classes, one template) takes at
 the engine's rate on this device, and Global-M's engine rate beside it (its classes are one
-embedding each: a matrix product).
+embedding each: a matrix product). With --toolkit (a checkout of ELEVATER's toolkit), the
+21 sets vl_compo averages: their test images and prompts (class names x templates) from
+the toolkit's own files, and the time each rate implies for the whole suite (a pairwise
+head scores every image against every prompt; Global-M's time is its images x classes at
+its rate, the prompts averaged into one embedding per class).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ def main():
     ap.add_argument("--templates", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--toolkit", help="an Elevater_Toolkit_IC checkout: the 21-task suite's time at these rates")
     args = ap.parse_args()
     dev = args.device
     torch.manual_seed(0)
@@ -93,6 +98,23 @@ def main():
     imagenet = 50_000 * 1_000
     print(f"ImageNet-1k val, one template ({imagenet:,} pairs) with Flow-CLIP at the engine's rate: "
           f"{imagenet / engine_rate / 60:,.0f} min on {dev}")  # fmt: skip
+    if args.toolkit:
+        # Global-M's work is images x classes (the prompts averaged first): its rate per image-class pair
+        elevater_suite(args.toolkit, engine_rate, args.images * args.classes / statistics.median(t["global"]), dev)
+
+
+def elevater_suite(toolkit: str, flow_rate: float, global_class_rate: float, dev: str) -> None:
+    from flowclip_cache.datasets._elevater import VL_COMPO_TASKS, class_names, task_config, templates
+
+    prompt_pairs = class_pairs = 0
+    for task in VL_COMPO_TASKS:
+        cfg = task_config(toolkit, task)
+        n_classes = len(class_names(toolkit, cfg["hub"], ["?"]))  # every one of the 21 is in class_map
+        prompt_pairs += cfg["images"] * n_classes * len(templates(toolkit, cfg["hub"]))
+        class_pairs += cfg["images"] * n_classes
+    flow_h, global_min = prompt_pairs / flow_rate / 3600, class_pairs / global_class_rate / 60
+    print(f"ELEVATER's 21 sets: {prompt_pairs:,} image-prompt pairs ({class_pairs:,} image-class): Flow-CLIP "
+          f"{flow_h:,.1f} h, Global-M {global_min:,.1f} min on {dev} (scoring only; extraction apart)")  # fmt: skip
 
 
 if __name__ == "__main__":
