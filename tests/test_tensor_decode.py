@@ -142,6 +142,12 @@ def test_each_decode_is_its_own_store_and_gpu_needs_a_gpu(tmp_path):
                                   "--pretrained", "synthetic", "--manifest", s["candidates"], "--image-root",
                                   s["image_root"], "--decode", "gpu", "--device", "cpu"])  # fmt: skip
     assert r.exit_code == 2 and "pass --device cuda" in r.output and not os.path.exists(tmp_path / "g")
+    from flowclip_cache.extraction.worker import extract_units
+
+    with pytest.raises(FlowclipError, match="pass --device cuda"):  # the worker refuses before a store exists too
+        extract_units(str(tmp_path / "w"), [s["candidates"]], ["image-0"], model="flowclip-tiny-clip",
+                      pretrained="synthetic", image_root=s["image_root"], decode="gpu", device="cpu")  # fmt: skip
+    assert not os.path.exists(tmp_path / "w")
 
 
 def test_a_cpu_decode_store_is_close_to_pils_and_a_function_of_each_image(tmp_path):

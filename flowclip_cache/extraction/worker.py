@@ -16,11 +16,14 @@ from __future__ import annotations
 from .plan import CAPTION_UNIT, IMAGE_UNIT
 
 
-def _open(store: str, model: str, pretrained: str, **encoder):
+def _open(store: str, model: str, pretrained: str, device: str | None = None, **encoder):
     from ..store import FeatureStore
     from .encoders import EncoderSpec, resolve
+    from .tensor_decode import check_decode_device
 
     enc = resolve(EncoderSpec(model, pretrained, **encoder))
+    if device is not None:
+        check_decode_device(enc.config, device)  # before a store exists
     return FeatureStore.open_or_create(store, enc.config), enc
 
 
@@ -45,12 +48,9 @@ def extract_units(store: str, manifests: list[str], units: list[str], *, model: 
                   workers: int = 0, image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT,
                   **encoder) -> dict:  # fmt: skip
     """Encode and commit exactly these units; returns what was stored (counts, seconds)."""
-    from .encoders import EncoderSpec, resolve
     from .extract import run_extract
-    from .tensor_decode import check_decode_device
 
-    check_decode_device(resolve(EncoderSpec(model, pretrained, **encoder)).config, device)  # before a store exists
-    fs, enc = _open(store, model, pretrained, **encoder)
+    fs, enc = _open(store, model, pretrained, device, **encoder)
     s = run_extract(fs, enc, list(manifests), image_root, device=device, batch_size=batch_size, workers=workers,
                     progress=False, features=features, units=set(units), image_unit=image_unit,
                     caption_unit=caption_unit, log=lambda *_: None)  # fmt: skip
