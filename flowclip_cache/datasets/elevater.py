@@ -112,7 +112,7 @@ def build_elevater(source, out, errors: RowErrors, task="", toolkit="", allow_pa
     prompts = [[t.format(c) for t in temps] for c in names]
     meta = {"dataset": task, "hub": cfg["hub"], "classes": names, "templates": temps, "prompts": prompts,
             "metric": cfg["metric"], "multilabel": cfg["multilabel"]}  # fmt: skip
-    if len(records) != cfg["images"]:
+    if cfg["images"] and len(records) != cfg["images"]:
         meta["partial"] = f"{len(records)} of {cfg['images']} test images"
     report = BuildReport(len(rows), len(rows), {"classes": len(names)}, errors.skipped)
     report.notes.append(f"{cfg['metric']} (ELEVATER's TEST.METRIC); images read in place: extract with --image-root "
