@@ -219,6 +219,9 @@ def test_bad_copies_and_toolkits_are_refused(elevater, tmp_path):
         open(index, "w").write("\n".join(whole.splitlines()[:5]) + "\n")  # a partial copy
         r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
         assert r.exit_code == 2 and "partial copy" in r.output and "12" in r.output
+        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}", "--option", "allow_partial=yes")
+        assert r.exit_code == 0 and Manifest.read(tmp_path / "x.parquet").meta["partial"] == "5 of 12 test images"
+        os.remove(tmp_path / "x.parquet")
         first = whole.splitlines()[0]
         open(index, "w").write(whole.replace(first, first.rsplit(" ", 1)[0] + " 7", 1))  # a class out of range
         r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
