@@ -59,7 +59,13 @@ def expand_braces(pattern: str) -> list[str]:
 
 def shard_paths(pattern: str, root: str = "") -> list[str]:
     """The shard files a pattern names (relative to root), each a regular file; one line
-    naming the first that is not, or the pattern when none is."""
+    naming the first that is not, or the pattern when none is. A command (`pipe:`) is never
+    run and a URL is not read in place: both refused, saying what to do."""
+    if pattern.startswith("pipe:"):
+        raise FlowclipError(f"{pattern[:80]}: a pipe: shard is a command, which flowclip never runs; run it yourself "
+                            f"into a folder and name the .tar files there")  # fmt: skip
+    if "://" in pattern:
+        raise FlowclipError(f"{pattern[:80]}: shards at a URL are not read in place; copy them to a folder first")
     paths = expand_braces(pattern)
     missing = [p for p in paths if not os.path.isfile(os.path.join(root, p))]
     if len(missing) == len(paths):

@@ -214,6 +214,10 @@ def test_a_shard_pattern_that_matches_nothing_and_extract_from_a_damaged_shard(w
     r = _build(["wds-classification", "--source", root / "wds_things", "--out", tmp_path / "x.parquet",
                 "--option", "shards=test/{5..9}.tar"])  # fmt: skip
     assert_refused(r, "test/{5..9}.tar", "matches no shard")
+    for pattern, words in (("pipe:curl -s http://x/{0..3}.tar", "never runs"), ("s3://b/{0..3}.tar", "copy them")):
+        r = _build(["wds-classification", "--source", root / "wds_things", "--out", tmp_path / "x.parquet",
+                    "--option", f"shards={pattern}"])  # fmt: skip
+        assert_refused(r, pattern[:12], words)
     r = _build(["wds-classification", "--source", root / "wds_things", "--out", tmp_path / "m.parquet"])
     assert r.exit_code == 0, r.output
     src = tmp_path / "copy"
