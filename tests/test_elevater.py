@@ -240,3 +240,25 @@ def test_bad_copies_and_toolkits_are_refused(elevater, tmp_path):
         assert r.exit_code == 2 and "not a literal list" in r.output
     finally:
         open(prompts, "w").write(text)
+
+
+def test_zip_members_are_bounded_and_checked(tmp_path):
+    """A member over the limit, absent, or whose bytes fail their CRC: refused by name."""
+    from flowclip_cache.shards import read_member
+
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w") as z:  # stored, so a byte can be flipped in place
+        z.writestr("ok.png", _png(1))
+        z.writestr("big.bin", b"x" * 5000)
+    assert read_member(str(path), "ok.png", 10_000) == _png(1)
+    with pytest.raises(ValueError, match="big.bin.*over"):
+        read_member(str(path), "big.bin", 1000)
+    with pytest.raises(ValueError, match="no member 'nope.png'"):
+        read_member(str(path), "nope.png", 1000)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(_png(1)) + 40  # inside ok.png's stored bytes
+    raw[at] ^= 0xFF
+    damaged = tmp_path / "damaged.zip"
+    damaged.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="ok.png.*damaged"):
+        read_member(str(damaged), "ok.png", 10_000)
