@@ -58,6 +58,7 @@ def test_shares_a_killed_and_retried_worker_and_one_process_give_the_same_store(
 
     many = str(tmp_path / "many")
     units = list_units(many, *args, image_root=s["image_root"], **KW)
+    assert not os.path.exists(many)  # a driver's listing creates no store
     images, captions = [u for u in units if u.startswith("image-")], [u for u in units if u.startswith("caption-")]
     assert len(images) == 3 and len(captions) > 1  # 10 images in units of 4; captions in units of 8
     # worker A takes the image units and dies after its first commit; worker B takes the captions

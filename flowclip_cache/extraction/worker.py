@@ -13,6 +13,8 @@ committed writes nothing: running a unit twice is harmless.
 
 from __future__ import annotations
 
+import os
+
 from .plan import CAPTION_UNIT, IMAGE_UNIT
 
 
@@ -31,16 +33,25 @@ def list_units(store: str, manifests: list[str], *, model: str, pretrained: str,
                features: str = "all", image_unit: int = IMAGE_UNIT, caption_unit: int = CAPTION_UNIT,
                **encoder) -> list[str]:  # fmt: skip
     """The units with work left (`image-N`, `caption-N`), for the driver to share out (the
-    unit sizes must be the workers')."""
+    unit sizes must be the workers'). A store that does not exist yet is not created: its
+    units are planned against an empty store in a temporary folder."""
+    import tempfile
+
+    from ..store.location import locate
     from .extract import plan_extract
 
-    fs, enc = _open(store, model, pretrained, **encoder)
-    try:
-        plan = plan_extract(fs, enc, list(manifests), image_root, image_unit=image_unit, caption_unit=caption_unit,
-                            full=features == "all")[2]  # fmt: skip
-        return plan.unit_names()
-    finally:
-        fs.release_writer()
+    def units(fs, enc) -> list[str]:
+        try:
+            plan = plan_extract(fs, enc, list(manifests), image_root, image_unit=image_unit,
+                                caption_unit=caption_unit, full=features == "all")[2]  # fmt: skip
+            return plan.unit_names()
+        finally:
+            fs.release_writer()
+
+    if locate(str(store)).exists("store.json"):
+        return units(*_open(store, model, pretrained, **encoder))
+    with tempfile.TemporaryDirectory() as empty:  # every unit has work left; nothing is written at `store`
+        return units(*_open(os.path.join(empty, "store"), model, pretrained, **encoder))
 
 
 def extract_units(store: str, manifests: list[str], units: list[str], *, model: str, pretrained: str,
