@@ -14,7 +14,12 @@ images so) are read the same way through zipfile: each member's size bounded bef
 read, its CRC checked on reading, one open handle per archive and process.
 
 Brace ranges (`{0..127}.tar`, `{a,b}.tar`), as webdataset and CLIP_benchmark write them,
-expand to shard paths; a range that matches no file is an error naming it."""
+expand to shard paths; a range that matches no file is an error naming it.
+
+The root may be an fsspec URL (`s3://bucket/wds_cars`, `https://...`, through the storage
+library's usual credentials): a shard is then read by ranges, its headers once for the
+index and each member at its offset, never downloaded whole. Only archive members are read
+at a URL. A `pipe:` shard (a command) is never run."""
 
 from __future__ import annotations
 
@@ -26,6 +31,64 @@ import zipfile
 import zlib
 
 from .errors import FlowclipError
+
+
+def is_url(path: str) -> bool:
+    """An fsspec URL (a `file://` one is a local path)."""
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def join(root: str, *parts: str) -> str:
+    """A path under root: a URL joined with '/', a folder with the OS's separator."""
+    if is_url(root):
+        return "/".join([root.rstrip("/"), *parts])
+    return os.path.join(root, *parts)
+
+
+def _url_fs(url: str):
+    from fsspec.core import url_to_fs
+
+    try:
+        return url_to_fs(url)
+    except ImportError as e:  # s3fs, gcsfs: the optional extra
+        raise FlowclipError(f"{url}: {e}; install the cloud extra: pip install 'flowclip[cloud]'") from None
+    except ValueError as e:
+        raise FlowclipError(f"{url}: not a URL fsspec knows ({e})") from None
+
+
+def is_file(path: str) -> bool:
+    if not is_url(path):
+        return os.path.isfile(path)
+    fs, p = _url_fs(path)
+    return bool(fs.isfile(p))
+
+
+def _version(path: str) -> tuple[str, int]:
+    """(what changes when the file does, its size): mtime locally; at a URL the listing's
+    ETag or modification time."""
+    if not is_url(path):
+        st = os.stat(path)
+        return str(st.st_mtime_ns), st.st_size
+    fs, p = _url_fs(path)
+    info = fs.info(p)
+    return str(info.get("ETag") or info.get("LastModified") or info.get("mtime") or info.get("created")), info["size"]
+
+
+def read_small(path: str, limit: int = 1 << 24) -> bytes:
+    """A small file's bytes (a list of names, a count), at a URL or not; FileNotFoundError if absent."""
+    with _open(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FlowclipError(f"{path}: over {limit:,} bytes; not the small text file it should be")
+    return data
+
+
+def _open(path: str):
+    if not is_url(path):
+        return open(path, "rb")
+    fs, p = _url_fs(path)
+    return fs.open(p, "rb")
+
 
 MEMBER_SEP = "\x00"  # shard path + SEP + member: NUL never occurs in a manifest's path
 MAX_IMAGE_BYTES = 32 * 2**20  # an image read from an archive or a dataset copy (the field's are under 5 MiB)
@@ -64,14 +127,14 @@ def shard_paths(pattern: str, root: str = "") -> list[str]:
     if pattern.startswith("pipe:"):
         raise FlowclipError(f"{pattern[:80]}: a pipe: shard is a command, which flowclip never runs; run it yourself "
                             f"into a folder and name the .tar files there")  # fmt: skip
-    if "://" in pattern:
-        raise FlowclipError(f"{pattern[:80]}: shards at a URL are not read in place; copy them to a folder first")
+    if "://" in pattern or pattern.startswith("/"):
+        raise FlowclipError(f"{pattern[:80]}: a shard pattern is relative to the source (give the URL as --source)")
     paths = expand_braces(pattern)
-    missing = [p for p in paths if not os.path.isfile(os.path.join(root, p))]
+    missing = [p for p in paths if not is_file(join(root, p))]
     if len(missing) == len(paths):
-        raise FlowclipError(f"{os.path.join(root, pattern)}: matches no shard file")
+        raise FlowclipError(f"{join(root, pattern)}: matches no shard file")
     if missing:
-        raise FlowclipError(f"{os.path.join(root, missing[0])}: no such shard ({len(missing)} of {len(paths)} missing)")
+        raise FlowclipError(f"{join(root, missing[0])}: no such shard ({len(missing)} of {len(paths)} missing)")
     return paths
 
 
@@ -81,25 +144,25 @@ ARCHIVES = (".tar", ".zip")  # what a path component may name to be read in plac
 def shard_index(path: str) -> dict[str, tuple[int, int]]:
     """member name -> (data offset, size) of a plain tar's regular members, read once per
     version of the file; for a zip, (-1, uncompressed size)."""
-    st = os.stat(path)
+    version, size = _version(path)
     if path.endswith(".zip"):
-        return _zip_indexed(path, st.st_mtime_ns, st.st_size)
-    return _indexed(path, st.st_mtime_ns, st.st_size)
+        return _zip_indexed(path, version, size)
+    return _indexed(path, version, size)
 
 
 @functools.lru_cache(maxsize=16)
-def _zip_handle(path: str, mtime_ns: int, size: int, pid: int) -> zipfile.ZipFile:
+def _zip_handle(path: str, version: str, size: int, pid: int) -> zipfile.ZipFile:
     """One open archive per process (a handle shared across a fork would share its offset)."""
     try:
-        return zipfile.ZipFile(path)
+        return zipfile.ZipFile(_open(path))
     except (zipfile.BadZipFile, OSError, ValueError) as e:
         raise FlowclipError(f"{path}: not a zip archive flowclip reads ({e})") from None
 
 
 @functools.lru_cache(maxsize=16)
-def _zip_indexed(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int]]:
+def _zip_indexed(path: str, version: str, size: int) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
-    infos = _zip_handle(path, mtime_ns, size, os.getpid()).infolist()
+    infos = _zip_handle(path, version, size, os.getpid()).infolist()
     if len(infos) > MAX_MEMBERS:
         raise FlowclipError(f"{path}: over {MAX_MEMBERS:,} members; split the archive")
     for info in infos:
@@ -112,8 +175,7 @@ def _zip_indexed(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, in
 
 
 def _read_zip_member(path: str, member: str, want: int, whole: bool) -> bytes:
-    st = os.stat(path)
-    zf = _zip_handle(path, st.st_mtime_ns, st.st_size, os.getpid())
+    zf = _zip_handle(path, *_version(path), os.getpid())
     try:
         with zf.open(member) as f:
             data = f.read(want)
@@ -125,10 +187,10 @@ def _read_zip_member(path: str, member: str, want: int, whole: bool) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _indexed(path: str, mtime_ns: int, size: int) -> dict[str, tuple[int, int]]:
+def _indexed(path: str, version: str, size: int) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     try:
-        with tarfile.open(path, "r:") as tf:  # plain tar only: in-place reads need offsets
+        with _open(path) as f, tarfile.open(fileobj=f, mode="r:") as tf:  # plain tar only: reads need offsets
             while (m := tf.next()) is not None:
                 tf.members = []  # type: ignore[attr-defined]  # streamed: no member list kept
                 if len(out) >= MAX_MEMBERS:
@@ -161,7 +223,7 @@ def read_member(path: str, member: str, limit: int, head: int | None = None) -> 
     if path.endswith(".zip"):  # read whole: zipfile checks the CRC at the end
         data = _read_zip_member(path, member, want, head is None)
     else:
-        with open(path, "rb") as f:
+        with _open(path) as f:
             f.seek(offset)
             data = f.read(want)
     if len(data) != want:
@@ -174,7 +236,7 @@ def split_member_path(root: str, rel: str) -> tuple[str, str] | None:
     under root, else None."""
     parts = rel.replace("\\", "/").split("/")
     for i, part in enumerate(parts[:-1]):
-        if part.endswith(ARCHIVES) and os.path.isfile(os.path.join(root, *parts[: i + 1])):
+        if part.endswith(ARCHIVES) and is_file(join(root, *parts[: i + 1])):
             return "/".join(parts[: i + 1]), "/".join(parts[i + 1 :])
     return None
 
@@ -199,5 +261,5 @@ def image_file_exists(root: str, rel: str) -> bool:
     """rel names a file under root, or a member of a shard file under root."""
     in_shard = split_member_path(root, rel)
     if in_shard is None:
-        return os.path.isfile(os.path.join(root, rel))
-    return in_shard[1] in shard_index(os.path.join(root, in_shard[0]))
+        return False if is_url(root) else os.path.isfile(os.path.join(root, rel))
+    return in_shard[1] in shard_index(join(root, in_shard[0]))

@@ -111,6 +111,45 @@ def test_a_shard_set_and_a_folder_give_the_same_store(world, tmp_path):
     assert got[0] == got[1]
 
 
+def test_shards_at_a_url_are_read_in_place_and_give_the_folders_store(world, tmp_path):
+    """The same set at an fsspec URL (memory://, the code path s3:// and https:// take):
+    built, extracted (members read by ranges) and scored as the folder copy is, the store's
+    features bit for bit; a URL source for a converter of local copies is refused."""
+    import fsspec
+
+    root, _, images, _ = world
+    fs = fsspec.filesystem("memory")
+    fs.put(str(root / "wds_things"), "/url-test/wds_things", recursive=True)
+    url = "memory://url-test/wds_things"
+    try:
+        for source, name in ((root / "wds_things", "folder"), (url, "url")):
+            r = _build(["wds-classification", "--source", source, "--out", tmp_path / f"{name}.parquet"])
+            assert r.exit_code == 0, r.output
+            r = cli_run("extract", "--store", tmp_path / f"st-{name}", "--model", "flowclip-tiny-clip", "--pretrained",
+                        "synthetic", "--manifest", tmp_path / f"{name}.parquet", "--image-root", source,
+                        "--workers", "2", "--quiet")  # fmt: skip
+            assert r.exit_code == 0, r.output
+            r = cli_run("score", "--store", tmp_path / f"st-{name}", "--manifests", tmp_path / f"{name}.parquet",
+                        "--scorer", "clip", "--bootstrap", "0", "--quiet",
+                        "--out", tmp_path / f"res-{name}")  # fmt: skip
+            assert r.exit_code == 0, r.output
+        a, b = FeatureStore(str(tmp_path / "st-folder")), FeatureStore(str(tmp_path / "st-url"))
+        assert sorted(os.listdir(a.segment_dir)) == sorted(os.listdir(b.segment_dir))
+        keys = sorted({k for roots in a.path_index().values() for k in roots.values()})
+        assert len(keys) == len(images) and keys == sorted({k for r in b.path_index().values() for k in r.values()})
+        assert {r for by_root in b.path_index().values() for r in by_root} == {url}  # recorded under the URL
+        fa, fb = a.load_images(keys), b.load_images(keys)
+        assert np.array_equal(fa.global_, fb.global_) and np.array_equal(fa.patches, fb.patches)
+        from flowclip_cache.api import read_results
+
+        got = [read_results(str(tmp_path / f"res-{x}")).result("wds-things", "clip") for x in ("folder", "url")]
+        assert got[0] == got[1]
+        r = _build(["sugarcrepe", "--source", url, "--out", tmp_path / "x.parquet"])
+        assert_refused(r, "reads a local copy")
+    finally:
+        fs.rm("/url-test", recursive=True)
+
+
 def test_retrieval_shards_and_webdatasets_grouping(tmp_path, world):
     root, s, images, _ = world
     captions = [[f"caption {i} a", f"caption {i} b"] for i in range(len(images))]
@@ -214,7 +253,10 @@ def test_a_shard_pattern_that_matches_nothing_and_extract_from_a_damaged_shard(w
     r = _build(["wds-classification", "--source", root / "wds_things", "--out", tmp_path / "x.parquet",
                 "--option", "shards=test/{5..9}.tar"])  # fmt: skip
     assert_refused(r, "test/{5..9}.tar", "matches no shard")
-    for pattern, words in (("pipe:curl -s http://x/{0..3}.tar", "never runs"), ("s3://b/{0..3}.tar", "copy them")):
+    for pattern, words in (
+        ("pipe:curl -s http://x/{0..3}.tar", "never runs"),
+        ("s3://b/{0..3}.tar", "relative to the source"),
+    ):
         r = _build(["wds-classification", "--source", root / "wds_things", "--out", tmp_path / "x.parquet",
                     "--option", f"shards={pattern}"])  # fmt: skip
         assert_refused(r, pattern[:12], words)

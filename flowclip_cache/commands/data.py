@@ -16,7 +16,11 @@ def manifest():
 
 @manifest.command("build")
 @click.argument("name")
-@click.option("--source", required=True, type=click.Path(exists=True), help="The benchmark's official files.")
+@click.option(
+    "--source",
+    required=True,
+    help="The benchmark's official files (a folder or file; for the webdataset layouts also an fsspec URL).",
+)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Manifest to write (.parquet).")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE for the converter (see `manifest list`).")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True)
@@ -28,6 +32,11 @@ def manifest_build(name, source, out, options, on_error, overwrite):
     from ..datasets.base import RowErrors
 
     bench = get(name)
+    if "://" in source and not source.startswith("file://"):
+        if not bench.reads_urls:
+            raise FlowclipError(f"--source {source}: {name} reads a local copy; download it to a folder first")
+    elif not os.path.exists(source):
+        raise FlowclipError(f"--source {source}: no such file or folder")
     opts = {}
     for o in options:
         k, sep, v = o.partition("=")

@@ -17,7 +17,7 @@ import os
 import re
 
 from ..errors import FlowclipError, ManifestError
-from ..shards import MAX_IMAGE_BYTES, read_member, samples, shard_paths
+from ..shards import MAX_IMAGE_BYTES, is_url, join, read_member, read_small, samples, shard_paths
 from ._hf import image_format
 from .base import BuildReport, RowErrors, read_text, write_records
 
@@ -29,10 +29,27 @@ MAX_LABEL_BYTES = 64
 def dataset_name(source: str, name: str) -> str:
     """The set's name in results (`--option name=`, default the source folder's name
     without CLIP_benchmark's `wds_` prefix): lower-case letters, digits, . _ -."""
-    name = name or os.path.basename(os.path.normpath(source)).lower().removeprefix("wds_")
+    name = name or os.path.basename(os.path.normpath(source.rstrip("/"))).lower().removeprefix("wds_")
     if not DATASET_NAME.match(name):
         raise ManifestError(f"{source}: dataset name {name!r}: use lower-case letters, digits, . _ - (--option name=)")
     return name
+
+
+def source_text(source: str, *parts: str) -> str:
+    """A text file of the set, in a folder or at a URL."""
+    if not is_url(source):
+        return read_text(os.path.join(source, *parts))
+    path = join(source, *parts)
+    try:
+        raw = read_small(path)
+    except (FileNotFoundError, OSError) as e:
+        raise ManifestError(f"{path}: cannot read it ({type(e).__name__}: {e})") from None
+    except FlowclipError as e:
+        raise ManifestError(str(e)) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path}: not valid UTF-8 ({e.reason})") from None
 
 
 def _is_image(head: bytes, ext: str) -> bool:
@@ -43,19 +60,19 @@ def _is_image(head: bytes, ext: str) -> bool:
 def wds_samples(source: str, split: str, shards: str, field: str, errors: RowErrors):
     """(image path under source, the field's member bytes, shard, sample) for each sample, in
     shard and file order; a sample lacking an image or the field is a row error."""
-    if not os.path.isdir(source):
+    if not is_url(source) and not os.path.isdir(source):
         raise ManifestError(f"{source}: not a folder (give the dataset's folder, holding {split}/)")
     if not shards:
-        n_text = read_text(os.path.join(source, split, "nshards.txt")).strip()
+        n_text = source_text(source, split, "nshards.txt").strip()
         if not n_text.isdigit() or int(n_text) < 1:
-            raise ManifestError(f"{os.path.join(source, split, 'nshards.txt')}: {n_text[:40]!r} is not a shard count")
+            raise ManifestError(f"{join(source, split, 'nshards.txt')}: {n_text[:40]!r} is not a shard count")
         shards = f"{split}/{{0..{int(n_text) - 1}}}.tar"
     try:
         paths = shard_paths(shards, source)
     except FlowclipError as e:
         raise ManifestError(str(e)) from None
     for shard in paths:
-        full = os.path.join(source, shard)
+        full = join(source, shard)
         try:
             grouped = samples(full)
         except FlowclipError as e:
@@ -81,8 +98,8 @@ def wds_samples(source: str, split: str, shards: str, field: str, errors: RowErr
 
 def class_names(source: str) -> list[str]:
     """classnames.txt, one per line, stripped (as CLIP_benchmark strips them)."""
-    path = os.path.join(source, "classnames.txt")
-    names = [line.strip() for line in read_text(path).splitlines()]
+    path = join(source, "classnames.txt")
+    names = [line.strip() for line in source_text(source, "classnames.txt").splitlines()]
     if not names:
         raise ManifestError(f"{path}: no class names")
     if "" in names:
@@ -93,8 +110,9 @@ def class_names(source: str) -> list[str]:
 def read_templates(source: str, option: str) -> list[str]:
     """The templates (`{c}` for the class name, as CLIP_benchmark formats them): the
     option's ('|'-separated) or zeroshot_classification_templates.txt's lines."""
-    path = os.path.join(source, "zeroshot_classification_templates.txt")
-    lines = [t for t in option.split("|") if t] if option else [t.strip() for t in read_text(path).splitlines()]
+    path = join(source, "zeroshot_classification_templates.txt")
+    lines = [t for t in option.split("|") if t] if option else [
+        t.strip() for t in source_text(source, "zeroshot_classification_templates.txt").splitlines()]  # fmt: skip
     where = "--option templates" if option else path
     for i, t in enumerate(lines, 1):
         try:

@@ -180,6 +180,7 @@ class Benchmark:
     # a benchmark of many sets (a layout, not one dataset): each manifest's task is named by
     # this format of its metadata's "dataset" (a plain lower-case name, checked when scored)
     task_name: str = ""
+    reads_urls: bool = False  # --source may be an fsspec URL (its archives read in place by ranges)
 
 
 class RowErrors:

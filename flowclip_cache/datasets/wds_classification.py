@@ -11,5 +11,6 @@ BENCHMARK = Benchmark(
     build=build_classification,
     scoring=Scoring(task="classification", recall_at=(1, 5)),
     task_name="wds-{dataset}",
+    reads_urls=True,
     options={**OPTIONS, "templates": "templates with {c}, separated by '|' (default: the set's templates file)"},
 )

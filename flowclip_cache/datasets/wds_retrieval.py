@@ -12,5 +12,6 @@ BENCHMARK = Benchmark(
     build=build_retrieval,
     scoring=Scoring(task="retrieval", tie_rule="topk", recall_at=(1, 5, 10)),
     task_name="wds-{dataset}",
+    reads_urls=True,
     options=OPTIONS,
 )

@@ -13,7 +13,6 @@ rank i mod N) without talking to each other.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ from ..errors import FlowclipError
 from ..hashing import keys_to_bytes
 from ..progress import bar as progress_bar
 from ..store import CAPTION, IMAGE, FeatureStore
+from ..store.manifest_keys import image_root_key
 from .images import BadImage, load_image
 from .plan import (
     CAPTION_UNIT,
@@ -208,7 +208,7 @@ def _run_extract(
                 summary.caption_seconds = time.perf_counter() - t
     store.refresh()
     stored = store.has(IMAGE, list(col.paths.values()), full=False) if col.paths else []
-    root = os.path.realpath(image_root) if image_root else ""
+    root = image_root_key(image_root)
     store.add_paths([(root, p, c, k) for ((p, c), k), ok in zip(col.paths.items(), stored) if ok])
     summary.seconds = time.perf_counter() - t0
     if summary.failures:

@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import FlowclipError
-from ..shards import MAX_IMAGE_BYTES, MEMBER_SEP, read_member, split_member_path
+from ..shards import MAX_IMAGE_BYTES, MEMBER_SEP, is_url, join, read_member, split_member_path
 
 
 class BadImage(Exception):
@@ -27,6 +27,13 @@ def resolve_image_path(image_root: str, rel: str, allow_outside_root: bool = Fal
     """The real path of rel under the root (refused outside it unless allowed); a member
     of a shard under the root (`test/0.tar/s01.jpg`) as its shard's real path, MEMBER_SEP
     and the member's name."""
+    if is_url(image_root):  # only archive members are read at a URL; nothing outside the root
+        if os.path.isabs(rel) or ".." in rel.replace("\\", "/").split("/"):
+            raise BadImage("a path outside the image root ('..' or absolute) at a URL root")
+        at_url = split_member_path(image_root, rel)
+        if at_url is None:
+            raise BadImage("not a member of a .tar or .zip archive under the URL root (only those are read at a URL)")
+        return join(image_root, at_url[0]) + MEMBER_SEP + at_url[1]
     in_shard = None if os.path.isabs(rel) else split_member_path(image_root, rel)
     if in_shard is not None:
         return resolve_image_path(image_root, in_shard[0], allow_outside_root) + MEMBER_SEP + in_shard[1]

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import FlowclipError
 from ..hashing import caption_key, file_sha256, image_key
 from ..manifest import ImageRef, Manifest
-from ..shards import MEMBER_SEP, image_file_exists
+from ..shards import MEMBER_SEP, image_file_exists, is_url
 from ..store import CAPTION, IMAGE, FeatureStore
 from .images import BadImage, member_bytes, resolve_image_path
 
@@ -53,7 +53,7 @@ class Collected:
 
 def _check_root(image_root: str | None, names_images: bool) -> None:
     """The image root exists where given, and is given where the manifests name images."""
-    if image_root is not None and not os.path.isdir(image_root):
+    if image_root is not None and not is_url(image_root) and not os.path.isdir(image_root):
         raise FlowclipError(f"image root {image_root} does not exist or is not a folder (--image-root)")
     if names_images and image_root is None:
         raise FlowclipError("the manifests name images: pass --image-root, the folder their paths are relative to")

@@ -16,11 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StoreError
+from ..shards import is_url  # noqa: F401  (one rule for what a URL is: stores and image sources)
 from .backends import fsync_dir
-
-
-def is_url(where: str) -> bool:
-    return "://" in str(where) and not str(where).startswith("file://")
 
 
 @dataclass

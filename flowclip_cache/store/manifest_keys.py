@@ -14,6 +14,16 @@ from ..manifest import Manifest
 from .core import CAPTION, IMAGE, FeatureStore
 
 
+def image_root_key(image_root: str | None) -> str:
+    """How the store's path records name an image root: a folder's real path, a URL as given
+    (without a trailing '/')."""
+    from ..shards import is_url
+
+    if not image_root:
+        return ""
+    return image_root.rstrip("/") if is_url(image_root) else os.path.realpath(image_root)
+
+
 def image_keys(store: FeatureStore, manifest: Manifest, image_root: str | None = None) -> list[str | None]:
     """Image key of every image a row names, in image_refs() order: one per row for most
     kinds, a row's images in turn for image candidates and groups (None where extract
@@ -21,7 +31,7 @@ def image_keys(store: FeatureStore, manifest: Manifest, image_root: str | None =
     if "image_key" in manifest.table.column_names:
         return manifest.table.column("image_key").to_pylist()
     index = store.path_index()
-    root = os.path.realpath(image_root) if image_root else None
+    root = image_root_key(image_root) if image_root else None
     out = []
     for ref in manifest.image_refs():
         by_root = index.get((ref.path, ref.crop), {})
