@@ -262,3 +262,44 @@ def test_zip_members_are_bounded_and_checked(tmp_path):
     damaged.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="ok.png.*damaged"):
         read_member(str(damaged), "ok.png", 10_000)
+
+
+def test_a_pairwise_heads_figure_is_the_softmax_of_100_times_its_mean_prompt_score(elevater):
+    """A Flow-CLIP head (random weights moved off zero) on the 11-point mAP set (a figure the
+    softmax's temperature moves): its class score
+    is the mean over the class's prompts of its pair scores; ELEVATER's probabilities are
+    softmax(100 x that); vision-evaluation judges them."""
+    from flowclip_cache.heads import build_head
+    from flowclip_cache.heads.fixed_shapes import all_pair_scores
+    from flowclip_cache.scoring.engines import score_classification
+    from flowclip_cache.scoring.scorers import Scorer
+    from flowclip_cache.store import FeatureStore
+    from flowclip_cache.store.banks import FeatureBank
+    from flowclip_cache.store.manifest_keys import image_keys
+
+    root, _, copies = elevater
+    store, src = FeatureStore(str(root / "st")), copies["voc2007classification"][0]
+    m = Manifest.read(root / "voc2007classification.parquet")
+    torch.manual_seed(0)
+    head = build_head("flow", store.encoder_config["model_cfg"]["embed_dim"]).eval()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    got = score_classification(store, m, Scorer("flow", "flow", head, "x"), "cpu", src)
+    keys = image_keys(store, m, src)
+    prompts = m.meta["prompts"]
+    texts = [p for ps in prompts for p in ps]
+    bank = FeatureBank.load(store, sorted(set(keys)), sorted(set(texts)), True, "cpu")
+    row = {k: i for i, k in enumerate(sorted(set(keys)))}
+    col = {t: i for i, t in enumerate(sorted(set(texts)))}
+    every = bank.features(torch.arange(len(row)), torch.arange(len(col)), True)
+    with torch.no_grad():
+        pair = all_pair_scores(head, *every).numpy()
+    per_class = np.stack([pair[:, [col[t] for t in ps]].mean(1) for ps in prompts], 1)[[row[k] for k in keys]]
+    probs = torch.from_numpy((100.0 * per_class).astype(np.float32)).softmax(-1).numpy()
+    targets = np.zeros(probs.shape, int)
+    for i, ls in enumerate(copies["voc2007classification"][1]):
+        targets[i, ls] = 1
+    ev = v_eval.MeanAveragePrecisionNPointsEvaluator(11)
+    ev.add_predictions(probs, targets)
+    assert got["prompt_ensemble"] == "score" and got["score"] == pytest.approx(ev.get_report()[ev._get_id()], abs=1e-9)
