@@ -229,9 +229,20 @@ def test_bad_copies_and_toolkits_are_refused(elevater, tmp_path):
         open(index, "w").write(whole.replace("img/003.png", "img/999.png"))
         r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
         assert r.exit_code == 2 and "img/999.png" in r.output
+        open(index, "w").write(whole.replace("test.zip@img/003.png", "../caltech101/test.zip@img/003.png"))
+        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
+        assert r.exit_code == 2 and "not a path inside the set's folder" in r.output
     finally:
         open(index, "w").write(whole)
     assert not os.path.exists(tmp_path / "x.parquet")
+    listing = os.path.join(tk, "vision_benchmark", "resources", "datasets", "vision_datasets.json")
+    entries = open(listing).read()
+    try:
+        open(listing, "w").write(entries.replace('"index_path": "test.txt"', '"index_path": "../../secret.txt"'))
+        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
+        assert r.exit_code == 2 and "not a file name inside the set's folder" in r.output
+    finally:
+        open(listing, "w").write(entries)
     prompts = os.path.join(tk, "vision_benchmark", "datasets", "prompts.py")
     text = open(prompts).read()
     try:

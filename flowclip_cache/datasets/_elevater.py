@@ -44,8 +44,8 @@ def task_config(toolkit: str, task: str) -> dict:
         raise ManifestError(f"--option task={task!r}: not one of ELEVATER's 21 ({', '.join(VL_COMPO_TASKS)})")
     path = os.path.join(toolkit, *RESOURCES, f"{task}.yaml")
     try:
-        cfg = yaml.safe_load(read_text(path))
-        hub, metric = cfg["DATASET"]["DATASET"], cfg["TEST"]["METRIC"]
+        conf = yaml.safe_load(read_text(path))
+        hub, metric = conf["DATASET"]["DATASET"], conf["TEST"]["METRIC"]
     except (yaml.YAMLError, KeyError, TypeError) as e:
         raise ManifestError(f"{path}: not an ELEVATER dataset config (DATASET.DATASET, TEST.METRIC): {e}") from None
     listing = os.path.join(toolkit, *RESOURCES, "vision_datasets.json")
@@ -54,11 +54,21 @@ def task_config(toolkit: str, task: str) -> dict:
         entry = entries[hub]
         multilabel = {"classification_multiclass": False, "classification_multilabel": True}[entry["type"]]
         test = entry["test"]
-        return {"hub": hub, "metric": metric, "multilabel": multilabel, "index": test["index_path"],
-                "coco": entry.get("format") == "coco", "labelmap": entry.get("labelmap"),
-                "images": test.get("num_images")}  # fmt: skip
+        cfg = {"hub": hub, "metric": metric, "multilabel": multilabel, "index": test["index_path"],
+               "coco": entry.get("format") == "coco", "labelmap": entry.get("labelmap"),
+               "images": test.get("num_images")}  # fmt: skip
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ManifestError(f"{listing}: no usable entry for {hub!r} ({type(e).__name__}: {e})") from None
+    for name in (cfg["index"], cfg["labelmap"]):  # read under the copy's folder, nowhere else
+        if name is not None and not inside(name):
+            raise ManifestError(f"{listing}: {hub}: {str(name)[:80]!r} is not a file name inside the set's folder")
+    return cfg
+
+
+def inside(rel) -> bool:
+    """A relative path that stays inside the folder it is relative to (no '..', not absolute)."""
+    parts = str(rel).replace("\\", "/").split("/")
+    return isinstance(rel, str) and bool(rel) and not os.path.isabs(rel) and ".." not in parts
 
 
 def prompt_tables(toolkit: str) -> tuple[dict, dict]:

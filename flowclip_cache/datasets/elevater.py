@@ -23,7 +23,7 @@ import os
 
 from ..errors import ManifestError
 from ..shards import MAX_IMAGE_BYTES, read_member, split_member_path
-from ._elevater import class_names, task_config, templates
+from ._elevater import class_names, inside, task_config, templates
 from ._hf import image_format
 from .base import Benchmark, BuildReport, RowErrors, Scoring, read_text, write_records
 
@@ -32,6 +32,9 @@ def _image(source: str, entry: str, where: str, errors: RowErrors) -> str | None
     """The manifest's path of an index entry (`a.zip@x/y.jpg` -> `a.zip/x/y.jpg`), checked
     to be an image member of the archive (or a file) under source."""
     path = entry.replace("@", "/", 1) if "@" in entry else entry
+    if not inside(path):  # checked before anything is opened: nothing outside the copy is read
+        errors(source, where, f"image {entry[:120]!r}: not a path inside the set's folder")
+        return None
     in_zip = split_member_path(source, path) if "@" in entry else None
     try:
         if in_zip is not None:
