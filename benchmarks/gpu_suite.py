@@ -12,7 +12,8 @@ minutes (each step a process with its own time limit; the limits add to that):
    memory, and the COCO epoch they imply (bench_scale.py at a tenth of COCO's shapes);
 4. exact Flow-CLIP scoring: pairs/s, the share of the device's FP32 matmul rate, and the
    COCO-5k gallery time (bench_score.py); zero-shot classification through the engine
-   against the kernel, and ImageNet-1k's time (bench_zeroshot.py);
+   against the kernel, and ImageNet-1k's time (bench_zeroshot.py; with --toolkit, an
+   ELEVATER toolkit checkout, also the 21-task suite's time for Flow-CLIP and Global-M);
 5. an adapt step against bare open_clip (bench_adapt.py);
 6. the ablation engine: 8 Global-M and 8 Flow-CLIP heads stacked against side by side,
    matched-pair evaluation against the all-pairs kernel, the ablation study against its 16
@@ -87,8 +88,10 @@ STEPS = [
 ]  # fmt: skip
 
 
-def command(step: Step, device: str, tmp: str, tiny: bool) -> list[str]:
+def command(step: Step, device: str, tmp: str, tiny: bool, toolkit: str | None = None) -> list[str]:
     args = step.args.replace("{device}", device).replace("{tmp}", tmp).split()
+    if toolkit and step.script == "bench_zeroshot.py":  # the 21 ELEVATER sets' time beside ImageNet's
+        args += ["--toolkit", toolkit]
     if tiny:
         for flag, value in step.tiny.items():
             if flag in args:
@@ -125,11 +128,11 @@ def targets_in(text: str) -> list[tuple[str, float, str, float]]:
     return found
 
 
-def run_steps(device: str, tiny: bool) -> tuple[list, list]:
+def run_steps(device: str, tiny: bool, toolkit: str | None = None) -> tuple[list, list]:
     steps, targets = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for step in STEPS:
-            cmd = command(step, device, tmp, tiny)
+            cmd = command(step, device, tmp, tiny, toolkit)
             print(f"\n## {step.heading} (at most {step.seconds} s)\n$ {' '.join(cmd[1:])}", flush=True)
             unknown = flags_unknown(cmd)
             if unknown:
@@ -234,6 +237,7 @@ def main():
     ap.add_argument("--images", type=int, default=512)
     ap.add_argument("--workers", default="0,4,8")
     ap.add_argument("--decode", default="pil,gpu", help="(--extract) decodes to time, comma-separated")
+    ap.add_argument("--toolkit", help="an Elevater_Toolkit_IC checkout: the zero-shot step adds the 21-task time")
     args = ap.parse_args()
     if args.extract:
         workers, decodes = [int(w) for w in args.workers.split(",")], args.decode.split(",")
@@ -245,7 +249,7 @@ def main():
         return
     name = torch.cuda.get_device_name() if not args.dry_run else "the CPU, tiny sizes (dry run: nothing judged)"
     print(f"# flowclip GPU suite: {name}, torch {torch.__version__}")
-    steps, targets = run_steps("cpu" if args.dry_run else "cuda", args.dry_run)
+    steps, targets = run_steps("cpu" if args.dry_run else "cuda", args.dry_run, args.toolkit)
     report(steps, targets, args.dry_run)
     if args.dry_run and any(status != "ok" for _, status, _ in steps):
         sys.exit(1)

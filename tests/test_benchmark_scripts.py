@@ -97,6 +97,8 @@ def test_the_gpu_suites_dry_run_runs_the_scripts_left_to_it_with_the_suites_own_
     for step in suite.STEPS:  # the dry run changes sizes and the device, never which flags a step passes
         full, tiny = suite.command(step, "cuda", "/t", False), suite.command(step, "cpu", "/t", True)
         assert {a for a in full if a.startswith("--")} <= {a for a in tiny if a.startswith("--")}, step.heading
+        with_toolkit = suite.command(step, "cuda", "/t", False, "/elevater")
+        assert ("--toolkit" in with_toolkit) == (step.script == "bench_zeroshot.py")
         flags = dict(zip(tiny, tiny[1:]))
         assert flags.get("--device", "cpu") == "cpu" and "gpu" not in flags.get("--decode", ""), tiny
 
