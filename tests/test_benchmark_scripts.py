@@ -58,7 +58,7 @@ SMALL = {
     "bench_train.py": ["--steps", "2", "--encode-steps", "1"],
     "bench_url_store.py": ["--images", "64", "--reps", "1"],
     "bench_zeroshot.py": None,
-    "gpu_suite.py": ["--dry-run"],  # every step on the CPU at tiny sizes, its flags checked (CUDA: the suite)
+    "gpu_suite.py": ["--dry-run"],  # every step on the CPU at tiny sizes, with its own flags (CUDA: the suite)
 }
 
 
