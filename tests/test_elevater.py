@@ -7,6 +7,7 @@ computed here from the stored features and judged by vision-evaluation's own eva
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -213,44 +214,46 @@ def test_bad_copies_and_toolkits_are_refused(elevater, tmp_path):
     assert r.exit_code == 2 and "toolkit" in r.output
     r = cli(*base, "--option", "task=sun397", "--option", f"toolkit={tk}")
     assert r.exit_code == 2 and "not one of ELEVATER's 21" in r.output
+    caltech = [*base, "--option", "task=caltech101", "--option", f"toolkit={tk}"]
+
+    def refused(*words):
+        r = cli(*caltech)
+        assert r.exit_code == 2 and all(w in r.output for w in words), r.output
+
     index = os.path.join(src, "test.txt")
     whole = open(index).read()
-    try:
-        open(index, "w").write("\n".join(whole.splitlines()[:5]) + "\n")  # a partial copy
-        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
-        assert r.exit_code == 2 and "partial copy" in r.output and "12" in r.output
-        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}", "--option", "allow_partial=yes")
+    with edited(index, "\n".join(whole.splitlines()[:5]) + "\n"):  # a partial copy
+        refused("partial copy", "12")
+        r = cli(*caltech, "--option", "allow_partial=yes")
         assert r.exit_code == 0 and Manifest.read(tmp_path / "x.parquet").meta["partial"] == "5 of 12 test images"
         os.remove(tmp_path / "x.parquet")
-        first = whole.splitlines()[0]
-        open(index, "w").write(whole.replace(first, first.rsplit(" ", 1)[0] + " 7", 1))  # a class out of range
-        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
-        assert r.exit_code == 2 and "test.txt line" in r.output and "below 3" in r.output
-        open(index, "w").write(whole.replace("img/003.png", "img/999.png"))
-        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
-        assert r.exit_code == 2 and "img/999.png" in r.output
-        open(index, "w").write(whole.replace("test.zip@img/003.png", "../caltech101/test.zip@img/003.png"))
-        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
-        assert r.exit_code == 2 and "not a path inside the set's folder" in r.output
-    finally:
-        open(index, "w").write(whole)
+    first = whole.splitlines()[0]
+    with edited(index, whole.replace(first, first.rsplit(" ", 1)[0] + " 7", 1)):  # a class out of range
+        refused("test.txt line", "below 3")
+    with edited(index, whole.replace("img/003.png", "img/999.png")):
+        refused("img/999.png")
+    with edited(index, whole.replace("test.zip@img/003.png", "../caltech101/test.zip@img/003.png")):
+        refused("not a path inside the set's folder")
     assert not os.path.exists(tmp_path / "x.parquet")
     listing = os.path.join(tk, "vision_benchmark", "resources", "datasets", "vision_datasets.json")
     entries = open(listing).read()
-    try:
-        open(listing, "w").write(entries.replace('"index_path": "test.txt"', '"index_path": "../../secret.txt"'))
-        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
-        assert r.exit_code == 2 and "not a file name inside the set's folder" in r.output
-    finally:
-        open(listing, "w").write(entries)
+    with edited(listing, entries.replace('"index_path": "test.txt"', '"index_path": "../../secret.txt"')):
+        refused("not a file name inside the set's folder")
     prompts = os.path.join(tk, "vision_benchmark", "datasets", "prompts.py")
     text = open(prompts).read()
+    with edited(prompts, text.replace("'caltech-101': caltech101_classes", "'caltech-101': list(range(3))")):
+        refused("not a literal list")
+
+
+@contextlib.contextmanager
+def edited(path: str, text: str):
+    """The file holds `text` inside the block, its own content again after it."""
+    before = open(path).read()
+    open(path, "w").write(text)
     try:
-        open(prompts, "w").write(text.replace("'caltech-101': caltech101_classes", "'caltech-101': list(range(3))"))
-        r = cli(*base, "--option", "task=caltech101", "--option", f"toolkit={tk}")
-        assert r.exit_code == 2 and "not a literal list" in r.output
+        yield
     finally:
-        open(prompts, "w").write(text)
+        open(path, "w").write(before)
 
 
 def test_zip_members_are_bounded_and_checked(tmp_path):
