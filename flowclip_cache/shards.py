@@ -59,19 +59,32 @@ def _url_fs(url: str):
 def is_file(path: str) -> bool:
     if not is_url(path):
         return os.path.isfile(path)
-    fs, p = _url_fs(path)
-    return bool(fs.isfile(p))
+    return _url_info(path) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _url_info(url: str) -> tuple[str, int] | None:
+    """(the listing's ETag or modification time, size) of an object, None when it is not a
+    file: asked once per process (a request per image member would double a run's requests)."""
+    fs, p = _url_fs(url)
+    try:
+        info = fs.info(p)
+    except FileNotFoundError:
+        return None
+    if info.get("type") != "file":
+        return None
+    return str(info.get("ETag") or info.get("LastModified") or info.get("mtime") or info.get("created")), info["size"]
 
 
 def _version(path: str) -> tuple[str, int]:
-    """(what changes when the file does, its size): mtime locally; at a URL the listing's
-    ETag or modification time."""
+    """(what changes when the file does, its size): mtime locally; at a URL, _url_info's."""
     if not is_url(path):
         st = os.stat(path)
         return str(st.st_mtime_ns), st.st_size
-    fs, p = _url_fs(path)
-    info = fs.info(p)
-    return str(info.get("ETag") or info.get("LastModified") or info.get("mtime") or info.get("created")), info["size"]
+    info = _url_info(path)
+    if info is None:
+        raise FileNotFoundError(path)
+    return info
 
 
 def read_small(path: str, limit: int = 1 << 24) -> bytes:
